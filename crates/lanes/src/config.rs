@@ -1,0 +1,105 @@
+//! Lane configuration as operators write it (every field optional) and as the lanes use it (resolved
+//! against each lane's defaults from DESIGN.md's table).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tollgate_model::Lane;
+
+/// The `lanes:` section of `tollgate.yaml`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LanesConfig {
+    pub regular: LaneOverrides,
+    pub blocking: LaneOverrides,
+    pub transaction: LaneOverrides,
+    pub script: LaneOverrides,
+    pub pubsub: LaneOverrides,
+    pub admin: LaneOverrides,
+}
+
+/// One lane as written in the config; what is left out takes the lane's default.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LaneOverrides {
+    /// Redis ACL user for this lane's connections.
+    pub user: Option<String>,
+    /// File holding that user's password (first line); never the password itself in the config.
+    pub password_file: Option<PathBuf>,
+    /// Ceiling on connections to Redis.
+    pub connections: Option<usize>,
+    /// Ceiling on commands in flight (multiplexed lanes only).
+    pub in_flight: Option<usize>,
+    /// How long a borrower may wait for a connection before `LaneSaturated`.
+    #[serde(with = "humantime_serde::option")]
+    pub acquire_timeout: Option<Duration>,
+    /// How many borrowers may wait at once before new ones are refused at once.
+    pub queue_length: Option<usize>,
+}
+
+/// A lane's settings after defaults are applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaneSettings {
+    pub lane: Lane,
+    pub user: Option<String>,
+    pub password_file: Option<PathBuf>,
+    pub connections: usize,
+    pub in_flight: usize,
+    pub acquire_timeout: Duration,
+    pub queue_length: usize,
+}
+
+impl LanesConfig {
+    pub fn overrides(&self, lane: Lane) -> &LaneOverrides {
+        match lane {
+            Lane::Regular => &self.regular,
+            Lane::Blocking => &self.blocking,
+            Lane::Transaction => &self.transaction,
+            Lane::Script => &self.script,
+            Lane::Pubsub => &self.pubsub,
+            Lane::Admin => &self.admin,
+        }
+    }
+
+    /// The settings of one lane: what the operator wrote, else DESIGN.md's default.
+    pub fn settings(&self, lane: Lane) -> LaneSettings {
+        let written = self.overrides(lane);
+        let (connections, in_flight) = default_ceiling(lane);
+        LaneSettings {
+            lane,
+            user: written.user.clone(),
+            password_file: written.password_file.clone(),
+            connections: written.connections.unwrap_or(connections),
+            in_flight: written.in_flight.unwrap_or(in_flight),
+            acquire_timeout: written.acquire_timeout.unwrap_or(Duration::from_secs(2)),
+            queue_length: written.queue_length.unwrap_or(1024),
+        }
+    }
+
+    /// Problems a YAML parser cannot see: zero ceilings and the like.
+    pub fn validate(&self) -> Result<(), String> {
+        for lane in Lane::ALL {
+            let settings = self.settings(lane);
+            if settings.connections == 0 {
+                return Err(format!("lanes.{lane}.connections must be at least 1"));
+            }
+            if settings.in_flight == 0 {
+                return Err(format!("lanes.{lane}.in_flight must be at least 1"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// DESIGN.md's table: (connections, commands in flight per lane).
+fn default_ceiling(lane: Lane) -> (usize, usize) {
+    match lane {
+        Lane::Regular => (4, 1024),
+        Lane::Blocking => (32, 1),
+        Lane::Transaction => (16, 1),
+        Lane::Script => (2, 256),
+        Lane::Pubsub => (4, 1),
+        Lane::Admin => (2, 1),
+    }
+}

@@ -1,0 +1,1 @@
+//! Leases that can protect correctness: owner tokens, replay, fencing tokens, waiting, watchdog.

@@ -1,0 +1,98 @@
+//! The vocabulary every Tollgate crate shares, kept tiny so that the policy engine and the Redis lanes
+//! can agree on it without depending on each other: which lane a command travels on, and who sent it.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// A pool of Redis connections that carries one kind of traffic (see DESIGN.md, "Lanes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Lane {
+    Regular,
+    Blocking,
+    Transaction,
+    Script,
+    Pubsub,
+    Admin,
+}
+
+impl Lane {
+    pub const ALL: [Lane; 6] = [
+        Lane::Regular,
+        Lane::Blocking,
+        Lane::Transaction,
+        Lane::Script,
+        Lane::Pubsub,
+        Lane::Admin,
+    ];
+
+    /// The lowercase name used in configuration, metrics labels and JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lane::Regular => "regular",
+            Lane::Blocking => "blocking",
+            Lane::Transaction => "transaction",
+            Lane::Script => "script",
+            Lane::Pubsub => "pubsub",
+            Lane::Admin => "admin",
+        }
+    }
+
+    /// The uppercase name used in error replies (`-BUSY tollgate: lane BLOCKING saturated`).
+    pub fn shout(self) -> &'static str {
+        match self {
+            Lane::Regular => "REGULAR",
+            Lane::Blocking => "BLOCKING",
+            Lane::Transaction => "TRANSACTION",
+            Lane::Script => "SCRIPT",
+            Lane::Pubsub => "PUBSUB",
+            Lane::Admin => "ADMIN",
+        }
+    }
+}
+
+impl fmt::Display for Lane {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("unknown lane `{0}` (expected regular, blocking, transaction, script, pubsub or admin)")]
+pub struct UnknownLane(pub String);
+
+impl FromStr for Lane {
+    type Err = UnknownLane;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Lane::ALL
+            .into_iter()
+            .find(|lane| lane.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| UnknownLane(s.to_owned()))
+    }
+}
+
+/// Who sent a command: the peer credentials of the Unix socket and the principal they map to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Caller {
+    pub principal: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lane_names_round_trip_case_insensitively() {
+        for lane in Lane::ALL {
+            assert_eq!(lane.as_str().parse::<Lane>().unwrap(), lane);
+            assert_eq!(lane.shout().parse::<Lane>().unwrap(), lane);
+        }
+        assert!("express".parse::<Lane>().is_err());
+    }
+}

@@ -1,0 +1,182 @@
+//! A `redis-server` child on a temporary Unix socket (`--port 0 --save ""`), ready when `start`
+//! returns, killed and reaped on drop, with its log printed when the owning test panics.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a fresh server gets to answer PING before the test gives up.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Configures a server before it starts: extra `redis-server` arguments such as ACL users.
+#[derive(Debug, Default)]
+pub struct RedisServerBuilder {
+    extra_args: Vec<String>,
+}
+
+impl RedisServerBuilder {
+    /// Adds one argument as `redis-server` would take it on its command line (`--maxmemory`, `10mb`).
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.extra_args.push(arg.into());
+        self
+    }
+
+    pub fn start(self) -> RedisServer {
+        let dir = tempfile::Builder::new()
+            .prefix("tollgate-redis-")
+            .tempdir()
+            .expect("create a temporary directory for redis-server");
+        let mut server = RedisServer {
+            socket: dir.path().join("redis.sock"),
+            log: dir.path().join("redis.log"),
+            extra_args: self.extra_args,
+            child: None,
+            dir,
+        };
+        server.spawn();
+        server
+    }
+}
+
+/// A running `redis-server`. Dropping it kills and reaps the process.
+pub struct RedisServer {
+    socket: PathBuf,
+    log: PathBuf,
+    extra_args: Vec<String>,
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    /// Starts a plain server and waits until it answers.
+    pub fn start() -> Self {
+        RedisServerBuilder::default().start()
+    }
+
+    pub fn builder() -> RedisServerBuilder {
+        RedisServerBuilder::default()
+    }
+
+    /// The Unix socket the server listens on; it stays the same across `restart`.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The temporary directory that holds the socket and the log.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A `redis+unix://` URL for redis-rs.
+    pub fn url(&self) -> String {
+        format!("redis+unix://{}", self.socket.display())
+    }
+
+    /// Kills the server (SIGKILL, as a crash would) and waits until the process is gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+
+    /// Starts the server again on the same socket, after `kill`.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Sends one inline command and returns the raw reply bytes (enough for test setup and checks).
+    pub fn inline(&self, command: &str) -> String {
+        let mut stream = UnixStream::connect(&self.socket).expect("connect to redis-server");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("set read timeout");
+        stream
+            .write_all(format!("{command}\r\n").as_bytes())
+            .expect("write to redis-server");
+        let mut buf = vec![0u8; 64 * 1024];
+        let n = stream.read(&mut buf).expect("read from redis-server");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new(redis_server_binary())
+            .arg("--port")
+            .arg("0")
+            .arg("--unixsocket")
+            .arg(&self.socket)
+            .arg("--unixsocketperm")
+            .arg("700")
+            .arg("--save")
+            .arg("")
+            .arg("--appendonly")
+            .arg("no")
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(&self.log)
+            .args(&self.extra_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|error| {
+                panic!("cannot start redis-server ({error}); install it with `apt-get install redis-server`")
+            });
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("redis-server exited with {status} before it was ready:\n{}", self.log());
+            }
+            if answers_ping(&self.socket) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("redis-server did not answer within {READY_TIMEOUT:?}:\n{}", self.log());
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- redis-server log ({}) ---\n{}", self.log.display(), self.log());
+        }
+        self.kill();
+    }
+}
+
+/// The `redis-server` to run: `$REDIS_SERVER` if set, else the one on `PATH`.
+fn redis_server_binary() -> String {
+    std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
+}
+
+fn answers_ping(socket: &Path) -> bool {
+    let Ok(mut stream) = UnixStream::connect(socket) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    if stream.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 7];
+    matches!(stream.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+}

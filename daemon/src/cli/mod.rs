@@ -1,0 +1,69 @@
+//! The `tollgate` command line: `serve`, `check-config`, and one module per further subcommand.
+
+mod serve;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::{Config, LogFormat};
+
+/// Tollgate: a local daemon between applications and Redis that admits every command through
+/// sandboxed WebAssembly policy, routes it over six connection lanes, and serves leases.
+#[derive(Debug, Parser)]
+#[command(name = "tollgate", version, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the daemon. Without a config, it starts a private redis-server and uses the default policy.
+    Serve {
+        /// Configuration file (YAML); all settings have defaults.
+        #[arg(long, short, env = "TOLLGATE_CONFIG")]
+        config: Option<PathBuf>,
+        /// Log format; overrides `logging.format` in the config.
+        #[arg(long, value_enum)]
+        log_format: Option<LogFormatArg>,
+    },
+    /// Validate a configuration file without starting anything; exits non-zero on error.
+    CheckConfig {
+        /// The configuration file to check.
+        file: PathBuf,
+    },
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormatArg {
+    Human,
+    Json,
+}
+
+impl From<LogFormatArg> for LogFormat {
+    fn from(arg: LogFormatArg) -> Self {
+        match arg {
+            LogFormatArg::Human => LogFormat::Human,
+            LogFormatArg::Json => LogFormat::Json,
+        }
+    }
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve { config, log_format } => serve::run(config, log_format.map(Into::into)),
+        Command::CheckConfig { file } => match Config::load(&file) {
+            Ok(_) => {
+                println!("{}: ok", file.display());
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("{error}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}

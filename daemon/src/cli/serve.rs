@@ -1,0 +1,72 @@
+//! `tollgate serve`: load the config, start the daemon, and turn signals into an orderly stop.
+//! SIGTERM or SIGINT starts a graceful shutdown; a second SIGINT exits at once after cleaning up.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::config::{Config, LogFormat};
+use crate::logging;
+use crate::runtime::Daemon;
+
+/// Exit status after an abort by a second SIGINT (128 + SIGINT, as shells report it).
+const ABORTED: u8 = 130;
+
+pub fn run(config_path: Option<PathBuf>, log_format: Option<LogFormat>) -> ExitCode {
+    let config = match &config_path {
+        Some(path) => match Config::load(path) {
+            Ok(config) => config,
+            Err(error) => {
+                eprintln!("tollgate: {error}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => Config::default(),
+    };
+    logging::init(
+        log_format.unwrap_or(config.logging.format),
+        &config.logging.level,
+    );
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("tollgate: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(serve(config))
+}
+
+async fn serve(config: Config) -> ExitCode {
+    let (mut terminate, mut interrupt) = match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(terminate), Ok(interrupt)) => (terminate, interrupt),
+        (Err(error), _) | (_, Err(error)) => {
+            eprintln!("tollgate: cannot install signal handlers: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let daemon = match Daemon::start(config).await {
+        Ok(daemon) => daemon,
+        Err(error) => {
+            eprintln!("tollgate: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    tokio::select! {
+        _ = terminate.recv() => tracing::info!("SIGTERM received"),
+        _ = interrupt.recv() => tracing::info!("SIGINT received; press Ctrl-C again to exit at once"),
+    }
+    let abort = daemon.abort_cleanup();
+    tokio::select! {
+        () = daemon.shutdown() => ExitCode::SUCCESS,
+        _ = interrupt.recv() => {
+            abort.run();
+            eprintln!("tollgate: second SIGINT, exiting at once");
+            ExitCode::from(ABORTED)
+        }
+    }
+}

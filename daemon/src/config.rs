@@ -1,0 +1,301 @@
+//! `tollgate.yaml`: the daemon's configuration, with defaults for everything, unknown keys rejected,
+//! and errors that name the file, line, column and key.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use tollgate_lanes::{LanesConfig, RedisConfig};
+use tollgate_policy::PolicyConfig;
+
+/// The whole configuration file. Every section is optional.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Directory for sockets and the embedded Redis: default `$XDG_RUNTIME_DIR/tollgate`, else `./.tollgate`.
+    pub runtime_dir: Option<PathBuf>,
+    pub listen: ListenConfig,
+    /// Where Redis is. Absent: the daemon starts its own `redis-server` (see `embedded`).
+    pub redis: Option<RedisConfig>,
+    pub embedded: EmbeddedConfig,
+    pub lanes: LanesConfig,
+    pub policy: PolicyConfig,
+    pub logging: LoggingConfig,
+    pub shutdown: ShutdownConfig,
+}
+
+/// The Unix sockets applications reach the daemon on.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ListenConfig {
+    /// Redis-protocol socket; default `<runtime_dir>/resp.sock`.
+    pub resp: Option<PathBuf>,
+    /// HTTP/JSON socket; default `<runtime_dir>/http.sock`.
+    pub http: Option<PathBuf>,
+    /// File mode of both socket files, octal as a string (`"0660"`).
+    pub mode: SocketMode,
+    /// Group that owns both socket files; default: the daemon's own group.
+    pub group: Option<String>,
+}
+
+impl Default for ListenConfig {
+    fn default() -> Self {
+        Self {
+            resp: None,
+            http: None,
+            mode: SocketMode(0o660),
+            group: None,
+        }
+    }
+}
+
+/// A Unix file mode written in octal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SocketMode(pub u32);
+
+impl<'de> Deserialize<'de> for SocketMode {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        let digits = text.trim_start_matches("0o");
+        match u32::from_str_radix(digits, 8) {
+            Ok(mode) if mode <= 0o777 => Ok(SocketMode(mode)),
+            _ => Err(serde::de::Error::custom(format!(
+                "invalid file mode `{text}`: expected octal digits such as \"0660\""
+            ))),
+        }
+    }
+}
+
+/// The private `redis-server` started when no `redis:` section is given.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct EmbeddedConfig {
+    /// The `redis-server` binary to run.
+    pub binary: PathBuf,
+    /// Keep data across restarts (RDB snapshots in the runtime directory). Off by default.
+    pub persistence: bool,
+    /// More arguments for `redis-server`, as on its command line.
+    pub args: Vec<String>,
+}
+
+impl Default for EmbeddedConfig {
+    fn default() -> Self {
+        Self {
+            binary: PathBuf::from("redis-server"),
+            persistence: false,
+            args: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines (the default).
+    #[default]
+    Human,
+    /// One JSON object per line.
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoggingConfig {
+    pub format: LogFormat,
+    /// A `tracing` filter such as `info` or `tollgate=debug`; `RUST_LOG` wins when set.
+    pub level: String,
+}
+
+impl Default for LoggingConfig {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Human,
+            level: "info".to_owned(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ShutdownConfig {
+    /// How long in-flight work may take to finish after SIGTERM.
+    #[serde(with = "humantime_serde")]
+    pub drain_timeout: Duration,
+}
+
+impl Default for ShutdownConfig {
+    fn default() -> Self {
+        Self {
+            drain_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why a configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: cannot read: {source}")]
+    Unreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}", .0)]
+    Invalid(Box<InvalidConfig>),
+}
+
+/// A configuration file that parsed wrongly or failed validation, with where and which key.
+#[derive(Debug)]
+pub struct InvalidConfig {
+    pub path: PathBuf,
+    pub line: Option<usize>,
+    pub column: Option<usize>,
+    /// Dotted path of the offending key (`lanes.regular.connections`); empty for the whole file.
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for InvalidConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.path.display())?;
+        if let (Some(line), Some(column)) = (self.line, self.column) {
+            write!(f, ":{line}:{column}")?;
+        }
+        if !self.key.is_empty() {
+            write!(f, ": key `{}`", self.key)?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl Config {
+    /// Reads, parses and validates a configuration file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Unreadable {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::parse(path, &text)
+    }
+
+    /// Parses and validates configuration text; `path` is only used in error messages.
+    pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        let invalid = |line, column, key: String, message: String| {
+            ConfigError::Invalid(Box::new(InvalidConfig {
+                path: path.to_owned(),
+                line,
+                column,
+                key,
+                message,
+            }))
+        };
+        // An empty file is a valid, all-defaults configuration.
+        if text.trim().is_empty() {
+            return Ok(Config::default());
+        }
+        let deserializer = serde_yaml::Deserializer::from_str(text);
+        let config: Config = serde_path_to_error::deserialize(deserializer).map_err(|error| {
+            let key = error.path().to_string();
+            let inner = error.into_inner();
+            let location = inner.location();
+            invalid(
+                location.as_ref().map(|l| l.line()),
+                location.as_ref().map(|l| l.column()),
+                if key == "." { String::new() } else { key },
+                strip_location(&inner.to_string()),
+            )
+        })?;
+        config
+            .validate()
+            .map_err(|(key, message)| invalid(None, None, key, message))?;
+        Ok(config)
+    }
+
+    /// Checks what types alone cannot: returns the offending key and why.
+    fn validate(&self) -> Result<(), (String, String)> {
+        self.lanes
+            .validate()
+            .map_err(|message| ("lanes".to_owned(), message))?;
+        if self.shutdown.drain_timeout.is_zero() {
+            return Err((
+                "shutdown.drain_timeout".to_owned(),
+                "must be longer than zero".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The directory for sockets and the embedded Redis.
+    pub fn runtime_dir(&self) -> PathBuf {
+        if let Some(dir) = &self.runtime_dir {
+            return dir.clone();
+        }
+        match std::env::var_os("XDG_RUNTIME_DIR") {
+            Some(dir) if !dir.is_empty() => PathBuf::from(dir).join("tollgate"),
+            _ => PathBuf::from(".tollgate"),
+        }
+    }
+
+    pub fn resp_socket(&self) -> PathBuf {
+        self.listen
+            .resp
+            .clone()
+            .unwrap_or_else(|| self.runtime_dir().join("resp.sock"))
+    }
+
+    pub fn http_socket(&self) -> PathBuf {
+        self.listen
+            .http
+            .clone()
+            .unwrap_or_else(|| self.runtime_dir().join("http.sock"))
+    }
+}
+
+/// serde_yaml appends " at line L column C" to its messages; we print the location ourselves.
+fn strip_location(message: &str) -> String {
+    match message.find(" at line ") {
+        Some(index) => message[..index].to_owned(),
+        None => message.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, String> {
+        Config::parse(Path::new("tollgate.yaml"), text).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn empty_file_means_defaults() {
+        assert_eq!(parse("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn unknown_key_names_file_line_column_and_key() {
+        let error = parse("listen:\n  http: /tmp/h.sock\n  colour: blue\n").unwrap_err();
+        assert!(error.starts_with("tollgate.yaml:3:3: key `listen`"), "{error}");
+        assert!(error.contains("unknown field `colour`"), "{error}");
+    }
+
+    #[test]
+    fn wrong_type_names_the_key_and_what_was_expected() {
+        let error = parse("lanes:\n  regular:\n    connections: many\n").unwrap_err();
+        assert!(error.starts_with("tollgate.yaml:3:18: key `lanes.regular.connections`"), "{error}");
+        assert!(error.contains("expected"), "{error}");
+    }
+
+    #[test]
+    fn validation_errors_name_the_key() {
+        let error = parse("lanes:\n  admin:\n    connections: 0\n").unwrap_err();
+        assert!(error.contains("lanes.admin.connections must be at least 1"), "{error}");
+    }
+
+    #[test]
+    fn socket_mode_is_octal() {
+        let config = parse("listen:\n  mode: \"0600\"\n").unwrap();
+        assert_eq!(config.listen.mode, SocketMode(0o600));
+        assert!(parse("listen:\n  mode: \"0999\"\n").is_err());
+    }
+}

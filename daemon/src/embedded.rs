@@ -1,0 +1,138 @@
+//! The embedded default: a private `redis-server` child on a Unix socket in the runtime directory,
+//! without persistence unless configured, started before the daemon serves and stopped after it.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tollgate_lanes::Endpoint;
+
+use crate::config::EmbeddedConfig;
+
+/// How long a fresh `redis-server` gets to answer before start-up fails.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a stopping `redis-server` gets after SIGTERM before it is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum EmbeddedError {
+    #[error("`{binary}` not found: install Redis (`apt-get install redis-server`) or set `embedded.binary`")]
+    NotInstalled { binary: PathBuf },
+    #[error("cannot start `{binary}`: {source}")]
+    Spawn {
+        binary: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("embedded redis-server exited before it was ready ({status}); its log: {log}")]
+    Exited { status: String, log: PathBuf },
+    #[error("embedded redis-server did not answer within {READY_TIMEOUT:?}; its log: {log}")]
+    NotReady { log: PathBuf },
+}
+
+pub struct EmbeddedRedis {
+    child: tokio::process::Child,
+    socket: PathBuf,
+}
+
+impl EmbeddedRedis {
+    /// Starts `redis-server` with its socket, log and (optional) data in `dir`, and waits until it answers.
+    pub async fn start(config: &EmbeddedConfig, dir: &Path) -> Result<Self, EmbeddedError> {
+        let socket = dir.join("redis.sock");
+        let log = dir.join("redis.log");
+        let _ = std::fs::remove_file(&socket);
+        let mut command = tokio::process::Command::new(&config.binary);
+        command
+            .arg("--port")
+            .arg("0")
+            .arg("--unixsocket")
+            .arg(&socket)
+            .arg("--unixsocketperm")
+            .arg("700")
+            .arg("--dir")
+            .arg(dir)
+            .arg("--logfile")
+            .arg(&log);
+        if !config.persistence {
+            command.args(["--save", "", "--appendonly", "no"]);
+        }
+        command
+            .args(&config.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true);
+        // The child must not outlive the daemon, even when the daemon is killed outright.
+        // SAFETY: prctl is async-signal-safe and touches only the calling (child) process.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command.spawn().map_err(|source| {
+            if source.kind() == std::io::ErrorKind::NotFound {
+                EmbeddedError::NotInstalled {
+                    binary: config.binary.clone(),
+                }
+            } else {
+                EmbeddedError::Spawn {
+                    binary: config.binary.clone(),
+                    source,
+                }
+            }
+        })?;
+        let mut embedded = EmbeddedRedis { child, socket };
+        embedded.wait_ready(&log).await?;
+        tracing::info!(socket = %embedded.socket.display(), "embedded redis-server ready");
+        Ok(embedded)
+    }
+
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint::Unix(self.socket.clone())
+    }
+
+    /// The child's pid, for the abort path that cannot await.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// SIGTERM, then SIGKILL after a grace period; the socket file is removed either way.
+    pub async fn stop(mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            if tokio::time::timeout(STOP_TIMEOUT, self.child.wait())
+                .await
+                .is_err()
+            {
+                tracing::warn!("embedded redis-server ignored SIGTERM; killing it");
+                let _ = self.child.kill().await;
+            }
+        }
+        let _ = std::fs::remove_file(&self.socket);
+        tracing::info!("embedded redis-server stopped");
+    }
+
+    async fn wait_ready(&mut self, log: &Path) -> Result<(), EmbeddedError> {
+        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+        while tokio::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(EmbeddedError::Exited {
+                    status: status.to_string(),
+                    log: log.to_owned(),
+                });
+            }
+            if crate::readiness::ping(&self.endpoint()).await.is_ok() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Err(EmbeddedError::NotReady {
+            log: log.to_owned(),
+        })
+    }
+}

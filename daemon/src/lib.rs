@@ -1,0 +1,14 @@
+//! Tollgate: a local daemon between applications and Redis. This library is the whole daemon; the
+//! `tollgate` binary only parses the command line and calls [`cli::main`].
+
+pub mod cli;
+pub mod config;
+pub mod embedded;
+pub mod logging;
+pub mod metrics;
+pub mod readiness;
+pub mod runtime;
+pub mod server;
+
+pub use config::Config;
+pub use runtime::Daemon;

@@ -1,0 +1,78 @@
+//! What `/readyz` checks: Redis answers a PING within a short deadline, and the daemon has finished
+//! starting (a policy is loaded). Each problem is reported as a sentence.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tollgate_lanes::Endpoint;
+
+/// How long `/readyz` waits for Redis before calling it unavailable.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+
+pub struct Readiness {
+    redis: Endpoint,
+    started: AtomicBool,
+}
+
+impl Readiness {
+    pub fn new(redis: Endpoint) -> Self {
+        Self {
+            redis,
+            started: AtomicBool::new(false),
+        }
+    }
+
+    /// Marks start-up as complete (policy loaded, every listener up).
+    pub fn mark_started(&self) {
+        self.started.store(true, Ordering::Release);
+    }
+
+    /// Every reason the daemon is not ready; empty when it is.
+    pub async fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if !self.started.load(Ordering::Acquire) {
+            problems.push("starting: policy not loaded yet".to_owned());
+        }
+        if let Err(reason) = ping(&self.redis).await {
+            problems.push(format!("redis at {} unavailable: {reason}", self.redis));
+        }
+        problems
+    }
+}
+
+/// One PING with a short deadline; the error says why Redis did not answer.
+pub async fn ping(endpoint: &Endpoint) -> Result<(), String> {
+    match tokio::time::timeout(PROBE_TIMEOUT, ping_unbounded(endpoint)).await {
+        Ok(result) => result,
+        Err(_) => Err(format!("no answer within {PROBE_TIMEOUT:?}")),
+    }
+}
+
+async fn ping_unbounded(endpoint: &Endpoint) -> Result<(), String> {
+    let mut reply = [0u8; 64];
+    let read = match endpoint {
+        Endpoint::Unix(path) => {
+            let mut stream = tokio::net::UnixStream::connect(path)
+                .await
+                .map_err(|e| e.to_string())?;
+            stream.write_all(b"PING\r\n").await.map_err(|e| e.to_string())?;
+            stream.read(&mut reply).await.map_err(|e| e.to_string())?
+        }
+        Endpoint::Tcp { host, port } => {
+            let mut stream = tokio::net::TcpStream::connect((host.as_str(), *port))
+                .await
+                .map_err(|e| e.to_string())?;
+            stream.write_all(b"PING\r\n").await.map_err(|e| e.to_string())?;
+            stream.read(&mut reply).await.map_err(|e| e.to_string())?
+        }
+    };
+    if reply[..read].starts_with(b"+PONG") {
+        Ok(())
+    } else {
+        Err(format!(
+            "unexpected reply {:?}",
+            String::from_utf8_lossy(&reply[..read]).trim_end()
+        ))
+    }
+}

@@ -1,0 +1,143 @@
+//! The daemon's life: start every part in order (sockets, Redis, policy, listeners), serve, and stop
+//! them in reverse on shutdown. `cli serve` and the integration tests drive the same [`Daemon`].
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use prometheus_client::registry::Registry;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::embedded::{EmbeddedError, EmbeddedRedis};
+use crate::metrics::Metrics;
+use crate::readiness::Readiness;
+use crate::server::{http, socket};
+
+/// What every listener shares.
+pub struct Shared {
+    pub readiness: Readiness,
+    pub metrics: Metrics,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Bind(#[from] socket::BindError),
+    #[error(transparent)]
+    Embedded(#[from] EmbeddedError),
+    #[error("cannot create runtime directory {path}: {source}")]
+    RuntimeDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// A running daemon. Dropping it without [`Daemon::shutdown`] still removes its sockets and kills
+/// the embedded Redis, but skips the orderly drain.
+pub struct Daemon {
+    stop: CancellationToken,
+    tasks: JoinSet<()>,
+    http_socket: socket::SocketFile,
+    embedded: Option<EmbeddedRedis>,
+    config: Config,
+}
+
+impl Daemon {
+    /// Starts everything the configuration asks for and returns once the daemon is ready to serve.
+    pub async fn start(config: Config) -> Result<Daemon, StartError> {
+        let runtime_dir = config.runtime_dir();
+        std::fs::create_dir_all(&runtime_dir).map_err(|source| StartError::RuntimeDir {
+            path: runtime_dir.clone(),
+            source,
+        })?;
+        let group = config.listen.group.as_deref();
+        let (http_listener, http_socket) = socket::bind(&config.http_socket(), config.listen.mode.0, group)?;
+
+        let embedded = match &config.redis {
+            Some(_) => None,
+            None => Some(EmbeddedRedis::start(&config.embedded, &runtime_dir).await?),
+        };
+        let endpoint = match (&config.redis, &embedded) {
+            (Some(redis), _) => redis.address.clone(),
+            (None, Some(embedded)) => embedded.endpoint(),
+            (None, None) => unreachable!("no redis section means an embedded server was started"),
+        };
+
+        let registry = Registry::with_prefix("tollgate");
+        let shared = Arc::new(Shared {
+            readiness: Readiness::new(endpoint),
+            metrics: Metrics::new(registry),
+        });
+
+        let stop = CancellationToken::new();
+        let mut tasks = JoinSet::new();
+        tasks.spawn(http::serve(http_listener, shared.clone(), stop.clone()));
+
+        shared.readiness.mark_started();
+        tracing::info!(http = %http_socket.path.display(), "tollgate serving");
+        Ok(Daemon {
+            stop,
+            tasks,
+            http_socket,
+            embedded,
+            config,
+        })
+    }
+
+    pub fn http_socket(&self) -> &Path {
+        &self.http_socket.path
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// A synchronous last resort for the second SIGINT: remove the socket files, kill the embedded Redis.
+    pub fn abort_cleanup(&self) -> AbortCleanup {
+        AbortCleanup {
+            sockets: vec![self.http_socket.path.clone()],
+            embedded_pid: self.embedded.as_ref().and_then(EmbeddedRedis::pid),
+        }
+    }
+
+    /// Graceful stop: refuse new work, let in-flight work finish within the drain timeout, then
+    /// close the listeners and stop the embedded Redis last.
+    pub async fn shutdown(mut self) {
+        tracing::info!("shutting down");
+        self.stop.cancel();
+        let drain = self.config.shutdown.drain_timeout;
+        let drained = tokio::time::timeout(drain, async {
+            while self.tasks.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(?drain, "in-flight work did not finish within the drain timeout");
+            self.tasks.shutdown().await;
+        }
+        if let Some(embedded) = self.embedded.take() {
+            embedded.stop().await;
+        }
+        tracing::info!("stopped");
+    }
+}
+
+/// What must be undone when the process exits without an orderly shutdown.
+pub struct AbortCleanup {
+    sockets: Vec<PathBuf>,
+    embedded_pid: Option<u32>,
+}
+
+impl AbortCleanup {
+    pub fn run(&self) {
+        for socket in &self.sockets {
+            let _ = std::fs::remove_file(socket);
+        }
+        if let Some(pid) = self.embedded_pid {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}

@@ -1,0 +1,40 @@
+//! `/healthz` (the process answers), `/readyz` (Redis answers and a policy is loaded) and `/metrics`.
+
+use hyper::body::Incoming;
+use hyper::{Method, Request, StatusCode};
+
+use super::{reply, text, ApiError, HttpResponse};
+use crate::runtime::Shared;
+
+pub async fn handle(request: Request<Incoming>, shared: &Shared) -> Result<HttpResponse, ApiError> {
+    let path = request.uri().path();
+    if request.method() != Method::GET {
+        return Err(ApiError::MethodNotAllowed {
+            method: request.method().to_string(),
+            path: path.to_owned(),
+        });
+    }
+    Ok(match path {
+        "/healthz" => reply(StatusCode::OK, serde_json::json!({ "outcome": "ok" })),
+        "/readyz" => {
+            let not_ready = shared.readiness.problems().await;
+            if not_ready.is_empty() {
+                reply(StatusCode::OK, serde_json::json!({ "outcome": "ready" }))
+            } else {
+                let mut response = reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    serde_json::json!({ "outcome": "not_ready", "reasons": not_ready }),
+                );
+                response
+                    .headers_mut()
+                    .insert(hyper::header::RETRY_AFTER, 1.into());
+                response
+            }
+        }
+        _ => text(
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            shared.metrics.encode(),
+        ),
+    })
+}

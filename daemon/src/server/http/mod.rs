@@ -1,0 +1,70 @@
+//! The HTTP/JSON API on a Unix socket (hyper, HTTP/1.1): the router and the pieces every handler
+//! shares — JSON replies that always carry `outcome`, bounded JSON request bodies, and errors.
+//!
+//! Each area of the API has its own module with a `handle` function; `route` only dispatches.
+
+mod body;
+mod health;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::UnixListener;
+use tokio_util::sync::CancellationToken;
+
+pub use body::{json, read_json, text, ApiError, BODY_LIMIT};
+
+use crate::runtime::Shared;
+
+pub type HttpResponse = Response<Full<Bytes>>;
+
+/// Serves HTTP on `listener` until `stop` is cancelled, then lets in-flight requests finish.
+pub async fn serve(listener: UnixListener, shared: Arc<Shared>, stop: CancellationToken) {
+    let graceful = GracefulShutdown::new();
+    loop {
+        let stream = tokio::select! {
+            _ = stop.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    tracing::warn!(%error, "HTTP accept failed");
+                    continue;
+                }
+            },
+        };
+        let shared = shared.clone();
+        let service = hyper::service::service_fn(move |request| {
+            let shared = shared.clone();
+            async move { Ok::<_, Infallible>(route(request, &shared).await) }
+        });
+        let connection = hyper::server::conn::http1::Builder::new()
+            .serve_connection(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "HTTP connection ended with an error");
+            }
+        });
+    }
+    graceful.shutdown().await;
+}
+
+async fn route(request: Request<Incoming>, shared: &Shared) -> HttpResponse {
+    let path = request.uri().path().to_owned();
+    let outcome = match path.as_str() {
+        "/healthz" | "/readyz" | "/metrics" => health::handle(request, shared).await,
+        _ => Err(ApiError::NotFound(path)),
+    };
+    outcome.unwrap_or_else(ApiError::into_response)
+}
+
+/// A JSON reply with the given status.
+pub fn reply(status: StatusCode, body: serde_json::Value) -> HttpResponse {
+    json(status, &body)
+}

@@ -1,0 +1,4 @@
+//! The daemon's listeners: Unix sockets for the Redis protocol and for HTTP/JSON.
+
+pub mod http;
+pub mod socket;

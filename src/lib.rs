@@ -1,0 +1,1 @@
+//! Placeholder library target for the integration-test package; the tests live in `tests/`.
