@@ -1,6 +1,8 @@
 //! Test helpers shared by every crate's integration tests: real `redis-server` processes on temporary
-//! Unix sockets. Nothing here mocks Redis; each helper starts, waits for and reaps a real process.
+//! Unix sockets, and a small HTTP client for the daemon's HTTP socket. Nothing here mocks Redis; each
+//! helper starts, waits for and reaps a real process.
 
+pub mod http;
 mod redis_server;
 
 pub use redis_server::{RedisServer, RedisServerBuilder};

@@ -1,1 +1,0 @@
-//! Placeholder library target for the integration-test package; the tests live in `tests/`.
