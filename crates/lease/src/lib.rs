@@ -1,1 +1,16 @@
-//! Leases that can protect correctness: owner tokens, replay, fencing tokens, waiting, watchdog.
+//! Leases that can protect correctness (DESIGN.md, "Leases"): Lua scripts run atomically on Redis,
+//! owner tokens bound to the caller's principal, replay after a lost reply, fencing tokens, real
+//! waiting, a watchdog bound to the holder, and the holder-side state machine.
+
+pub mod attempt;
+pub mod config;
+mod millis;
+pub mod outcome;
+pub mod resource;
+pub mod state;
+
+pub use attempt::{Attempt, InvalidAttempt};
+pub use config::LeaseConfig;
+pub use outcome::{AcquireOutcome, InspectOutcome, LostReason, ReleaseOutcome, RenewOutcome};
+pub use resource::{InvalidResource, LeaseKeys, Resource};
+pub use state::{Holding, LeaseState, Terminal};

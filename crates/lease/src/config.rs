@@ -1,0 +1,74 @@
+//! The `leases:` section of `tollgate.yaml`: bounds on what callers may ask for, and the drift budget
+//! every validity is reduced by.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LeaseConfig {
+    /// Subtracted from every validity to absorb clock drift between the daemon and Redis.
+    #[serde(with = "humantime_serde")]
+    pub drift_budget: Duration,
+    /// Smallest TTL a caller may ask for; must exceed the drift budget.
+    #[serde(with = "humantime_serde")]
+    pub min_ttl: Duration,
+    /// Largest TTL a caller may ask for.
+    #[serde(with = "humantime_serde")]
+    pub max_ttl: Duration,
+    /// Longest `wait` a caller may ask for on acquire.
+    #[serde(with = "humantime_serde")]
+    pub max_wait: Duration,
+    /// The watchdog stops renewing a lease held longer than this, so a stuck holder cannot keep a
+    /// resource forever; the lease then expires by its TTL.
+    #[serde(with = "humantime_serde")]
+    pub max_hold: Duration,
+    /// How long acquire waits for replicas to confirm when the caller asks for `replicas`.
+    #[serde(with = "humantime_serde")]
+    pub replica_timeout: Duration,
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        Self {
+            drift_budget: Duration::from_millis(10),
+            min_ttl: Duration::from_millis(100),
+            max_ttl: Duration::from_secs(3600),
+            max_wait: Duration::from_secs(300),
+            max_hold: Duration::from_secs(24 * 3600),
+            replica_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+impl LeaseConfig {
+    /// Problems a YAML parser cannot see.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.min_ttl <= self.drift_budget {
+            return Err("leases.min_ttl must be larger than leases.drift_budget".into());
+        }
+        if self.max_ttl < self.min_ttl {
+            return Err("leases.max_ttl must not be smaller than leases.min_ttl".into());
+        }
+        if self.max_hold.is_zero() {
+            return Err("leases.max_hold must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_contradictions_are_named() {
+        assert_eq!(LeaseConfig::default().validate(), Ok(()));
+        let tight = LeaseConfig {
+            min_ttl: Duration::from_millis(5),
+            ..LeaseConfig::default()
+        };
+        assert!(tight.validate().unwrap_err().contains("min_ttl"));
+    }
+}

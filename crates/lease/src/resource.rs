@@ -1,0 +1,114 @@
+//! Resource names as callers write them, and the Redis keys derived from them. Redis never sees a raw
+//! name: every key holds the SHA-256 digest, inside a hash tag so that the lease, its fencing counter
+//! and its release channel live in one cluster slot (a script may only touch keys of one slot).
+
+use std::fmt;
+
+use sha2::{Digest, Sha256};
+
+/// The longest resource name accepted.
+pub const MAX_RESOURCE_LEN: usize = 200;
+
+/// A validated resource name: 1 to [`MAX_RESOURCE_LEN`] bytes of `A-Z a-z 0-9 . _ - :`. The set
+/// excludes `/` so that a name is always exactly one segment of an HTTP path.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Resource(String);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidResource {
+    #[error("resource name is empty")]
+    Empty,
+    #[error("resource name is longer than {MAX_RESOURCE_LEN} bytes")]
+    TooLong,
+    #[error("resource name contains {0:?}; allowed are letters, digits and . _ - :")]
+    BadCharacter(char),
+}
+
+impl Resource {
+    pub fn parse(name: &str) -> Result<Resource, InvalidResource> {
+        if name.is_empty() {
+            return Err(InvalidResource::Empty);
+        }
+        if name.len() > MAX_RESOURCE_LEN {
+            return Err(InvalidResource::TooLong);
+        }
+        if let Some(bad) = name
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':')))
+        {
+            return Err(InvalidResource::BadCharacter(bad));
+        }
+        Ok(Resource(name.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The Redis names of this resource's lease, fencing counter and release channel.
+    pub fn keys(&self) -> LeaseKeys {
+        let digest = hex::encode(Sha256::digest(self.0.as_bytes()));
+        LeaseKeys {
+            lease: format!("tollgate:lease:{{{digest}}}"),
+            fence: format!("tollgate:lease:{{{digest}}}:fence"),
+            channel: format!("tollgate:lease:{{{digest}}}:released"),
+        }
+    }
+}
+
+impl fmt::Display for Resource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The Redis names belonging to one resource; all share the hash tag `{<sha256 hex>}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseKeys {
+    pub lease: String,
+    pub fence: String,
+    pub channel: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hash_tag(key: &str) -> &str {
+        let open = key.find('{').unwrap();
+        let close = key[open..].find('}').unwrap() + open;
+        &key[open + 1..close]
+    }
+
+    #[test]
+    fn keys_share_one_hash_tag_and_hide_the_name() {
+        let keys = Resource::parse("orders:42").unwrap().keys();
+        let tag = hash_tag(&keys.lease);
+        assert_eq!(tag.len(), 64);
+        assert_eq!(hash_tag(&keys.fence), tag);
+        assert_eq!(hash_tag(&keys.channel), tag);
+        for key in [&keys.lease, &keys.fence, &keys.channel] {
+            assert!(!key.contains("orders"), "{key} leaks the raw name");
+        }
+        assert_ne!(keys.lease, keys.fence);
+        assert_ne!(Resource::parse("orders:43").unwrap().keys(), keys);
+    }
+
+    #[test]
+    fn names_are_validated() {
+        assert_eq!(Resource::parse(""), Err(InvalidResource::Empty));
+        assert_eq!(
+            Resource::parse(&"a".repeat(MAX_RESOURCE_LEN + 1)),
+            Err(InvalidResource::TooLong)
+        );
+        assert_eq!(
+            Resource::parse("a/b"),
+            Err(InvalidResource::BadCharacter('/'))
+        );
+        assert_eq!(
+            Resource::parse("a{b}"),
+            Err(InvalidResource::BadCharacter('{'))
+        );
+        assert!(Resource::parse("Job-7.nightly_run:eu").is_ok());
+    }
+}
