@@ -1,2 +1,12 @@
 //! RESP2/RESP3 frames: a bounded incremental parser and an encoder, shared by the front door (client
 //! side) and the lanes (Redis side).
+
+mod command;
+mod encode;
+mod frame;
+mod parse;
+
+pub use command::parse_command;
+pub use encode::{encode, encode_command};
+pub use frame::Frame;
+pub use parse::{frame_len, parse, Limits, ProtocolError};

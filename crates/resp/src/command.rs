@@ -1,0 +1,227 @@
+//! What a server reads from a client: a RESP array of bulk strings, or an inline command line
+//! (`PING\r\n`, as telnet and `redis-cli` in some modes send), both bounded by [`Limits`].
+
+use bytes::{Buf, Bytes, BytesMut};
+
+use crate::parse::{lossy, Walker};
+use crate::{Limits, ProtocolError};
+
+/// Parses and consumes one command; empty lines and empty arrays are skipped as Redis does.
+pub fn parse_command(
+    buf: &mut BytesMut,
+    limits: &Limits,
+) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+    loop {
+        let Some(&first) = buf.first() else {
+            return Ok(None);
+        };
+        let parsed = if first == b'*' {
+            multibulk(buf, limits)?
+        } else {
+            inline(buf, limits)?
+        };
+        match parsed {
+            None => return Ok(None),
+            Some(argv) if argv.is_empty() => continue,
+            Some(argv) => return Ok(Some(argv)),
+        }
+    }
+}
+
+fn multibulk(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+    let mut walker = Walker::new(buf, limits);
+    walker.pos = 1;
+    let Some(line) = walker.line()? else {
+        return Ok(None);
+    };
+    let count = walker.length(line)?;
+    if count > limits.max_elements as i64 {
+        return Err(ProtocolError::TooManyElements {
+            count,
+            limit: limits.max_elements,
+        });
+    }
+    let mut spans = Vec::with_capacity(count.clamp(0, 64) as usize);
+    for _ in 0..count.max(0) {
+        let Some(tag) = walker.peek() else {
+            return Ok(None);
+        };
+        if tag != b'$' {
+            return Err(ProtocolError::ExpectedBulk(tag));
+        }
+        walker.pos += 1;
+        let Some(line) = walker.line()? else {
+            return Ok(None);
+        };
+        let len = walker.length(line)?;
+        if len < 0 {
+            return Err(ProtocolError::InvalidLength(lossy(&buf[line.0..line.1])));
+        }
+        let Some(span) = walker.blob(len as usize)? else {
+            return Ok(None);
+        };
+        if walker.pos > limits.max_frame_bytes {
+            return Err(ProtocolError::FrameTooLarge {
+                limit: limits.max_frame_bytes,
+            });
+        }
+        spans.push(span);
+    }
+    let consumed = walker.pos;
+    let frame = buf.split_to(consumed).freeze();
+    Ok(Some(
+        spans.into_iter().map(|(s, e)| frame.slice(s..e)).collect(),
+    ))
+}
+
+fn inline(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+    let window = &buf[..buf.len().min(limits.max_inline_bytes + 1)];
+    let Some(newline) = window.iter().position(|&b| b == b'\n') else {
+        if window.len() > limits.max_inline_bytes {
+            return Err(ProtocolError::LineTooLong {
+                limit: limits.max_inline_bytes,
+            });
+        }
+        return Ok(None);
+    };
+    let line = &buf[..newline];
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let argv = split_inline(line)?;
+    buf.advance(newline + 1);
+    Ok(Some(argv))
+}
+
+/// Splits on whitespace; double quotes (with `\"`, `\\`, `\n`, `\r`, `\t` escapes) and single quotes
+/// group words, as `redis-cli` and telnet users expect.
+fn split_inline(line: &[u8]) -> Result<Vec<Bytes>, ProtocolError> {
+    let mut argv = Vec::new();
+    let mut i = 0;
+    while i < line.len() {
+        while i < line.len() && line[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if i == line.len() {
+            break;
+        }
+        let mut word = Vec::new();
+        match line[i] {
+            quote @ (b'"' | b'\'') => {
+                i += 1;
+                loop {
+                    let Some(&b) = line.get(i) else {
+                        return Err(ProtocolError::UnbalancedQuotes);
+                    };
+                    i += 1;
+                    if b == quote {
+                        break;
+                    }
+                    if b == b'\\' && quote == b'"' {
+                        let Some(&escaped) = line.get(i) else {
+                            return Err(ProtocolError::UnbalancedQuotes);
+                        };
+                        i += 1;
+                        word.push(match escaped {
+                            b'n' => b'\n',
+                            b'r' => b'\r',
+                            b't' => b'\t',
+                            other => other,
+                        });
+                    } else {
+                        word.push(b);
+                    }
+                }
+                if line.get(i).is_some_and(|b| !b.is_ascii_whitespace()) {
+                    return Err(ProtocolError::UnbalancedQuotes);
+                }
+            }
+            _ => {
+                while i < line.len() && !line[i].is_ascii_whitespace() {
+                    word.push(line[i]);
+                    i += 1;
+                }
+            }
+        }
+        argv.push(Bytes::from(word));
+    }
+    Ok(argv)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all(input: &[u8]) -> Result<Vec<Vec<Bytes>>, ProtocolError> {
+        let mut buf = BytesMut::from(input);
+        let mut out = Vec::new();
+        while let Some(argv) = parse_command(&mut buf, &Limits::default())? {
+            out.push(argv);
+        }
+        assert!(buf.is_empty(), "left over: {buf:?}");
+        Ok(out)
+    }
+
+    #[test]
+    fn reads_multibulk_and_inline_commands_and_skips_empty_ones() {
+        let got =
+            all(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n\r\nPING\r\n*0\r\nset k \"a b\\n\" 'c'\n").unwrap();
+        assert_eq!(
+            got,
+            vec![
+                vec![Bytes::from("GET"), Bytes::from("k")],
+                vec![Bytes::from("PING")],
+                vec![
+                    Bytes::from("set"),
+                    Bytes::from("k"),
+                    Bytes::from("a b\n"),
+                    Bytes::from("c")
+                ],
+            ]
+        );
+    }
+
+    #[test]
+    fn waits_for_the_rest_of_a_split_command() {
+        let whole = b"*2\r\n$3\r\nGET\r\n$5\r\nhello\r\n";
+        for cut in 0..whole.len() {
+            let mut buf = BytesMut::from(&whole[..cut]);
+            assert_eq!(
+                parse_command(&mut buf, &Limits::default()).unwrap(),
+                None,
+                "cut at {cut}"
+            );
+            assert_eq!(buf.len(), cut, "nothing consumed at {cut}");
+        }
+    }
+
+    #[test]
+    fn rejects_non_bulk_elements_long_lines_and_bad_quotes() {
+        let limits = Limits {
+            max_inline_bytes: 8,
+            ..Limits::default()
+        };
+        let mut buf = BytesMut::from(&b"*1\r\n:1\r\n"[..]);
+        assert_eq!(
+            parse_command(&mut buf, &limits),
+            Err(ProtocolError::ExpectedBulk(b':'))
+        );
+        let mut buf = BytesMut::from(&b"PING PING PING"[..]);
+        assert_eq!(
+            parse_command(&mut buf, &limits),
+            Err(ProtocolError::LineTooLong { limit: 8 })
+        );
+        let mut buf = BytesMut::from(&b"GET \"k\r\n"[..]);
+        assert_eq!(
+            parse_command(&mut buf, &Limits::default()),
+            Err(ProtocolError::UnbalancedQuotes)
+        );
+        let mut buf = BytesMut::from(&b"*3\r\n"[..]);
+        let small = Limits {
+            max_elements: 2,
+            ..Limits::default()
+        };
+        assert!(matches!(
+            parse_command(&mut buf, &small),
+            Err(ProtocolError::TooManyElements { count: 3, limit: 2 })
+        ));
+    }
+}

@@ -1,0 +1,105 @@
+//! Frames and commands to bytes.
+
+use bytes::{BufMut, BytesMut};
+
+use crate::Frame;
+
+/// Appends the wire form of `frame` to `out`.
+pub fn encode(frame: &Frame, out: &mut BytesMut) {
+    match frame {
+        Frame::Simple(s) => line(out, b'+', s),
+        Frame::Error(s) => line(out, b'-', s),
+        Frame::BulkError(s) => blob(out, b'!', s),
+        Frame::Integer(n) => header(out, b':', *n),
+        Frame::Bulk(b) => blob(out, b'$', b),
+        Frame::Null => out.put_slice(b"$-1\r\n"),
+        Frame::Null3 => out.put_slice(b"_\r\n"),
+        Frame::NullArray => out.put_slice(b"*-1\r\n"),
+        Frame::Array(items) => aggregate(out, b'*', items),
+        Frame::Set(items) => aggregate(out, b'~', items),
+        Frame::Push(items) => aggregate(out, b'>', items),
+        Frame::Map(pairs) => pairs_of(out, b'%', pairs),
+        Frame::Double(d) => {
+            let text = if d.is_nan() {
+                "nan".to_owned()
+            } else if d.is_infinite() {
+                if *d > 0.0 { "inf" } else { "-inf" }.to_owned()
+            } else {
+                d.to_string()
+            };
+            line(out, b',', text.as_bytes());
+        }
+        Frame::Boolean(b) => out.put_slice(if *b { b"#t\r\n" } else { b"#f\r\n" }),
+        Frame::BigNumber(n) => line(out, b'(', n),
+        Frame::Verbatim { format, text } => {
+            header(out, b'=', (text.len() + 4) as i64);
+            out.put_slice(format);
+            out.put_u8(b':');
+            out.put_slice(text);
+            out.put_slice(b"\r\n");
+        }
+        Frame::Attribute { attributes, value } => {
+            pairs_of(out, b'|', attributes);
+            encode(value, out);
+        }
+    }
+}
+
+/// Appends `argv` as a RESP array of bulk strings, the form every Redis server accepts.
+pub fn encode_command<A: AsRef<[u8]>>(argv: &[A], out: &mut BytesMut) {
+    header(out, b'*', argv.len() as i64);
+    for arg in argv {
+        blob(out, b'$', arg.as_ref());
+    }
+}
+
+fn line(out: &mut BytesMut, tag: u8, text: &[u8]) {
+    out.reserve(text.len() + 3);
+    out.put_u8(tag);
+    out.put_slice(text);
+    out.put_slice(b"\r\n");
+}
+
+fn header(out: &mut BytesMut, tag: u8, n: i64) {
+    // Formatted on the stack: headers are on the hot path of every command and reply.
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = n.unsigned_abs();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    out.reserve(24);
+    out.put_u8(tag);
+    if n < 0 {
+        out.put_u8(b'-');
+    }
+    out.put_slice(&digits[at..]);
+    out.put_slice(b"\r\n");
+}
+
+fn blob(out: &mut BytesMut, tag: u8, data: &[u8]) {
+    out.reserve(data.len() + 16);
+    header(out, tag, data.len() as i64);
+    out.put_slice(data);
+    out.put_slice(b"\r\n");
+}
+
+fn aggregate(out: &mut BytesMut, tag: u8, items: &[Frame]) {
+    header(out, tag, items.len() as i64);
+    for item in items {
+        encode(item, out);
+    }
+}
+
+fn pairs_of(out: &mut BytesMut, tag: u8, pairs: &[(Frame, Frame)]) {
+    header(out, tag, pairs.len() as i64);
+    for (key, value) in pairs {
+        encode(key, out);
+        encode(value, out);
+    }
+}
