@@ -196,13 +196,15 @@ impl Config {
         let deserializer = serde_yaml::Deserializer::from_str(text);
         let config: Config = serde_path_to_error::deserialize(deserializer).map_err(|error| {
             let key = error.path().to_string();
+            let key = if key == "." { String::new() } else { key };
             let inner = error.into_inner();
             let location = inner.location();
+            let message = tidy_message(&inner.to_string(), &key);
             invalid(
                 location.as_ref().map(|l| l.line()),
                 location.as_ref().map(|l| l.column()),
-                if key == "." { String::new() } else { key },
-                strip_location(&inner.to_string()),
+                key,
+                message,
             )
         })?;
         config
@@ -251,11 +253,16 @@ impl Config {
     }
 }
 
-/// serde_yaml appends " at line L column C" to its messages; we print the location ourselves.
-fn strip_location(message: &str) -> String {
-    match message.find(" at line ") {
-        Some(index) => message[..index].to_owned(),
-        None => message.to_owned(),
+/// serde_yaml wraps its messages as "<path>: <message> at line L column C"; we print the key and
+/// the location ourselves, so keep only the message.
+fn tidy_message(message: &str, key: &str) -> String {
+    let message = match message.find(" at line ") {
+        Some(index) => &message[..index],
+        None => message,
+    };
+    match message.split_once(": ") {
+        Some((path, rest)) if !path.contains(' ') && key.starts_with(path) => rest.to_owned(),
+        _ => message.to_owned(),
     }
 }
 
@@ -275,21 +282,29 @@ mod tests {
     #[test]
     fn unknown_key_names_file_line_column_and_key() {
         let error = parse("listen:\n  http: /tmp/h.sock\n  colour: blue\n").unwrap_err();
-        assert!(error.starts_with("tollgate.yaml:3:3: key `listen`"), "{error}");
-        assert!(error.contains("unknown field `colour`"), "{error}");
+        assert!(
+            error.starts_with("tollgate.yaml:3:3: key `listen.colour`: unknown field `colour`"),
+            "{error}"
+        );
     }
 
     #[test]
     fn wrong_type_names_the_key_and_what_was_expected() {
         let error = parse("lanes:\n  regular:\n    connections: many\n").unwrap_err();
-        assert!(error.starts_with("tollgate.yaml:3:18: key `lanes.regular.connections`"), "{error}");
+        assert!(
+            error.starts_with("tollgate.yaml:3:18: key `lanes.regular.connections`"),
+            "{error}"
+        );
         assert!(error.contains("expected"), "{error}");
     }
 
     #[test]
     fn validation_errors_name_the_key() {
         let error = parse("lanes:\n  admin:\n    connections: 0\n").unwrap_err();
-        assert!(error.contains("lanes.admin.connections must be at least 1"), "{error}");
+        assert!(
+            error.contains("lanes.admin.connections must be at least 1"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what Tollgate needs on a Debian machine and is missing: redis-server and its tools (the
+# embedded default and every integration test), redis-sentinel (Sentinel tests), nutcracker (the
+# benchmark's peer proxy), and the WASM guest toolchain from Debian (only where rustup has no wasm32
+# target; see DESIGN.md, "Building WASM guests"). Safe to run again: it installs nothing twice.
+set -euo pipefail
+
+packages=(redis-server redis-tools redis-sentinel nutcracker)
+if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
+  packages+=(rustc-web cargo-web rust-web-src lld)
+fi
+
+need=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || need+=("$package")
+done
+[ ${#need[@]} -eq 0 ] && exit 0
+
+echo "setup: installing ${need[*]}" >&2
+sudo=()
+[ "$(id -u)" -eq 0 ] || sudo=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -q >/dev/null
+"${sudo[@]}" apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null

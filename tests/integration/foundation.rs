@@ -1,0 +1,279 @@
+//! The foundation: configuration errors from the real binary, socket files (stale and live), the
+//! embedded redis-server's life, `/readyz` following Redis, and SIGTERM leaving nothing behind.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tollgate::runtime::StartError;
+use tollgate::server::socket::BindError;
+use tollgate::Daemon;
+use tollgate_testkit::{http, RedisServer};
+
+use crate::support::daemon::{tempdir, TestDaemon};
+
+fn tollgate() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tollgate"))
+}
+
+#[test]
+fn check_config_names_a_missing_file() {
+    let output = tollgate()
+        .args(["check-config", "/nonexistent/tollgate.yaml"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("/nonexistent/tollgate.yaml: cannot read"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn check_config_points_at_an_unknown_key() {
+    let dir = tempdir();
+    let file = dir.path().join("tollgate.yaml");
+    std::fs::write(&file, "listen:\n  http: /tmp/x.sock\n  colour: blue\n").unwrap();
+    let output = tollgate().arg("check-config").arg(&file).output().unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let expected = format!(
+        "{}:3:3: key `listen.colour`: unknown field `colour`",
+        file.display()
+    );
+    assert!(stderr.contains(&expected), "{stderr}");
+}
+
+#[test]
+fn check_config_points_at_a_wrong_type() {
+    let dir = tempdir();
+    let file = dir.path().join("tollgate.yaml");
+    std::fs::write(&file, "shutdown:\n  drain_timeout: soon\n").unwrap();
+    let output = tollgate().arg("check-config").arg(&file).output().unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let expected = format!("{}:2:18: key `shutdown.drain_timeout`", file.display());
+    assert!(stderr.contains(&expected), "{stderr}");
+}
+
+#[test]
+fn check_config_accepts_a_valid_file() {
+    let dir = tempdir();
+    let file = dir.path().join("tollgate.yaml");
+    std::fs::write(
+        &file,
+        "listen:\n  mode: \"0600\"\nshutdown:\n  drain_timeout: 3s\n",
+    )
+    .unwrap();
+    let output = tollgate().arg("check-config").arg(&file).output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+}
+
+#[tokio::test]
+async fn a_stale_socket_file_is_replaced() {
+    let redis = RedisServer::start();
+    let dir = tempdir();
+    // A socket file whose listener is gone, as a crashed daemon leaves it.
+    drop(std::os::unix::net::UnixListener::bind(dir.path().join("http.sock")).unwrap());
+    let mut config = TestDaemon::config(dir.path());
+    config.redis = Some(tollgate_lanes::RedisConfig {
+        address: tollgate_lanes::Endpoint::Unix(redis.socket().to_owned()),
+    });
+    let daemon = Daemon::start(config).await.expect("stale socket replaced");
+    let reply = http::get(&dir.path().join("http.sock"), "/healthz")
+        .await
+        .unwrap();
+    assert_eq!(reply.status, 200);
+    daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_socket_held_by_a_live_daemon_is_refused() {
+    let redis = RedisServer::start();
+    let first = TestDaemon::start(&redis).await;
+    let mut config = TestDaemon::config(first.dir());
+    config.redis = Some(tollgate_lanes::RedisConfig {
+        address: tollgate_lanes::Endpoint::Unix(redis.socket().to_owned()),
+    });
+    let error = Daemon::start(config)
+        .await
+        .err()
+        .expect("second daemon refused");
+    assert!(
+        matches!(error, StartError::Bind(BindError::InUse { .. })),
+        "{error}"
+    );
+    // The first daemon is unharmed.
+    assert_eq!(first.get("/healthz").await.status, 200);
+    first.stop().await;
+}
+
+#[tokio::test]
+async fn socket_files_get_the_configured_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start_with(&redis, |config| {
+        config.listen.mode = tollgate::config::SocketMode(0o600);
+    })
+    .await;
+    let mode = std::fs::metadata(daemon.http_socket())
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    daemon.stop().await;
+}
+
+#[tokio::test]
+async fn readyz_follows_redis_down_and_back() {
+    let mut redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    let ready = daemon.get("/readyz").await;
+    assert_eq!(ready.status, 200, "{}", ready.body);
+    assert_eq!(ready.json()["outcome"], "ready");
+
+    redis.kill();
+    let down = daemon.get("/readyz").await;
+    assert_eq!(down.status, 503, "{}", down.body);
+    assert_eq!(down.json()["outcome"], "not_ready");
+    assert!(down.body.contains("unavailable"), "{}", down.body);
+    assert_eq!(down.header("retry-after"), Some("1"));
+
+    redis.restart();
+    let back = wait_for_status(&daemon.http_socket(), "/readyz", 200).await;
+    assert_eq!(back.json()["outcome"], "ready");
+    daemon.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_paths_get_json_errors() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    let reply = daemon.get("/nope").await;
+    assert_eq!(reply.status, 404);
+    assert_eq!(reply.json()["outcome"], "not_found");
+    let reply = daemon.post("/healthz", "{}").await;
+    assert_eq!(reply.status, 405);
+    assert_eq!(reply.json()["outcome"], "method_not_allowed");
+    daemon.stop().await;
+}
+
+#[tokio::test]
+async fn metrics_are_prometheus_text() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    let reply = daemon.get("/metrics").await;
+    assert_eq!(reply.status, 200);
+    assert!(reply
+        .header("content-type")
+        .unwrap()
+        .starts_with("application/openmetrics-text"));
+    assert!(reply.body.ends_with("# EOF\n"), "{}", reply.body);
+    daemon.stop().await;
+}
+
+#[tokio::test]
+async fn embedded_redis_starts_with_the_daemon_and_stops_with_it() {
+    let daemon = TestDaemon::start_embedded().await;
+    let redis_socket = daemon.dir().join("redis.sock");
+    assert!(redis_socket.exists());
+    assert_eq!(daemon.get("/readyz").await.status, 200);
+    let dir = daemon.dir().to_owned();
+    daemon.stop().await;
+    assert!(!redis_socket.exists(), "embedded socket file left behind");
+    assert!(
+        processes_mentioning(&dir).is_empty(),
+        "embedded redis-server left running"
+    );
+}
+
+/// The README's run command, end to end: the real binary on the embedded default, `/readyz` 200,
+/// then SIGTERM exits 0 and leaves no socket file and no redis-server behind.
+#[tokio::test]
+async fn the_binary_serves_on_the_embedded_default_and_sigterm_cleans_up() {
+    let dir = tempdir();
+    let mut child = tollgate()
+        .arg("serve")
+        .env("XDG_RUNTIME_DIR", dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let runtime = dir.path().join("tollgate");
+    let http_socket = runtime.join("http.sock");
+    let ready = wait_for_status(&http_socket, "/readyz", 200).await;
+    assert_eq!(ready.json()["outcome"], "ready");
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = wait_for_exit(&mut child, Duration::from_secs(20));
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    assert!(!http_socket.exists(), "HTTP socket file left behind");
+    assert!(
+        !runtime.join("redis.sock").exists(),
+        "redis socket left behind"
+    );
+    assert!(
+        processes_mentioning(&runtime).is_empty(),
+        "redis-server left running"
+    );
+}
+
+async fn wait_for_status(socket: &Path, path: &str, status: u16) -> http::HttpReply {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(reply) = http::get(socket, path).await {
+            if reply.status == status {
+                return reply;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path} did not answer {status} in time"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn wait_for_exit(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("tollgate did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Pids of live processes whose command line mentions `path` (the embedded redis-server names its socket).
+fn processes_mentioning(path: &Path) -> Vec<u32> {
+    let needle = path.to_string_lossy().into_owned();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(&needle) && !is_zombie(pid) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| stat.split(") ").nth(1).is_some_and(|s| s.starts_with('Z')))
+        .unwrap_or(true)
+}

@@ -1,0 +1,97 @@
+//! The daemon in-process on temporary sockets, pointed at a test's own `redis-server` (or with the
+//! embedded one), with a shutdown handle. Dropping it without `stop` still removes its sockets.
+
+use std::path::{Path, PathBuf};
+
+use tollgate::config::Config;
+use tollgate::Daemon;
+use tollgate_lanes::{Endpoint, RedisConfig};
+use tollgate_testkit::http::{self, HttpReply};
+use tollgate_testkit::RedisServer;
+
+pub struct TestDaemon {
+    daemon: Option<Daemon>,
+    dir: tempfile::TempDir,
+}
+
+impl TestDaemon {
+    /// A config whose sockets and runtime directory live in a fresh temporary directory.
+    pub fn config(dir: &Path) -> Config {
+        let mut config = Config {
+            runtime_dir: Some(dir.to_owned()),
+            ..Config::default()
+        };
+        config.listen.http = Some(dir.join("http.sock"));
+        config.listen.resp = Some(dir.join("resp.sock"));
+        config
+    }
+
+    /// Starts the daemon against `redis`.
+    pub async fn start(redis: &RedisServer) -> TestDaemon {
+        Self::start_with(redis, |_| {}).await
+    }
+
+    /// Starts the daemon against `redis` after `adjust` edits the config.
+    pub async fn start_with(redis: &RedisServer, adjust: impl FnOnce(&mut Config)) -> TestDaemon {
+        let dir = tempdir();
+        let mut config = Self::config(dir.path());
+        config.redis = Some(RedisConfig {
+            address: Endpoint::Unix(redis.socket().to_owned()),
+        });
+        adjust(&mut config);
+        Self::start_config(dir, config).await
+    }
+
+    /// Starts the daemon with its own embedded redis-server.
+    pub async fn start_embedded() -> TestDaemon {
+        let dir = tempdir();
+        let config = Self::config(dir.path());
+        Self::start_config(dir, config).await
+    }
+
+    async fn start_config(dir: tempfile::TempDir, config: Config) -> TestDaemon {
+        let daemon = Daemon::start(config).await.expect("daemon starts");
+        TestDaemon {
+            daemon: Some(daemon),
+            dir,
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn http_socket(&self) -> PathBuf {
+        self.dir.path().join("http.sock")
+    }
+
+    pub fn resp_socket(&self) -> PathBuf {
+        self.dir.path().join("resp.sock")
+    }
+
+    pub async fn get(&self, path: &str) -> HttpReply {
+        http::get(&self.http_socket(), path)
+            .await
+            .expect("HTTP request")
+    }
+
+    pub async fn post(&self, path: &str, body: &str) -> HttpReply {
+        http::post(&self.http_socket(), path, body)
+            .await
+            .expect("HTTP request")
+    }
+
+    /// Graceful shutdown, as SIGTERM does it.
+    pub async fn stop(mut self) {
+        if let Some(daemon) = self.daemon.take() {
+            daemon.shutdown().await;
+        }
+    }
+}
+
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("tollgate-test-")
+        .tempdir()
+        .expect("temporary directory")
+}
