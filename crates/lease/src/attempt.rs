@@ -16,7 +16,7 @@ pub struct Attempt {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field} must be 1 to {MAX_ID_LEN} printable ASCII characters")]
+#[error("{field} must be 1 to {MAX_ID_LEN} letters, digits or . _ - :")]
 pub struct InvalidAttempt {
     /// `owner` or `operation_id`.
     pub field: &'static str,
@@ -26,8 +26,11 @@ impl Attempt {
     /// Checks both identifiers; the error names the offending field.
     pub fn validate(&self) -> Result<(), InvalidAttempt> {
         for (field, value) in [("owner", &self.owner), ("operation_id", &self.operation_id)] {
-            let printable = value.bytes().all(|b| b.is_ascii_graphic());
-            if value.is_empty() || value.len() > MAX_ID_LEN || !printable {
+            // The same narrow set as resource names keeps attempts safe in a query string.
+            let plain = value
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b':'));
+            if value.is_empty() || value.len() > MAX_ID_LEN || !plain {
                 return Err(InvalidAttempt { field });
             }
         }

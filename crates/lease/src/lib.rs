@@ -2,6 +2,7 @@
 //! owner tokens bound to the caller's principal, replay after a lost reply, fencing tokens, real
 //! waiting, a watchdog bound to the holder, and the holder-side state machine.
 
+pub mod api;
 pub mod attempt;
 pub mod config;
 mod millis;

@@ -1,0 +1,47 @@
+//! The events stream (`GET /v1/leases/{resource}/events`): JSON lines read off a streaming body.
+
+use bytes::BytesMut;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use tollgate_lease::api::LeaseEvent;
+
+use crate::client::ClientError;
+
+pub struct Events {
+    body: Incoming,
+    buffer: BytesMut,
+}
+
+impl Events {
+    pub(crate) fn new(body: Incoming) -> Events {
+        Events {
+            body,
+            buffer: BytesMut::new(),
+        }
+    }
+
+    /// The next event; `None` when the daemon ended the stream.
+    pub async fn next(&mut self) -> Option<Result<LeaseEvent, ClientError>> {
+        loop {
+            if let Some(end) = self.buffer.iter().position(|&b| b == b'\n') {
+                let line = self.buffer.split_to(end + 1);
+                let line = &line[..end];
+                if line.is_empty() {
+                    continue;
+                }
+                return Some(
+                    serde_json::from_slice(line)
+                        .map_err(|error| ClientError::BadReply(format!("event: {error}"))),
+                );
+            }
+            match self.body.frame().await? {
+                Ok(frame) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.buffer.extend_from_slice(&data);
+                    }
+                }
+                Err(error) => return Some(Err(ClientError::BadReply(error.to_string()))),
+            }
+        }
+    }
+}

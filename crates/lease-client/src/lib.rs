@@ -1,0 +1,18 @@
+//! A small Rust client for Tollgate leases over the daemon's HTTP Unix socket. It makes attempts
+//! before sending, retries indeterminate calls with the same attempt, and tracks each held lease
+//! through ACTIVE, UNCERTAIN, LOST and RELEASED (see `tollgate_lease::state`).
+
+mod client;
+mod events;
+mod lease;
+mod transport;
+
+pub use client::{Answer, ClientError, LeaseClient, Outcome};
+pub use events::Events;
+pub use lease::{Acquisition, Lease};
+pub use tollgate_lease::api::{AcquireRequest, LeaseEvent, ReleaseRequest, RenewRequest};
+pub use tollgate_lease::{
+    AcquireOutcome, Attempt, InspectOutcome, LeaseState, LostReason, ReleaseOutcome, RenewOutcome,
+    Resource,
+};
+pub use transport::TransportError;

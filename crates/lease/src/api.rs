@@ -1,0 +1,78 @@
+//! The request bodies of the HTTP lease API and the events a holder can watch, shared by the daemon
+//! and the client so both sides agree on one definition. Unknown fields are rejected.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::attempt::Attempt;
+use crate::outcome::LostReason;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcquireRequest {
+    pub attempt: Attempt,
+    #[serde(rename = "ttl_ms", with = "crate::millis")]
+    pub ttl: Duration,
+    /// How long to wait for the lease when it is held; zero tries once.
+    #[serde(rename = "wait_ms", with = "crate::millis", default)]
+    pub wait: Duration,
+    /// Renew every ttl/3 for as long as the calling process lives; release when it dies.
+    #[serde(default)]
+    pub watchdog: bool,
+    /// Replicas that must confirm the acquisition before it is reported (`WAIT`).
+    #[serde(default)]
+    pub replicas: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RenewRequest {
+    pub attempt: Attempt,
+    #[serde(rename = "ttl_ms", with = "crate::millis")]
+    pub ttl: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseRequest {
+    pub attempt: Attempt,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InspectRequest {
+    /// Name an attempt to learn whether it is the holder (`yours`).
+    #[serde(default)]
+    pub attempt: Option<Attempt>,
+}
+
+/// Something the watchdog did or saw for one lease; streamed as JSON lines.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum LeaseEvent {
+    Renewed {
+        fence: u64,
+        #[serde(rename = "valid_for_ms", with = "crate::millis")]
+        valid_for: Duration,
+    },
+    /// The lease is gone; the holder must stop acting on it.
+    Lost { fence: u64, reason: LostReason },
+    /// A renewal went unanswered; the lease may still be held.
+    Uncertain { fence: u64 },
+    /// The holder released it, or the holder died and the daemon released it.
+    Released { fence: u64 },
+    /// The watchdog stopped renewing at `leases.max_hold`; the lease runs out by its TTL.
+    MaxHoldReached { fence: u64 },
+}
+
+impl LeaseEvent {
+    /// Whether the watchdog stops after this event.
+    pub fn is_final(&self) -> bool {
+        !matches!(
+            self,
+            LeaseEvent::Renewed { .. } | LeaseEvent::Uncertain { .. }
+        )
+    }
+}
