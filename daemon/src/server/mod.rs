@@ -1,4 +1,5 @@
 //! The daemon's listeners: Unix sockets for the Redis protocol and for HTTP/JSON.
 
 pub mod http;
+pub mod peer;
 pub mod socket;
