@@ -62,6 +62,17 @@ impl LanesConfig {
         }
     }
 
+    pub fn overrides_mut(&mut self, lane: Lane) -> &mut LaneOverrides {
+        match lane {
+            Lane::Regular => &mut self.regular,
+            Lane::Blocking => &mut self.blocking,
+            Lane::Transaction => &mut self.transaction,
+            Lane::Script => &mut self.script,
+            Lane::Pubsub => &mut self.pubsub,
+            Lane::Admin => &mut self.admin,
+        }
+    }
+
     /// The settings of one lane: what the operator wrote, else DESIGN.md's default.
     pub fn settings(&self, lane: Lane) -> LaneSettings {
         let written = self.overrides(lane);

@@ -1,7 +1,36 @@
 //! The six lanes of Redis connections (DESIGN.md, "Lanes"): the daemon's only way to Redis.
+//!
+//! REGULAR and SCRIPT pipeline many callers' commands over a few connections ([`Channel`]); BLOCKING,
+//! TRANSACTION and ADMIN lend one connection to one borrower ([`Borrowed`]); PUBSUB shares subscriber
+//! connections with local fan-out ([`PubSub`]). Replies travel as raw frames ([`Reply`]) so that the
+//! front door can pass them through unchanged.
 
+mod acl;
 mod config;
+mod conn;
+mod connector;
+mod error;
+mod exclusive;
+mod gate;
+mod hygiene;
+mod lanes;
+mod life;
+mod metrics;
+mod multiplex;
+mod pubsub;
+mod reply;
+mod status;
+mod stream;
 mod topology;
 
+pub use acl::{provision, AclError, Provisioned};
 pub use config::{LaneOverrides, LaneSettings, LanesConfig};
-pub use topology::{Endpoint, InvalidEndpoint, RedisConfig};
+pub use error::{CallError, LaneError, OpenError, Saturation};
+pub use exclusive::Borrowed;
+pub use lanes::{CloseOutcome, Lanes, PubSub};
+pub use life::LifeState;
+pub use multiplex::{Channel, SendFuture};
+pub use pubsub::{Message, Subscription, SubscriptionEnded, SubscriptionKind};
+pub use reply::Reply;
+pub use status::{LaneStatus, LanesStatus, Rejections, Sharing};
+pub use topology::{Endpoint, InvalidEndpoint, RedisConfig, Topology};

@@ -14,6 +14,29 @@ pub struct RedisConfig {
     pub address: Endpoint,
 }
 
+/// How the lanes find the server to talk to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Topology {
+    /// One server at a fixed address.
+    Standalone(Endpoint),
+}
+
+impl From<&RedisConfig> for Topology {
+    fn from(config: &RedisConfig) -> Self {
+        Topology::Standalone(config.address.clone())
+    }
+}
+
+impl Topology {
+    /// The address new connections go to now.
+    pub fn endpoint(&self) -> &Endpoint {
+        match self {
+            Topology::Standalone(endpoint) => endpoint,
+        }
+    }
+}
+
 /// One Redis server address.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Endpoint {
@@ -30,7 +53,10 @@ impl FromStr for Endpoint {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let invalid = || InvalidEndpoint(s.to_owned());
-        if let Some(path) = s.strip_prefix("unix://").or_else(|| s.strip_prefix("unix:")) {
+        if let Some(path) = s
+            .strip_prefix("unix://")
+            .or_else(|| s.strip_prefix("unix:"))
+        {
             if path.is_empty() {
                 return Err(invalid());
             }

@@ -1,0 +1,98 @@
+//! One connection to Redis used by one party at a time: write a command, read exactly one reply frame.
+//! It counts itself open while it lives and closed exactly once when dropped.
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::metrics::LaneMetrics;
+use crate::reply::{reply_limits, Reply};
+use crate::stream::{Probe, Stream};
+
+pub(crate) struct Conn {
+    stream: Stream,
+    read: BytesMut,
+    _tracked: Tracked,
+}
+
+/// Counts a connection in `lane_connections_open` while it lives.
+pub(crate) struct Tracked(LaneMetrics);
+
+impl Tracked {
+    fn new(metrics: &LaneMetrics) -> Self {
+        metrics.opened.inc();
+        metrics.open.inc();
+        Tracked(metrics.clone())
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.0.open.dec();
+        self.0.closed.inc();
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConnError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Protocol(#[from] tollgate_resp::ProtocolError),
+    #[error("connection closed by redis")]
+    Eof,
+}
+
+impl Conn {
+    pub(crate) fn new(stream: Stream, metrics: &LaneMetrics) -> Self {
+        Conn {
+            stream,
+            read: BytesMut::with_capacity(4096),
+            _tracked: Tracked::new(metrics),
+        }
+    }
+
+    /// Writes `command` and reads its reply. Dropping the future midway leaves the connection out of
+    /// step; the owner must then discard it (see `Borrowed`).
+    pub(crate) async fn call(&mut self, command: &[u8]) -> Result<Reply, ConnError> {
+        self.stream.write_all(command).await?;
+        self.read_reply().await
+    }
+
+    async fn read_reply(&mut self) -> Result<Reply, ConnError> {
+        loop {
+            if let Some(len) = tollgate_resp::frame_len(&self.read, &reply_limits())? {
+                return Ok(Reply::new(self.read.split_to(len).freeze()));
+            }
+            if self.stream.read_buf(&mut self.read).await? == 0 {
+                return Err(ConnError::Eof);
+            }
+        }
+    }
+
+    /// Whether an idle connection can be lent again.
+    pub(crate) fn probe(&self) -> Probe {
+        if self.read.is_empty() {
+            self.stream.probe()
+        } else {
+            Probe::Unexpected
+        }
+    }
+
+    /// The stream, any bytes already read, and the open-count guard, for the multiplexed driver.
+    pub(crate) fn into_parts(self) -> (Stream, BytesMut, Tracked) {
+        (self.stream, self.read, self._tracked)
+    }
+}
+
+/// `HELLO 2 [AUTH user password] SETNAME tollgate-<lane>`: one round trip to authenticate, pin the
+/// protocol the lanes parse, and name the connection so `CLIENT LIST` shows whose it is.
+pub(crate) fn hello(user: Option<(&str, &str)>, name: &str) -> Bytes {
+    let mut argv: Vec<&[u8]> = vec![b"HELLO", b"2"];
+    if let Some((user, password)) = user {
+        argv.extend([b"AUTH".as_slice(), user.as_bytes(), password.as_bytes()]);
+    }
+    argv.extend([b"SETNAME".as_slice(), name.as_bytes()]);
+    let mut out = BytesMut::new();
+    tollgate_resp::encode_command(&argv, &mut out);
+    out.freeze()
+}

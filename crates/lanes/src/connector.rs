@@ -1,0 +1,131 @@
+//! Opens connections for one lane: dial, authenticate as the lane's ACL user, and after a failure
+//! refuse further attempts for an exponentially growing, jittered pause so that a Redis outage makes
+//! callers fail fast with `Unavailable` instead of piling up connection attempts.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use rand::Rng;
+use tokio::time::Instant;
+use tollgate_model::Lane;
+
+use crate::conn::{hello, Conn};
+use crate::metrics::LaneMetrics;
+use crate::stream::Stream;
+use crate::Topology;
+
+/// How long one connection attempt (dial plus HELLO) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// First pause after a failure; it doubles per consecutive failure up to `MAX_BACKOFF`.
+const BASE_BACKOFF: Duration = Duration::from_millis(25);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The user and password a lane authenticates with.
+#[derive(Clone)]
+pub(crate) struct Credentials {
+    pub(crate) user: String,
+    pub(crate) password: String,
+}
+
+pub(crate) struct Connector {
+    topology: Topology,
+    hello: Bytes,
+    backoff: Mutex<Backoff>,
+    metrics: LaneMetrics,
+}
+
+#[derive(Default)]
+struct Backoff {
+    failures: u32,
+    retry_at: Option<Instant>,
+    last_error: String,
+    /// A connection was lost or an attempt failed since the last success: the next success is a reconnect.
+    broken: bool,
+}
+
+impl Connector {
+    pub(crate) fn new(
+        lane: Lane,
+        topology: Topology,
+        credentials: Option<Credentials>,
+        metrics: LaneMetrics,
+    ) -> Self {
+        let name = format!("tollgate-{}", lane.as_str());
+        let auth = credentials
+            .as_ref()
+            .map(|c| (c.user.as_str(), c.password.as_str()));
+        Connector {
+            topology,
+            hello: hello(auth, &name),
+            backoff: Mutex::new(Backoff::default()),
+            metrics,
+        }
+    }
+
+    /// A fresh, authenticated connection, or why there is none (not sent).
+    pub(crate) async fn connect(&self) -> Result<Conn, String> {
+        {
+            let backoff = self.backoff.lock();
+            if let Some(retry_at) = backoff.retry_at.filter(|at| *at > Instant::now()) {
+                return Err(format!(
+                    "{} (next attempt in {:?})",
+                    backoff.last_error,
+                    retry_at - Instant::now()
+                ));
+            }
+        }
+        let endpoint = self.topology.endpoint().clone();
+        let attempt = tokio::time::timeout(CONNECT_TIMEOUT, self.dial(&endpoint)).await;
+        let result =
+            attempt.unwrap_or_else(|_| Err(format!("no answer within {CONNECT_TIMEOUT:?}")));
+        let mut backoff = self.backoff.lock();
+        match result {
+            Ok(conn) => {
+                if backoff.broken {
+                    self.metrics.reconnects.inc();
+                }
+                *backoff = Backoff::default();
+                Ok(conn)
+            }
+            Err(reason) => {
+                let reason = format!("redis at {endpoint}: {reason}");
+                backoff.failures = backoff.failures.saturating_add(1);
+                backoff.broken = true;
+                let pause = BASE_BACKOFF
+                    .saturating_mul(1 << backoff.failures.min(16))
+                    .min(MAX_BACKOFF);
+                // Jitter keeps many lanes (and daemons) from retrying in lockstep.
+                let pause = pause.mul_f64(rand::rng().random_range(0.5..=1.0));
+                backoff.retry_at = Some(Instant::now() + pause);
+                backoff.last_error.clone_from(&reason);
+                Err(reason)
+            }
+        }
+    }
+
+    /// Why connections are being refused right now, during a backoff pause after a failure.
+    pub(crate) fn outage(&self) -> Option<String> {
+        let backoff = self.backoff.lock();
+        backoff
+            .retry_at
+            .filter(|at| *at > Instant::now())
+            .map(|_| backoff.last_error.clone())
+    }
+
+    /// Notes that an established connection broke, so the next success counts as a reconnect.
+    pub(crate) fn note_lost(&self) {
+        self.backoff.lock().broken = true;
+    }
+
+    async fn dial(&self, endpoint: &crate::Endpoint) -> Result<Conn, String> {
+        let stream = Stream::connect(endpoint).await.map_err(|e| e.to_string())?;
+        let mut conn = Conn::new(stream, &self.metrics);
+        let reply = conn.call(&self.hello).await.map_err(|e| e.to_string())?;
+        if reply.is_error() {
+            let text = String::from_utf8_lossy(reply.bytes().trim_ascii_end()).into_owned();
+            return Err(format!("HELLO refused: {}", text.trim_start_matches('-')));
+        }
+        Ok(conn)
+    }
+}

@@ -1,0 +1,89 @@
+//! What can go wrong when borrowing from a lane or sending on it, typed so that a caller can tell
+//! "not sent, safe to retry" from "sent, outcome unknown".
+
+use std::time::Duration;
+
+use tollgate_model::Lane;
+
+/// Why a lane turned a borrower away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Saturation {
+    /// The borrower waited the lane's whole acquire timeout.
+    WaitExpired,
+    /// The wait queue was already full, so it was refused at once.
+    QueueFull,
+}
+
+/// Borrowing or opening a channel failed; nothing was sent to Redis.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum LaneError {
+    #[error("lane {} saturated", lane.shout())]
+    Saturated {
+        lane: Lane,
+        waited: Duration,
+        cause: Saturation,
+    },
+    #[error("redis unavailable (not sent): {reason}")]
+    Unavailable { reason: String },
+    #[error("lanes are closed (daemon shutting down)")]
+    Closed,
+    /// A programming error: the caller asked the wrong kind of lane.
+    #[error("lane {} cannot be used this way: expected {expected}", lane.shout())]
+    WrongLane { lane: Lane, expected: &'static str },
+}
+
+/// Sending a command failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum CallError {
+    #[error("lane {} saturated", lane.shout())]
+    Saturated {
+        lane: Lane,
+        waited: Duration,
+        cause: Saturation,
+    },
+    #[error("redis unavailable (not sent): {reason}")]
+    Unavailable { reason: String },
+    /// The command was (or may have been) written; whether Redis ran it is unknown.
+    #[error("redis reply lost (command may have run): {reason}")]
+    Indeterminate { reason: String },
+    #[error("lanes are closed (daemon shutting down)")]
+    Closed,
+}
+
+impl From<LaneError> for CallError {
+    fn from(error: LaneError) -> Self {
+        match error {
+            LaneError::Saturated {
+                lane,
+                waited,
+                cause,
+            } => CallError::Saturated {
+                lane,
+                waited,
+                cause,
+            },
+            LaneError::Unavailable { reason } => CallError::Unavailable { reason },
+            LaneError::Closed => CallError::Closed,
+            LaneError::WrongLane { .. } => CallError::Unavailable {
+                reason: error.to_string(),
+            },
+        }
+    }
+}
+
+/// Why `Lanes::open` refused a configuration.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    #[error("lane {lane}: cannot read password file {path}: {source}")]
+    PasswordFile {
+        lane: Lane,
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("lane {lane}: password_file is set but user is not")]
+    PasswordWithoutUser { lane: Lane },
+}

@@ -1,0 +1,209 @@
+//! BLOCKING, TRANSACTION and ADMIN: one connection lent to one borrower at a time, from a pool capped
+//! at the lane's ceiling. A connection comes back only clean; one with a reply still owed (the borrower
+//! was cancelled or gave up on a blocking command) is closed, never lent again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tokio::time::Instant;
+use tollgate_model::Lane;
+
+use crate::config::LaneSettings;
+use crate::conn::Conn;
+use crate::connector::Connector;
+use crate::error::{CallError, LaneError};
+use crate::gate::{Gate, Permit};
+use crate::hygiene::{Cleanup, Session};
+use crate::life::Life;
+use crate::metrics::{LaneMetrics, Rejection};
+use crate::reply::Reply;
+use crate::stream::Probe;
+
+pub(crate) struct ExclusiveLane {
+    pub(crate) lane: Lane,
+    gate: Gate,
+    idle: Mutex<Vec<Conn>>,
+    pub(crate) connector: Arc<Connector>,
+    pub(crate) metrics: LaneMetrics,
+    life: Arc<Life>,
+}
+
+/// A connection lent to one borrower. Send commands with [`Borrowed::send`]; give it back with
+/// [`Borrowed::release`]. Dropping it returns it only if it is clean, and closes it otherwise.
+pub struct Borrowed {
+    conn: Option<Conn>,
+    session: Session,
+    /// A command was written and its reply not yet read: the connection is out of step.
+    owes_reply: bool,
+    lane: Arc<ExclusiveLane>,
+    _permit: Permit,
+}
+
+impl ExclusiveLane {
+    pub(crate) fn new(
+        settings: &LaneSettings,
+        connector: Arc<Connector>,
+        metrics: LaneMetrics,
+        life: Arc<Life>,
+    ) -> Self {
+        ExclusiveLane {
+            lane: settings.lane,
+            gate: Gate::new(
+                settings.lane,
+                settings.connections,
+                settings.queue_length,
+                settings.acquire_timeout,
+                metrics.clone(),
+            ),
+            idle: Mutex::new(Vec::new()),
+            connector,
+            metrics,
+            life,
+        }
+    }
+
+    pub(crate) async fn borrow(self: &Arc<Self>) -> Result<Borrowed, LaneError> {
+        if !self.life.is_open() {
+            self.metrics.reject(Rejection::Closed);
+            return Err(LaneError::Closed);
+        }
+        let permit = self.gate.enter(Instant::now()).await?;
+        let conn = match self.take_idle() {
+            Some(conn) => conn,
+            None => self.connector.connect().await.map_err(|reason| {
+                self.metrics.reject(Rejection::Unavailable);
+                LaneError::Unavailable { reason }
+            })?,
+        };
+        self.life.lend();
+        Ok(Borrowed {
+            conn: Some(conn),
+            session: Session::default(),
+            owes_reply: false,
+            lane: self.clone(),
+            _permit: permit,
+        })
+    }
+
+    /// An idle connection that still looks alive; dead or out-of-step ones are closed on the way.
+    fn take_idle(&self) -> Option<Conn> {
+        let mut idle = self.idle.lock();
+        while let Some(conn) = idle.pop() {
+            self.metrics.idle.dec();
+            match conn.probe() {
+                Probe::Quiet => return Some(conn),
+                Probe::Gone => self.connector.note_lost(),
+                Probe::Unexpected => {}
+            }
+        }
+        None
+    }
+
+    fn give_back(&self, conn: Conn) {
+        if self.life.is_open() {
+            self.idle.lock().push(conn);
+            self.metrics.idle.inc();
+        }
+    }
+
+    /// Refuses new borrowers (draining).
+    pub(crate) fn close_gate(&self) {
+        self.gate.close();
+    }
+
+    /// Closes every idle connection.
+    pub(crate) fn close_idle(&self) {
+        let closed = std::mem::take(&mut *self.idle.lock());
+        self.metrics.idle.dec_by(closed.len() as i64);
+    }
+}
+
+impl Borrowed {
+    pub fn lane(&self) -> Lane {
+        self.lane.lane
+    }
+
+    /// Sends one encoded command and waits for its reply.
+    pub async fn send(&mut self, command: Bytes) -> Result<Reply, CallError> {
+        if self.owes_reply {
+            self.conn = None;
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(CallError::Unavailable {
+                reason: "this connection was closed after an earlier failure; borrow another"
+                    .into(),
+            });
+        };
+        if self.lane.life.killed().is_cancelled() {
+            self.conn = None;
+            return Err(CallError::Closed);
+        }
+        self.session.observe(&command);
+        self.owes_reply = true;
+        let killed = self.lane.life.killed().clone();
+        let outcome = tokio::select! {
+            outcome = conn.call(&command) => outcome.map_err(|e| e.to_string()),
+            _ = killed.cancelled() => Err("lanes closed before the reply arrived".to_owned()),
+        };
+        match outcome {
+            Ok(reply) => {
+                self.owes_reply = false;
+                Ok(reply)
+            }
+            Err(reason) => {
+                self.conn = None;
+                self.lane.connector.note_lost();
+                Err(CallError::Indeterminate { reason })
+            }
+        }
+    }
+
+    /// [`Borrowed::send`] with a deadline for commands that may block. Past it the connection is
+    /// closed (Redis may still answer later, so it can never be lent again) and the outcome is
+    /// indeterminate.
+    pub async fn send_with_timeout(
+        &mut self,
+        command: Bytes,
+        timeout: Duration,
+    ) -> Result<Reply, CallError> {
+        match tokio::time::timeout(timeout, self.send(command)).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                self.conn = None;
+                Err(CallError::Indeterminate {
+                    reason: format!("no reply within {timeout:?}; the connection was closed"),
+                })
+            }
+        }
+    }
+
+    /// Gives the connection back clean: an open transaction is discarded, watched keys unwatched.
+    /// A connection that cannot be made clean is closed instead.
+    pub async fn release(mut self) {
+        let command: &[u8] = match self.session.cleanup() {
+            Cleanup::Nothing => return,
+            Cleanup::Close => {
+                self.conn = None;
+                return;
+            }
+            Cleanup::Discard => b"*1\r\n$7\r\nDISCARD\r\n",
+            Cleanup::Unwatch => b"*1\r\n$7\r\nUNWATCH\r\n",
+        };
+        let cleaned = self.send(Bytes::from_static(command)).await;
+        if !matches!(cleaned, Ok(ref reply) if !reply.is_error()) {
+            self.conn = None;
+        }
+    }
+}
+
+impl Drop for Borrowed {
+    fn drop(&mut self) {
+        let clean = !self.owes_reply && self.session.cleanup() == Cleanup::Nothing;
+        if let (Some(conn), true) = (self.conn.take(), clean) {
+            self.lane.give_back(conn);
+        }
+        self.lane.life.give_back();
+    }
+}

@@ -1,0 +1,106 @@
+//! A lane's ceiling with bounded, fair waiting: permits from a FIFO semaphore, at most `queue_length`
+//! waiters, each for at most the acquire timeout. Past either bound the caller is refused with the lane
+//! named. Every grant and refusal is counted here, so the lanes cannot forget to.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+use tollgate_model::Lane;
+
+use crate::error::{LaneError, Saturation};
+use crate::metrics::{LaneMetrics, Rejection};
+
+pub(crate) struct Gate {
+    lane: Lane,
+    permits: Arc<Semaphore>,
+    queue_length: usize,
+    timeout: Duration,
+    metrics: LaneMetrics,
+}
+
+/// The right to use one unit of a lane's ceiling; counted in `lane_in_use` while held.
+pub(crate) struct Permit {
+    _permit: OwnedSemaphorePermit,
+    metrics: LaneMetrics,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.metrics.in_use.dec();
+    }
+}
+
+impl Gate {
+    pub(crate) fn new(
+        lane: Lane,
+        ceiling: usize,
+        queue_length: usize,
+        timeout: Duration,
+        metrics: LaneMetrics,
+    ) -> Self {
+        Gate {
+            lane,
+            permits: Arc::new(Semaphore::new(ceiling)),
+            queue_length,
+            timeout,
+            metrics,
+        }
+    }
+
+    /// A permit without waiting, if one is free and nobody is queued ahead.
+    pub(crate) fn try_enter(&self) -> Option<Permit> {
+        let permit = self.permits.clone().try_acquire_owned().ok()?;
+        self.metrics.wait.observe(0.0);
+        Some(self.grant(permit))
+    }
+
+    /// Waits in FIFO order until a permit is free or `since + timeout` passes.
+    pub(crate) async fn enter(&self, since: Instant) -> Result<Permit, LaneError> {
+        if let Some(permit) = self.try_enter() {
+            return Ok(permit);
+        }
+        if self.metrics.waiting.inc() as usize >= self.queue_length {
+            self.metrics.waiting.dec();
+            return Err(self.saturated(since, Saturation::QueueFull));
+        }
+        let acquired =
+            tokio::time::timeout_at(since + self.timeout, self.permits.clone().acquire_owned())
+                .await;
+        self.metrics.waiting.dec();
+        match acquired {
+            Ok(Ok(permit)) => {
+                self.metrics.wait.observe(since.elapsed().as_secs_f64());
+                Ok(self.grant(permit))
+            }
+            Ok(Err(_closed)) => {
+                self.metrics.reject(Rejection::Closed);
+                Err(LaneError::Closed)
+            }
+            Err(_elapsed) => Err(self.saturated(since, Saturation::WaitExpired)),
+        }
+    }
+
+    /// Refuses all current and future waiters (the lanes are draining).
+    pub(crate) fn close(&self) {
+        self.permits.close();
+    }
+
+    fn grant(&self, permit: OwnedSemaphorePermit) -> Permit {
+        self.metrics.in_use.inc();
+        Permit {
+            _permit: permit,
+            metrics: self.metrics.clone(),
+        }
+    }
+
+    fn saturated(&self, since: Instant, cause: Saturation) -> LaneError {
+        self.metrics.reject(Rejection::Saturated(cause));
+        LaneError::Saturated {
+            lane: self.lane,
+            waited: since.elapsed(),
+            cause,
+        }
+    }
+}

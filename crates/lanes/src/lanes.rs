@@ -1,0 +1,321 @@
+//! `Lanes`: the six lanes built from the config, the one handle the rest of the daemon holds, and
+//! their shared lifecycle (open, drain, close exactly once).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use prometheus_client::registry::Registry;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tollgate_model::Lane;
+
+use crate::config::{LaneSettings, LanesConfig};
+use crate::connector::{Connector, Credentials};
+use crate::error::{CallError, LaneError, OpenError};
+use crate::exclusive::{Borrowed, ExclusiveLane};
+use crate::life::Life;
+use crate::metrics::{Families, LaneMetrics};
+use crate::multiplex::{Channel, MultiplexedLane};
+use crate::pubsub::{PubSubLane, Subscription, SubscriptionKind};
+use crate::status::{LaneFacts, LaneStatus, LanesStatus, Sharing};
+use crate::Topology;
+
+/// The daemon's only way to Redis. Cheap to clone; all clones share the same lanes.
+#[derive(Clone)]
+pub struct Lanes(Arc<Inner>);
+
+struct Inner {
+    regular: Arc<MultiplexedLane>,
+    script: Arc<MultiplexedLane>,
+    blocking: Arc<ExclusiveLane>,
+    transaction: Arc<ExclusiveLane>,
+    admin: Arc<ExclusiveLane>,
+    pubsub: Arc<PubSubLane>,
+    pubsub_metrics: LaneMetrics,
+    settings: Vec<LaneSettings>,
+    connectors: Vec<Arc<Connector>>,
+    life: Arc<Life>,
+    drivers: Mutex<JoinSet<()>>,
+    closed: tokio::sync::Mutex<bool>,
+}
+
+/// How a call to [`Lanes::close`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseOutcome {
+    /// Every borrowed connection came back and every in-flight command was answered in time.
+    Drained,
+    /// The drain deadline passed; what was still running was cut off and its connections closed.
+    Forced,
+    /// An earlier call already closed the lanes; nothing was done.
+    AlreadyClosed,
+}
+
+/// The subscriber side of the PUBSUB lane.
+#[derive(Clone)]
+pub struct PubSub(Arc<PubSubLane>);
+
+impl PubSub {
+    /// Subscribes to `name`, buffering at most `capacity` undelivered messages; resolves once Redis
+    /// has confirmed the subscription.
+    pub async fn subscribe(
+        &self,
+        kind: SubscriptionKind,
+        name: Bytes,
+        capacity: usize,
+    ) -> Result<Subscription, LaneError> {
+        self.0.subscribe(kind, name, capacity).await
+    }
+}
+
+impl Lanes {
+    /// Builds the lanes and registers their metrics. Needs a Tokio runtime (drivers are spawned) but
+    /// not Redis: connections open on first use and reopen with backoff.
+    pub fn open(
+        topology: &Topology,
+        config: &LanesConfig,
+        registry: &mut Registry,
+    ) -> Result<Lanes, OpenError> {
+        let families = Families::register(registry);
+        let life = Arc::new(Life::new());
+        let mut drivers = JoinSet::new();
+        let mut settings = Vec::new();
+        let mut connectors = Vec::new();
+        let mut parts = Vec::new();
+        for lane in Lane::ALL {
+            let lane_settings = config.settings(lane);
+            let credentials = credentials(&lane_settings)?;
+            let metrics = families.lane(lane);
+            let connector = Connector::new(lane, topology.clone(), credentials, metrics.clone());
+            parts.push((lane_settings.clone(), connector, metrics));
+            settings.push(lane_settings);
+        }
+        let mut parts = parts.into_iter();
+        let mut next = || parts.next().expect("one part per lane, in Lane::ALL order");
+        let regular = multiplexed(next(), &life, &mut drivers);
+        let blocking = exclusive(next(), &life);
+        let transaction = exclusive(next(), &life);
+        let script = multiplexed(next(), &life, &mut drivers);
+        let (pubsub_settings, pubsub_connector, pubsub_metrics) = next();
+        let admin = exclusive(next(), &life);
+        connectors.extend([
+            regular.connector.clone(),
+            blocking.connector.clone(),
+            transaction.connector.clone(),
+            script.connector.clone(),
+        ]);
+        let pubsub_connector = Arc::new(pubsub_connector);
+        connectors.push(pubsub_connector.clone());
+        connectors.push(admin.connector.clone());
+        let pubsub = PubSubLane::start(
+            pubsub_settings.connections,
+            pubsub_settings.acquire_timeout,
+            pubsub_connector,
+            pubsub_metrics.clone(),
+            life.clone(),
+            &mut drivers,
+        );
+        Ok(Lanes(Arc::new(Inner {
+            regular,
+            script,
+            blocking,
+            transaction,
+            admin,
+            pubsub,
+            pubsub_metrics,
+            settings,
+            connectors,
+            life,
+            drivers: Mutex::new(drivers),
+            closed: tokio::sync::Mutex::new(false),
+        })))
+    }
+
+    /// A channel on the least loaded connection of a multiplexed lane (REGULAR or SCRIPT).
+    pub fn multiplexed(&self, lane: Lane) -> Result<Channel, LaneError> {
+        if !self.0.life.is_open() {
+            return Err(LaneError::Closed);
+        }
+        match lane {
+            Lane::Regular => Ok(self.0.regular.channel()),
+            Lane::Script => Ok(self.0.script.channel()),
+            other => Err(LaneError::WrongLane {
+                lane: other,
+                expected: "REGULAR or SCRIPT (multiplexed)",
+            }),
+        }
+    }
+
+    /// Borrows one connection of an exclusive lane (BLOCKING, TRANSACTION or ADMIN), waiting in line
+    /// up to the lane's acquire timeout.
+    pub async fn borrow(&self, lane: Lane) -> Result<Borrowed, LaneError> {
+        let pool = match lane {
+            Lane::Blocking => &self.0.blocking,
+            Lane::Transaction => &self.0.transaction,
+            Lane::Admin => &self.0.admin,
+            other => {
+                return Err(LaneError::WrongLane {
+                    lane: other,
+                    expected: "BLOCKING, TRANSACTION or ADMIN (exclusive)",
+                })
+            }
+        };
+        pool.borrow().await
+    }
+
+    pub fn pubsub(&self) -> PubSub {
+        PubSub(self.0.pubsub.clone())
+    }
+
+    /// One PING over the REGULAR lane within `timeout`: can the daemon reach Redis as its users?
+    pub async fn ping(&self, timeout: Duration) -> Result<(), CallError> {
+        let channel = self.multiplexed(Lane::Regular)?;
+        let reply = tokio::time::timeout(
+            timeout,
+            channel.send(Bytes::from_static(b"*1\r\n$4\r\nPING\r\n")),
+        )
+        .await
+        .map_err(|_| CallError::Indeterminate {
+            reason: format!("no reply to PING within {timeout:?}"),
+        })??;
+        if reply.is_error() {
+            return Err(CallError::Unavailable {
+                reason: String::from_utf8_lossy(reply.bytes().trim_ascii_end()).into_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    pub fn status(&self) -> LanesStatus {
+        let inner = &self.0;
+        let lanes = inner
+            .settings
+            .iter()
+            .zip(&inner.connectors)
+            .map(|(settings, connector)| {
+                let (sharing, metrics, max_in_flight) = match settings.lane {
+                    Lane::Regular => (
+                        Sharing::Multiplexed,
+                        &inner.regular.metrics,
+                        Some(settings.in_flight),
+                    ),
+                    Lane::Script => (
+                        Sharing::Multiplexed,
+                        &inner.script.metrics,
+                        Some(settings.in_flight),
+                    ),
+                    Lane::Blocking => (Sharing::Exclusive, &inner.blocking.metrics, None),
+                    Lane::Transaction => (Sharing::Exclusive, &inner.transaction.metrics, None),
+                    Lane::Admin => (Sharing::Exclusive, &inner.admin.metrics, None),
+                    Lane::Pubsub => (Sharing::Shared, &inner.pubsub_metrics, None),
+                };
+                LaneStatus::new(LaneFacts {
+                    lane: settings.lane,
+                    sharing,
+                    user: settings.user.as_deref(),
+                    max_connections: settings.connections,
+                    max_in_flight,
+                    metrics,
+                    unavailable: connector.outage(),
+                })
+            })
+            .collect();
+        LanesStatus {
+            state: inner.life.state(),
+            lanes,
+        }
+    }
+
+    /// OPEN → DRAINING → CLOSED: refuse new work, let lent connections come back and in-flight
+    /// commands finish until `drain` has passed, then cut off the rest and close every connection.
+    /// A second call does nothing and says so.
+    pub async fn close(&self, drain: Duration) -> CloseOutcome {
+        let mut closed = self.0.closed.lock().await;
+        if *closed {
+            return CloseOutcome::AlreadyClosed;
+        }
+        *closed = true;
+        let inner = &self.0;
+        let deadline = Instant::now() + drain;
+        inner.life.start_draining();
+        for pool in [&inner.regular, &inner.script] {
+            pool.close_gate();
+        }
+        for pool in [&inner.blocking, &inner.transaction, &inner.admin] {
+            pool.close_gate();
+        }
+        let mut drivers = std::mem::take(&mut *inner.drivers.lock());
+        let drained = tokio::time::timeout_at(deadline, async {
+            inner.life.all_returned().await;
+            while drivers.join_next().await.is_some() {}
+        })
+        .await
+        .is_ok();
+        if !drained {
+            tracing::warn!(
+                ?drain,
+                "lanes did not drain in time; closing what is still in use"
+            );
+            inner.life.kill();
+            while drivers.join_next().await.is_some() {}
+        }
+        for pool in [&inner.blocking, &inner.transaction, &inner.admin] {
+            pool.close_idle();
+        }
+        inner.life.mark_closed();
+        if drained {
+            CloseOutcome::Drained
+        } else {
+            CloseOutcome::Forced
+        }
+    }
+}
+
+fn credentials(settings: &LaneSettings) -> Result<Option<Credentials>, OpenError> {
+    let lane = settings.lane;
+    let password = match &settings.password_file {
+        None => String::new(),
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|source| OpenError::PasswordFile {
+                lane,
+                path: path.clone(),
+                source,
+            })?
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_owned(),
+    };
+    match (&settings.user, &settings.password_file) {
+        (Some(user), _) => Ok(Some(Credentials {
+            user: user.clone(),
+            password,
+        })),
+        (None, Some(_)) => Err(OpenError::PasswordWithoutUser { lane }),
+        (None, None) => Ok(None),
+    }
+}
+
+type Part = (LaneSettings, Connector, LaneMetrics);
+
+fn multiplexed(part: Part, life: &Arc<Life>, drivers: &mut JoinSet<()>) -> Arc<MultiplexedLane> {
+    let (settings, connector, metrics) = part;
+    MultiplexedLane::start(
+        &settings,
+        Arc::new(connector),
+        metrics,
+        life.clone(),
+        drivers,
+    )
+}
+
+fn exclusive(part: Part, life: &Arc<Life>) -> Arc<ExclusiveLane> {
+    let (settings, connector, metrics) = part;
+    Arc::new(ExclusiveLane::new(
+        &settings,
+        Arc::new(connector),
+        metrics,
+        life.clone(),
+    ))
+}

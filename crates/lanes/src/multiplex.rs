@@ -1,0 +1,422 @@
+//! REGULAR and SCRIPT: commands from many callers pipelined over a few long-lived connections. Each
+//! connection has a driver task; `Channel::send` queues the command for that driver synchronously, so
+//! the commands one caller sends in order are written in order. Commands in flight per lane are capped
+//! by the lane's gate; the number queued behind the cap is bounded too.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tollgate_model::Lane;
+
+use crate::config::LaneSettings;
+use crate::conn::Conn;
+use crate::connector::Connector;
+use crate::error::{CallError, Saturation};
+use crate::gate::{Gate, Permit};
+use crate::life::Life;
+use crate::metrics::{LaneMetrics, Rejection};
+use crate::reply::{reply_limits, Reply};
+use crate::stream::Stream;
+
+/// How many bytes of queued commands one write may gather.
+const MAX_BATCH: usize = 64 * 1024;
+
+type ReplySender = oneshot::Sender<Result<Reply, CallError>>;
+
+pub(crate) struct MultiplexedLane {
+    pub(crate) lane: Lane,
+    gate: Gate,
+    /// Commands accepted and not yet answered; capped at in-flight ceiling plus queue length.
+    outstanding: AtomicUsize,
+    outstanding_cap: usize,
+    slots: Vec<Arc<Slot>>,
+    cursor: AtomicUsize,
+    pub(crate) connector: Arc<Connector>,
+    pub(crate) metrics: LaneMetrics,
+    life: Arc<Life>,
+}
+
+/// One pooled connection as callers see it: the queue into its driver and its current load.
+pub(crate) struct Slot {
+    queue: mpsc::UnboundedSender<Request>,
+    load: AtomicUsize,
+}
+
+/// A handle on one pooled connection of a multiplexed lane; cheap to clone. A client session keeps one
+/// so that its pipeline stays in order.
+#[derive(Clone)]
+pub struct Channel {
+    slot: Arc<Slot>,
+    lane: Arc<MultiplexedLane>,
+}
+
+struct Request {
+    command: Bytes,
+    reply: ReplySender,
+    since: Instant,
+    _ticket: Ticket,
+}
+
+/// Keeps a command counted as outstanding (lane) and as load (slot) until it is answered or dropped.
+struct Ticket {
+    lane: Arc<MultiplexedLane>,
+    slot: Arc<Slot>,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.lane.outstanding.fetch_sub(1, Ordering::AcqRel);
+        self.slot.load.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A command written to Redis whose reply is owed.
+struct InFlight {
+    reply: ReplySender,
+    _permit: Permit,
+    _ticket: Ticket,
+}
+
+/// The reply to one [`Channel::send`].
+pub struct SendFuture(SendState);
+
+enum SendState {
+    Done(Option<Result<Reply, CallError>>),
+    Waiting(oneshot::Receiver<Result<Reply, CallError>>),
+}
+
+impl Future for SendFuture {
+    type Output = Result<Reply, CallError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.0 {
+            SendState::Done(outcome) => {
+                Poll::Ready(outcome.take().expect("SendFuture polled after completion"))
+            }
+            SendState::Waiting(receiver) => Pin::new(receiver).poll(cx).map(|outcome| {
+                outcome.unwrap_or_else(|_| {
+                    Err(CallError::Indeterminate {
+                        reason: "the connection's driver stopped before the reply arrived".into(),
+                    })
+                })
+            }),
+        }
+    }
+}
+
+impl MultiplexedLane {
+    /// Builds the lane and spawns one driver per connection slot (connections open lazily).
+    pub(crate) fn start(
+        settings: &LaneSettings,
+        connector: Arc<Connector>,
+        metrics: LaneMetrics,
+        life: Arc<Life>,
+        drivers: &mut tokio::task::JoinSet<()>,
+    ) -> Arc<Self> {
+        let lane = settings.lane;
+        let connections = settings.connections;
+        let gate = Gate::new(
+            lane,
+            settings.in_flight,
+            settings.queue_length,
+            settings.acquire_timeout,
+            metrics.clone(),
+        );
+        let mut receivers = Vec::with_capacity(connections);
+        let slots = (0..connections)
+            .map(|_| {
+                let (queue, receiver) = mpsc::unbounded_channel();
+                receivers.push(receiver);
+                Arc::new(Slot {
+                    queue,
+                    load: AtomicUsize::new(0),
+                })
+            })
+            .collect();
+        let this = Arc::new(MultiplexedLane {
+            lane,
+            gate,
+            outstanding: AtomicUsize::new(0),
+            outstanding_cap: settings.in_flight.saturating_add(settings.queue_length),
+            slots,
+            cursor: AtomicUsize::new(0),
+            connector,
+            metrics,
+            life,
+        });
+        for receiver in receivers {
+            drivers.spawn(drive(this.clone(), receiver));
+        }
+        this
+    }
+
+    /// The least loaded connection, starting the search at a rotating position so that sessions opened
+    /// while the lane is idle spread over all connections.
+    pub(crate) fn channel(self: &Arc<Self>) -> Channel {
+        let start = self.cursor.fetch_add(1, Ordering::Relaxed);
+        let n = self.slots.len();
+        let slot = (0..n)
+            .map(|i| &self.slots[(start + i) % n])
+            .min_by_key(|slot| slot.load.load(Ordering::Relaxed))
+            .expect("a lane has at least one connection");
+        Channel {
+            slot: slot.clone(),
+            lane: self.clone(),
+        }
+    }
+
+    pub(crate) fn close_gate(&self) {
+        self.gate.close();
+    }
+}
+
+impl Channel {
+    pub fn lane(&self) -> Lane {
+        self.lane.lane
+    }
+
+    /// Queues `command` (one encoded command) for writing now; the future resolves to its reply.
+    pub fn send(&self, command: Bytes) -> SendFuture {
+        let lane = &self.lane;
+        if !lane.life.is_open() {
+            lane.metrics.reject(Rejection::Closed);
+            return SendFuture(SendState::Done(Some(Err(CallError::Closed))));
+        }
+        let before = lane.outstanding.fetch_add(1, Ordering::AcqRel);
+        self.slot.load.fetch_add(1, Ordering::AcqRel);
+        let ticket = Ticket {
+            lane: lane.clone(),
+            slot: self.slot.clone(),
+        };
+        if before >= lane.outstanding_cap {
+            lane.metrics
+                .reject(Rejection::Saturated(Saturation::QueueFull));
+            return SendFuture(SendState::Done(Some(Err(CallError::Saturated {
+                lane: lane.lane,
+                waited: std::time::Duration::ZERO,
+                cause: Saturation::QueueFull,
+            }))));
+        }
+        let (reply, receiver) = oneshot::channel();
+        let request = Request {
+            command,
+            reply,
+            since: Instant::now(),
+            _ticket: ticket,
+        };
+        match self.slot.queue.send(request) {
+            Ok(()) => SendFuture(SendState::Waiting(receiver)),
+            Err(_) => SendFuture(SendState::Done(Some(Err(CallError::Closed)))),
+        }
+    }
+}
+
+impl Request {
+    fn fail(self, error: CallError) {
+        let _ = self.reply.send(Err(error));
+    }
+}
+
+/// One connection slot's life: wait for work, connect, pipeline until the connection is lost or the
+/// lanes close, and repeat.
+async fn drive(lane: Arc<MultiplexedLane>, mut queue: mpsc::UnboundedReceiver<Request>) {
+    let life = lane.life.clone();
+    let mut next = None;
+    loop {
+        let first = match next.take() {
+            Some(request) => request,
+            None => tokio::select! {
+                biased;
+                _ = life.killed().cancelled() => break,
+                request = queue.recv() => match request {
+                    Some(request) => request,
+                    None => break,
+                },
+                _ = life.draining().cancelled(), if queue.is_empty() => break,
+            },
+        };
+        match lane.connector.connect().await {
+            Ok(conn) => next = pipeline(&lane, conn, first, &mut queue).await,
+            Err(reason) => {
+                // Fail fast: everything queued now would meet the same outage.
+                let mut failed = Some(first);
+                while let Some(request) = failed.take().or_else(|| queue.try_recv().ok()) {
+                    lane.metrics.reject(Rejection::Unavailable);
+                    request.fail(CallError::Unavailable {
+                        reason: reason.clone(),
+                    });
+                }
+            }
+        }
+    }
+    queue.close();
+    while let Ok(request) = queue.try_recv() {
+        request.fail(CallError::Closed);
+    }
+}
+
+/// Runs one connection: a writer that batches queued commands and a reader that hands each reply to
+/// the oldest command in flight. Returns a request taken from the queue but not written, if the
+/// connection was lost before it could be.
+async fn pipeline(
+    lane: &MultiplexedLane,
+    conn: Conn,
+    first: Request,
+    queue: &mut mpsc::UnboundedReceiver<Request>,
+) -> Option<Request> {
+    let (stream, read, _tracked) = conn.into_parts();
+    let (reader, writer) = tokio::io::split(stream);
+    let (in_flight, owed) = mpsc::unbounded_channel();
+    let lost = CancellationToken::new();
+    let (unsent, ()) = tokio::join!(
+        write_loop(lane, writer, first, queue, in_flight, &lost),
+        read_loop(lane, reader, read, owed, &lost),
+    );
+    if lost.is_cancelled() {
+        lane.connector.note_lost();
+    }
+    unsent
+}
+
+async fn write_loop(
+    lane: &MultiplexedLane,
+    mut writer: WriteHalf<Stream>,
+    first: Request,
+    queue: &mut mpsc::UnboundedReceiver<Request>,
+    in_flight: mpsc::UnboundedSender<InFlight>,
+    lost: &CancellationToken,
+) -> Option<Request> {
+    let life = &lane.life;
+    let mut batch = BytesMut::with_capacity(16 * 1024);
+    let mut next = Some(first);
+    loop {
+        let request = match next.take() {
+            Some(request) => request,
+            None => tokio::select! {
+                biased;
+                _ = lost.cancelled() => return None,
+                _ = life.killed().cancelled() => return None,
+                request = queue.recv() => request?,
+                _ = life.draining().cancelled(), if queue.is_empty() => return None,
+            },
+        };
+        let permit = tokio::select! {
+            permit = lane.gate.enter(request.since) => permit,
+            _ = lost.cancelled() => return Some(request),
+        };
+        match permit {
+            Ok(permit) => stage(request, permit, &mut batch, &in_flight),
+            Err(error) => {
+                request.fail(error.into());
+                continue;
+            }
+        }
+        // Gather what is already queued into the same write, while permits are free.
+        while batch.len() < MAX_BATCH {
+            let Ok(request) = queue.try_recv() else { break };
+            match lane.gate.try_enter() {
+                Some(permit) => stage(request, permit, &mut batch, &in_flight),
+                None => {
+                    next = Some(request);
+                    break;
+                }
+            }
+        }
+        let written = tokio::select! {
+            written = writer.write_all(&batch) => written,
+            _ = lost.cancelled() => return next,
+        };
+        batch.clear();
+        if written.is_err() {
+            // The reader fails what was staged as indeterminate: part of it may have reached Redis.
+            lost.cancel();
+            return next;
+        }
+    }
+}
+
+fn stage(
+    request: Request,
+    permit: Permit,
+    batch: &mut BytesMut,
+    in_flight: &mpsc::UnboundedSender<InFlight>,
+) {
+    batch.extend_from_slice(&request.command);
+    // Registered before the bytes are written, so the reader always knows whose reply arrives.
+    let _ = in_flight.send(InFlight {
+        reply: request.reply,
+        _permit: permit,
+        _ticket: request._ticket,
+    });
+}
+
+async fn read_loop(
+    lane: &MultiplexedLane,
+    mut reader: ReadHalf<Stream>,
+    mut read: BytesMut,
+    mut owed: mpsc::UnboundedReceiver<InFlight>,
+    lost: &CancellationToken,
+) {
+    let limits = reply_limits();
+    let mut current: Option<InFlight> = None;
+    let failure = loop {
+        if let Err(error) = hand_out(&mut read, &mut current, &mut owed, &limits) {
+            break format!("redis sent an unreadable reply: {error}");
+        }
+        if read.capacity() - read.len() < 4096 {
+            read.reserve(16 * 1024);
+        }
+        tokio::select! {
+            biased;
+            _ = lost.cancelled() => break "the connection failed".to_owned(),
+            _ = lane.life.killed().cancelled() => break "lanes closed before the reply arrived".to_owned(),
+            waiting = owed.recv(), if current.is_none() => match waiting {
+                Some(waiting) => current = Some(waiting),
+                None => return,
+            },
+            n = reader.read_buf(&mut read) => match n {
+                Ok(0) => break "connection closed by redis".to_owned(),
+                Ok(_) => {}
+                Err(error) => break error.to_string(),
+            },
+        }
+    };
+    lost.cancel();
+    owed.close();
+    for waiting in current
+        .into_iter()
+        .chain(std::iter::from_fn(|| owed.try_recv().ok()))
+    {
+        let _ = waiting.reply.send(Err(CallError::Indeterminate {
+            reason: failure.clone(),
+        }));
+    }
+}
+
+/// Hands every complete reply already buffered to the command that owes it, oldest first.
+fn hand_out(
+    read: &mut BytesMut,
+    current: &mut Option<InFlight>,
+    owed: &mut mpsc::UnboundedReceiver<InFlight>,
+    limits: &tollgate_resp::Limits,
+) -> Result<(), tollgate_resp::ProtocolError> {
+    while current.is_some() {
+        let Some(len) = tollgate_resp::frame_len(read, limits)? else {
+            break;
+        };
+        let reply = Reply::new(read.split_to(len).freeze());
+        if let Some(waiting) = current.take() {
+            let _ = waiting.reply.send(Ok(reply));
+        }
+        *current = owed.try_recv().ok();
+    }
+    Ok(())
+}

@@ -1,0 +1,473 @@
+//! PUBSUB: a few shared subscriber connections with local fan-out. Each name lives on one connection
+//! (chosen by hash), is subscribed on Redis once however many local subscribers it has, and is
+//! unsubscribed when the last of them goes. A subscriber that does not keep up loses its subscription
+//! (`Lagged`) instead of making the daemon buffer without bound; a lost connection ends every
+//! subscription on it (`Disconnected`), because messages may have been missed.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, WriteHalf};
+use tokio::sync::{mpsc, oneshot};
+use tollgate_resp::Frame;
+
+use crate::conn::Conn;
+use crate::connector::Connector;
+use crate::error::LaneError;
+use crate::life::Life;
+use crate::metrics::{LaneMetrics, Rejection};
+use crate::reply::reply_limits;
+use crate::stream::Stream;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SubscriptionKind {
+    /// `SUBSCRIBE channel`
+    Channel,
+    /// `PSUBSCRIBE pattern`
+    Pattern,
+    /// `SSUBSCRIBE shard-channel`
+    Shard,
+}
+
+/// One message delivered to a subscription.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    pub kind: SubscriptionKind,
+    pub channel: Bytes,
+    /// The pattern that matched, for [`SubscriptionKind::Pattern`].
+    pub pattern: Option<Bytes>,
+    pub payload: Bytes,
+}
+
+/// Why a subscription delivers no more messages.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SubscriptionEnded {
+    #[error("subscriber fell behind and its buffer overflowed; messages were dropped")]
+    Lagged,
+    #[error("subscriber connection lost: {reason}; messages may have been missed")]
+    Disconnected { reason: String },
+    #[error("lanes are closed (daemon shutting down)")]
+    Closed,
+}
+
+type Key = (SubscriptionKind, Bytes);
+
+/// A bounded receiver of messages for one name. Dropping it unsubscribes (on Redis, when it was the
+/// last local subscriber of that name).
+pub struct Subscription {
+    receiver: mpsc::Receiver<Message>,
+    ended: Arc<Mutex<Option<SubscriptionEnded>>>,
+    key: Key,
+    id: u64,
+    shard: Arc<Shard>,
+    metrics: LaneMetrics,
+}
+
+impl Subscription {
+    /// The next message, in order; after the last one, why the subscription ended.
+    pub async fn recv(&mut self) -> Result<Message, SubscriptionEnded> {
+        match self.receiver.recv().await {
+            Some(message) => Ok(message),
+            None => Err(self
+                .ended
+                .lock()
+                .clone()
+                .unwrap_or(SubscriptionEnded::Closed)),
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.metrics.in_use.dec();
+        let mut state = self.shard.state.lock();
+        if let Some(topic) = state.topics.get_mut(&self.key) {
+            topic.subscribers.retain(|s| s.id != self.id);
+            if topic.subscribers.is_empty() {
+                state.topics.remove(&self.key);
+                let _ = self
+                    .shard
+                    .control
+                    .send(Control::Unsubscribe(self.key.clone()));
+            }
+        }
+    }
+}
+
+pub(crate) struct PubSubLane {
+    shards: Vec<Arc<Shard>>,
+    confirm_timeout: Duration,
+    metrics: LaneMetrics,
+    life: Arc<Life>,
+}
+
+struct Shard {
+    state: Mutex<ShardState>,
+    control: mpsc::UnboundedSender<Control>,
+}
+
+#[derive(Default)]
+struct ShardState {
+    topics: HashMap<Key, Topic>,
+    next_id: u64,
+}
+
+#[derive(Default)]
+struct Topic {
+    subscribers: Vec<Subscriber>,
+    confirmed: bool,
+    waiters: Vec<oneshot::Sender<Result<(), LaneError>>>,
+}
+
+struct Subscriber {
+    id: u64,
+    sender: mpsc::Sender<Message>,
+    ended: Arc<Mutex<Option<SubscriptionEnded>>>,
+}
+
+enum Control {
+    Subscribe(Key),
+    Unsubscribe(Key),
+}
+
+impl PubSubLane {
+    pub(crate) fn start(
+        connections: usize,
+        confirm_timeout: Duration,
+        connector: Arc<Connector>,
+        metrics: LaneMetrics,
+        life: Arc<Life>,
+        drivers: &mut tokio::task::JoinSet<()>,
+    ) -> Arc<Self> {
+        let shards = (0..connections)
+            .map(|_| {
+                let (control, receiver) = mpsc::unbounded_channel();
+                let shard = Arc::new(Shard {
+                    state: Mutex::new(ShardState::default()),
+                    control,
+                });
+                drivers.spawn(drive(
+                    shard.clone(),
+                    receiver,
+                    connector.clone(),
+                    life.clone(),
+                ));
+                shard
+            })
+            .collect();
+        Arc::new(PubSubLane {
+            shards,
+            confirm_timeout,
+            metrics,
+            life,
+        })
+    }
+
+    /// Subscribes to `name`; resolves once Redis confirmed the subscription, so that no message
+    /// published after this returns is missed.
+    pub(crate) async fn subscribe(
+        &self,
+        kind: SubscriptionKind,
+        name: Bytes,
+        capacity: usize,
+    ) -> Result<Subscription, LaneError> {
+        if !self.life.is_open() {
+            self.metrics.reject(Rejection::Closed);
+            return Err(LaneError::Closed);
+        }
+        let key = (kind, name);
+        let shard = self.shard_of(&key).clone();
+        let (sender, receiver) = mpsc::channel(capacity.max(1));
+        let ended = Arc::new(Mutex::new(None));
+        let (id, confirmation) = {
+            let mut state = shard.state.lock();
+            let id = state.next_id;
+            state.next_id += 1;
+            let fresh = !state.topics.contains_key(&key);
+            let topic = state.topics.entry(key.clone()).or_default();
+            topic.subscribers.push(Subscriber {
+                id,
+                sender,
+                ended: ended.clone(),
+            });
+            let confirmation = (!topic.confirmed).then(|| {
+                let (waiter, confirmation) = oneshot::channel();
+                topic.waiters.push(waiter);
+                confirmation
+            });
+            if fresh {
+                let _ = shard.control.send(Control::Subscribe(key.clone()));
+            }
+            (id, confirmation)
+        };
+        self.metrics.in_use.inc();
+        // Built before waiting so that every way out of this function unsubscribes cleanly.
+        let subscription = Subscription {
+            receiver,
+            ended,
+            key,
+            id,
+            shard,
+            metrics: self.metrics.clone(),
+        };
+        if let Some(confirmation) = confirmation {
+            match tokio::time::timeout(self.confirm_timeout, confirmation).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(error))) => return Err(self.rejected(error)),
+                Ok(Err(_)) => return Err(self.rejected(LaneError::Closed)),
+                Err(_) => {
+                    return Err(self.rejected(LaneError::Unavailable {
+                        reason: format!(
+                            "redis did not confirm the subscription within {:?}",
+                            self.confirm_timeout
+                        ),
+                    }))
+                }
+            }
+        }
+        Ok(subscription)
+    }
+
+    fn rejected(&self, error: LaneError) -> LaneError {
+        let cause = match error {
+            LaneError::Closed => Rejection::Closed,
+            _ => Rejection::Unavailable,
+        };
+        self.metrics.reject(cause);
+        error
+    }
+
+    fn shard_of(&self, key: &Key) -> &Arc<Shard> {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        key.1.hash(&mut hasher);
+        &self.shards[hasher.finish() as usize % self.shards.len()]
+    }
+}
+
+impl Shard {
+    /// Ends every subscription with `why` and forgets all names (the connection that held them is gone).
+    fn end_all(&self, why: &SubscriptionEnded) {
+        let topics = std::mem::take(&mut self.state.lock().topics);
+        for (_, topic) in topics {
+            end_topic(topic, why);
+        }
+    }
+}
+
+fn end_topic(topic: Topic, why: &SubscriptionEnded) {
+    for subscriber in topic.subscribers {
+        *subscriber.ended.lock() = Some(why.clone());
+    }
+    let error = match why {
+        SubscriptionEnded::Closed => LaneError::Closed,
+        other => LaneError::Unavailable {
+            reason: other.to_string(),
+        },
+    };
+    for waiter in topic.waiters {
+        let _ = waiter.send(Err(error.clone()));
+    }
+}
+
+async fn drive(
+    shard: Arc<Shard>,
+    mut control: mpsc::UnboundedReceiver<Control>,
+    connector: Arc<Connector>,
+    life: Arc<Life>,
+) {
+    loop {
+        let first = tokio::select! {
+            biased;
+            _ = life.draining().cancelled() => break,
+            command = control.recv() => match command {
+                Some(Control::Subscribe(key)) => key,
+                // Nothing is subscribed while disconnected.
+                Some(Control::Unsubscribe(_)) => continue,
+                None => break,
+            },
+        };
+        match connector.connect().await {
+            Ok(conn) => {
+                let reason = serve(&shard, conn, first, &mut control, &life).await;
+                if let Some(reason) = reason {
+                    connector.note_lost();
+                    shard.end_all(&SubscriptionEnded::Disconnected { reason });
+                }
+            }
+            Err(reason) => shard.end_all(&SubscriptionEnded::Disconnected { reason }),
+        }
+    }
+    shard.end_all(&SubscriptionEnded::Closed);
+}
+
+/// Serves one connection until it is lost (returns why) or the lanes close (returns `None`).
+async fn serve(
+    shard: &Shard,
+    conn: Conn,
+    first: Key,
+    control: &mut mpsc::UnboundedReceiver<Control>,
+    life: &Life,
+) -> Option<String> {
+    let (stream, mut read, _tracked) = conn.into_parts();
+    let (mut reader, mut writer) = tokio::io::split(stream);
+    let mut unconfirmed = VecDeque::new();
+    let mut pending = vec![Control::Subscribe(first)];
+    loop {
+        for command in pending.drain(..) {
+            if let Err(error) = apply(shard, command, &mut writer, &mut unconfirmed).await {
+                return Some(error.to_string());
+            }
+        }
+        tokio::select! {
+            biased;
+            _ = life.draining().cancelled() => return None,
+            command = control.recv() => match command {
+                Some(command) => pending.push(command),
+                None => return None,
+            },
+            n = reader.read_buf(&mut read) => match n {
+                Ok(0) => return Some("connection closed by redis".into()),
+                Err(error) => return Some(error.to_string()),
+                Ok(_) => loop {
+                    match tollgate_resp::parse(&mut read, &reply_limits()) {
+                        Ok(Some(frame)) => pending.extend(handle(shard, frame, &mut unconfirmed)),
+                        Ok(None) => break,
+                        Err(error) => return Some(format!("redis sent an unreadable message: {error}")),
+                    }
+                },
+            },
+        }
+    }
+}
+
+/// Writes the Redis command for `command`, unless it no longer needs one.
+async fn apply(
+    shard: &Shard,
+    command: Control,
+    writer: &mut WriteHalf<Stream>,
+    unconfirmed: &mut VecDeque<Key>,
+) -> std::io::Result<()> {
+    let (verb, key): (&[u8], Key) = match command {
+        Control::Subscribe(key) => {
+            let wanted = shard
+                .state
+                .lock()
+                .topics
+                .get(&key)
+                .is_some_and(|t| !t.confirmed);
+            if !wanted {
+                return Ok(());
+            }
+            unconfirmed.push_back(key.clone());
+            let verb: &[u8] = match key.0 {
+                SubscriptionKind::Channel => b"SUBSCRIBE",
+                SubscriptionKind::Pattern => b"PSUBSCRIBE",
+                SubscriptionKind::Shard => b"SSUBSCRIBE",
+            };
+            (verb, key)
+        }
+        Control::Unsubscribe(key) => {
+            if shard.state.lock().topics.contains_key(&key) {
+                // Subscribed again before we got here: keep it.
+                return Ok(());
+            }
+            let verb: &[u8] = match key.0 {
+                SubscriptionKind::Channel => b"UNSUBSCRIBE",
+                SubscriptionKind::Pattern => b"PUNSUBSCRIBE",
+                SubscriptionKind::Shard => b"SUNSUBSCRIBE",
+            };
+            (verb, key)
+        }
+    };
+    let mut out = BytesMut::new();
+    tollgate_resp::encode_command(&[verb, &key.1[..]], &mut out);
+    writer.write_all(&out).await
+}
+
+/// Acts on one frame from the subscriber connection; returns follow-up commands (unsubscribing names
+/// whose last subscriber just went away).
+fn handle(shard: &Shard, frame: Frame, unconfirmed: &mut VecDeque<Key>) -> Option<Control> {
+    let items = match frame {
+        Frame::Array(items) | Frame::Push(items) => items,
+        error @ (Frame::Error(_) | Frame::BulkError(_)) => {
+            // Errors answer subscribe commands in order: the oldest unconfirmed one was refused.
+            let key = unconfirmed.pop_front()?;
+            let reason =
+                String::from_utf8_lossy(error.as_bytes().map(|b| &b[..]).unwrap_or_default())
+                    .into_owned();
+            if let Some(topic) = shard.state.lock().topics.remove(&key) {
+                let why = SubscriptionEnded::Disconnected {
+                    reason: format!("redis refused the subscription: {reason}"),
+                };
+                end_topic(topic, &why);
+            }
+            return None;
+        }
+        _ => return None,
+    };
+    let text = |i: usize| items.get(i).and_then(Frame::as_bytes).cloned();
+    let kind_word = text(0)?;
+    let (kind, confirm) = match &kind_word[..] {
+        b"subscribe" => (SubscriptionKind::Channel, true),
+        b"psubscribe" => (SubscriptionKind::Pattern, true),
+        b"ssubscribe" => (SubscriptionKind::Shard, true),
+        b"message" => (SubscriptionKind::Channel, false),
+        b"pmessage" => (SubscriptionKind::Pattern, false),
+        b"smessage" => (SubscriptionKind::Shard, false),
+        _ => return None,
+    };
+    let mut state = shard.state.lock();
+    if confirm {
+        let key = (kind, text(1)?);
+        unconfirmed.retain(|k| *k != key);
+        if let Some(topic) = state.topics.get_mut(&key) {
+            topic.confirmed = true;
+            for waiter in topic.waiters.drain(..) {
+                let _ = waiter.send(Ok(()));
+            }
+        }
+        return None;
+    }
+    let message = match kind {
+        SubscriptionKind::Pattern => Message {
+            kind,
+            pattern: text(1),
+            channel: text(2)?,
+            payload: text(3)?,
+        },
+        _ => Message {
+            kind,
+            pattern: None,
+            channel: text(1)?,
+            payload: text(2)?,
+        },
+    };
+    let key = (
+        kind,
+        message
+            .pattern
+            .clone()
+            .unwrap_or_else(|| message.channel.clone()),
+    );
+    let topic = state.topics.get_mut(&key)?;
+    topic.subscribers.retain(
+        |subscriber| match subscriber.sender.try_send(message.clone()) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                *subscriber.ended.lock() = Some(SubscriptionEnded::Lagged);
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        },
+    );
+    if topic.subscribers.is_empty() {
+        state.topics.remove(&key);
+        return Some(Control::Unsubscribe(key));
+    }
+    None
+}
