@@ -4,14 +4,23 @@
 
 pub mod api;
 pub mod attempt;
+mod calls;
 pub mod config;
+mod holder;
+mod metrics;
 mod millis;
 pub mod outcome;
+mod queue;
 pub mod resource;
+pub mod scripts;
+mod service;
 pub mod state;
+mod watchdog;
 
 pub use attempt::{Attempt, InvalidAttempt};
 pub use config::LeaseConfig;
+pub use holder::Holder;
 pub use outcome::{AcquireOutcome, InspectOutcome, LostReason, ReleaseOutcome, RenewOutcome};
 pub use resource::{InvalidResource, LeaseKeys, Resource};
+pub use service::{InvalidRequest, LeaseService};
 pub use state::{Holding, LeaseState, Terminal};

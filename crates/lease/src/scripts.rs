@@ -1,0 +1,221 @@
+//! The four lease scripts and how they reach Redis: EVALSHA on the SCRIPT lane, and on `NOSCRIPT`
+//! (a fresh or restarted server, `SCRIPT FLUSH`) one `SCRIPT LOAD` on the same channel and one more
+//! EVALSHA. Failures are sorted by whether the script can have run: "not sent" is safe to report as
+//! unavailable, "sent, reply unknown" is indeterminate.
+
+use std::sync::LazyLock;
+
+use bytes::{Bytes, BytesMut};
+use tollgate_lanes::{CallError, Lanes};
+use tollgate_model::Lane;
+use tollgate_resp::Frame;
+
+/// One Lua script and its SHA-1, the name EVALSHA calls it by.
+pub struct Script {
+    pub name: &'static str,
+    pub source: &'static str,
+    sha: String,
+}
+
+impl Script {
+    fn new(name: &'static str, source: &'static str) -> Script {
+        Script {
+            name,
+            source,
+            sha: sha1_smol::Sha1::from(source).digest().to_string(),
+        }
+    }
+
+    pub fn sha(&self) -> &str {
+        &self.sha
+    }
+}
+
+pub static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("acquire", include_str!("lua/acquire.lua")));
+pub static RENEW: LazyLock<Script> =
+    LazyLock::new(|| Script::new("renew", include_str!("lua/renew.lua")));
+pub static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("release", include_str!("lua/release.lua")));
+pub static INSPECT: LazyLock<Script> =
+    LazyLock::new(|| Script::new("inspect", include_str!("lua/inspect.lua")));
+
+/// Why a script gave no usable reply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScriptError {
+    /// Nothing ran: the lane refused, Redis was unreachable, or Redis rejected the call up front.
+    #[error("{0}")]
+    NotSent(String),
+    /// The call went out and its reply is unknown; the script may have run.
+    #[error("{0}")]
+    Indeterminate(String),
+}
+
+/// Error replies by which Redis says it refused the command before running any of it.
+const REFUSED_UP_FRONT: [&str; 10] = [
+    "NOSCRIPT",
+    "LOADING",
+    "BUSY",
+    "MASTERDOWN",
+    "READONLY",
+    "OOM",
+    "NOPERM",
+    "CLUSTERDOWN",
+    "TRYAGAIN",
+    "NOREPLICAS",
+];
+
+/// Runs lease scripts on the SCRIPT lane.
+#[derive(Clone)]
+pub struct ScriptRunner {
+    lanes: Lanes,
+}
+
+impl ScriptRunner {
+    pub fn new(lanes: Lanes) -> ScriptRunner {
+        ScriptRunner { lanes }
+    }
+
+    /// Runs `script` and returns its reply; follow-up commands that must share its connection
+    /// (`WAIT`) go in `then`, and their replies follow in order.
+    pub async fn run(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&[u8]],
+        then: &[&[&[u8]]],
+    ) -> Result<Vec<Frame>, ScriptError> {
+        let channel = self
+            .lanes
+            .multiplexed(Lane::Script)
+            .map_err(|error| ScriptError::NotSent(error.to_string()))?;
+        let evalsha = evalsha(script, keys, args);
+        let first = send_all(&channel, &evalsha, then).await?;
+        if !is_noscript(&first[0]) {
+            return first.into_iter().map(checked).collect();
+        }
+        tracing::info!(script = script.name, "NOSCRIPT: loading the script once");
+        let load = channel
+            .send(command(&[
+                b"SCRIPT".as_slice(),
+                b"LOAD",
+                script.source.as_bytes(),
+            ]))
+            .await
+            .map_err(sorted)?;
+        if load.is_error() {
+            return Err(ScriptError::NotSent(describe(&load.frame())));
+        }
+        send_all(&channel, &evalsha, then)
+            .await?
+            .into_iter()
+            .map(checked)
+            .collect()
+    }
+}
+
+/// Queues the script and its follow-ups in order (each `send` queues at once), then awaits all.
+async fn send_all(
+    channel: &tollgate_lanes::Channel,
+    evalsha: &Bytes,
+    then: &[&[&[u8]]],
+) -> Result<Vec<Frame>, ScriptError> {
+    let mut pending = vec![channel.send(evalsha.clone())];
+    pending.extend(then.iter().map(|argv| channel.send(command(argv))));
+    let mut frames = Vec::with_capacity(pending.len());
+    for (index, reply) in pending.into_iter().enumerate() {
+        match reply.await {
+            Ok(reply) => frames.push(reply.frame()),
+            // Once the script itself went out, a later failure no longer means "not sent".
+            Err(error) if index > 0 => {
+                return Err(ScriptError::Indeterminate(error.to_string()));
+            }
+            Err(error) => return Err(sorted(error)),
+        }
+    }
+    Ok(frames)
+}
+
+fn evalsha(script: &Script, keys: &[&str], args: &[&[u8]]) -> Bytes {
+    let numkeys = keys.len().to_string();
+    let mut argv: Vec<&[u8]> = vec![b"EVALSHA", script.sha.as_bytes(), numkeys.as_bytes()];
+    argv.extend(keys.iter().map(|key| key.as_bytes()));
+    argv.extend_from_slice(args);
+    command(&argv)
+}
+
+fn command(argv: &[&[u8]]) -> Bytes {
+    let mut out = BytesMut::new();
+    tollgate_resp::encode_command(argv, &mut out);
+    out.freeze()
+}
+
+fn sorted(error: CallError) -> ScriptError {
+    match error {
+        CallError::Indeterminate { .. } => ScriptError::Indeterminate(error.to_string()),
+        _ => ScriptError::NotSent(error.to_string()),
+    }
+}
+
+fn is_noscript(frame: &Frame) -> bool {
+    frame.is_error() && error_code(frame) == Some("NOSCRIPT")
+}
+
+fn error_code(frame: &Frame) -> Option<&str> {
+    let text = std::str::from_utf8(frame.as_bytes()?).ok()?;
+    text.split_whitespace().next()
+}
+
+/// An error reply is "not sent" when Redis says it refused up front; any other error may have
+/// come from inside a script that already wrote, so it is indeterminate.
+fn checked(frame: Frame) -> Result<Frame, ScriptError> {
+    if !frame.is_error() {
+        return Ok(frame);
+    }
+    let message = describe(&frame);
+    match error_code(&frame) {
+        Some(code) if REFUSED_UP_FRONT.contains(&code) => Err(ScriptError::NotSent(message)),
+        _ => Err(ScriptError::Indeterminate(message)),
+    }
+}
+
+fn describe(frame: &Frame) -> String {
+    match frame.as_bytes() {
+        Some(bytes) => format!("redis: {}", String::from_utf8_lossy(bytes)),
+        None => format!("redis: unexpected reply {frame:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn script_shas_are_redis_sha1_of_the_source() {
+        // SHA-1 of the empty string, as `SCRIPT LOAD ""` would name it.
+        assert_eq!(
+            Script::new("empty", "").sha(),
+            "da39a3ee5e6b4b0d3255bfef95601890afd80709"
+        );
+        let shas = [&ACQUIRE, &RENEW, &RELEASE, &INSPECT].map(|s| s.sha().to_owned());
+        assert!(shas.iter().all(|sha| sha.len() == 40));
+        assert_eq!(
+            shas.iter().collect::<std::collections::HashSet<_>>().len(),
+            4
+        );
+    }
+
+    #[test]
+    fn error_replies_are_sorted_by_whether_anything_ran() {
+        let refused = Frame::Error(Bytes::from_static(b"OOM command not allowed"));
+        assert!(matches!(checked(refused), Err(ScriptError::NotSent(_))));
+        let midway = Frame::Error(Bytes::from_static(b"ERR user_script:3: something"));
+        assert!(matches!(
+            checked(midway),
+            Err(ScriptError::Indeterminate(_))
+        ));
+        assert!(is_noscript(&Frame::Error(Bytes::from_static(
+            b"NOSCRIPT No matching script."
+        ))));
+    }
+}

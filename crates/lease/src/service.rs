@@ -1,0 +1,287 @@
+//! The lease service the daemon serves: binds attempts to principals, checks requests against the
+//! configured bounds, waits for held leases (release notification or holder expiry, whichever is
+//! first; one waiter per resource at a time), and starts watchdogs.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use prometheus_client::registry::Registry;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+use tollgate_lanes::{Lanes, PubSub, Subscription, SubscriptionKind};
+
+use crate::api::{AcquireRequest, LeaseEvent, ReleaseRequest, RenewRequest};
+use crate::attempt::Attempt;
+use crate::calls::{BoundAttempt, Calls, Durability};
+use crate::config::LeaseConfig;
+use crate::holder::Holder;
+use crate::metrics::LeaseMetrics;
+use crate::outcome::{AcquireOutcome, InspectOutcome, ReleaseOutcome, RenewOutcome};
+use crate::queue::WaitLines;
+use crate::resource::{LeaseKeys, Resource};
+use crate::scripts::ScriptRunner;
+use crate::state::Holding;
+use crate::watchdog::{Guard, Watchdogs};
+
+/// A request the service refuses before sending anything; `field` names the culprit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct InvalidRequest {
+    pub field: &'static str,
+    pub message: String,
+}
+
+#[derive(Clone)]
+pub struct LeaseService {
+    calls: Calls,
+    pubsub: PubSub,
+    config: LeaseConfig,
+    lines: std::sync::Arc<WaitLines>,
+    watchdogs: Watchdogs,
+    metrics: LeaseMetrics,
+    shutdown: CancellationToken,
+}
+
+impl LeaseService {
+    pub fn new(lanes: &Lanes, config: LeaseConfig, registry: &mut Registry) -> LeaseService {
+        LeaseService {
+            calls: Calls::new(ScriptRunner::new(lanes.clone()), config.drift_budget),
+            pubsub: lanes.pubsub(),
+            config,
+            lines: Default::default(),
+            watchdogs: Watchdogs::default(),
+            metrics: LeaseMetrics::register(registry),
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    pub fn config(&self) -> &LeaseConfig {
+        &self.config
+    }
+
+    /// Acquires for `principal`, waiting up to `request.wait`. With `holder`, a watchdog keeps the
+    /// lease for as long as the holder lives.
+    pub async fn acquire(
+        &self,
+        principal: &str,
+        resource: &Resource,
+        request: &AcquireRequest,
+        holder: Option<Holder>,
+    ) -> Result<AcquireOutcome, InvalidRequest> {
+        check_attempt(&request.attempt)?;
+        self.check_ttl(request.ttl)?;
+        if request.wait > self.config.max_wait {
+            return Err(InvalidRequest {
+                field: "wait_ms",
+                message: format!("at most {} ms", self.config.max_wait.as_millis()),
+            });
+        }
+        let keys = resource.keys();
+        let attempt = bind(principal, &request.attempt);
+        let deadline = Instant::now() + request.wait;
+        let outcome = self
+            .acquire_waiting(&keys, &attempt, request, deadline)
+            .await;
+        self.metrics.outcome("acquire", &outcome);
+        if let (
+            Some(holder),
+            AcquireOutcome::Acquired { fence, valid_for }
+            | AcquireOutcome::Replayed { fence, valid_for },
+        ) = (holder, &outcome)
+        {
+            let now = Instant::now();
+            self.watchdogs.start(
+                Guard {
+                    calls: self.calls.clone(),
+                    keys,
+                    attempt,
+                    ttl: request.ttl,
+                    holding: Holding::new(*fence, now, *valid_for),
+                    holder,
+                    hold_until: now + self.config.max_hold,
+                    metrics: self.metrics.clone(),
+                },
+                &self.shutdown,
+            );
+        }
+        Ok(outcome)
+    }
+
+    pub async fn renew(
+        &self,
+        principal: &str,
+        resource: &Resource,
+        request: &RenewRequest,
+    ) -> Result<RenewOutcome, InvalidRequest> {
+        check_attempt(&request.attempt)?;
+        self.check_ttl(request.ttl)?;
+        let attempt = bind(principal, &request.attempt);
+        let outcome = self
+            .calls
+            .renew(&resource.keys(), &attempt, request.ttl)
+            .await;
+        self.metrics.outcome("renew", &outcome);
+        Ok(outcome)
+    }
+
+    /// Releases, stopping the lease's watchdog first so it does not renew what is being let go.
+    pub async fn release(
+        &self,
+        principal: &str,
+        resource: &Resource,
+        request: &ReleaseRequest,
+    ) -> Result<ReleaseOutcome, InvalidRequest> {
+        check_attempt(&request.attempt)?;
+        let keys = resource.keys();
+        let attempt = bind(principal, &request.attempt);
+        let outcome = self.calls.release(&keys, &attempt).await;
+        if matches!(
+            outcome,
+            ReleaseOutcome::Released | ReleaseOutcome::AlreadyAbsent
+        ) {
+            self.watchdogs.stop(&(keys.lease, attempt));
+        }
+        self.metrics.outcome("release", &outcome);
+        Ok(outcome)
+    }
+
+    pub async fn inspect(
+        &self,
+        principal: &str,
+        resource: &Resource,
+        attempt: Option<&Attempt>,
+    ) -> Result<InspectOutcome, InvalidRequest> {
+        if let Some(attempt) = attempt {
+            check_attempt(attempt)?;
+        }
+        let bound = attempt.map(|attempt| bind(principal, attempt));
+        let outcome = self.calls.inspect(&resource.keys(), bound.as_ref()).await;
+        self.metrics.outcome("inspect", &outcome);
+        Ok(outcome)
+    }
+
+    /// The watchdog's events for a lease `principal` holds with `attempt`; `None` when no watchdog
+    /// guards it.
+    pub fn events(
+        &self,
+        principal: &str,
+        resource: &Resource,
+        attempt: &Attempt,
+    ) -> Result<Option<broadcast::Receiver<LeaseEvent>>, InvalidRequest> {
+        check_attempt(attempt)?;
+        let key = (resource.keys().lease, bind(principal, attempt));
+        Ok(self.watchdogs.subscribe(&key))
+    }
+
+    /// Stops every watchdog (daemon shutdown); their leases run out by TTL.
+    pub fn close(&self) {
+        self.shutdown.cancel();
+    }
+
+    fn check_ttl(&self, ttl: Duration) -> Result<(), InvalidRequest> {
+        if ttl < self.config.min_ttl || ttl > self.config.max_ttl {
+            return Err(InvalidRequest {
+                field: "ttl_ms",
+                message: format!(
+                    "must be between {} and {} ms",
+                    self.config.min_ttl.as_millis(),
+                    self.config.max_ttl.as_millis()
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Tries once; while contended and before `deadline`, waits at the head of the resource's
+    /// line for the release notification or the holder's expiry, then tries again.
+    async fn acquire_waiting(
+        &self,
+        keys: &LeaseKeys,
+        attempt: &BoundAttempt,
+        request: &AcquireRequest,
+        deadline: Instant,
+    ) -> AcquireOutcome {
+        let durability = Durability {
+            replicas: request.replicas,
+            timeout: self.config.replica_timeout,
+        };
+        let mut outcome = self
+            .calls
+            .acquire(keys, attempt, request.ttl, durability)
+            .await;
+        if !matches!(outcome, AcquireOutcome::Contended { .. }) || Instant::now() >= deadline {
+            return outcome;
+        }
+        let Ok(_turn) =
+            tokio::time::timeout_at(deadline.into(), self.lines.enter(&keys.lease)).await
+        else {
+            return outcome;
+        };
+        let mut released = self.subscribe(keys).await;
+        loop {
+            // Subscribed before trying, so a release between the try and the wait is not missed.
+            outcome = self
+                .calls
+                .acquire(keys, attempt, request.ttl, durability)
+                .await;
+            let AcquireOutcome::Contended { retry_after } = outcome else {
+                return outcome;
+            };
+            let wake = deadline.min(Instant::now() + retry_after.max(Duration::from_millis(1)));
+            tokio::select! {
+                ended = next_release(&mut released) => {
+                    // A subscription that ended may have missed messages; expiry still wakes us.
+                    if ended {
+                        released = None;
+                    }
+                }
+                () = tokio::time::sleep_until(wake.into()) => {}
+            }
+            if Instant::now() >= deadline {
+                return outcome;
+            }
+        }
+    }
+
+    /// The release channel; without it (PUBSUB lane down) waiting falls back to the holder's expiry.
+    async fn subscribe(&self, keys: &LeaseKeys) -> Option<Subscription> {
+        let channel = Bytes::from(keys.channel.clone());
+        match self
+            .pubsub
+            .subscribe(SubscriptionKind::Shard, channel, 4)
+            .await
+        {
+            Ok(subscription) => Some(subscription),
+            Err(error) => {
+                tracing::warn!(%error, "cannot subscribe to lease releases; waiting for expiry only");
+                None
+            }
+        }
+    }
+}
+
+/// Resolves on the next release message (`false`) or when the subscription ends (`true`); never
+/// without a subscription.
+async fn next_release(subscription: &mut Option<Subscription>) -> bool {
+    match subscription {
+        Some(subscription) => subscription.recv().await.is_err(),
+        None => std::future::pending().await,
+    }
+}
+
+fn bind(principal: &str, attempt: &Attempt) -> BoundAttempt {
+    BoundAttempt {
+        owner: attempt.bound_owner(principal),
+        operation_id: attempt.operation_id.clone(),
+    }
+}
+
+fn check_attempt(attempt: &Attempt) -> Result<(), InvalidRequest> {
+    attempt.validate().map_err(|error| InvalidRequest {
+        field: match error.field {
+            "owner" => "attempt.owner",
+            _ => "attempt.operation_id",
+        },
+        message: error.to_string(),
+    })
+}
