@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use tollgate_lanes::{LanesConfig, RedisConfig};
+use tollgate_lease::LeaseConfig;
 use tollgate_policy::PolicyConfig;
 
 /// The whole configuration file. Every section is optional.
@@ -21,6 +22,7 @@ pub struct Config {
     pub embedded: EmbeddedConfig,
     pub lanes: LanesConfig,
     pub policy: PolicyConfig,
+    pub leases: LeaseConfig,
     pub logging: LoggingConfig,
     pub shutdown: ShutdownConfig,
 }
@@ -218,6 +220,9 @@ impl Config {
         self.lanes
             .validate()
             .map_err(|message| ("lanes".to_owned(), message))?;
+        self.leases
+            .validate()
+            .map_err(|message| ("leases".to_owned(), message))?;
         if self.shutdown.drain_timeout.is_zero() {
             return Err((
                 "shutdown.drain_timeout".to_owned(),
