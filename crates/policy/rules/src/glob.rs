@@ -1,0 +1,163 @@
+//! Redis-style glob patterns over bytes (`*`, `?`, `[a-z]`, `[^x]`, `\` escapes), the syntax
+//! operators already know from `KEYS` and ACL key patterns.
+
+/// Why a pattern is not a glob; `offset` is the byte where the problem starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GlobError {
+    pub offset: usize,
+    pub message: &'static str,
+}
+
+/// Checks that `pattern` is well formed: brackets closed, no trailing escape.
+pub fn check(pattern: &[u8]) -> Result<(), GlobError> {
+    let mut i = 0;
+    while i < pattern.len() {
+        match pattern[i] {
+            b'\\' if i + 1 == pattern.len() => {
+                return Err(GlobError {
+                    offset: i,
+                    message: "trailing `\\` escapes nothing",
+                })
+            }
+            b'\\' => i += 2,
+            b'[' => {
+                let start = i;
+                i += 1;
+                if pattern.get(i) == Some(&b'^') {
+                    i += 1;
+                }
+                let mut empty = true;
+                loop {
+                    match pattern.get(i) {
+                        None => {
+                            return Err(GlobError {
+                                offset: start,
+                                message: "`[` is never closed",
+                            })
+                        }
+                        Some(b']') if !empty => break,
+                        Some(b'\\') => i += 2,
+                        Some(_) => i += 1,
+                    }
+                    empty = false;
+                }
+                i += 1;
+            }
+            _ => i += 1,
+        }
+    }
+    Ok(())
+}
+
+/// Whether `text` matches `pattern`. Assumes [`check`] accepted the pattern; a malformed one
+/// matches as best it can and never panics.
+pub fn matches(pattern: &[u8], text: &[u8]) -> bool {
+    let (mut p, mut t) = (0, 0);
+    // The position after the last `*` and the text position it was tried against: on a mismatch,
+    // let that star swallow one more byte. Linear backtracking, no recursion.
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        let step = match pattern.get(p) {
+            Some(b'*') => {
+                star = Some((p + 1, t));
+                p += 1;
+                continue;
+            }
+            Some(b'?') => Some(p + 1),
+            Some(b'[') => class(pattern, p, text[t]),
+            Some(b'\\') if p + 1 < pattern.len() => (pattern[p + 1] == text[t]).then_some(p + 2),
+            Some(&literal) => (literal == text[t]).then_some(p + 1),
+            None => None,
+        };
+        match (step, star) {
+            (Some(next), _) => {
+                p = next;
+                t += 1;
+            }
+            (None, Some((after_star, tried))) => {
+                p = after_star;
+                t = tried + 1;
+                star = Some((after_star, tried + 1));
+            }
+            (None, None) => return false,
+        }
+    }
+    pattern[p.min(pattern.len())..].iter().all(|&b| b == b'*')
+}
+
+/// Matches one byte against the class starting at `pattern[open] == b'['`; returns the position
+/// after the class on a match.
+fn class(pattern: &[u8], open: usize, byte: u8) -> Option<usize> {
+    let mut i = open + 1;
+    let negated = pattern.get(i) == Some(&b'^');
+    if negated {
+        i += 1;
+    }
+    let mut hit = false;
+    let mut first = true;
+    while i < pattern.len() && (first || pattern[i] != b']') {
+        first = false;
+        let low = if pattern[i] == b'\\' && i + 1 < pattern.len() {
+            i += 1;
+            pattern[i]
+        } else {
+            pattern[i]
+        };
+        if pattern.get(i + 1) == Some(&b'-') && i + 2 < pattern.len() && pattern[i + 2] != b']' {
+            let high = pattern[i + 2];
+            let (low, high) = if low <= high {
+                (low, high)
+            } else {
+                (high, low)
+            };
+            hit |= (low..=high).contains(&byte);
+            i += 3;
+        } else {
+            hit |= low == byte;
+            i += 1;
+        }
+    }
+    (hit != negated).then_some(i + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stars_questions_and_classes() {
+        let cases: &[(&str, &str, bool)] = &[
+            ("app:*", "app:1", true),
+            ("app:*", "app:", true),
+            ("app:*", "apq:1", false),
+            ("*", "", true),
+            ("a*b*c", "axxbyyc", true),
+            ("a*b*c", "axxbyy", false),
+            ("user:?", "user:7", true),
+            ("user:?", "user:77", false),
+            ("[abc]x", "bx", true),
+            ("[^abc]x", "bx", false),
+            ("[a-c]x", "cx", true),
+            ("[a-c]x", "dx", false),
+            ("\\*", "*", true),
+            ("\\*", "a", false),
+            ("tenant:*:profile", "tenant:acme:profile", true),
+            ("tenant:*:profile", "tenant:acme:profiles", false),
+        ];
+        for &(pattern, text, expected) in cases {
+            assert_eq!(
+                matches(pattern.as_bytes(), text.as_bytes()),
+                expected,
+                "{pattern} vs {text}"
+            );
+        }
+    }
+
+    #[test]
+    fn malformed_patterns_are_reported_where_they_start() {
+        assert_eq!(check(b"app:[ab").unwrap_err().offset, 4);
+        assert_eq!(check(b"app:\\").unwrap_err().offset, 4);
+        assert!(check(b"[]]").is_ok());
+        assert!(check(b"a[\\]]b").is_ok());
+    }
+}

@@ -1,0 +1,300 @@
+//! A compiled policy: ordered rules, first match decides. The host's compiler has already checked
+//! names, categories and globs, so evaluation is a plain scan with no error paths.
+
+use serde::{Deserialize, Serialize};
+
+use crate::category::CategorySet;
+use crate::glob;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Denials are enforced.
+    #[default]
+    Enforce,
+    /// Denials are reported but the command is allowed.
+    Audit,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    Allow,
+    Deny,
+}
+
+/// What a rule applies to: Redis commands, or lease resources (never both).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Target {
+    Commands {
+        /// Canonical names (`GET`, `CLIENT|LIST`); a bare parent name (`CLIENT`) covers every
+        /// subcommand.
+        names: Vec<String>,
+        categories: CategorySet,
+        /// `*`: every command.
+        any: bool,
+        /// Key globs; every key of the command must match one. `None`: keys do not matter.
+        keys: Option<Vec<String>>,
+        /// Bit `i` set: lane `i` in WIT order. `None`: any lane.
+        lanes: Option<u8>,
+    },
+    Leases {
+        resources: Vec<String>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rule {
+    pub id: String,
+    /// `None`: every principal.
+    pub principals: Option<Vec<String>>,
+    pub target: Target,
+    pub action: Action,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CompiledPolicy {
+    pub mode: Mode,
+    pub rules: Vec<Rule>,
+}
+
+/// What is being asked for.
+pub enum Subject<'a, K> {
+    Command {
+        name: &'a str,
+        categories: CategorySet,
+        lane: u8,
+        keys: &'a [K],
+    },
+    Lease {
+        resource: &'a [u8],
+    },
+}
+
+pub struct Request<'a, K> {
+    pub principal: &'a str,
+    pub subject: Subject<'a, K>,
+}
+
+/// The deciding rule, if any, and what it decided under the policy's mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome<'p> {
+    Allow(&'p Rule),
+    Deny(&'p Rule),
+    /// `mode: audit`: this rule would deny; the command goes through.
+    AuditDeny(&'p Rule),
+    /// No rule matches; the chain's default (deny) applies.
+    NoMatch,
+}
+
+impl CompiledPolicy {
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a compiled policy always serialises")
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Result<CompiledPolicy, serde_json::Error> {
+        serde_json::from_slice(bytes)
+    }
+
+    pub fn evaluate<K: AsRef<[u8]>>(&self, request: &Request<'_, K>) -> Outcome<'_> {
+        let Some(rule) = self.rules.iter().find(|rule| rule.matches(request)) else {
+            return Outcome::NoMatch;
+        };
+        match (rule.action, self.mode) {
+            (Action::Allow, _) => Outcome::Allow(rule),
+            (Action::Deny, Mode::Enforce) => Outcome::Deny(rule),
+            (Action::Deny, Mode::Audit) => Outcome::AuditDeny(rule),
+        }
+    }
+}
+
+impl Rule {
+    pub fn matches<K: AsRef<[u8]>>(&self, request: &Request<'_, K>) -> bool {
+        if let Some(principals) = &self.principals {
+            if !principals.iter().any(|p| p == request.principal) {
+                return false;
+            }
+        }
+        match (&self.target, &request.subject) {
+            (
+                Target::Commands {
+                    names,
+                    categories,
+                    any,
+                    keys,
+                    lanes,
+                },
+                Subject::Command {
+                    name,
+                    categories: command_categories,
+                    lane,
+                    keys: command_keys,
+                },
+            ) => {
+                (*any || categories.intersects(*command_categories) || names_cover(names, name))
+                    && lanes.is_none_or(|mask| mask & (1 << lane) != 0)
+                    && keys.as_ref().is_none_or(|globs| {
+                        command_keys
+                            .iter()
+                            .all(|key| globs_match(globs, key.as_ref()))
+                    })
+            }
+            (Target::Leases { resources }, Subject::Lease { resource }) => {
+                globs_match(resources, resource)
+            }
+            _ => false,
+        }
+    }
+}
+
+fn names_cover(names: &[String], name: &str) -> bool {
+    let parent = name.split_once('|').map_or(name, |(parent, _)| parent);
+    names.iter().any(|n| n == name || n == parent)
+}
+
+fn globs_match(globs: &[String], text: &[u8]) -> bool {
+    globs
+        .iter()
+        .any(|pattern| glob::matches(pattern.as_bytes(), text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Category;
+
+    fn rule(id: &str, principals: Option<&[&str]>, target: Target, action: Action) -> Rule {
+        Rule {
+            id: id.into(),
+            principals: principals.map(|p| p.iter().map(|s| s.to_string()).collect()),
+            target,
+            action,
+            reason: format!("because {id}"),
+        }
+    }
+
+    fn commands(names: &[&str], categories: &[Category], keys: Option<&[&str]>) -> Target {
+        Target::Commands {
+            names: names.iter().map(|s| s.to_string()).collect(),
+            categories: categories.iter().copied().collect(),
+            any: false,
+            keys: keys.map(|k| k.iter().map(|s| s.to_string()).collect()),
+            lanes: None,
+        }
+    }
+
+    fn command<'a>(principal: &'a str, name: &'a str, keys: &'a [&'a str]) -> Request<'a, &'a str> {
+        Request {
+            principal,
+            subject: Subject::Command {
+                name,
+                categories: [Category::Read].into_iter().collect(),
+                lane: 0,
+                keys,
+            },
+        }
+    }
+
+    fn sample(mode: Mode) -> CompiledPolicy {
+        CompiledPolicy {
+            mode,
+            rules: vec![
+                rule(
+                    "no-flush",
+                    None,
+                    commands(&["FLUSHALL"], &[], None),
+                    Action::Deny,
+                ),
+                rule(
+                    "tenant",
+                    Some(&["acme"]),
+                    commands(&[], &[Category::Read], Some(&["acme:*"])),
+                    Action::Allow,
+                ),
+                rule(
+                    "clients",
+                    None,
+                    commands(&["CLIENT"], &[], None),
+                    Action::Allow,
+                ),
+            ],
+        }
+    }
+
+    #[test]
+    fn first_matching_rule_decides() {
+        let policy = sample(Mode::Enforce);
+        let id = |outcome: Outcome<'_>| match outcome {
+            Outcome::Allow(rule) => format!("allow {}", rule.id),
+            Outcome::Deny(rule) => format!("deny {}", rule.id),
+            Outcome::AuditDeny(rule) => format!("audit {}", rule.id),
+            Outcome::NoMatch => "none".into(),
+        };
+        assert_eq!(
+            id(policy.evaluate(&command("acme", "GET", &["acme:1"]))),
+            "allow tenant"
+        );
+        assert_eq!(
+            id(policy.evaluate(&command("acme", "MGET", &["acme:1", "x"]))),
+            "none"
+        );
+        assert_eq!(
+            id(policy.evaluate(&command("bob", "GET", &["acme:1"]))),
+            "none"
+        );
+        assert_eq!(
+            id(policy.evaluate(&command("bob", "FLUSHALL", &[]))),
+            "deny no-flush"
+        );
+        assert_eq!(
+            id(policy.evaluate(&command("bob", "CLIENT|LIST", &[]))),
+            "allow clients"
+        );
+        let audit = sample(Mode::Audit);
+        assert_eq!(
+            id(audit.evaluate(&command("bob", "FLUSHALL", &[]))),
+            "audit no-flush"
+        );
+    }
+
+    #[test]
+    fn lease_rules_apply_only_to_leases() {
+        let policy = CompiledPolicy {
+            mode: Mode::Enforce,
+            rules: vec![rule(
+                "jobs",
+                None,
+                Target::Leases {
+                    resources: vec!["jobs:*".into()],
+                },
+                Action::Allow,
+            )],
+        };
+        let lease = |resource: &'static str| Request::<&str> {
+            principal: "p",
+            subject: Subject::Lease {
+                resource: resource.as_bytes(),
+            },
+        };
+        assert!(matches!(
+            policy.evaluate(&lease("jobs:1")),
+            Outcome::Allow(_)
+        ));
+        assert_eq!(policy.evaluate(&lease("other")), Outcome::NoMatch);
+        assert_eq!(
+            policy.evaluate(&command("p", "GET", &["jobs:1"])),
+            Outcome::NoMatch
+        );
+    }
+
+    #[test]
+    fn compiled_policy_round_trips_through_bytes() {
+        let policy = sample(Mode::Audit);
+        assert_eq!(
+            CompiledPolicy::from_bytes(&policy.to_bytes()).unwrap(),
+            policy
+        );
+    }
+}

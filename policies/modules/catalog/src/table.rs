@@ -1,0 +1,206 @@
+//! The shape of the generated command table, command lookup, and key-position resolution that
+//! follows Redis's key specs (`begin_search` + `find_keys`, as `COMMAND INFO` reports them).
+
+use std::cmp::Ordering;
+
+pub use crate::tollgate::policy::types::Lane;
+use crate::tollgate::policy::types::{Arg, Categories, CommandFlags, Descriptor, KeyAccess};
+
+pub struct Entry {
+    pub name: &'static str,
+    pub arity: i32,
+    pub lane: Lane,
+    /// Flagged blocking, but blocks only when this keyword is among the arguments (XREAD BLOCK).
+    pub blocks_only_with: Option<&'static str>,
+    /// Bit `i`: the `i`-th flag of `categories` in the WIT.
+    pub categories: u32,
+    /// Bit `i`: the `i`-th flag of `command-flags` in the WIT.
+    pub traits: u8,
+    pub keys: &'static [KeySpec],
+    pub subcommands: &'static [Entry],
+}
+
+pub struct KeySpec {
+    pub read: bool,
+    pub write: bool,
+    pub begin: Begin,
+    pub find: Find,
+}
+
+/// Where the search for keys starts.
+pub enum Begin {
+    /// At this argv index.
+    Index(i32),
+    /// After this keyword, searched from `startfrom` (negative: from the end, backwards).
+    Keyword(&'static str, i32),
+    /// After every occurrence of any of these keywords (SORT's BY, GET and STORE).
+    AfterEach(&'static [&'static str]),
+}
+
+/// Which arguments from the start are keys.
+pub enum Find {
+    /// `last` relative to the start (negative: from the end; with `limit`, a fraction of the rest).
+    Range { last: i32, step: i32, limit: i32 },
+    /// The argument at `index` (relative to the start) holds the number of keys; they begin at
+    /// `first` (relative to the start).
+    Keynum { index: i32, first: i32, step: i32 },
+}
+
+pub fn describe(table: &'static [Entry], argv: &[Arg]) -> Option<Descriptor> {
+    let entry = lookup(table, argv)?;
+    Some(descriptor(entry, argv.len(), |i| argv.get(i).map(whole)))
+}
+
+pub fn all(table: &'static [Entry]) -> Vec<Descriptor> {
+    let mut out = Vec::new();
+    for entry in table {
+        for entry in std::iter::once(entry).chain(entry.subcommands) {
+            // The shortest form: as many arguments as the arity demands, none of them keywords.
+            let argc = entry.arity.unsigned_abs() as usize;
+            out.push(descriptor(entry, argc, |i| (i < argc).then_some(&b""[..])));
+        }
+    }
+    out
+}
+
+/// An argument's bytes if the prefix is all of it; keywords and numbers always fit.
+fn whole(arg: &Arg) -> &[u8] {
+    if arg.prefix.len() == arg.len as usize {
+        &arg.prefix
+    } else {
+        &[]
+    }
+}
+
+fn lookup(table: &'static [Entry], argv: &[Arg]) -> Option<&'static Entry> {
+    let name = whole(argv.first()?);
+    let index = table
+        .binary_search_by(|entry| cmp_ignore_case(entry.name.as_bytes(), name))
+        .ok()?;
+    let entry = &table[index];
+    if entry.subcommands.is_empty() || argv.len() < 2 {
+        return Some(entry);
+    }
+    let sub = whole(&argv[1]);
+    entry.subcommands.iter().find(|candidate| {
+        let (_, sub_name) = candidate
+            .name
+            .split_once('|')
+            .unwrap_or(("", candidate.name));
+        sub_name.as_bytes().eq_ignore_ascii_case(sub)
+    })
+}
+
+fn cmp_ignore_case(a: &[u8], b: &[u8]) -> Ordering {
+    a.iter()
+        .map(u8::to_ascii_lowercase)
+        .cmp(b.iter().map(u8::to_ascii_lowercase))
+}
+
+fn descriptor<'a>(
+    entry: &Entry,
+    argc: usize,
+    arg: impl Fn(usize) -> Option<&'a [u8]>,
+) -> Descriptor {
+    let mut keys: Vec<KeyAccess> = Vec::new();
+    for spec in entry.keys {
+        for position in positions(spec, argc, &arg) {
+            match keys.iter_mut().find(|k| k.position == position) {
+                Some(known) => {
+                    known.read |= spec.read;
+                    known.write |= spec.write;
+                }
+                None => keys.push(KeyAccess {
+                    position,
+                    read: spec.read,
+                    write: spec.write,
+                }),
+            }
+        }
+    }
+    keys.sort_by_key(|k| k.position);
+    let lane = match entry.blocks_only_with {
+        Some(keyword)
+            if !(1..argc)
+                .any(|i| arg(i).is_some_and(|a| a.eq_ignore_ascii_case(keyword.as_bytes()))) =>
+        {
+            Lane::Regular
+        }
+        _ => entry.lane,
+    };
+    Descriptor {
+        name: entry.name.to_owned(),
+        lane,
+        categories: Categories::from_bits_retain(entry.categories),
+        traits: CommandFlags::from_bits_retain(entry.traits),
+        arity: entry.arity,
+        keys,
+    }
+}
+
+/// Key positions of one spec for this argv; positions past the end are dropped (Redis itself
+/// would reject such a call for its arity).
+fn positions<'a>(
+    spec: &KeySpec,
+    argc: usize,
+    arg: &impl Fn(usize) -> Option<&'a [u8]>,
+) -> Vec<u32> {
+    let argc = argc as i64;
+    let starts: Vec<i64> = match spec.begin {
+        Begin::Index(index) => vec![index as i64],
+        Begin::Keyword(keyword, from) => {
+            let found = if from >= 0 {
+                (from as i64..argc).find(|&i| is_keyword(arg, i, keyword))
+            } else {
+                (1..=argc + from as i64)
+                    .rev()
+                    .find(|&i| is_keyword(arg, i, keyword))
+            };
+            found.map(|i| i + 1).into_iter().collect()
+        }
+        Begin::AfterEach(keywords) => (2..argc)
+            .filter(|&i| keywords.iter().any(|k| is_keyword(arg, i - 1, k)))
+            .collect(),
+    };
+    let mut out = Vec::new();
+    for first in starts {
+        let (first, last, step) = match spec.find {
+            Find::Range { last, step, limit } => {
+                let last = match (last, limit) {
+                    (last, _) if last >= 0 => first + last as i64,
+                    (last, limit) if limit <= 1 => argc + last as i64,
+                    (last, limit) => first + (argc - first) / limit as i64 + last as i64,
+                };
+                (first, last, step)
+            }
+            Find::Keynum {
+                index,
+                first: offset,
+                step,
+            } => {
+                let count = arg((first + index as i64) as usize)
+                    .and_then(|bytes| std::str::from_utf8(bytes).ok()?.parse::<i64>().ok())
+                    .filter(|&n| n > 0 && n < argc);
+                match count {
+                    Some(count) => {
+                        let start = first + offset as i64;
+                        (start, start + (count - 1) * step as i64, step)
+                    }
+                    None => continue,
+                }
+            }
+        };
+        let step = step.max(1) as usize;
+        out.extend(
+            (first..=last.min(argc - 1))
+                .step_by(step)
+                .filter(|&i| i >= 1)
+                .map(|i| i as u32),
+        );
+    }
+    out
+}
+
+fn is_keyword<'a>(arg: &impl Fn(usize) -> Option<&'a [u8]>, index: i64, keyword: &str) -> bool {
+    index >= 0 && arg(index as usize).is_some_and(|a| a.eq_ignore_ascii_case(keyword.as_bytes()))
+}

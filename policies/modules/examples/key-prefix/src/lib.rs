@@ -1,0 +1,43 @@
+//! An example operator guard: every key of every command must start with the caller's principal
+//! name followed by a separator (`:` unless the module's config says otherwise). It never allows
+//! on its own: it abstains and leaves the grant to the YAML policy, or denies.
+
+wit_bindgen::generate!({ world: "guard-module", path: "../../../../wit" });
+
+use std::sync::OnceLock;
+
+use exports::tollgate::policy::guard::Guest;
+use tollgate::policy::config;
+use tollgate::policy::types::{Caller, Command, Denial, Descriptor, Verdict};
+
+struct KeyPrefix;
+
+static SEPARATOR: OnceLock<Vec<u8>> = OnceLock::new();
+
+impl Guest for KeyPrefix {
+    fn admit(who: Caller, cmd: Command, _desc: Descriptor) -> Verdict {
+        let separator = SEPARATOR.get_or_init(|| {
+            let configured = config::get();
+            if configured.is_empty() {
+                b":".to_vec()
+            } else {
+                configured
+            }
+        });
+        let mut prefix = who.principal.into_bytes();
+        prefix.extend_from_slice(separator);
+        match cmd.keys.iter().find(|key| !key.starts_with(&prefix)) {
+            None => Verdict::Abstain,
+            Some(key) => Verdict::Deny(Denial {
+                rule: "key-prefix".into(),
+                reason: format!(
+                    "key `{}` is outside `{}*`",
+                    String::from_utf8_lossy(key),
+                    String::from_utf8_lossy(&prefix)
+                ),
+            }),
+        }
+    }
+}
+
+export!(KeyPrefix);

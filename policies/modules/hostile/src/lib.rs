@@ -1,0 +1,42 @@
+//! A hostile guard for the sandbox tests. Its config picks the misbehaviour: `spin` loops forever,
+//! `bomb` allocates until memory runs out, `trap` panics (an `unreachable` trap), `huge` answers
+//! with a 4 MiB rule name. Any other config behaves: it allows, so a test can see the next command
+//! served normally by a fresh instance.
+
+wit_bindgen::generate!({ world: "guard-module", path: "../../../wit" });
+
+use std::hint::black_box;
+
+use exports::tollgate::policy::guard::Guest;
+use tollgate::policy::config;
+use tollgate::policy::types::{Caller, Command, Descriptor, Verdict};
+
+struct Hostile;
+
+impl Guest for Hostile {
+    fn admit(_who: Caller, cmd: Command, _desc: Descriptor) -> Verdict {
+        // Misbehave only for the key `hostile`, so the same instance pool also serves clean calls.
+        if cmd.keys.first().map(Vec::as_slice) != Some(b"hostile") {
+            return Verdict::Allow("hostile-behaves".into());
+        }
+        match config::get().as_slice() {
+            b"spin" => {
+                let mut n: u64 = 0;
+                loop {
+                    n = black_box(n.wrapping_add(1));
+                }
+            }
+            b"bomb" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(black_box(vec![1u8; 1 << 20]));
+                }
+            }
+            b"trap" => panic!("hostile guard traps"),
+            b"huge" => Verdict::Allow("x".repeat(4 << 20)),
+            _ => Verdict::Allow("hostile-behaves".into()),
+        }
+    }
+}
+
+export!(Hostile);
