@@ -3,3 +3,8 @@
 
 mod foundation;
 mod support;
+mod lanes;
+mod lanes_ceiling;
+mod lanes_lifecycle;
+mod lanes_privilege;
+mod lanes_pubsub;

@@ -42,8 +42,9 @@ pub fn user_name(lane: Lane) -> String {
     format!("tollgate-{}", lane.as_str())
 }
 
-/// What each lane's user may do. Everything starts from `reset` (no keys, no commands, no channels).
-fn rules(lane: Lane) -> &'static [&'static str] {
+/// What each lane's user may do, as `ACL SETUSER` rules applied after `reset` (no keys, commands or
+/// channels). Operators of an external Redis can give their lane users the same.
+pub fn acl_rules(lane: Lane) -> &'static [&'static str] {
     match lane {
         // Application traffic: data commands, never scripts, admin or dangerous commands.
         Lane::Regular | Lane::Blocking | Lane::Transaction => {
@@ -106,7 +107,7 @@ pub async fn provision(
             "on",
             secret.as_str(),
         ];
-        argv.extend_from_slice(rules(lane));
+        argv.extend_from_slice(acl_rules(lane));
         let reply = call(&mut stream, &argv).await.map_err(unreachable)?;
         if let Frame::Error(reason) = reply {
             return Err(AclError::Refused {

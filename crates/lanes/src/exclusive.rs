@@ -14,7 +14,7 @@ use crate::config::LaneSettings;
 use crate::conn::Conn;
 use crate::connector::Connector;
 use crate::error::{CallError, LaneError};
-use crate::gate::{Gate, Permit};
+use crate::gate::{Gate, Permit, Queue};
 use crate::hygiene::{Cleanup, Session};
 use crate::life::Life;
 use crate::metrics::{LaneMetrics, Rejection};
@@ -53,7 +53,7 @@ impl ExclusiveLane {
             gate: Gate::new(
                 settings.lane,
                 settings.connections,
-                settings.queue_length,
+                Queue::Bounded(settings.queue_length),
                 settings.acquire_timeout,
                 metrics.clone(),
             ),

@@ -1,4 +1,4 @@
-//! A lane's ceiling with bounded, fair waiting: permits from a FIFO semaphore, at most `queue_length`
+//! A lane's ceiling with bounded, fair waiting: permits from a FIFO semaphore, a bounded number of
 //! waiters, each for at most the acquire timeout. Past either bound the caller is refused with the lane
 //! named. Every grant and refusal is counted here, so the lanes cannot forget to.
 
@@ -15,9 +15,17 @@ use crate::metrics::{LaneMetrics, Rejection};
 pub(crate) struct Gate {
     lane: Lane,
     permits: Arc<Semaphore>,
-    queue_length: usize,
+    queue: Queue,
     timeout: Duration,
     metrics: LaneMetrics,
+}
+
+/// Who bounds and counts the callers waiting at the gate.
+pub(crate) enum Queue {
+    /// The gate: at most this many wait, each counted in `lane_waiting` (exclusive lanes).
+    Bounded(usize),
+    /// The caller (multiplexed lanes count queued commands themselves, from the moment they are sent).
+    External,
 }
 
 /// The right to use one unit of a lane's ceiling; counted in `lane_in_use` while held.
@@ -36,14 +44,14 @@ impl Gate {
     pub(crate) fn new(
         lane: Lane,
         ceiling: usize,
-        queue_length: usize,
+        queue: Queue,
         timeout: Duration,
         metrics: LaneMetrics,
     ) -> Self {
         Gate {
             lane,
             permits: Arc::new(Semaphore::new(ceiling)),
-            queue_length,
+            queue,
             timeout,
             metrics,
         }
@@ -61,14 +69,22 @@ impl Gate {
         if let Some(permit) = self.try_enter() {
             return Ok(permit);
         }
-        if self.metrics.waiting.inc() as usize >= self.queue_length {
-            self.metrics.waiting.dec();
-            return Err(self.saturated(since, Saturation::QueueFull));
-        }
+        let counted = match self.queue {
+            Queue::Bounded(queue_length) => {
+                if self.metrics.waiting.inc() as usize >= queue_length {
+                    self.metrics.waiting.dec();
+                    return Err(self.saturated(since, Saturation::QueueFull));
+                }
+                true
+            }
+            Queue::External => false,
+        };
         let acquired =
             tokio::time::timeout_at(since + self.timeout, self.permits.clone().acquire_owned())
                 .await;
-        self.metrics.waiting.dec();
+        if counted {
+            self.metrics.waiting.dec();
+        }
         match acquired {
             Ok(Ok(permit)) => {
                 self.metrics.wait.observe(since.elapsed().as_secs_f64());

@@ -24,7 +24,8 @@ pub(crate) enum Cleanup {
 impl Session {
     /// Updates the state from one encoded command about to be sent.
     pub(crate) fn observe(&mut self, command: &[u8]) {
-        let Some(name) = command_name(command) else {
+        let mut argv = leading_args(command);
+        let Some(name) = argv.next() else {
             self.tainted = true;
             return;
         };
@@ -38,11 +39,20 @@ impl Session {
             self.watching = true;
         } else if is("UNWATCH") {
             self.watching = false;
+        } else if is("CLIENT") {
+            // Reading about connections is harmless; anything else may change this one.
+            let read_only = ["LIST", "INFO", "ID", "GETNAME", "GETREDIR", "TRACKINGINFO"];
+            let sub = argv.next().unwrap_or_default();
+            if !read_only
+                .iter()
+                .any(|r| sub.eq_ignore_ascii_case(r.as_bytes()))
+            {
+                self.tainted = true;
+            }
         } else if [
             "SELECT",
             "HELLO",
             "AUTH",
-            "CLIENT",
             "RESET",
             "MONITOR",
             "SUBSCRIBE",
@@ -74,18 +84,25 @@ impl Session {
     }
 }
 
-/// The first element of an encoded command (`*N\r\n$L\r\nNAME\r\n…`), without parsing the rest.
-fn command_name(command: &[u8]) -> Option<&[u8]> {
-    let rest = command.strip_prefix(b"*")?;
-    let rest = &rest[rest.iter().position(|&b| b == b'\n')? + 1..];
-    let rest = rest.strip_prefix(b"$")?;
-    let newline = rest.iter().position(|&b| b == b'\n')?;
-    let len: usize = std::str::from_utf8(&rest[..newline])
-        .ok()?
-        .trim_end()
-        .parse()
-        .ok()?;
-    rest.get(newline + 1..newline + 1 + len)
+/// The leading arguments of an encoded command (`*N\r\n$L\r\nNAME\r\n…`), read lazily so that
+/// a large value is never looked at.
+fn leading_args(command: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = command
+        .strip_prefix(b"*")
+        .and_then(|r| r.iter().position(|&b| b == b'\n').map(|at| &r[at + 1..]))
+        .unwrap_or_default();
+    std::iter::from_fn(move || {
+        let body = rest.strip_prefix(b"$")?;
+        let newline = body.iter().position(|&b| b == b'\n')?;
+        let len: usize = std::str::from_utf8(&body[..newline])
+            .ok()?
+            .trim_end()
+            .parse()
+            .ok()?;
+        let arg = body.get(newline + 1..newline + 1 + len)?;
+        rest = body.get(newline + 3 + len..).unwrap_or_default();
+        Some(arg)
+    })
 }
 
 #[cfg(test)]
@@ -123,14 +140,14 @@ mod tests {
             session(&[&["CLIENT", "TRACKING", "on"]]).cleanup(),
             Cleanup::Close
         );
+        assert_eq!(session(&[&["client", "list"]]).cleanup(), Cleanup::Nothing);
     }
 
     #[test]
-    fn reads_the_name_of_an_encoded_command() {
-        assert_eq!(
-            command_name(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"),
-            Some(&b"GET"[..])
-        );
-        assert_eq!(command_name(b"PING\r\n"), None);
+    fn reads_the_leading_arguments_of_an_encoded_command() {
+        let args: Vec<_> =
+            leading_args(b"*3\r\n$6\r\nCLIENT\r\n$4\r\nLIST\r\n$1\r\nx\r\n").collect();
+        assert_eq!(args, [&b"CLIENT"[..], b"LIST", b"x"]);
+        assert_eq!(leading_args(b"PING\r\n").next(), None);
     }
 }

@@ -23,7 +23,7 @@ mod status;
 mod stream;
 mod topology;
 
-pub use acl::{provision, AclError, Provisioned};
+pub use acl::{acl_rules, provision, user_name, AclError, Provisioned};
 pub use config::{LaneOverrides, LaneSettings, LanesConfig};
 pub use error::{CallError, LaneError, OpenError, Saturation};
 pub use exclusive::Borrowed;
@@ -33,4 +33,5 @@ pub use multiplex::{Channel, SendFuture};
 pub use pubsub::{Message, Subscription, SubscriptionEnded, SubscriptionKind};
 pub use reply::Reply;
 pub use status::{LaneStatus, LanesStatus, Rejections, Sharing};
+pub use tollgate_model::Lane;
 pub use topology::{Endpoint, InvalidEndpoint, RedisConfig, Topology};

@@ -20,7 +20,7 @@ use crate::config::LaneSettings;
 use crate::conn::Conn;
 use crate::connector::Connector;
 use crate::error::{CallError, Saturation};
-use crate::gate::{Gate, Permit};
+use crate::gate::{Gate, Permit, Queue};
 use crate::life::Life;
 use crate::metrics::{LaneMetrics, Rejection};
 use crate::reply::{reply_limits, Reply};
@@ -62,17 +62,41 @@ struct Request {
     command: Bytes,
     reply: ReplySender,
     since: Instant,
-    _ticket: Ticket,
+    ticket: Ticket,
 }
 
-/// Keeps a command counted as outstanding (lane) and as load (slot) until it is answered or dropped.
+/// Keeps a command counted as outstanding (lane) and as load (slot) until it is answered or dropped,
+/// and as waiting (`lane_waiting`) until it gets an in-flight permit.
 struct Ticket {
     lane: Arc<MultiplexedLane>,
     slot: Arc<Slot>,
+    waiting: bool,
+}
+
+impl Ticket {
+    /// The ticket, and how many commands of the lane were outstanding before it.
+    fn new(lane: &Arc<MultiplexedLane>, slot: &Arc<Slot>) -> (Self, usize) {
+        let ahead = lane.outstanding.fetch_add(1, Ordering::AcqRel);
+        slot.load.fetch_add(1, Ordering::AcqRel);
+        lane.metrics.waiting.inc();
+        let ticket = Ticket {
+            lane: lane.clone(),
+            slot: slot.clone(),
+            waiting: true,
+        };
+        (ticket, ahead)
+    }
+
+    fn granted(&mut self) {
+        if std::mem::take(&mut self.waiting) {
+            self.lane.metrics.waiting.dec();
+        }
+    }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
+        self.granted();
         self.lane.outstanding.fetch_sub(1, Ordering::AcqRel);
         self.slot.load.fetch_sub(1, Ordering::AcqRel);
     }
@@ -126,7 +150,7 @@ impl MultiplexedLane {
         let gate = Gate::new(
             lane,
             settings.in_flight,
-            settings.queue_length,
+            Queue::External,
             settings.acquire_timeout,
             metrics.clone(),
         );
@@ -190,13 +214,8 @@ impl Channel {
             lane.metrics.reject(Rejection::Closed);
             return SendFuture(SendState::Done(Some(Err(CallError::Closed))));
         }
-        let before = lane.outstanding.fetch_add(1, Ordering::AcqRel);
-        self.slot.load.fetch_add(1, Ordering::AcqRel);
-        let ticket = Ticket {
-            lane: lane.clone(),
-            slot: self.slot.clone(),
-        };
-        if before >= lane.outstanding_cap {
+        let (ticket, ahead) = Ticket::new(lane, &self.slot);
+        if ahead >= lane.outstanding_cap {
             lane.metrics
                 .reject(Rejection::Saturated(Saturation::QueueFull));
             return SendFuture(SendState::Done(Some(Err(CallError::Saturated {
@@ -210,7 +229,7 @@ impl Channel {
             command,
             reply,
             since: Instant::now(),
-            _ticket: ticket,
+            ticket,
         };
         match self.slot.queue.send(request) {
             Ok(()) => SendFuture(SendState::Waiting(receiver)),
@@ -344,17 +363,18 @@ async fn write_loop(
 }
 
 fn stage(
-    request: Request,
+    mut request: Request,
     permit: Permit,
     batch: &mut BytesMut,
     in_flight: &mpsc::UnboundedSender<InFlight>,
 ) {
+    request.ticket.granted();
     batch.extend_from_slice(&request.command);
     // Registered before the bytes are written, so the reader always knows whose reply arrives.
     let _ = in_flight.send(InFlight {
         reply: request.reply,
         _permit: permit,
-        _ticket: request._ticket,
+        _ticket: request.ticket,
     });
 }
 
