@@ -1,14 +1,89 @@
-//! The `policy:` section of `tollgate.yaml`: which YAML policies and which guard modules are active.
+//! The `policy:` section of `tollgate.yaml`: which YAML policies and which guard modules are
+//! active, and the limits every module call runs under.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::Deserialize;
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct PolicyConfig {
-    /// YAML policy files, compiled in order. Empty means the embedded default policy.
+    /// YAML policy files, each judged by its own YAML guard, in order. Empty means the embedded
+    /// default policy (policies/default.yaml).
     pub files: Vec<PathBuf>,
-    /// Extra guard modules (WASM components), run after the YAML guard in the order given.
-    pub modules: Vec<PathBuf>,
+    /// Extra guard modules (WASM components), run after the YAML guards in the order given.
+    pub modules: Vec<ModuleConfig>,
+    /// Bounds on every module call.
+    pub limits: SandboxLimits,
+}
+
+/// An operator's guard module: a path, or a path with the bytes its `config.get` returns.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum ModuleConfig {
+    Path(PathBuf),
+    WithConfig {
+        path: PathBuf,
+        #[serde(default)]
+        config: String,
+    },
+}
+
+impl ModuleConfig {
+    pub fn path(&self) -> &PathBuf {
+        match self {
+            ModuleConfig::Path(path) | ModuleConfig::WithConfig { path, .. } => path,
+        }
+    }
+
+    pub fn config(&self) -> &[u8] {
+        match self {
+            ModuleConfig::Path(_) => b"",
+            ModuleConfig::WithConfig { config, .. } => config.as_bytes(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SandboxLimits {
+    /// How long one module call may run.
+    #[serde(with = "humantime_serde")]
+    pub deadline: Duration,
+    /// Units of work per call instead of a deadline: deterministic whatever the machine's load,
+    /// which is what tests want.
+    pub fuel: Option<u64>,
+    /// Linear memory one instance may grow to, in MiB.
+    pub memory_mib: u32,
+}
+
+/// What stops a call that runs too long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Budget {
+    Deadline(Duration),
+    Fuel(u64),
+}
+
+impl Default for SandboxLimits {
+    fn default() -> Self {
+        SandboxLimits {
+            deadline: Duration::from_millis(5),
+            fuel: None,
+            memory_mib: 16,
+        }
+    }
+}
+
+impl SandboxLimits {
+    pub fn budget(&self) -> Budget {
+        match self.fuel {
+            Some(fuel) => Budget::Fuel(fuel),
+            None => Budget::Deadline(self.deadline),
+        }
+    }
+
+    pub fn memory_bytes(&self) -> usize {
+        self.memory_mib as usize * 1024 * 1024
+    }
 }

@@ -1,5 +1,30 @@
 //! Admission: catalogs classify a command, guards judge it, all inside the wasmtime sandbox.
+//!
+//! [`Admission`] is the entry point (`admit`, `admit_lease`, `reload`); [`compile`] turns YAML
+//! policies into what the `yaml-guard` module evaluates; [`review`] prints decision tables.
 
+mod admission;
+pub mod compile;
 mod config;
+mod decision;
+mod error;
+mod generation;
+mod metrics;
+pub mod review;
+mod sandbox;
 
-pub use config::PolicyConfig;
+use std::path::PathBuf;
+
+pub use admission::Admission;
+pub use config::{Budget, ModuleConfig, PolicyConfig, SandboxLimits};
+pub use decision::{Decision, Denial, DenyCause, Descriptor, KeyAccess, Traits};
+pub use error::PolicyError;
+pub use generation::{FileInfo, Generation, GenerationInfo, ModuleInfo, Step, DEFAULT_POLICY};
+pub use sandbox::Allocator;
+pub use tollgate_policy_rules::{Category, CategorySet};
+
+/// Where scripts/build-guests.sh put the component `name` (`hostile`, `key-prefix`, ...) when this
+/// crate was built: for tests and for configs that load the example guards from the source tree.
+pub fn built_component(name: &str) -> PathBuf {
+    PathBuf::from(env!("TOLLGATE_COMPONENTS")).join(format!("{name}.wasm"))
+}

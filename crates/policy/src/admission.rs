@@ -1,0 +1,111 @@
+//! The entry point every command and lease takes: the active generation behind an `ArcSwap`, so a
+//! decision is a lock-free load plus the generation's module calls, and a reload swaps atomically.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use parking_lot::Mutex;
+use prometheus_client::registry::Registry;
+use tollgate_model::Caller;
+
+use crate::config::PolicyConfig;
+use crate::decision::Decision;
+use crate::error::PolicyError;
+use crate::generation::{Generation, GenerationInfo, Step};
+use crate::metrics::PolicyMetrics;
+use crate::sandbox::Sandbox;
+
+/// Admission for the whole daemon; cheap to clone.
+#[derive(Clone)]
+pub struct Admission {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: PolicyConfig,
+    sandbox: Arc<Sandbox>,
+    current: ArcSwap<Generation>,
+    metrics: PolicyMetrics,
+    /// Serialises reloads so generation numbers stay in order.
+    reloading: Mutex<()>,
+}
+
+impl Admission {
+    /// Builds generation 1 from `config`; any error is a start error.
+    pub fn load(config: &PolicyConfig, registry: &mut Registry) -> Result<Admission, PolicyError> {
+        let sandbox =
+            Arc::new(
+                Sandbox::new(&config.limits).map_err(|error| PolicyError::Module {
+                    name: "engine".into(),
+                    detail: format!("{error:#}"),
+                })?,
+            );
+        let generation = Generation::build(&sandbox, config, 1)?;
+        let metrics = PolicyMetrics::register(registry);
+        metrics.reloaded(Some(1));
+        Ok(Admission {
+            inner: Arc::new(Inner {
+                config: config.clone(),
+                sandbox,
+                current: ArcSwap::from_pointee(generation),
+                metrics,
+                reloading: Mutex::new(()),
+            }),
+        })
+    }
+
+    /// Decides one command (`argv[0]` is its name).
+    pub fn admit(&self, caller: &Caller, argv: &[Bytes]) -> Decision {
+        let decision = self.inner.current.load().admit(caller, argv);
+        self.inner.metrics.decided(&decision);
+        decision
+    }
+
+    /// Decides a lease request on `resource` (the policy's `leases:` rules).
+    pub fn admit_lease(&self, caller: &Caller, resource: &str) -> Decision {
+        let decision = self.inner.current.load().admit_lease(caller, resource);
+        self.inner.metrics.decided(&decision);
+        decision
+    }
+
+    /// Every module's answer for one command, and the decision (not counted in metrics).
+    pub fn explain(&self, caller: &Caller, argv: &[Bytes]) -> (Decision, Vec<Step>) {
+        self.inner.current.load().explain(caller, argv)
+    }
+
+    /// The principal the active policy gives these peer credentials, if any.
+    pub fn principal_for(&self, uid: u32, gid: u32) -> Option<String> {
+        self.inner.current.load().principal_for(uid, gid)
+    }
+
+    /// Re-reads the policy files and modules, builds and self-tests a new generation, and swaps it
+    /// in. On error the running generation stays and the error says why.
+    pub fn reload(&self) -> Result<GenerationInfo, PolicyError> {
+        let _serial = self.inner.reloading.lock();
+        let number = self.inner.current.load().info.number + 1;
+        match Generation::build(&self.inner.sandbox, &self.inner.config, number) {
+            Ok(generation) => {
+                let info = generation.info.clone();
+                self.inner.current.store(Arc::new(generation));
+                self.inner.metrics.reloaded(Some(number));
+                tracing::info!(generation = number, "policy reloaded");
+                Ok(info)
+            }
+            Err(error) => {
+                self.inner.metrics.reloaded(None);
+                tracing::warn!(%error, "policy reload failed; the running generation stays");
+                Err(error)
+            }
+        }
+    }
+
+    pub fn generation(&self) -> GenerationInfo {
+        self.inner.current.load().info.clone()
+    }
+
+    /// The active generation, for review and tests.
+    pub fn current(&self) -> Arc<Generation> {
+        self.inner.current.load_full()
+    }
+}

@@ -1,0 +1,369 @@
+//! The checks between parsed YAML and a compiled policy. Each finding is recorded with the path
+//! of the node it concerns; [`Spans`] turns the path into a line and column.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::str::FromStr;
+
+use tollgate_model::Lane;
+use tollgate_policy_rules::{glob, Action, Category, CategorySet, CompiledPolicy, Rule, Target};
+
+use super::source::{PolicyFile, PrincipalSource, RuleSource, TestSource};
+use super::spans::Spans;
+use super::{CatalogIndex, CompiledFile, Diagnostic, Expectation, Principal, Severity};
+
+pub struct Checker<'a> {
+    path: &'a Path,
+    spans: &'a Spans,
+    catalog: &'a CatalogIndex,
+    diagnostics: Vec<Diagnostic>,
+}
+
+impl<'a> Checker<'a> {
+    pub fn new(path: &'a Path, spans: &'a Spans, catalog: &'a CatalogIndex) -> Self {
+        Checker {
+            path,
+            spans,
+            catalog,
+            diagnostics: Vec::new(),
+        }
+    }
+
+    pub fn run(mut self, file: PolicyFile) -> Result<CompiledFile, Vec<Diagnostic>> {
+        let principals: Vec<Principal> = file
+            .principals
+            .iter()
+            .map(|(name, source)| self.principal(name, source))
+            .collect();
+        let known: HashSet<&str> = principals.iter().map(|p| p.name.as_str()).collect();
+        let mut ids = HashSet::new();
+        let mut rules = Vec::new();
+        for (index, source) in file.rules.iter().enumerate() {
+            let at = format!("rules.{index}");
+            if !ids.insert(source.id.as_str()) {
+                self.error(
+                    &format!("{at}.id"),
+                    format!("rule id `{}` is used twice", source.id),
+                );
+            }
+            if let Some(rule) = self.rule(&at, source, &known) {
+                self.shadowed(&at, &rule, &rules);
+                rules.push(rule);
+            }
+        }
+        let tests = file
+            .tests
+            .iter()
+            .enumerate()
+            .filter_map(|(index, test)| self.test(index, test, &known, &ids))
+            .collect();
+        let (errors, warnings): (Vec<_>, Vec<_>) = self
+            .diagnostics
+            .into_iter()
+            .partition(|d| d.severity == Severity::Error);
+        if !errors.is_empty() {
+            return Err(errors.into_iter().chain(warnings).collect());
+        }
+        Ok(CompiledFile {
+            path: self.path.to_owned(),
+            policy: CompiledPolicy {
+                mode: file.mode,
+                rules,
+            },
+            principals,
+            tests,
+            warnings,
+        })
+    }
+
+    fn report(&mut self, severity: Severity, at: &str, message: String) {
+        let (line, column) = self.spans.at(at);
+        self.diagnostics.push(Diagnostic {
+            file: self.path.to_owned(),
+            line,
+            column,
+            severity,
+            message,
+        });
+    }
+
+    fn error(&mut self, at: &str, message: String) {
+        self.report(Severity::Error, at, message);
+    }
+
+    fn principal(&mut self, name: &str, source: &PrincipalSource) -> Principal {
+        let at = format!("principals.{name}");
+        let mut uids = source.uids.clone();
+        let mut gids = source.gids.clone();
+        for (index, user) in source.users.iter().enumerate() {
+            match nix::unistd::User::from_name(user) {
+                Ok(Some(found)) => uids.push(found.uid.as_raw()),
+                _ => self.error(
+                    &format!("{at}.users.{index}"),
+                    format!("no user named `{user}` on this machine"),
+                ),
+            }
+        }
+        for (index, group) in source.groups.iter().enumerate() {
+            match nix::unistd::Group::from_name(group) {
+                Ok(Some(found)) => gids.push(found.gid.as_raw()),
+                _ => self.error(
+                    &format!("{at}.groups.{index}"),
+                    format!("no group named `{group}` on this machine"),
+                ),
+            }
+        }
+        if uids.is_empty() && gids.is_empty() && !source.any {
+            self.error(&at, format!("principal `{name}` matches nobody: give uids, gids, users, groups or `any: true`"));
+        }
+        Principal {
+            name: name.to_owned(),
+            uids,
+            gids,
+            any: source.any,
+        }
+    }
+
+    fn rule(&mut self, at: &str, source: &RuleSource, known: &HashSet<&str>) -> Option<Rule> {
+        let principals = source.principals.as_ref().map(|names| {
+            for (index, name) in names.iter().enumerate() {
+                if !known.contains(name.as_str()) {
+                    self.error(
+                        &format!("{at}.principals.{index}"),
+                        format!("unknown principal `{name}`"),
+                    );
+                }
+            }
+            names.clone()
+        });
+        let (action, reason) = match (&source.allow, &source.deny) {
+            (Some(reason), None) => (Action::Allow, reason.clone()),
+            (None, Some(reason)) => (Action::Deny, reason.clone()),
+            _ => {
+                self.error(
+                    at,
+                    format!(
+                        "rule `{}` needs exactly one of `allow: <reason>` or `deny: <reason>`",
+                        source.id
+                    ),
+                );
+                return None;
+            }
+        };
+        let target = match (&source.commands, &source.leases) {
+            (Some(commands), None) => self.commands(at, source, commands)?,
+            (None, Some(resources)) => {
+                if source.keys.is_some() || source.lanes.is_some() {
+                    self.error(
+                        at,
+                        format!(
+                            "rule `{}`: `keys` and `lanes` apply to commands, not leases",
+                            source.id
+                        ),
+                    );
+                }
+                self.globs(&format!("{at}.leases"), resources);
+                Target::Leases {
+                    resources: resources.clone(),
+                }
+            }
+            _ => {
+                self.error(
+                    at,
+                    format!(
+                        "rule `{}` needs exactly one of `commands` or `leases`",
+                        source.id
+                    ),
+                );
+                return None;
+            }
+        };
+        Some(Rule {
+            id: source.id.clone(),
+            principals,
+            target,
+            action,
+            reason,
+        })
+    }
+
+    fn commands(&mut self, at: &str, source: &RuleSource, commands: &[String]) -> Option<Target> {
+        if commands.is_empty() {
+            self.error(
+                &format!("{at}.commands"),
+                "`commands` is empty: the rule would never match".into(),
+            );
+        }
+        let mut names = Vec::new();
+        let mut categories = CategorySet::default();
+        let mut any = false;
+        for (index, command) in commands.iter().enumerate() {
+            let here = format!("{at}.commands.{index}");
+            if command == "*" {
+                any = true;
+            } else if let Some(category) = command.strip_prefix('@') {
+                match Category::from_name(category) {
+                    Some(category) => categories = categories.with(category),
+                    None => self.error(
+                        &here,
+                        format!(
+                            "unknown category `@{category}` (known: {})",
+                            Category::ALL.map(|c| format!("@{}", c.as_str())).join(" ")
+                        ),
+                    ),
+                }
+            } else {
+                let name = command.to_ascii_uppercase().replace(' ', "|");
+                if self.catalog.knows(&name) {
+                    names.push(name);
+                } else {
+                    self.error(
+                        &here,
+                        format!("unknown command `{command}`: the catalog does not know it"),
+                    );
+                }
+            }
+        }
+        if let Some(keys) = &source.keys {
+            self.globs(&format!("{at}.keys"), keys);
+        }
+        let lanes = source.lanes.as_ref().map(|lanes| {
+            lanes
+                .iter()
+                .enumerate()
+                .fold(0u8, |mask, (index, lane)| match Lane::from_str(lane) {
+                    Ok(lane) => mask | 1 << Lane::ALL.iter().position(|l| *l == lane).unwrap_or(0),
+                    Err(error) => {
+                        self.error(&format!("{at}.lanes.{index}"), error.to_string());
+                        mask
+                    }
+                })
+        });
+        Some(Target::Commands {
+            names,
+            categories,
+            any,
+            keys: source.keys.clone(),
+            lanes,
+        })
+    }
+
+    fn globs(&mut self, at: &str, globs: &[String]) {
+        for (index, pattern) in globs.iter().enumerate() {
+            if let Err(error) = glob::check(pattern.as_bytes()) {
+                self.error(
+                    &format!("{at}.{index}"),
+                    format!(
+                        "bad glob `{pattern}`: {} (at byte {})",
+                        error.message, error.offset
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Warns when an earlier rule matches everything `rule` matches.
+    fn shadowed(&mut self, at: &str, rule: &Rule, earlier: &[Rule]) {
+        if let Some(cover) = earlier.iter().find(|e| covers(e, rule, self.catalog)) {
+            self.report(
+                Severity::Warning,
+                at,
+                format!(
+                    "rule `{}` can never match: rule `{}` before it matches everything it does",
+                    rule.id, cover.id
+                ),
+            );
+        }
+    }
+
+    fn test(
+        &mut self,
+        index: usize,
+        test: &TestSource,
+        known: &HashSet<&str>,
+        ids: &HashSet<&str>,
+    ) -> Option<Expectation> {
+        let at = format!("tests.{index}");
+        if !known.contains(test.principal.as_str()) {
+            self.error(
+                &format!("{at}.principal"),
+                format!("unknown principal `{}`", test.principal),
+            );
+        }
+        if let Some(rule) = &test.rule {
+            if !ids.contains(rule.as_str()) {
+                self.error(&format!("{at}.rule"), format!("no rule with id `{rule}`"));
+            }
+        }
+        let argv: Vec<String> = test.command.split_whitespace().map(str::to_owned).collect();
+        if argv.is_empty() {
+            self.error(&format!("{at}.command"), "empty command".into());
+            return None;
+        }
+        Some(Expectation {
+            principal: test.principal.clone(),
+            argv,
+            expect: test.expect,
+            rule: test.rule.clone(),
+            line: self.spans.at(&at).0,
+        })
+    }
+}
+
+/// Whether `earlier` matches every request `later` matches (a conservative test: `false` when
+/// unsure, so warnings are never wrong).
+fn covers(earlier: &Rule, later: &Rule, catalog: &CatalogIndex) -> bool {
+    let principals = match (&earlier.principals, &later.principals) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(e), Some(l)) => l.iter().all(|p| e.contains(p)),
+    };
+    principals
+        && match (&earlier.target, &later.target) {
+            (
+                Target::Commands {
+                    names: en,
+                    categories: ec,
+                    any: eany,
+                    keys: ek,
+                    lanes: el,
+                },
+                Target::Commands {
+                    names: ln,
+                    categories: lc,
+                    any: lany,
+                    keys: lk,
+                    lanes: ll,
+                },
+            ) => {
+                let commands = *eany
+                    || (!*lany
+                        && lc.0 & !ec.0 == 0
+                        && ln.iter().all(|name| {
+                            let parent = name.split_once('|').map_or(name.as_str(), |(p, _)| p);
+                            en.iter().any(|e| e == name || e == parent)
+                                || catalog
+                                    .commands
+                                    .get(name)
+                                    .is_some_and(|c| c.intersects(*ec))
+                        }));
+                let keys = match (ek, lk) {
+                    (None, _) => true,
+                    (Some(_), None) => false,
+                    (Some(e), Some(l)) => {
+                        e.iter().any(|g| g == "*") || l.iter().all(|g| e.contains(g))
+                    }
+                };
+                let lanes = match (el, ll) {
+                    (None, _) => true,
+                    (Some(_), None) => false,
+                    (Some(e), Some(l)) => l & !e == 0,
+                };
+                commands && keys && lanes
+            }
+            (Target::Leases { resources: e }, Target::Leases { resources: l }) => {
+                e.iter().any(|g| g == "*") || l.iter().all(|g| e.contains(g))
+            }
+            _ => false,
+        }
+}

@@ -1,0 +1,63 @@
+//! The YAML a policy author writes, as serde reads it (unknown fields are errors).
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use tollgate_policy_rules::Mode;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyFile {
+    #[serde(default)]
+    pub mode: Mode,
+    #[serde(default)]
+    pub principals: BTreeMap<String, PrincipalSource>,
+    #[serde(default)]
+    pub rules: Vec<RuleSource>,
+    /// Expectations `tollgate policy test` checks against this very policy.
+    #[serde(default)]
+    pub tests: Vec<TestSource>,
+}
+
+/// Who a principal is: peer credentials that map to it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PrincipalSource {
+    pub uids: Vec<u32>,
+    pub gids: Vec<u32>,
+    pub users: Vec<String>,
+    pub groups: Vec<String>,
+    /// Every local peer not matched by a more specific principal.
+    pub any: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleSource {
+    pub id: String,
+    pub principals: Option<Vec<String>>,
+    pub commands: Option<Vec<String>>,
+    pub keys: Option<Vec<String>>,
+    pub lanes: Option<Vec<String>>,
+    pub leases: Option<Vec<String>>,
+    pub allow: Option<String>,
+    pub deny: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Expected {
+    Allow,
+    Deny,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TestSource {
+    pub principal: String,
+    /// A command line, split on whitespace (`SET app:1 v`), or `LEASE <resource>`.
+    pub command: String,
+    pub expect: Expected,
+    /// The rule expected to decide, when it matters.
+    pub rule: Option<String>,
+}

@@ -1,0 +1,29 @@
+//! Why a policy generation could not be built. The running generation is never affected.
+
+use std::path::PathBuf;
+
+use crate::compile::Diagnostic;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyError {
+    #[error("{}", render(.0))]
+    Compile(Vec<Diagnostic>),
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("module {name}: {detail}")]
+    Module { name: String, detail: String },
+    #[error("policy self-test failed:\n{}", .0.join("\n"))]
+    SelfTest(Vec<String>),
+}
+
+fn render(diagnostics: &[Diagnostic]) -> String {
+    diagnostics
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}

@@ -1,0 +1,532 @@
+//! One policy generation: the catalog, the guard chain (a YAML guard per policy file, then the
+//! operator's modules), the principals, and what it was built from. Built completely — compiled,
+//! instantiated, self-tested — before it can become active; immutable afterwards.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use tollgate_model::Caller;
+use tollgate_policy_rules::LEASE_COMMAND;
+
+use crate::compile::{self, CatalogIndex, CompiledFile, Expected, Principal};
+use crate::config::PolicyConfig;
+use crate::decision::{lane_from_wit, Decision, Denial, DenyCause, Descriptor};
+use crate::error::PolicyError;
+use crate::sandbox::bindings::{self, Arg, Categories, Command, CommandFlags, KeyAccess, Verdict};
+use crate::sandbox::{Allocator, Catalog, Fault, Guard, Sandbox, ARG_PREFIX};
+
+const BUILTIN_CATALOG: &[u8] =
+    include_bytes!(concat!(env!("TOLLGATE_COMPONENTS"), "/catalog.wasm"));
+const YAML_GUARD: &[u8] = include_bytes!(concat!(env!("TOLLGATE_COMPONENTS"), "/yaml-guard.wasm"));
+/// The policy used when the config names no files.
+pub const DEFAULT_POLICY: &str = include_str!("../../../policies/default.yaml");
+const DEFAULT_POLICY_NAME: &str = "<built-in>/default.yaml";
+/// The module name on denials the host itself decides.
+const HOST: &str = "tollgate";
+
+/// What a generation was built from, as `GET /v1/policy` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct GenerationInfo {
+    pub number: u64,
+    pub allocator: Allocator,
+    pub files: Vec<FileInfo>,
+    pub modules: Vec<ModuleInfo>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FileInfo {
+    pub path: PathBuf,
+    pub sha256: String,
+    pub rules: usize,
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ModuleInfo {
+    pub name: String,
+    pub role: &'static str,
+    pub sha256: String,
+}
+
+/// One module's answer, as `explain` reports it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Step {
+    pub module: String,
+    pub verdict: String,
+    pub rule: Option<String>,
+    pub reason: Option<String>,
+}
+
+pub struct Generation {
+    catalog: Catalog,
+    guards: Vec<Guard>,
+    principals: Vec<Principal>,
+    files: Vec<CompiledFile>,
+    descriptors: Vec<bindings::Descriptor>,
+    pub info: GenerationInfo,
+}
+
+impl Generation {
+    /// Compiles every policy file and module of `config`, then runs the policies' own tests.
+    pub fn build(
+        sandbox: &Arc<Sandbox>,
+        config: &PolicyConfig,
+        number: u64,
+    ) -> Result<Generation, PolicyError> {
+        let catalog = Catalog::load(sandbox.clone(), "catalog", BUILTIN_CATALOG)
+            .map_err(module_error("catalog"))?;
+        let descriptors = catalog.all().map_err(|fault| PolicyError::Module {
+            name: "catalog".into(),
+            detail: fault.detail,
+        })?;
+        let index = CatalogIndex {
+            commands: descriptors
+                .iter()
+                .map(|d| (d.name.clone(), Descriptor::from(d).categories))
+                .collect(),
+        };
+        let sources = read_sources(config)?;
+        let mut files = Vec::new();
+        let mut errors = Vec::new();
+        for (path, text) in &sources {
+            match compile::compile(path, text, &index) {
+                Ok(file) => files.push(file),
+                Err(diagnostics) => errors.extend(diagnostics),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(PolicyError::Compile(errors));
+        }
+        let mut modules = vec![module_info("catalog", "catalog", BUILTIN_CATALOG)];
+        let mut guards = Vec::new();
+        for file in &files {
+            let name = format!("yaml-guard:{}", file_name(&file.path));
+            let bytes: Arc<[u8]> = file.policy.to_bytes().into();
+            guards.push(
+                Guard::load(sandbox.clone(), &name, YAML_GUARD, bytes)
+                    .map_err(module_error(&name))?,
+            );
+            modules.push(module_info(&name, "guard", YAML_GUARD));
+        }
+        for module in &config.modules {
+            let path = module.path();
+            let bytes = std::fs::read(path).map_err(|source| PolicyError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            let name = file_name(path).trim_end_matches(".wasm").to_owned();
+            guards.push(
+                Guard::load(sandbox.clone(), &name, &bytes, module.config().into())
+                    .map_err(module_error(&name))?,
+            );
+            modules.push(module_info(&name, "guard", &bytes));
+        }
+        let info = GenerationInfo {
+            number,
+            allocator: sandbox.allocator,
+            files: files
+                .iter()
+                .zip(&sources)
+                .map(|(file, (_, text))| FileInfo {
+                    path: file.path.clone(),
+                    sha256: hex::encode(Sha256::digest(text.as_bytes())),
+                    rules: file.policy.rules.len(),
+                    warnings: file.warnings.iter().map(ToString::to_string).collect(),
+                })
+                .collect(),
+            modules,
+        };
+        let principals = files
+            .iter()
+            .flat_map(|f| f.principals.iter().cloned())
+            .collect();
+        let generation = Generation {
+            catalog,
+            guards,
+            principals,
+            files,
+            descriptors,
+            info,
+        };
+        generation.self_test()?;
+        Ok(generation)
+    }
+
+    /// Runs every file's `tests:`; also instantiates every module once, so a module that cannot
+    /// start fails the build rather than the first command.
+    fn self_test(&self) -> Result<(), PolicyError> {
+        let failures: Vec<String> = self
+            .files
+            .iter()
+            .flat_map(|file| self.run_tests(file))
+            .collect();
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(PolicyError::SelfTest(failures))
+        }
+    }
+
+    /// The failed expectations of `file`, each as `file:line: what happened`.
+    pub fn run_tests(&self, file: &CompiledFile) -> Vec<String> {
+        let probe = [Bytes::from_static(b"PING")];
+        let mut failures = Vec::new();
+        if file.tests.is_empty() {
+            if let Decision::Denied(denial) = self.admit(&caller("tollgate-self-test"), &probe) {
+                if denial.cause != DenyCause::NoRule && denial.cause != DenyCause::Rule {
+                    failures.push(format!(
+                        "{}: probe PING failed: {denial}",
+                        file.path.display()
+                    ));
+                }
+            }
+        }
+        for test in &file.tests {
+            let who = caller(&test.principal);
+            let decision = match test.argv.as_slice() {
+                [lease, resource] if lease.eq_ignore_ascii_case("LEASE") => {
+                    self.admit_lease(&who, resource)
+                }
+                argv => {
+                    let argv: Vec<Bytes> = argv.iter().map(|a| Bytes::from(a.clone())).collect();
+                    self.admit(&who, &argv)
+                }
+            };
+            let (got, rule) = match &decision {
+                Decision::Admitted { .. } => (Expected::Allow, None),
+                Decision::Denied(denial) => (Expected::Deny, Some(denial.rule.as_str())),
+            };
+            let rule_ok =
+                test.rule.is_none() || got == Expected::Deny && test.rule.as_deref() == rule;
+            if got != test.expect || !rule_ok {
+                let said = match &decision {
+                    Decision::Admitted { .. } => "admitted".to_owned(),
+                    Decision::Denied(denial) => format!("denied: {denial}"),
+                };
+                failures.push(format!(
+                    "{}:{}: `{}` as {}: expected {:?}{}, but {said}",
+                    file.path.display(),
+                    test.line,
+                    test.argv.join(" "),
+                    test.principal,
+                    test.expect,
+                    test.rule
+                        .as_ref()
+                        .map(|r| format!(" by rule {r}"))
+                        .unwrap_or_default(),
+                ));
+            }
+        }
+        failures
+    }
+
+    pub fn files(&self) -> &[CompiledFile] {
+        &self.files
+    }
+
+    pub fn principals(&self) -> &[Principal] {
+        &self.principals
+    }
+
+    /// Every command the catalog knows, in catalog order.
+    pub fn catalog(&self) -> impl Iterator<Item = Descriptor> + '_ {
+        self.descriptors.iter().map(Descriptor::from)
+    }
+
+    /// The principal for peer credentials: a uid match first, then a gid match, then `any`.
+    pub fn principal_for(&self, uid: u32, gid: u32) -> Option<String> {
+        let by = |pick: &dyn Fn(&Principal) -> bool| self.principals.iter().find(|p| pick(p));
+        by(&|p| p.uids.contains(&uid))
+            .or_else(|| by(&|p| p.gids.contains(&gid)))
+            .or_else(|| by(&|p| p.any))
+            .map(|p| p.name.clone())
+    }
+
+    pub fn admit(&self, caller: &Caller, argv: &[Bytes]) -> Decision {
+        self.decide(caller, argv, None)
+    }
+
+    /// A lease request, judged as the pseudo-command `TOLLGATE|LEASE <resource>`.
+    pub fn admit_lease(&self, caller: &Caller, resource: &str) -> Decision {
+        let descriptor = lease_descriptor();
+        let command = Command {
+            keys: vec![resource.as_bytes().to_vec()],
+            args: Vec::new(),
+        };
+        self.judge(&wit_caller(caller), &command, &descriptor, None)
+    }
+
+    /// Every module's answer for one command, and the decision.
+    pub fn explain(&self, caller: &Caller, argv: &[Bytes]) -> (Decision, Vec<Step>) {
+        let mut steps = Vec::new();
+        let decision = self.decide(caller, argv, Some(&mut steps));
+        (decision, steps)
+    }
+
+    /// Judges a catalog descriptor with the given keys, as review does for sample keys.
+    pub fn judge_sample(
+        &self,
+        caller: &Caller,
+        descriptor: &bindings::Descriptor,
+        keys: Vec<Vec<u8>>,
+    ) -> Decision {
+        let command = Command {
+            keys,
+            args: Vec::new(),
+        };
+        self.judge(&wit_caller(caller), &command, descriptor, None)
+    }
+
+    pub fn descriptors(&self) -> &[bindings::Descriptor] {
+        &self.descriptors
+    }
+
+    fn decide(
+        &self,
+        caller: &Caller,
+        argv: &[Bytes],
+        mut steps: Option<&mut Vec<Step>>,
+    ) -> Decision {
+        let Some(name) = argv.first() else {
+            return denied(
+                HOST,
+                "argv",
+                "an empty command",
+                DenyCause::Malformed,
+                String::new(),
+            );
+        };
+        let bounded: Vec<Arg> = argv.iter().map(bound).collect();
+        let descriptor = match self.catalog.describe(&bounded) {
+            Ok(Some(descriptor)) => descriptor,
+            Ok(None) => {
+                let command = String::from_utf8_lossy(name).to_ascii_uppercase();
+                let reason = "no catalog knows this command";
+                return denied(
+                    self.catalog.name(),
+                    "catalog",
+                    reason,
+                    DenyCause::UnknownCommand,
+                    command,
+                );
+            }
+            Err(fault) => {
+                return faulted(
+                    self.catalog.name(),
+                    fault,
+                    String::from_utf8_lossy(name).to_ascii_uppercase(),
+                )
+            }
+        };
+        if let Some(steps) = steps.as_deref_mut() {
+            steps.push(Step {
+                module: self.catalog.name().to_owned(),
+                verdict: "describe".into(),
+                rule: Some(descriptor.name.clone()),
+                reason: None,
+            });
+        }
+        let is_key = |i: usize| descriptor.keys.iter().any(|k| k.position as usize == i);
+        let command = Command {
+            keys: descriptor
+                .keys
+                .iter()
+                .map(|k| argv[k.position as usize].to_vec())
+                .collect(),
+            args: bounded
+                .into_iter()
+                .enumerate()
+                .skip(1)
+                .filter(|(i, _)| !is_key(*i))
+                .map(|(_, arg)| arg)
+                .collect(),
+        };
+        self.judge(&wit_caller(caller), &command, &descriptor, steps)
+    }
+
+    /// The guard chain: the first deny wins; admitted only if some guard allows.
+    fn judge(
+        &self,
+        who: &bindings::Caller,
+        command: &Command,
+        descriptor: &bindings::Descriptor,
+        mut steps: Option<&mut Vec<Step>>,
+    ) -> Decision {
+        let mut allowed = false;
+        let mut denial = None;
+        for guard in &self.guards {
+            let verdict = guard.admit(who, command, descriptor);
+            if let Some(steps) = steps.as_deref_mut() {
+                steps.push(step(guard.name(), &verdict));
+            }
+            let refusal = match verdict {
+                Ok(Verdict::Allow(_)) => {
+                    allowed = true;
+                    continue;
+                }
+                Ok(Verdict::Abstain) => continue,
+                Ok(Verdict::Deny(d)) => denied(
+                    guard.name(),
+                    &d.rule,
+                    &d.reason,
+                    DenyCause::Rule,
+                    descriptor.name.clone(),
+                ),
+                Err(fault) => faulted(guard.name(), fault, descriptor.name.clone()),
+            };
+            denial.get_or_insert(refusal);
+            // Explaining shows every module's answer; deciding stops at the first refusal.
+            if steps.is_none() {
+                break;
+            }
+        }
+        match (denial, allowed) {
+            (Some(denial), _) => denial,
+            (None, true) => Decision::Admitted {
+                descriptor: Arc::new(Descriptor::from(descriptor)),
+                lane: lane_from_wit(descriptor.lane),
+            },
+            (None, false) => denied(
+                HOST,
+                "default-deny",
+                "no rule allows it (policies are default-deny)",
+                DenyCause::NoRule,
+                descriptor.name.clone(),
+            ),
+        }
+    }
+}
+
+fn read_sources(config: &PolicyConfig) -> Result<Vec<(PathBuf, String)>, PolicyError> {
+    if config.files.is_empty() {
+        return Ok(vec![(
+            PathBuf::from(DEFAULT_POLICY_NAME),
+            DEFAULT_POLICY.to_owned(),
+        )]);
+    }
+    config
+        .files
+        .iter()
+        .map(|path| {
+            std::fs::read_to_string(path)
+                .map(|text| (path.clone(), text))
+                .map_err(|source| PolicyError::Read {
+                    path: path.clone(),
+                    source,
+                })
+        })
+        .collect()
+}
+
+fn module_error(name: &str) -> impl FnOnce(wasmtime::Error) -> PolicyError + '_ {
+    move |error| PolicyError::Module {
+        name: name.to_owned(),
+        detail: format!("{error:#}"),
+    }
+}
+
+fn module_info(name: &str, role: &'static str, bytes: &[u8]) -> ModuleInfo {
+    ModuleInfo {
+        name: name.to_owned(),
+        role,
+        sha256: hex::encode(Sha256::digest(bytes)),
+    }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
+fn bound(arg: &Bytes) -> Arg {
+    Arg {
+        prefix: arg[..arg.len().min(ARG_PREFIX)].to_vec(),
+        len: u32::try_from(arg.len()).unwrap_or(u32::MAX),
+    }
+}
+
+fn wit_caller(caller: &Caller) -> bindings::Caller {
+    bindings::Caller {
+        principal: caller.principal.clone(),
+        uid: caller.uid,
+        gid: caller.gid,
+        pid: caller.pid,
+    }
+}
+
+fn caller(principal: &str) -> Caller {
+    Caller {
+        principal: principal.to_owned(),
+        uid: 0,
+        gid: 0,
+        pid: 0,
+    }
+}
+
+fn lease_descriptor() -> bindings::Descriptor {
+    bindings::Descriptor {
+        name: LEASE_COMMAND.to_owned(),
+        lane: bindings::Lane::Script,
+        categories: Categories::empty(),
+        traits: CommandFlags::WRITE | CommandFlags::SCRIPTING,
+        arity: 2,
+        keys: vec![KeyAccess {
+            position: 1,
+            read: true,
+            write: true,
+        }],
+    }
+}
+
+fn denied(module: &str, rule: &str, reason: &str, cause: DenyCause, command: String) -> Decision {
+    Decision::Denied(Denial {
+        rule: rule.to_owned(),
+        module: module.to_owned(),
+        reason: reason.to_owned(),
+        cause,
+        command,
+    })
+}
+
+/// A module that gave no usable answer: the client learns the cause, the log gets the detail
+/// (a trap's wasm backtrace does not belong in a Redis error reply).
+fn faulted(module: &str, fault: Fault, command: String) -> Decision {
+    tracing::warn!(module, cause = fault.cause.as_str(), detail = %fault.detail, "policy module fault; denied");
+    let what = match fault.cause {
+        DenyCause::Deadline => "ran past its deadline",
+        DenyCause::OutOfMemory => "ran out of memory",
+        DenyCause::Malformed => "answered malformed",
+        _ => "trapped",
+    };
+    denied(
+        module,
+        "sandbox",
+        &format!("module {module} {what}"),
+        fault.cause,
+        command,
+    )
+}
+
+fn step(module: &str, verdict: &Result<Verdict, Fault>) -> Step {
+    let (verdict, rule, reason) = match verdict {
+        Ok(Verdict::Allow(rule)) => ("allow", Some(rule.clone()), None),
+        Ok(Verdict::Deny(d)) => ("deny", Some(d.rule.clone()), Some(d.reason.clone())),
+        Ok(Verdict::Abstain) => ("abstain", None, None),
+        Err(fault) => (
+            "fault",
+            None,
+            Some(format!("{}: {}", fault.cause.as_str(), fault.detail)),
+        ),
+    };
+    Step {
+        module: module.to_owned(),
+        verdict: verdict.to_owned(),
+        rule,
+        reason,
+    }
+}

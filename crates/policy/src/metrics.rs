@@ -1,0 +1,105 @@
+//! Prometheus metrics of admission: decisions by outcome and cause, module faults by module and
+//! cause, reloads, and the active generation.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::decision::{Decision, DenyCause};
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabels {
+    outcome: &'static str,
+    cause: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FaultLabels {
+    module: String,
+    cause: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReloadLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Default)]
+pub struct PolicyMetrics {
+    decisions: Family<DecisionLabels, Counter>,
+    faults: Family<FaultLabels, Counter>,
+    reloads: Family<ReloadLabels, Counter>,
+    generation: Gauge,
+}
+
+impl PolicyMetrics {
+    pub fn register(registry: &mut Registry) -> PolicyMetrics {
+        let metrics = PolicyMetrics::default();
+        let registry = registry.sub_registry_with_prefix("policy");
+        registry.register(
+            "decisions",
+            "Admission decisions by outcome and cause",
+            metrics.decisions.clone(),
+        );
+        registry.register(
+            "module_faults",
+            "Module calls that trapped, ran out of time or memory, or answered malformed",
+            metrics.faults.clone(),
+        );
+        registry.register(
+            "reloads",
+            "Policy reloads by outcome",
+            metrics.reloads.clone(),
+        );
+        registry.register(
+            "generation",
+            "The active policy generation",
+            metrics.generation.clone(),
+        );
+        metrics
+    }
+
+    pub fn decided(&self, decision: &Decision) {
+        let labels = match decision {
+            Decision::Admitted { .. } => DecisionLabels {
+                outcome: "admitted",
+                cause: "",
+            },
+            Decision::Denied(denial) => {
+                if is_fault(denial.cause) {
+                    self.faults
+                        .get_or_create(&FaultLabels {
+                            module: denial.module.clone(),
+                            cause: denial.cause.as_str(),
+                        })
+                        .inc();
+                }
+                DecisionLabels {
+                    outcome: "denied",
+                    cause: denial.cause.as_str(),
+                }
+            }
+        };
+        self.decisions.get_or_create(&labels).inc();
+    }
+
+    pub fn reloaded(&self, generation: Option<u64>) {
+        let outcome = match generation {
+            Some(number) => {
+                self.generation.set(number as i64);
+                "ok"
+            }
+            None => "failed",
+        };
+        self.reloads.get_or_create(&ReloadLabels { outcome }).inc();
+    }
+}
+
+fn is_fault(cause: DenyCause) -> bool {
+    matches!(
+        cause,
+        DenyCause::Trap | DenyCause::Deadline | DenyCause::OutOfMemory | DenyCause::Malformed
+    )
+}

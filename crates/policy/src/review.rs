@@ -1,0 +1,1 @@
+//! Decision tables for review (filled in below).

@@ -1,0 +1,112 @@
+//! Typed calls into catalog and guard modules, with the answers checked: an answer that is too
+//! large or names impossible key positions is a [`Fault`] with cause `Malformed`, never trusted.
+
+use std::sync::Arc;
+
+use super::bindings::{Arg, Caller, Command, Descriptor, Verdict};
+use super::engine::Sandbox;
+use super::module::{CatalogKind, Fault, GuardKind, Module};
+
+/// How many leading bytes of a non-key argument cross into the sandbox.
+pub const ARG_PREFIX: usize = 64;
+/// Longest command name, rule id or reason a module may answer with.
+const MAX_TEXT: usize = 1024;
+
+pub struct Catalog {
+    module: Module<CatalogKind>,
+}
+
+impl Catalog {
+    pub fn load(sandbox: Arc<Sandbox>, name: &str, bytes: &[u8]) -> wasmtime::Result<Catalog> {
+        let module = Module::compile(sandbox, name, bytes, Arc::from(&[][..]))?;
+        Ok(Catalog { module })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.module.name
+    }
+
+    /// The descriptor of `argv` (bounded arguments, the name first); `None` for an unknown command.
+    pub fn describe(&self, argv: &[Arg]) -> Result<Option<Descriptor>, Fault> {
+        let answer = self
+            .module
+            .call(|catalog, store| catalog.tollgate_policy_catalog().call_describe(store, argv))?;
+        if let Some(descriptor) = &answer {
+            check_descriptor(descriptor, Some(argv.len()))?;
+        }
+        Ok(answer)
+    }
+
+    pub fn all(&self) -> Result<Vec<Descriptor>, Fault> {
+        let all = self
+            .module
+            .call(|catalog, store| catalog.tollgate_policy_catalog().call_all(store))?;
+        all.iter().try_for_each(|d| check_descriptor(d, None))?;
+        Ok(all)
+    }
+}
+
+fn check_descriptor(descriptor: &Descriptor, argc: Option<usize>) -> Result<(), Fault> {
+    if descriptor.name.is_empty() || descriptor.name.len() > MAX_TEXT {
+        return Err(Fault::malformed(format!(
+            "descriptor name of {} bytes",
+            descriptor.name.len()
+        )));
+    }
+    let argc = argc.unwrap_or(usize::MAX);
+    if let Some(key) = descriptor
+        .keys
+        .iter()
+        .find(|key| key.position == 0 || key.position as usize >= argc)
+    {
+        return Err(Fault::malformed(format!(
+            "key position {} outside argv of {argc}",
+            key.position
+        )));
+    }
+    Ok(())
+}
+
+pub struct Guard {
+    module: Module<GuardKind>,
+}
+
+impl Guard {
+    pub fn load(
+        sandbox: Arc<Sandbox>,
+        name: &str,
+        bytes: &[u8],
+        config: Arc<[u8]>,
+    ) -> wasmtime::Result<Guard> {
+        let module = Module::compile(sandbox, name, bytes, config)?;
+        Ok(Guard { module })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.module.name
+    }
+
+    pub fn admit(
+        &self,
+        who: &Caller,
+        command: &Command,
+        descriptor: &Descriptor,
+    ) -> Result<Verdict, Fault> {
+        let verdict = self.module.call(|guard, store| {
+            guard
+                .tollgate_policy_guard()
+                .call_admit(store, who, command, descriptor)
+        })?;
+        let longest = match &verdict {
+            Verdict::Allow(rule) => rule.len(),
+            Verdict::Deny(denial) => denial.rule.len().max(denial.reason.len()),
+            Verdict::Abstain => 0,
+        };
+        if longest > MAX_TEXT {
+            return Err(Fault::malformed(format!(
+                "answer of {longest} bytes (at most {MAX_TEXT})"
+            )));
+        }
+        Ok(verdict)
+    }
+}
