@@ -8,7 +8,7 @@ use wit_component::ComponentEncoder;
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.is_empty() || args.len() % 2 != 0 {
+    if args.is_empty() || !args.len().is_multiple_of(2) {
         bail!("usage: tollgate-componentize IN.wasm OUT.wasm [IN.wasm OUT.wasm]...");
     }
     for pair in args.chunks(2) {
