@@ -1,24 +1,26 @@
-//! What `/readyz` checks: Redis answers a PING within a short deadline, and the daemon has finished
-//! starting (a policy is loaded). Each problem is reported as a sentence.
+//! What `/readyz` checks: the daemon has finished starting (a policy is loaded), the lanes are open,
+//! and Redis answers a PING sent through the REGULAR lane as its ACL user within a short deadline;
+//! any lane that cannot connect right now is named. Each problem is reported as a sentence.
+//! [`ping`] is the raw probe used before the lanes exist (waiting for the embedded server).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tollgate_lanes::Endpoint;
+use tollgate_lanes::{Endpoint, Lanes, LifeState};
 
 /// How long `/readyz` waits for Redis before calling it unavailable.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 
 pub struct Readiness {
-    redis: Endpoint,
+    lanes: Lanes,
     started: AtomicBool,
 }
 
 impl Readiness {
-    pub fn new(redis: Endpoint) -> Self {
+    pub fn new(lanes: Lanes) -> Self {
         Self {
-            redis,
+            lanes,
             started: AtomicBool::new(false),
         }
     }
@@ -34,8 +36,18 @@ impl Readiness {
         if !self.started.load(Ordering::Acquire) {
             problems.push("starting: policy not loaded yet".to_owned());
         }
-        if let Err(reason) = ping(&self.redis).await {
-            problems.push(format!("redis at {} unavailable: {reason}", self.redis));
+        let status = self.lanes.status();
+        if status.state != LifeState::Open {
+            problems.push("lanes are closing: the daemon is shutting down".to_owned());
+            return problems;
+        }
+        if let Err(error) = self.lanes.ping(PROBE_TIMEOUT).await {
+            problems.push(format!("redis unavailable: {error}"));
+        }
+        for lane in status.lanes {
+            if let Some(reason) = lane.unavailable {
+                problems.push(format!("lane {} unavailable: {reason}", lane.lane.shout()));
+            }
         }
         problems
     }
@@ -56,14 +68,20 @@ async fn ping_unbounded(endpoint: &Endpoint) -> Result<(), String> {
             let mut stream = tokio::net::UnixStream::connect(path)
                 .await
                 .map_err(|e| e.to_string())?;
-            stream.write_all(b"PING\r\n").await.map_err(|e| e.to_string())?;
+            stream
+                .write_all(b"PING\r\n")
+                .await
+                .map_err(|e| e.to_string())?;
             stream.read(&mut reply).await.map_err(|e| e.to_string())?
         }
         Endpoint::Tcp { host, port } => {
             let mut stream = tokio::net::TcpStream::connect((host.as_str(), *port))
                 .await
                 .map_err(|e| e.to_string())?;
-            stream.write_all(b"PING\r\n").await.map_err(|e| e.to_string())?;
+            stream
+                .write_all(b"PING\r\n")
+                .await
+                .map_err(|e| e.to_string())?;
             stream.read(&mut reply).await.map_err(|e| e.to_string())?
         }
     };

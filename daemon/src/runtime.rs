@@ -8,6 +8,8 @@ use prometheus_client::registry::Registry;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use tollgate_lanes::{Lanes, Topology};
+
 use crate::config::Config;
 use crate::embedded::{EmbeddedError, EmbeddedRedis};
 use crate::metrics::Metrics;
@@ -18,6 +20,8 @@ use crate::server::{http, socket};
 pub struct Shared {
     pub readiness: Readiness,
     pub metrics: Metrics,
+    /// The only way to Redis (DESIGN.md, "Lanes").
+    pub lanes: Lanes,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +30,10 @@ pub enum StartError {
     Bind(#[from] socket::BindError),
     #[error(transparent)]
     Embedded(#[from] EmbeddedError),
+    #[error(transparent)]
+    LaneUsers(#[from] tollgate_lanes::AclError),
+    #[error(transparent)]
+    Lanes(#[from] tollgate_lanes::OpenError),
     #[error("cannot create runtime directory {path}: {source}")]
     RuntimeDir {
         path: PathBuf,
@@ -40,6 +48,7 @@ pub struct Daemon {
     tasks: JoinSet<()>,
     http_socket: socket::SocketFile,
     embedded: Option<EmbeddedRedis>,
+    lanes: Lanes,
     config: Config,
 }
 
@@ -64,9 +73,24 @@ impl Daemon {
             (None, None) => unreachable!("no redis section means an embedded server was started"),
         };
 
-        let registry = Registry::with_prefix("tollgate");
+        let mut registry = Registry::with_prefix("tollgate");
+        // The daemon owns an embedded server, so it gives each lane its own least-privilege user.
+        let lanes_config = match &embedded {
+            Some(_) => {
+                tollgate_lanes::provision(&endpoint, &runtime_dir, &config.lanes)
+                    .await?
+                    .config
+            }
+            None => config.lanes.clone(),
+        };
+        let lanes = Lanes::open(
+            &Topology::Standalone(endpoint),
+            &lanes_config,
+            &mut registry,
+        )?;
         let shared = Arc::new(Shared {
-            readiness: Readiness::new(endpoint),
+            readiness: Readiness::new(lanes.clone()),
+            lanes: lanes.clone(),
             metrics: Metrics::new(registry),
         });
 
@@ -81,6 +105,7 @@ impl Daemon {
             tasks,
             http_socket,
             embedded,
+            lanes,
             config,
         })
     }
@@ -107,6 +132,7 @@ impl Daemon {
         tracing::info!("shutting down");
         self.stop.cancel();
         let drain = self.config.shutdown.drain_timeout;
+        let draining_since = tokio::time::Instant::now();
         let drained = tokio::time::timeout(drain, async {
             while self.tasks.join_next().await.is_some() {}
         })
@@ -115,6 +141,12 @@ impl Daemon {
             tracing::warn!(?drain, "in-flight work did not finish within the drain timeout");
             self.tasks.shutdown().await;
         }
+        // Lanes close after the listeners (their sessions hold lanes) and before the embedded Redis.
+        let lanes = self
+            .lanes
+            .close(drain.saturating_sub(draining_since.elapsed()))
+            .await;
+        tracing::info!(?lanes, "lanes closed");
         if let Some(embedded) = self.embedded.take() {
             embedded.stop().await;
         }

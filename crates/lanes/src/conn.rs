@@ -11,6 +11,8 @@ use crate::stream::{Probe, Stream};
 pub(crate) struct Conn {
     stream: Stream,
     read: BytesMut,
+    /// Which master (see `Locator`) the connection was opened to.
+    generation: u64,
     _tracked: Tracked,
 }
 
@@ -43,10 +45,11 @@ pub(crate) enum ConnError {
 }
 
 impl Conn {
-    pub(crate) fn new(stream: Stream, metrics: &LaneMetrics) -> Self {
+    pub(crate) fn new(stream: Stream, metrics: &LaneMetrics, generation: u64) -> Self {
         Conn {
             stream,
             read: BytesMut::with_capacity(4096),
+            generation,
             _tracked: Tracked::new(metrics),
         }
     }
@@ -67,6 +70,10 @@ impl Conn {
                 return Err(ConnError::Eof);
             }
         }
+    }
+
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Whether an idle connection can be lent again.

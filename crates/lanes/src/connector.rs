@@ -2,6 +2,7 @@
 //! refuse further attempts for an exponentially growing, jittered pause so that a Redis outage makes
 //! callers fail fast with `Unavailable` instead of piling up connection attempts.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -11,9 +12,9 @@ use tokio::time::Instant;
 use tollgate_model::Lane;
 
 use crate::conn::{hello, Conn};
+use crate::locator::Locator;
 use crate::metrics::LaneMetrics;
 use crate::stream::Stream;
-use crate::Topology;
 
 /// How long one connection attempt (dial plus HELLO) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -29,7 +30,7 @@ pub(crate) struct Credentials {
 }
 
 pub(crate) struct Connector {
-    topology: Topology,
+    locator: Arc<Locator>,
     hello: Bytes,
     backoff: Mutex<Backoff>,
     metrics: LaneMetrics,
@@ -47,7 +48,7 @@ struct Backoff {
 impl Connector {
     pub(crate) fn new(
         lane: Lane,
-        topology: Topology,
+        locator: Arc<Locator>,
         credentials: Option<Credentials>,
         metrics: LaneMetrics,
     ) -> Self {
@@ -56,7 +57,7 @@ impl Connector {
             .as_ref()
             .map(|c| (c.user.as_str(), c.password.as_str()));
         Connector {
-            topology,
+            locator,
             hello: hello(auth, &name),
             backoff: Mutex::new(Backoff::default()),
             metrics,
@@ -75,8 +76,8 @@ impl Connector {
                 ));
             }
         }
-        let endpoint = self.topology.endpoint().clone();
-        let attempt = tokio::time::timeout(CONNECT_TIMEOUT, self.dial(&endpoint)).await;
+        let (endpoint, generation) = self.locator.current()?;
+        let attempt = tokio::time::timeout(CONNECT_TIMEOUT, self.dial(&endpoint, generation)).await;
         let result =
             attempt.unwrap_or_else(|_| Err(format!("no answer within {CONNECT_TIMEOUT:?}")));
         let mut backoff = self.backoff.lock();
@@ -113,14 +114,24 @@ impl Connector {
             .map(|_| backoff.last_error.clone())
     }
 
+    /// Whether `conn` goes to the server that is master now.
+    pub(crate) fn is_current(&self, conn: &Conn) -> bool {
+        conn.generation() == self.locator.generation()
+    }
+
+    /// Resolves once the master has moved away from the one of `generation`.
+    pub(crate) async fn moved(&self, generation: u64) {
+        self.locator.moved(generation).await
+    }
+
     /// Notes that an established connection broke, so the next success counts as a reconnect.
     pub(crate) fn note_lost(&self) {
         self.backoff.lock().broken = true;
     }
 
-    async fn dial(&self, endpoint: &crate::Endpoint) -> Result<Conn, String> {
+    async fn dial(&self, endpoint: &crate::Endpoint, generation: u64) -> Result<Conn, String> {
         let stream = Stream::connect(endpoint).await.map_err(|e| e.to_string())?;
-        let mut conn = Conn::new(stream, &self.metrics);
+        let mut conn = Conn::new(stream, &self.metrics, generation);
         let reply = conn.call(&self.hello).await.map_err(|e| e.to_string())?;
         if reply.is_error() {
             let text = String::from_utf8_lossy(reply.bytes().trim_ascii_end()).into_owned();

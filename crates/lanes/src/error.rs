@@ -86,4 +86,6 @@ pub enum OpenError {
     },
     #[error("lane {lane}: password_file is set but user is not")]
     PasswordWithoutUser { lane: Lane },
+    #[error("a Sentinel topology needs at least one sentinel address")]
+    NoSentinels,
 }

@@ -92,6 +92,9 @@ impl ExclusiveLane {
         let mut idle = self.idle.lock();
         while let Some(conn) = idle.pop() {
             self.metrics.idle.dec();
+            if !self.connector.is_current(&conn) {
+                continue;
+            }
             match conn.probe() {
                 Probe::Quiet => return Some(conn),
                 Probe::Gone => self.connector.note_lost(),
@@ -102,7 +105,7 @@ impl ExclusiveLane {
     }
 
     fn give_back(&self, conn: Conn) {
-        if self.life.is_open() {
+        if self.life.is_open() && self.connector.is_current(&conn) {
             self.idle.lock().push(conn);
             self.metrics.idle.inc();
         }
@@ -142,10 +145,11 @@ impl Borrowed {
         }
         self.session.observe(&command);
         self.owes_reply = true;
-        let killed = self.lane.life.killed().clone();
+        let generation = conn.generation();
         let outcome = tokio::select! {
             outcome = conn.call(&command) => outcome.map_err(|e| e.to_string()),
-            _ = killed.cancelled() => Err("lanes closed before the reply arrived".to_owned()),
+            _ = self.lane.life.killed().cancelled() => Err("lanes closed before the reply arrived".to_owned()),
+            _ = self.lane.connector.moved(generation) => Err("the redis master moved to another server".to_owned()),
         };
         match outcome {
             Ok(reply) => {

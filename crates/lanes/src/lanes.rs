@@ -16,6 +16,7 @@ use crate::connector::{Connector, Credentials};
 use crate::error::{CallError, LaneError, OpenError};
 use crate::exclusive::{Borrowed, ExclusiveLane};
 use crate::life::Life;
+use crate::locator::Locator;
 use crate::metrics::{Families, LaneMetrics};
 use crate::multiplex::{Channel, MultiplexedLane};
 use crate::pubsub::{PubSubLane, Subscription, SubscriptionKind};
@@ -39,6 +40,14 @@ struct Inner {
     life: Arc<Life>,
     drivers: Mutex<JoinSet<()>>,
     closed: tokio::sync::Mutex<bool>,
+}
+
+impl Drop for Inner {
+    /// The last handle is gone without `close`: stop the drivers rather than leak them.
+    fn drop(&mut self) {
+        self.life.start_draining();
+        self.life.kill();
+    }
 }
 
 /// How a call to [`Lanes::close`] ended.
@@ -77,9 +86,15 @@ impl Lanes {
         config: &LanesConfig,
         registry: &mut Registry,
     ) -> Result<Lanes, OpenError> {
+        if let Topology::Sentinel { sentinels, .. } = topology {
+            if sentinels.is_empty() {
+                return Err(OpenError::NoSentinels);
+            }
+        }
         let families = Families::register(registry);
         let life = Arc::new(Life::new());
         let mut drivers = JoinSet::new();
+        let locator = Arc::new(Locator::start(topology, &life, &mut drivers));
         let mut settings = Vec::new();
         let mut connectors = Vec::new();
         let mut parts = Vec::new();
@@ -87,7 +102,7 @@ impl Lanes {
             let lane_settings = config.settings(lane);
             let credentials = credentials(&lane_settings)?;
             let metrics = families.lane(lane);
-            let connector = Connector::new(lane, topology.clone(), credentials, metrics.clone());
+            let connector = Connector::new(lane, locator.clone(), credentials, metrics.clone());
             parts.push((lane_settings.clone(), connector, metrics));
             settings.push(lane_settings);
         }

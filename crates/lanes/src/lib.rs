@@ -15,6 +15,7 @@ mod gate;
 mod hygiene;
 mod lanes;
 mod life;
+mod locator;
 mod metrics;
 mod multiplex;
 mod pubsub;

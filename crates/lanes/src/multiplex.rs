@@ -291,13 +291,14 @@ async fn pipeline(
     first: Request,
     queue: &mut mpsc::UnboundedReceiver<Request>,
 ) -> Option<Request> {
+    let generation = conn.generation();
     let (stream, read, _tracked) = conn.into_parts();
     let (reader, writer) = tokio::io::split(stream);
     let (in_flight, owed) = mpsc::unbounded_channel();
     let lost = CancellationToken::new();
     let (unsent, ()) = tokio::join!(
         write_loop(lane, writer, first, queue, in_flight, &lost),
-        read_loop(lane, reader, read, owed, &lost),
+        read_loop(lane, reader, read, owed, &lost, generation),
     );
     if lost.is_cancelled() {
         lane.connector.note_lost();
@@ -384,9 +385,14 @@ async fn read_loop(
     mut read: BytesMut,
     mut owed: mpsc::UnboundedReceiver<InFlight>,
     lost: &CancellationToken,
+    generation: u64,
 ) {
     let limits = reply_limits();
     let mut current: Option<InFlight> = None;
+    // Created once: the loop below runs per reply.
+    let killed = lane.life.killed().cancelled();
+    let moved = lane.connector.moved(generation);
+    tokio::pin!(killed, moved);
     let failure = loop {
         if let Err(error) = hand_out(&mut read, &mut current, &mut owed, &limits) {
             break format!("redis sent an unreadable reply: {error}");
@@ -397,7 +403,8 @@ async fn read_loop(
         tokio::select! {
             biased;
             _ = lost.cancelled() => break "the connection failed".to_owned(),
-            _ = lane.life.killed().cancelled() => break "lanes closed before the reply arrived".to_owned(),
+            _ = &mut killed => break "lanes closed before the reply arrived".to_owned(),
+            _ = &mut moved => break "the redis master moved to another server".to_owned(),
             waiting = owed.recv(), if current.is_none() => match waiting {
                 Some(waiting) => current = Some(waiting),
                 None => return,

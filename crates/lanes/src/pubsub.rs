@@ -293,7 +293,7 @@ async fn drive(
         };
         match connector.connect().await {
             Ok(conn) => {
-                let reason = serve(&shard, conn, first, &mut control, &life).await;
+                let reason = serve(&shard, conn, first, &mut control, &life, &connector).await;
                 if let Some(reason) = reason {
                     connector.note_lost();
                     shard.end_all(&SubscriptionEnded::Disconnected { reason });
@@ -312,7 +312,10 @@ async fn serve(
     first: Key,
     control: &mut mpsc::UnboundedReceiver<Control>,
     life: &Life,
+    connector: &Connector,
 ) -> Option<String> {
+    let moved = connector.moved(conn.generation());
+    tokio::pin!(moved);
     let (stream, mut read, _tracked) = conn.into_parts();
     let (mut reader, mut writer) = tokio::io::split(stream);
     let mut unconfirmed = VecDeque::new();
@@ -326,6 +329,7 @@ async fn serve(
         tokio::select! {
             biased;
             _ = life.draining().cancelled() => return None,
+            _ = &mut moved => return Some("the redis master moved to another server".into()),
             command = control.recv() => match command {
                 Some(command) => pending.push(command),
                 None => return None,

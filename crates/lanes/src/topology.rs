@@ -20,20 +20,17 @@ pub struct RedisConfig {
 pub enum Topology {
     /// One server at a fixed address.
     Standalone(Endpoint),
+    /// The master of a Sentinel-monitored group, found through the sentinels and followed across
+    /// failovers (`+switch-master`).
+    Sentinel {
+        master: String,
+        sentinels: Vec<Endpoint>,
+    },
 }
 
 impl From<&RedisConfig> for Topology {
     fn from(config: &RedisConfig) -> Self {
         Topology::Standalone(config.address.clone())
-    }
-}
-
-impl Topology {
-    /// The address new connections go to now.
-    pub fn endpoint(&self) -> &Endpoint {
-        match self {
-            Topology::Standalone(endpoint) => endpoint,
-        }
     }
 }
 

@@ -5,6 +5,7 @@
 
 mod body;
 mod health;
+mod lanes;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -59,6 +60,7 @@ async fn route(request: Request<Incoming>, shared: &Shared) -> HttpResponse {
     let path = request.uri().path().to_owned();
     let outcome = match path.as_str() {
         "/healthz" | "/readyz" | "/metrics" => health::handle(request, shared).await,
+        "/v1/lanes" => lanes::handle(request, shared).await,
         _ => Err(ApiError::NotFound(path)),
     };
     outcome.unwrap_or_else(ApiError::into_response)

@@ -1,0 +1,279 @@
+//! Where the master is right now. Standalone: a fixed address. Sentinel: asked of the sentinels and
+//! followed through failovers by a task subscribed to `+switch-master` (with a periodic re-check in
+//! case a notification was missed). Each move bumps a generation; connections remember the generation
+//! they were opened in, and a move closes the old ones (their in-flight replies become indeterminate).
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tollgate_resp::Frame;
+
+use crate::life::Life;
+use crate::reply::reply_limits;
+use crate::stream::Stream;
+use crate::{Endpoint, Topology};
+
+/// How long one exchange with a sentinel may take.
+const SENTINEL_TIMEOUT: Duration = Duration::from_secs(1);
+/// How often the master's address is re-checked even without a `+switch-master` message.
+const RECHECK: Duration = Duration::from_secs(5);
+/// Pause before trying the next sentinel after one failed.
+const RETRY: Duration = Duration::from_millis(200);
+
+#[derive(Debug, Clone)]
+struct Located {
+    master: Result<Endpoint, String>,
+    generation: u64,
+}
+
+pub(crate) struct Locator {
+    current: watch::Receiver<Located>,
+    /// Keeps a fixed (standalone) address alive; the Sentinel follower owns its own sender.
+    _fixed: Option<watch::Sender<Located>>,
+}
+
+impl Locator {
+    pub(crate) fn start(
+        topology: &Topology,
+        life: &std::sync::Arc<Life>,
+        drivers: &mut JoinSet<()>,
+    ) -> Locator {
+        match topology {
+            Topology::Standalone(endpoint) => {
+                let (fixed, current) = watch::channel(Located {
+                    master: Ok(endpoint.clone()),
+                    generation: 0,
+                });
+                Locator {
+                    current,
+                    _fixed: Some(fixed),
+                }
+            }
+            Topology::Sentinel { master, sentinels } => {
+                let (sender, current) = watch::channel(Located {
+                    master: Err(format!(
+                        "no sentinel has named the master of `{master}` yet"
+                    )),
+                    generation: 0,
+                });
+                let follower = follow(master.clone(), sentinels.clone(), sender);
+                let life = life.clone();
+                drivers.spawn(async move {
+                    tokio::select! {
+                        _ = follower => {}
+                        _ = life.draining().cancelled() => {}
+                    }
+                });
+                Locator {
+                    current,
+                    _fixed: None,
+                }
+            }
+        }
+    }
+
+    /// The master's address now and the generation it belongs to.
+    pub(crate) fn current(&self) -> Result<(Endpoint, u64), String> {
+        let located = self.current.borrow();
+        located
+            .master
+            .clone()
+            .map(|endpoint| (endpoint, located.generation))
+    }
+
+    pub(crate) fn generation(&self) -> u64 {
+        self.current.borrow().generation
+    }
+
+    /// Resolves once the master has moved away from `generation` (never, for a fixed address).
+    pub(crate) async fn moved(&self, generation: u64) {
+        let mut current = self.current.clone();
+        if current
+            .wait_for(|l| l.generation != generation)
+            .await
+            .is_err()
+        {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Follows the master of `name` through the sentinels until the lanes close.
+async fn follow(name: String, sentinels: Vec<Endpoint>, sender: watch::Sender<Located>) {
+    let publish = |master: Result<Endpoint, String>| {
+        sender.send_if_modified(|located| {
+            let moved = match (&located.master, &master) {
+                (Ok(old), Ok(new)) => old != new,
+                (Err(_), Ok(_)) => true,
+                // Keep using the last known master while the sentinels cannot be asked.
+                (_, Err(_)) => false,
+            };
+            if moved {
+                located.generation += 1;
+                tracing::info!(master = ?master, "redis master located");
+            }
+            if moved || located.master.is_err() {
+                located.master = master;
+            }
+            moved
+        });
+    };
+    for sentinel in sentinels.iter().cycle() {
+        let outcome = watch_sentinel(&name, sentinel, &publish).await;
+        tracing::warn!(%sentinel, reason = %outcome, "sentinel connection ended; trying the next one");
+        tokio::time::sleep(RETRY).await;
+    }
+}
+
+/// Subscribes to `+switch-master` on one sentinel, asks it for the master, and follows it until the
+/// connection fails; returns why it ended.
+async fn watch_sentinel(
+    name: &str,
+    sentinel: &Endpoint,
+    publish: &impl Fn(Result<Endpoint, String>),
+) -> String {
+    let mut events = match connect(sentinel).await {
+        Ok(stream) => stream,
+        Err(error) => return error,
+    };
+    let mut read = BytesMut::new();
+    if let Err(error) = exchange(&mut events, &mut read, &["SUBSCRIBE", "+switch-master"]).await {
+        return error;
+    }
+    // Asked only after subscribing, so that a failover in between is not missed.
+    loop {
+        match ask_master(name, sentinel).await {
+            Ok(master) => publish(Ok(master)),
+            Err(error) => return error,
+        }
+        let deadline = tokio::time::sleep(RECHECK);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                _ = &mut deadline => break,
+                message = next_frame(&mut events, &mut read) => match message {
+                    Ok(frame) => {
+                        if let Some(master) = switched_to(name, &frame) {
+                            publish(Ok(master));
+                        }
+                    }
+                    Err(error) => return error,
+                },
+            }
+        }
+    }
+}
+
+async fn connect(sentinel: &Endpoint) -> Result<Stream, String> {
+    match tokio::time::timeout(SENTINEL_TIMEOUT, Stream::connect(sentinel)).await {
+        Ok(Ok(stream)) => Ok(stream),
+        Ok(Err(error)) => Err(format!("sentinel {sentinel}: {error}")),
+        Err(_) => Err(format!(
+            "sentinel {sentinel}: no answer within {SENTINEL_TIMEOUT:?}"
+        )),
+    }
+}
+
+async fn ask_master(name: &str, sentinel: &Endpoint) -> Result<Endpoint, String> {
+    let mut stream = connect(sentinel).await?;
+    let mut read = BytesMut::new();
+    let reply = tokio::time::timeout(
+        SENTINEL_TIMEOUT,
+        exchange(
+            &mut stream,
+            &mut read,
+            &["SENTINEL", "get-master-addr-by-name", name],
+        ),
+    )
+    .await
+    .map_err(|_| format!("sentinel {sentinel}: no answer within {SENTINEL_TIMEOUT:?}"))??;
+    match reply {
+        Frame::Array(items) => address(items.first(), items.get(1))
+            .ok_or_else(|| format!("sentinel {sentinel}: unreadable master address")),
+        other => Err(format!(
+            "sentinel {sentinel} does not know master `{name}`: {other:?}"
+        )),
+    }
+}
+
+/// `+switch-master` carries `<name> <old-ip> <old-port> <new-ip> <new-port>`.
+fn switched_to(name: &str, frame: &Frame) -> Option<Endpoint> {
+    let Frame::Array(items) = frame else {
+        return None;
+    };
+    if items.first()?.as_bytes()?.as_ref() != b"message" {
+        return None;
+    }
+    let payload = String::from_utf8(items.get(2)?.as_bytes()?.to_vec()).ok()?;
+    let fields: Vec<&str> = payload.split(' ').collect();
+    match fields.as_slice() {
+        [group, _, _, host, port] if *group == name => Some(Endpoint::Tcp {
+            host: (*host).to_owned(),
+            port: port.parse().ok()?,
+        }),
+        _ => None,
+    }
+}
+
+fn address(host: Option<&Frame>, port: Option<&Frame>) -> Option<Endpoint> {
+    let host = String::from_utf8(host?.as_bytes()?.to_vec()).ok()?;
+    let port = std::str::from_utf8(port?.as_bytes()?).ok()?.parse().ok()?;
+    Some(Endpoint::Tcp { host, port })
+}
+
+async fn exchange(
+    stream: &mut Stream,
+    read: &mut BytesMut,
+    argv: &[&str],
+) -> Result<Frame, String> {
+    let mut out = BytesMut::new();
+    tollgate_resp::encode_command(argv, &mut out);
+    stream.write_all(&out).await.map_err(|e| e.to_string())?;
+    next_frame(stream, read).await
+}
+
+async fn next_frame(stream: &mut Stream, read: &mut BytesMut) -> Result<Frame, String> {
+    loop {
+        if let Some(frame) =
+            tollgate_resp::parse(read, &reply_limits()).map_err(|e| e.to_string())?
+        {
+            return Ok(frame);
+        }
+        if stream.read_buf(read).await.map_err(|e| e.to_string())? == 0 {
+            return Err("connection closed".into());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_switch_master_for_our_group_only() {
+        let message = |payload: &str| {
+            Frame::Array(vec![
+                Frame::Bulk("message".into()),
+                Frame::Bulk("+switch-master".into()),
+                Frame::Bulk(payload.to_owned().into()),
+            ])
+        };
+        assert_eq!(
+            switched_to(
+                "mymaster",
+                &message("mymaster 127.0.0.1 6379 127.0.0.1 6380")
+            ),
+            Some(Endpoint::Tcp {
+                host: "127.0.0.1".into(),
+                port: 6380
+            })
+        );
+        assert_eq!(
+            switched_to("mymaster", &message("other 127.0.0.1 6379 127.0.0.1 6380")),
+            None
+        );
+    }
+}
