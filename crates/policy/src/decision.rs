@@ -15,6 +15,8 @@ pub enum Decision {
     Admitted {
         descriptor: std::sync::Arc<Descriptor>,
         lane: Lane,
+        /// The rule that allowed it (the first guard's that did; `audit:<id>` under `mode: audit`).
+        rule: String,
     },
     Denied(Denial),
 }

@@ -355,7 +355,7 @@ impl Generation {
         descriptor: &bindings::Descriptor,
         mut steps: Option<&mut Vec<Step>>,
     ) -> Decision {
-        let mut allowed = false;
+        let mut allowed: Option<String> = None;
         let mut denial = None;
         for guard in &self.guards {
             let verdict = guard.admit(who, command, descriptor);
@@ -363,8 +363,8 @@ impl Generation {
                 steps.push(step(guard.name(), &verdict));
             }
             let refusal = match verdict {
-                Ok(Verdict::Allow(_)) => {
-                    allowed = true;
+                Ok(Verdict::Allow(rule)) => {
+                    allowed.get_or_insert(rule);
                     continue;
                 }
                 Ok(Verdict::Abstain) => continue,
@@ -385,13 +385,14 @@ impl Generation {
         }
         match (denial, allowed) {
             (Some(denial), _) => denial,
-            (None, true) => Decision::Admitted {
+            (None, Some(rule)) => Decision::Admitted {
                 descriptor: Arc::new(Descriptor::from(descriptor)),
                 lane: lane_from_wit(descriptor.lane),
+                rule,
             },
-            (None, false) => denied(
+            (None, None) => denied(
                 HOST,
-                "default-deny",
+                compile::DEFAULT_DENY,
                 "no rule allows it (policies are default-deny)",
                 DenyCause::NoRule,
                 descriptor.name.clone(),

@@ -10,7 +10,9 @@ use tollgate_policy_rules::{glob, Action, Category, CategorySet, CompiledPolicy,
 
 use super::source::{PolicyFile, PrincipalSource, RuleSource, TestSource};
 use super::spans::Spans;
-use super::{CatalogIndex, CompiledFile, Diagnostic, Expectation, Principal, Severity};
+use super::{
+    CatalogIndex, CompiledFile, Diagnostic, Expectation, Principal, Severity, DEFAULT_DENY,
+};
 
 pub struct Checker<'a> {
     path: &'a Path,
@@ -291,7 +293,7 @@ impl<'a> Checker<'a> {
             );
         }
         if let Some(rule) = &test.rule {
-            if !ids.contains(rule.as_str()) {
+            if rule != DEFAULT_DENY && !ids.contains(rule.as_str()) {
                 self.error(&format!("{at}.rule"), format!("no rule with id `{rule}`"));
             }
         }

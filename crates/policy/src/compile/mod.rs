@@ -16,6 +16,9 @@ use tollgate_policy_rules::{CategorySet, CompiledPolicy};
 
 pub use source::Expected;
 
+/// The rule id of a denial because no rule allowed (policies are default-deny); tests may name it.
+pub const DEFAULT_DENY: &str = "default-deny";
+
 /// What the compiler knows of the catalog: every canonical name and its categories.
 #[derive(Debug, Default, Clone)]
 pub struct CatalogIndex {

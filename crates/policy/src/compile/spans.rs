@@ -113,9 +113,9 @@ mod tests {
     fn paths_point_at_values() {
         let text = "principals:\n  app: { uids: [1000] }\nrules:\n  - id: a\n    commands: [GET, \"@nope\"]\n";
         let spans = Spans::of(text);
-        assert_eq!(spans.at("rules.0.commands.1"), (5, 20));
+        assert_eq!(spans.at("rules.0.commands.1"), (5, 21));
         assert_eq!(spans.at("rules.0.id"), (4, 9));
         assert_eq!(spans.at("principals.app.uids.0"), (2, 17));
-        assert_eq!(spans.at("rules.0.missing"), (4, 5));
+        assert_eq!(spans.at("rules.0.missing"), (4, 7));
     }
 }
