@@ -48,7 +48,9 @@ impl ModuleConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SandboxLimits {
-    /// How long one module call may run.
+    /// How long one module call may run, in wall time. It bounds runaway modules, not slow ones:
+    /// a decision takes microseconds, but a thread descheduled on a loaded machine can lose
+    /// milliseconds, and a deadline that tight would deny legitimate commands (fail-closed).
     #[serde(with = "humantime_serde")]
     pub deadline: Duration,
     /// Units of work per call instead of a deadline: deterministic whatever the machine's load,
@@ -68,7 +70,7 @@ pub enum Budget {
 impl Default for SandboxLimits {
     fn default() -> Self {
         SandboxLimits {
-            deadline: Duration::from_millis(5),
+            deadline: Duration::from_millis(100),
             fuel: None,
             memory_mib: 16,
         }
