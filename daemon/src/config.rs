@@ -17,6 +17,7 @@ pub struct Config {
     /// Directory for sockets and the embedded Redis: default `$XDG_RUNTIME_DIR/tollgate`, else `./.tollgate`.
     pub runtime_dir: Option<PathBuf>,
     pub listen: ListenConfig,
+    pub resp: RespConfig,
     /// Where Redis is. Absent: the daemon starts its own `redis-server` (see `embedded`).
     pub redis: Option<RedisConfig>,
     pub embedded: EmbeddedConfig,
@@ -65,6 +66,46 @@ impl<'de> Deserialize<'de> for SocketMode {
             _ => Err(serde::de::Error::custom(format!(
                 "invalid file mode `{text}`: expected octal digits such as \"0660\""
             ))),
+        }
+    }
+}
+
+/// The `resp:` section of the config: limits on what one client may send and buffer.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RespConfig {
+    /// Largest command a client may send, in bytes (Redis's own ceiling is 512 MiB).
+    pub max_command_bytes: usize,
+    /// Most arguments in one command.
+    pub max_arguments: usize,
+    /// Longest inline (telnet-style) command line.
+    pub max_inline_bytes: usize,
+    /// Most commands of one client in flight at once; past it the daemon stops reading that client.
+    pub max_pipeline: usize,
+    /// Pub/sub messages buffered for one subscriber before it is disconnected as too slow.
+    pub subscriber_buffer: usize,
+}
+
+impl Default for RespConfig {
+    fn default() -> Self {
+        Self {
+            max_command_bytes: 64 * 1024 * 1024,
+            max_arguments: 1024 * 1024,
+            max_inline_bytes: 64 * 1024,
+            max_pipeline: 1024,
+            subscriber_buffer: 1024,
+        }
+    }
+}
+
+impl RespConfig {
+    /// The parser limits these settings imply for client commands.
+    pub fn limits(&self) -> tollgate_resp::Limits {
+        tollgate_resp::Limits {
+            max_frame_bytes: self.max_command_bytes,
+            max_elements: self.max_arguments,
+            max_depth: 1,
+            max_inline_bytes: self.max_inline_bytes,
         }
     }
 }

@@ -9,11 +9,14 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use tollgate_lanes::{Lanes, Topology};
+use tollgate_lease::LeaseService;
+use tollgate_policy::Admission;
 
 use crate::config::Config;
 use crate::embedded::{EmbeddedError, EmbeddedRedis};
 use crate::metrics::Metrics;
 use crate::readiness::Readiness;
+use crate::server::resp::{self, FrontDoor};
 use crate::server::{http, socket};
 
 /// What every listener shares.
@@ -22,6 +25,10 @@ pub struct Shared {
     pub metrics: Metrics,
     /// The only way to Redis (DESIGN.md, "Lanes").
     pub lanes: Lanes,
+    /// Leases on the SCRIPT and PUBSUB lanes (DESIGN.md, "Leases").
+    pub leases: LeaseService,
+    /// The policy every command and lease passes.
+    pub admission: Admission,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +41,8 @@ pub enum StartError {
     LaneUsers(#[from] tollgate_lanes::AclError),
     #[error(transparent)]
     Lanes(#[from] tollgate_lanes::OpenError),
+    #[error("policy: {0}")]
+    Policy(#[from] tollgate_policy::PolicyError),
     #[error("cannot create runtime directory {path}: {source}")]
     RuntimeDir {
         path: PathBuf,
@@ -47,6 +56,7 @@ pub struct Daemon {
     stop: CancellationToken,
     tasks: JoinSet<()>,
     http_socket: socket::SocketFile,
+    resp_socket: socket::SocketFile,
     embedded: Option<EmbeddedRedis>,
     lanes: Lanes,
     config: Config,
@@ -61,7 +71,10 @@ impl Daemon {
             source,
         })?;
         let group = config.listen.group.as_deref();
-        let (http_listener, http_socket) = socket::bind(&config.http_socket(), config.listen.mode.0, group)?;
+        let (http_listener, http_socket) =
+            socket::bind(&config.http_socket(), config.listen.mode.0, group)?;
+        let (resp_listener, resp_socket) =
+            socket::bind(&config.resp_socket(), config.listen.mode.0, group)?;
 
         let embedded = match &config.redis {
             Some(_) => None,
@@ -88,22 +101,46 @@ impl Daemon {
             &lanes_config,
             &mut registry,
         )?;
+        let admission = Admission::load(&config.policy, &mut registry)?;
+        let leases = LeaseService::new(&lanes, config.leases.clone(), &mut registry);
         let shared = Arc::new(Shared {
             readiness: Readiness::new(lanes.clone()),
             lanes: lanes.clone(),
+            leases: leases.clone(),
+            admission: admission.clone(),
             metrics: Metrics::new(registry),
         });
 
         let stop = CancellationToken::new();
         let mut tasks = JoinSet::new();
         tasks.spawn(http::serve(http_listener, shared.clone(), stop.clone()));
+        // Watchdogs stop with the daemon (their leases run out by TTL), which also ends the events
+        // streams that graceful HTTP shutdown would otherwise wait for.
+        tasks.spawn({
+            let stop = stop.clone();
+            async move {
+                stop.cancelled().await;
+                leases.close();
+            }
+        });
+        let front_door = Arc::new(FrontDoor::new(
+            admission,
+            lanes.clone(),
+            config.resp.clone(),
+        ));
+        tasks.spawn(resp::serve(resp_listener, front_door, stop.clone()));
 
         shared.readiness.mark_started();
-        tracing::info!(http = %http_socket.path.display(), "tollgate serving");
+        tracing::info!(
+            resp = %resp_socket.path.display(),
+            http = %http_socket.path.display(),
+            "tollgate serving"
+        );
         Ok(Daemon {
             stop,
             tasks,
             http_socket,
+            resp_socket,
             embedded,
             lanes,
             config,
@@ -114,6 +151,10 @@ impl Daemon {
         &self.http_socket.path
     }
 
+    pub fn resp_socket(&self) -> &Path {
+        &self.resp_socket.path
+    }
+
     pub fn config(&self) -> &Config {
         &self.config
     }
@@ -121,7 +162,7 @@ impl Daemon {
     /// A synchronous last resort for the second SIGINT: remove the socket files, kill the embedded Redis.
     pub fn abort_cleanup(&self) -> AbortCleanup {
         AbortCleanup {
-            sockets: vec![self.http_socket.path.clone()],
+            sockets: vec![self.http_socket.path.clone(), self.resp_socket.path.clone()],
             embedded_pid: self.embedded.as_ref().and_then(EmbeddedRedis::pid),
         }
     }
@@ -138,7 +179,10 @@ impl Daemon {
         })
         .await;
         if drained.is_err() {
-            tracing::warn!(?drain, "in-flight work did not finish within the drain timeout");
+            tracing::warn!(
+                ?drain,
+                "in-flight work did not finish within the drain timeout"
+            );
             self.tasks.shutdown().await;
         }
         // Lanes close after the listeners (their sessions hold lanes) and before the embedded Redis.

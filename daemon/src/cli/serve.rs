@@ -28,6 +28,7 @@ pub fn run(config_path: Option<PathBuf>, log_format: Option<LogFormat>) -> ExitC
         log_format.unwrap_or(config.logging.format),
         &config.logging.level,
     );
+    raise_open_files_limit();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -67,6 +68,19 @@ async fn serve(config: Config) -> ExitCode {
             abort.run();
             eprintln!("tollgate: second SIGINT, exiting at once");
             ExitCode::from(ABORTED)
+        }
+    }
+}
+
+/// Every client holds a socket; the default soft limit (often 1,024) would cap the daemon far below
+/// what the machine allows, so take the hard limit, as servers conventionally do.
+fn raise_open_files_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            if let Err(error) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                tracing::warn!(%error, soft, hard, "cannot raise the open-files limit");
+            }
         }
     }
 }

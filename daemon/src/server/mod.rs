@@ -2,4 +2,5 @@
 
 pub mod http;
 pub mod peer;
+pub mod resp;
 pub mod socket;

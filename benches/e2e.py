@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""End-to-end benchmark: redis-benchmark against Redis directly, twemproxy (nutcracker) and Tollgate,
+in one run, on Unix sockets, with the same redis-server behind both proxies.
+
+Runs SET, GET, INCR, LPUSH, LRANGE_100 and MSET with 50 clients, unpipelined and with -P 16, several
+rounds interleaved across the three targets; reports the median of the rounds and ratios against
+direct Redis. Then measures Tollgate's RSS idle, with 1,000 idle clients and with 100 subscribers.
+
+    python3 benches/e2e.py [--requests N] [--rounds R] [--write BENCHMARKS.md]
+"""
+
+import argparse
+import csv
+import io
+import os
+import resource
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+TESTS = "set,get,incr,lpush,lrange_100,mset"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def raise_nofile():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def wait_for_socket(path, timeout=20.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(path)
+            s.sendall(b"PING\r\n")
+            if s.recv(64).startswith(b"+PONG"):
+                s.close()
+                return
+            s.close()
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise SystemExit(f"{path} did not answer PING within {timeout}s")
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def benchmark(sock, pipeline, requests):
+    out = subprocess.run(
+        ["redis-benchmark", "-s", sock, "-c", "50", "-n", str(requests), "-P", str(pipeline),
+         "-t", TESTS, "--csv"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    rows = {}
+    for row in csv.DictReader(io.StringIO(out)):
+        name = row["test"].split(" ")[0]
+        rows[name] = (float(row["rps"]), float(row["p50_latency_ms"]), float(row["p99_latency_ms"]))
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--write", help="replace the '## End to end' section of this Markdown file")
+    args = parser.parse_args()
+    for tool in ("redis-server", "redis-benchmark", "nutcracker"):
+        if not shutil.which(tool):
+            raise SystemExit(f"{tool} not found: run scripts/setup.sh")
+    raise_nofile()
+    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "tollgate"], cwd=ROOT, check=True)
+    tollgate_bin = os.path.join(ROOT, "target", "release", "tollgate")
+
+    work = tempfile.mkdtemp(prefix="tollgate-e2e-")
+    procs = []
+    try:
+        redis_sock = os.path.join(work, "redis.sock")
+        procs.append(subprocess.Popen(
+            ["redis-server", "--port", "0", "--unixsocket", redis_sock, "--save", "", "--appendonly", "no",
+             "--dir", work, "--logfile", os.path.join(work, "redis.log")]))
+        wait_for_socket(redis_sock)
+
+        nut_sock = os.path.join(work, "nutcracker.sock")
+        with open(os.path.join(work, "nutcracker.yml"), "w") as conf:
+            conf.write(f"pool:\n  listen: {nut_sock} 0600\n  redis: true\n  hash: fnv1a_64\n"
+                       f"  distribution: ketama\n  servers:\n   - {redis_sock}:1\n")
+        nutcracker = subprocess.Popen(
+            ["nutcracker", "-c", os.path.join(work, "nutcracker.yml"), "-o", os.path.join(work, "nutcracker.log"),
+             "-a", "127.0.0.1", "-s", "0", "-p", os.path.join(work, "nutcracker.pid")], preexec_fn=raise_nofile)
+        procs.append(nutcracker)
+        wait_for_socket(nut_sock)
+
+        tollgate_sock = os.path.join(work, "resp.sock")
+        config = os.path.join(work, "tollgate.yaml")
+        with open(config, "w") as conf:
+            conf.write(f"runtime_dir: {work}/tollgate\nredis:\n  address: unix:{redis_sock}\n"
+                       f"listen:\n  resp: {tollgate_sock}\n  http: {work}/http.sock\nlogging:\n  level: warn\n")
+        tollgate = subprocess.Popen([tollgate_bin, "serve", "--config", config], preexec_fn=raise_nofile)
+        procs.append(tollgate)
+        wait_for_socket(tollgate_sock)
+
+        targets = [("redis", redis_sock), ("twemproxy", nut_sock), ("tollgate", tollgate_sock)]
+        results = {}  # (target, pipeline, test) -> [(rps, p50, p99)]
+        for round_no in range(args.rounds):
+            for pipeline in (1, 16):
+                for name, sock in targets:
+                    for test, row in benchmark(sock, pipeline, args.requests).items():
+                        results.setdefault((name, pipeline, test), []).append(row)
+            print(f"round {round_no + 1}/{args.rounds} done", file=sys.stderr)
+
+        lines = [f"Command: `python3 benches/e2e.py --requests {args.requests} --rounds {args.rounds}` "
+                 f"(redis-benchmark -c 50 -n {args.requests}, Unix sockets, median of {args.rounds} interleaved rounds; "
+                 f"{os.cpu_count()} cores shared by redis-server, the proxy and redis-benchmark).", ""]
+        for pipeline in (1, 16):
+            lines.append(f"**{'unpipelined' if pipeline == 1 else '-P 16'}** — requests/s (p50 / p99 ms); ratios against direct Redis")
+            lines.append("")
+            lines.append("| test | redis | twemproxy | tollgate | twemproxy/redis | tollgate/redis | tollgate/twemproxy |")
+            lines.append("|---|---|---|---|---|---|---|")
+            tests = sorted({t for (n, p, t) in results if p == pipeline})
+            for test in tests:
+                med = {}
+                cells = []
+                for name, _ in targets:
+                    rows = results[(name, pipeline, test)]
+                    rps = statistics.median(r[0] for r in rows)
+                    p50 = statistics.median(r[1] for r in rows)
+                    p99 = statistics.median(r[2] for r in rows)
+                    med[name] = rps
+                    cells.append(f"{rps:,.0f} ({p50:.3f} / {p99:.3f})")
+                lines.append(f"| {test} | " + " | ".join(cells) +
+                             f" | {med['twemproxy'] / med['redis']:.2f} | {med['tollgate'] / med['redis']:.2f}"
+                             f" | {med['tollgate'] / med['twemproxy']:.2f} |")
+            lines.append("")
+
+        # Memory: idle, 1,000 idle clients, 100 subscribers.
+        idle = rss_kib(tollgate.pid)
+        clients = []
+        for _ in range(1000):
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(tollgate_sock)
+            clients.append(s)
+        for s in clients:
+            s.sendall(b"PING\r\n")
+        for s in clients:
+            s.recv(16)
+        with_clients = rss_kib(tollgate.pid)
+        nut_clients = []
+        for _ in range(1000):
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(nut_sock)
+            nut_clients.append(s)
+        time.sleep(0.5)
+        nut_rss = rss_kib(nutcracker.pid)
+        for s in clients + nut_clients:
+            s.close()
+        subscribers = []
+        for _ in range(100):
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(tollgate_sock)
+            s.sendall(b"SUBSCRIBE news\r\n")
+            s.recv(64)
+            subscribers.append(s)
+        with_subscribers = rss_kib(tollgate.pid)
+        for s in subscribers:
+            s.close()
+        lines.append("**Memory (RSS)**")
+        lines.append("")
+        lines.append("| state | tollgate | twemproxy |")
+        lines.append("|---|---|---|")
+        lines.append(f"| after the benchmark, idle | {idle / 1024:.1f} MiB | |")
+        lines.append(f"| 1,000 idle client connections | {with_clients / 1024:.1f} MiB | {nut_rss / 1024:.1f} MiB |")
+        lines.append(f"| 100 subscribers on one channel | {with_subscribers / 1024:.1f} MiB | |")
+        lines.append("")
+        report = "\n".join(lines)
+        print(report)
+        if args.write:
+            replace_section(args.write, "## End to end", report)
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def replace_section(path, heading, body):
+    text = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
+    start = text.find(heading + "\n")
+    if start == -1:
+        text = text.rstrip("\n") + f"\n\n{heading}\n\n{body}\n"
+    else:
+        end = text.find("\n## ", start + len(heading))
+        end = len(text) if end == -1 else end + 1
+        text = text[:start] + f"{heading}\n\n{body}\n" + ("\n" + text[end:] if end < len(text) else "")
+    open(path, "w").write(text)
+
+
+if __name__ == "__main__":
+    main()

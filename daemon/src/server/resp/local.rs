@@ -1,0 +1,200 @@
+//! Connection-scoped commands that the daemon answers itself and never forwards: they describe or
+//! change this client's session, not data in Redis (PING, ECHO, QUIT, HELLO, AUTH, CLIENT SETNAME …).
+
+use bytes::Bytes;
+use tollgate_resp::Frame;
+
+/// The protocol a client asked for with `HELLO`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Resp2,
+    Resp3,
+}
+
+/// A connection-scoped command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Local {
+    Ping,
+    Echo,
+    Quit,
+    Hello,
+    Auth,
+    ClientSetName,
+    ClientGetName,
+    ClientId,
+    /// `CLIENT SETINFO lib-name …`, which modern clients send on connect.
+    ClientSetInfo,
+    /// Admitted by the policy first: which databases a principal may select is policy.
+    Select,
+    Reset,
+}
+
+impl Local {
+    pub fn of(argv: &[Bytes]) -> Option<Local> {
+        let name = argv.first()?;
+        let is = |word: &[u8]| name.eq_ignore_ascii_case(word);
+        let sub = |word: &[u8]| argv.get(1).is_some_and(|s| s.eq_ignore_ascii_case(word));
+        Some(if is(b"PING") {
+            Local::Ping
+        } else if is(b"ECHO") {
+            Local::Echo
+        } else if is(b"QUIT") {
+            Local::Quit
+        } else if is(b"HELLO") {
+            Local::Hello
+        } else if is(b"AUTH") {
+            Local::Auth
+        } else if is(b"SELECT") {
+            Local::Select
+        } else if is(b"RESET") {
+            Local::Reset
+        } else if is(b"CLIENT") && sub(b"SETNAME") {
+            Local::ClientSetName
+        } else if is(b"CLIENT") && sub(b"GETNAME") {
+            Local::ClientGetName
+        } else if is(b"CLIENT") && sub(b"ID") {
+            Local::ClientId
+        } else if is(b"CLIENT") && sub(b"SETINFO") {
+            Local::ClientSetInfo
+        } else {
+            return None;
+        })
+    }
+
+    /// May this run while a RESP2 client is subscribed? (Redis allows only these there.)
+    pub fn allowed_while_subscribed(self) -> bool {
+        matches!(self, Local::Ping | Local::Quit | Local::Reset)
+    }
+}
+
+/// `PING [message]`: in RESP2 subscribed mode Redis answers with a `pong` array instead.
+pub fn ping(argv: &[Bytes], subscribed_resp2: bool) -> Frame {
+    let message = argv.get(1).cloned();
+    if subscribed_resp2 {
+        return Frame::Array(vec![
+            Frame::Bulk(Bytes::from_static(b"pong")),
+            Frame::Bulk(message.unwrap_or_default()),
+        ]);
+    }
+    match message {
+        Some(message) => Frame::Bulk(message),
+        None => Frame::Simple(Bytes::from_static(b"PONG")),
+    }
+}
+
+/// What a valid `HELLO` asks for.
+pub struct Hello {
+    pub protocol: Option<Protocol>,
+    pub name: Option<Bytes>,
+}
+
+/// Parses `HELLO [protover [AUTH user pass] [SETNAME name]]`; the error is the reply to send.
+pub fn parse_hello(argv: &[Bytes]) -> Result<Hello, String> {
+    let mut hello = Hello {
+        protocol: None,
+        name: None,
+    };
+    let mut rest = argv.iter().skip(1);
+    if let Some(version) = rest.next() {
+        hello.protocol = Some(match version.as_ref() {
+            b"2" => Protocol::Resp2,
+            b"3" => Protocol::Resp3,
+            _ => return Err("NOPROTO unsupported protocol version".to_owned()),
+        });
+    }
+    while let Some(option) = rest.next() {
+        if option.eq_ignore_ascii_case(b"AUTH") {
+            // Identity comes from the socket; credentials are accepted and not used.
+            if rest.next().is_none() || rest.next().is_none() {
+                return Err("ERR syntax error in HELLO option 'AUTH'".to_owned());
+            }
+        } else if option.eq_ignore_ascii_case(b"SETNAME") {
+            hello.name = Some(
+                rest.next()
+                    .cloned()
+                    .ok_or_else(|| "ERR syntax error in HELLO option 'SETNAME'".to_owned())?,
+            );
+        } else {
+            return Err(format!(
+                "ERR syntax error in HELLO option '{}'",
+                String::from_utf8_lossy(option)
+            ));
+        }
+    }
+    Ok(hello)
+}
+
+/// The server description `HELLO` answers with: a map in RESP3, a flat array in RESP2.
+pub fn hello_reply(protocol: Protocol, client_id: u64) -> Frame {
+    let text = |s: &'static str| Frame::Bulk(Bytes::from_static(s.as_bytes()));
+    let pairs = vec![
+        (text("server"), text("tollgate")),
+        (
+            text("version"),
+            Frame::Bulk(Bytes::from_static(env!("CARGO_PKG_VERSION").as_bytes())),
+        ),
+        (
+            text("proto"),
+            Frame::Integer(match protocol {
+                Protocol::Resp2 => 2,
+                Protocol::Resp3 => 3,
+            }),
+        ),
+        (text("id"), Frame::Integer(client_id as i64)),
+        (text("mode"), text("standalone")),
+        (text("role"), text("master")),
+        (text("modules"), Frame::Array(Vec::new())),
+    ];
+    match protocol {
+        Protocol::Resp3 => Frame::Map(pairs),
+        Protocol::Resp2 => Frame::Array(pairs.into_iter().flat_map(|(k, v)| [k, v]).collect()),
+    }
+}
+
+/// The client name must not contain spaces or newlines (Redis's rule, so `CLIENT LIST` stays parseable).
+pub fn valid_client_name(name: &[u8]) -> bool {
+    name.iter().all(|&b| b > b' ' && b <= b'~')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(words: &str) -> Vec<Bytes> {
+        words
+            .split_whitespace()
+            .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+            .collect()
+    }
+
+    #[test]
+    fn recognises_connection_scoped_commands_case_insensitively() {
+        assert_eq!(Local::of(&argv("ping")), Some(Local::Ping));
+        assert_eq!(
+            Local::of(&argv("client setname x")),
+            Some(Local::ClientSetName)
+        );
+        assert_eq!(Local::of(&argv("CLIENT LIST")), None);
+        assert_eq!(Local::of(&argv("GET k")), None);
+    }
+
+    #[test]
+    fn hello_parses_version_auth_and_setname() {
+        let hello = parse_hello(&argv("HELLO 3 AUTH u p SETNAME app")).unwrap();
+        assert_eq!(hello.protocol, Some(Protocol::Resp3));
+        assert_eq!(hello.name.as_deref(), Some(&b"app"[..]));
+        assert!(parse_hello(&argv("HELLO 4"))
+            .unwrap_err()
+            .starts_with("NOPROTO"));
+        assert!(parse_hello(&argv("HELLO 3 AUTH u")).is_err());
+    }
+
+    #[test]
+    fn subscribed_resp2_ping_is_an_array() {
+        assert!(matches!(ping(&argv("PING"), true), Frame::Array(items) if items.len() == 2));
+        assert_eq!(
+            ping(&argv("PING"), false),
+            Frame::Simple(Bytes::from_static(b"PONG"))
+        );
+    }
+}

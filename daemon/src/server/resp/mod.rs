@@ -1,0 +1,62 @@
+//! The Redis-protocol front door: any Redis client on the RESP Unix socket. Each connection is a
+//! [`session`]; every command it sends is admitted by the policy, then travels on its lane.
+
+mod blocking;
+mod local;
+mod replies;
+mod session;
+mod subscriptions;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tokio::net::UnixListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tollgate_lanes::Lanes;
+use tollgate_policy::Admission;
+use tollgate_resp::Limits;
+
+use crate::config::RespConfig;
+
+/// What every session shares.
+pub struct FrontDoor {
+    pub admission: Admission,
+    pub lanes: Lanes,
+    config: RespConfig,
+    limits: Limits,
+    next_client_id: AtomicU64,
+}
+
+impl FrontDoor {
+    pub fn new(admission: Admission, lanes: Lanes, config: RespConfig) -> Self {
+        Self {
+            admission,
+            lanes,
+            limits: config.limits(),
+            config,
+            next_client_id: AtomicU64::new(1),
+        }
+    }
+}
+
+/// Accepts clients until `stop`, then waits for every session to answer what it already read.
+pub async fn serve(listener: UnixListener, front: Arc<FrontDoor>, stop: CancellationToken) {
+    let sessions = TaskTracker::new();
+    loop {
+        let stream = tokio::select! {
+            _ = stop.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    tracing::warn!(%error, "RESP accept failed");
+                    continue;
+                }
+            },
+        };
+        let id = front.next_client_id.fetch_add(1, Ordering::Relaxed);
+        sessions.spawn(session::run(stream, front.clone(), stop.clone(), id));
+    }
+    sessions.close();
+    sessions.wait().await;
+}

@@ -1,0 +1,609 @@
+//! One client connection: read commands, admit each, send it on its lane, write replies in order.
+//!
+//! Pipelining is kept end to end: commands for the same multiplexed lane are sent without waiting,
+//! and their replies are collected in order ([`FuturesOrdered`]). A command for another lane first
+//! waits for everything before it (a *barrier*), so a client's commands still run in the order sent.
+//! Transactions pin one TRANSACTION connection to the session; subscriptions come from the shared
+//! PUBSUB lane. A client that vanishes drops its in-flight work: a borrowed connection with a reply
+//! still owed is closed by the lane, never reused.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use futures::future::BoxFuture;
+use futures::stream::{FuturesOrdered, StreamExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::UnixStream;
+use tokio_util::sync::CancellationToken;
+use tollgate_lanes::{Borrowed, Channel, SubscriptionKind};
+use tollgate_model::{Caller, Lane};
+use tollgate_policy::Decision;
+use tollgate_resp::Frame;
+
+use super::local::{self, Local, Protocol};
+use super::subscriptions::{self, Subscriptions};
+use super::{blocking, replies, FrontDoor};
+use crate::server::peer::{peer_credentials, user_name};
+
+/// Flush the write buffer once it holds this much, even with replies still to come.
+const FLUSH_AT: usize = 64 * 1024;
+/// Read in chunks of this size.
+const READ_CHUNK: usize = 16 * 1024;
+/// How much a client may send ahead while its next command waits for a barrier.
+const PARKED_INPUT_CAP: usize = 1024 * 1024;
+
+/// Where an in-flight command is, which decides what may run beside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    /// Answered by the daemon; touches nothing in Redis.
+    Local,
+    /// Pipelined on this session's channel of a multiplexed lane.
+    Multiplexed(Lane),
+    /// Alone on a borrowed BLOCKING or ADMIN connection.
+    Exclusive,
+}
+
+/// What one admitted command becomes.
+enum Step {
+    /// A reply the daemon writes itself.
+    Reply(Bytes),
+    /// Send on a multiplexed lane (REGULAR, SCRIPT).
+    Multiplexed(Lane, Vec<Bytes>),
+    /// Borrow a BLOCKING or ADMIN connection for this one command.
+    Exclusive(Lane, Vec<Bytes>),
+    /// Awaited in place once everything before it has been answered: it changes the session.
+    InPlace(InPlace),
+    /// Write this reply, then close the connection.
+    Close(Bytes),
+}
+
+enum InPlace {
+    /// A command while a transaction connection is pinned, or one that pins it (WATCH, MULTI).
+    Transaction(Vec<Bytes>),
+    Subscribe(SubscriptionKind, Vec<Bytes>),
+    Unsubscribe(SubscriptionKind, Vec<Bytes>),
+    Reset,
+}
+
+/// The pinned TRANSACTION connection of a session in WATCH or MULTI.
+struct Transaction {
+    conn: Borrowed,
+    in_multi: bool,
+    /// A command was refused while queueing, so EXEC must fail as Redis fails it (EXECABORT).
+    poisoned: bool,
+}
+
+type Pending = BoxFuture<'static, (Class, Bytes)>;
+
+struct Session {
+    front: Arc<FrontDoor>,
+    caller: Caller,
+    id: u64,
+    protocol: Protocol,
+    name: Option<Bytes>,
+    regular: Option<Channel>,
+    script: Option<Channel>,
+    transaction: Option<Transaction>,
+    subscriptions: Subscriptions,
+    pending: FuturesOrdered<Pending>,
+    /// In-flight commands per class, to decide when a barrier is needed.
+    in_flight: Vec<(Class, usize)>,
+    /// A parsed command waiting for a barrier.
+    parked: Option<Vec<Bytes>>,
+    out: BytesMut,
+}
+
+pub async fn run(stream: UnixStream, front: Arc<FrontDoor>, stop: CancellationToken, id: u64) {
+    let caller = match peer_credentials(&stream) {
+        Ok(peer) => Caller {
+            principal: front
+                .admission
+                .principal_for(peer.uid, peer.gid)
+                .unwrap_or_else(|| user_name(peer.uid)),
+            uid: peer.uid,
+            gid: peer.gid,
+            pid: peer.pid,
+        },
+        Err(error) => {
+            tracing::warn!(%error, "cannot read peer credentials; closing");
+            return;
+        }
+    };
+    let (reader, writer) = stream.into_split();
+    let mut session = Session {
+        subscriptions: Subscriptions::new(front.config.subscriber_buffer),
+        front,
+        caller,
+        id,
+        protocol: Protocol::Resp2,
+        name: None,
+        regular: None,
+        script: None,
+        transaction: None,
+        pending: FuturesOrdered::new(),
+        in_flight: Vec::new(),
+        parked: None,
+        out: BytesMut::new(),
+    };
+    let outcome = session.serve(reader, writer, stop).await;
+    if let Err(reason) = outcome {
+        tracing::debug!(client = id, %reason, "RESP session ended");
+    }
+    session.finish().await;
+}
+
+impl Session {
+    async fn serve(
+        &mut self,
+        mut reader: OwnedReadHalf,
+        mut writer: OwnedWriteHalf,
+        stop: CancellationToken,
+    ) -> Result<(), String> {
+        let mut input = BytesMut::with_capacity(READ_CHUNK);
+        let mut stopping = false;
+        loop {
+            if !stopping {
+                if let Some(close) = self.dispatch(&mut input).await {
+                    self.drain().await;
+                    self.out.extend_from_slice(&close);
+                    return self.flush(&mut writer).await;
+                }
+            }
+            if self.pending.is_empty() {
+                self.flush(&mut writer).await?;
+                if stopping {
+                    return Ok(());
+                }
+            } else if self.out.len() >= FLUSH_AT {
+                self.flush(&mut writer).await?;
+            }
+            // While a command waits for a barrier, keep reading (boundedly) only to notice a client
+            // that hangs up during a long blocking command.
+            let may_read = !stopping
+                && self.pending.len() < self.front.config.max_pipeline
+                && (self.parked.is_none() || input.len() < PARKED_INPUT_CAP);
+            let eviction = self.subscriptions.eviction();
+            tokio::select! {
+                Some((class, reply)) = self.pending.next(), if !self.pending.is_empty() => {
+                    self.settle(class);
+                    self.out.extend_from_slice(&reply);
+                }
+                read = reader.read_buf(&mut input), if may_read => {
+                    match read {
+                        Ok(0) => return Err("client closed the connection".to_owned()),
+                        Ok(_) => {}
+                        Err(error) => return Err(format!("read failed: {error}")),
+                    }
+                }
+                Some(message) = self.subscriptions.next(), if !self.subscriptions.is_empty() => {
+                    let frame = subscriptions::message_frame(message, self.protocol);
+                    tollgate_resp::encode(&frame, &mut self.out);
+                }
+                _ = eviction.cancelled() => {
+                    let reason = self.subscriptions.eviction_reason();
+                    self.out.extend_from_slice(&replies::error(format!("ERR tollgate: {reason}; disconnected")));
+                    let _ = tokio::time::timeout(std::time::Duration::from_millis(100), self.flush(&mut writer)).await;
+                    return Err(reason);
+                }
+                _ = stop.cancelled(), if !stopping => stopping = true,
+            }
+        }
+    }
+
+    /// Starts every complete command in `input` that may start now. Returns a final reply when the
+    /// connection must close (QUIT, a protocol error).
+    async fn dispatch(&mut self, input: &mut BytesMut) -> Option<Bytes> {
+        loop {
+            if self.pending.len() >= self.front.config.max_pipeline {
+                return None;
+            }
+            let argv = match self.parked.take() {
+                Some(argv) => argv,
+                None => match tollgate_resp::parse_command(input, &self.front.limits) {
+                    Ok(Some(argv)) => argv,
+                    Ok(None) => return None,
+                    Err(error) => return Some(replies::error(format!("ERR {error}"))),
+                },
+            };
+            let step = self.plan(argv.clone());
+            match step {
+                Step::Reply(reply) => {
+                    self.push(Class::Local, Box::pin(async move { (Class::Local, reply) }))
+                }
+                Step::Close(reply) => return Some(reply),
+                Step::Multiplexed(lane, argv) => {
+                    if self.needs_barrier(Class::Multiplexed(lane)) {
+                        self.parked = Some(argv);
+                        return None;
+                    }
+                    let future = self.send_multiplexed(lane, &argv);
+                    self.push(Class::Multiplexed(lane), future);
+                }
+                Step::Exclusive(lane, argv) => {
+                    if self.needs_barrier(Class::Exclusive) {
+                        self.parked = Some(argv);
+                        return None;
+                    }
+                    let future = self.send_exclusive(lane, argv);
+                    self.push(Class::Exclusive, future);
+                }
+                Step::InPlace(work) => {
+                    if !self.pending.is_empty() {
+                        self.parked = Some(argv);
+                        return None;
+                    }
+                    let reply = self.in_place(work).await;
+                    self.out.extend_from_slice(&reply);
+                }
+            }
+        }
+    }
+
+    /// Decides what `argv` becomes: connection-scoped commands are answered here; everything else
+    /// is admitted by the policy and routed by the lane it names.
+    fn plan(&mut self, argv: Vec<Bytes>) -> Step {
+        let local = Local::of(&argv);
+        if self.protocol == Protocol::Resp2
+            && !self.subscriptions.is_empty()
+            && !local.is_some_and(Local::allowed_while_subscribed)
+            && subscription_command(&argv).is_none()
+        {
+            return Step::Reply(replies::error(format!(
+                "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+                String::from_utf8_lossy(&argv[0]).to_lowercase()
+            )));
+        }
+        if let Some(local) = local.filter(|l| *l != Local::Select) {
+            return self.local(local, &argv);
+        }
+        let decision = self.front.admission.admit(&self.caller, &argv);
+        let lane = match decision {
+            Decision::Admitted { lane, .. } => lane,
+            Decision::Denied(denial) => {
+                if let Some(transaction) = self.transaction.as_mut().filter(|t| t.in_multi) {
+                    transaction.poisoned = true;
+                }
+                return Step::Reply(replies::denied(&argv[0], &denial));
+            }
+        };
+        if local == Some(Local::Select) {
+            return Step::Reply(select(&argv));
+        }
+        if let Some((kind, subscribe)) = subscription_command(&argv) {
+            return Step::InPlace(if subscribe {
+                InPlace::Subscribe(kind, argv)
+            } else {
+                InPlace::Unsubscribe(kind, argv)
+            });
+        }
+        if self.transaction.is_some() || lane == Lane::Transaction {
+            return Step::InPlace(InPlace::Transaction(argv));
+        }
+        match lane {
+            Lane::Regular | Lane::Script => Step::Multiplexed(lane, argv),
+            Lane::Blocking | Lane::Admin => Step::Exclusive(lane, argv),
+            // PUBLISH and the PUBSUB introspection commands are ordinary requests.
+            Lane::Pubsub | Lane::Transaction => Step::Multiplexed(Lane::Regular, argv),
+        }
+    }
+
+    fn local(&mut self, local: Local, argv: &[Bytes]) -> Step {
+        let subscribed_resp2 = self.protocol == Protocol::Resp2 && !self.subscriptions.is_empty();
+        let frame = match local {
+            Local::Ping => local::ping(argv, subscribed_resp2),
+            Local::Echo => match argv.get(1) {
+                Some(message) if argv.len() == 2 => Frame::Bulk(message.clone()),
+                _ => return Step::Reply(wrong_arity("echo")),
+            },
+            Local::Quit => return Step::Close(replies::ok()),
+            Local::Reset => return Step::InPlace(InPlace::Reset),
+            Local::Auth => return Step::Reply(replies::ok()),
+            Local::Hello => match local::parse_hello(argv) {
+                Ok(hello) => {
+                    if let Some(protocol) = hello.protocol {
+                        self.protocol = protocol;
+                    }
+                    if hello.name.is_some() {
+                        self.name = hello.name;
+                    }
+                    local::hello_reply(self.protocol, self.id)
+                }
+                Err(error) => return Step::Reply(replies::error(error)),
+            },
+            Local::ClientSetName => {
+                match argv.get(2) {
+                    Some(name) if argv.len() == 3 && local::valid_client_name(name) => {
+                        self.name = (!name.is_empty()).then(|| name.clone());
+                        return Step::Reply(replies::ok());
+                    }
+                    Some(_) if argv.len() == 3 => return Step::Reply(replies::error(
+                        "ERR Client names cannot contain spaces, newlines or special characters."
+                            .to_owned(),
+                    )),
+                    _ => return Step::Reply(wrong_arity("client|setname")),
+                }
+            }
+            Local::ClientGetName => match &self.name {
+                Some(name) => Frame::Bulk(name.clone()),
+                None => Frame::Null,
+            },
+            Local::ClientId => Frame::Integer(self.id as i64),
+            Local::ClientSetInfo => return Step::Reply(replies::ok()),
+            Local::Select => unreachable!("SELECT is admitted by the policy before it is answered"),
+        };
+        Step::Reply(replies::encode(&frame))
+    }
+
+    fn needs_barrier(&self, class: Class) -> bool {
+        self.in_flight.iter().any(|(other, count)| {
+            *count > 0 && *other != Class::Local && (*other != class || class == Class::Exclusive)
+        })
+    }
+
+    fn push(&mut self, class: Class, future: Pending) {
+        match self.in_flight.iter_mut().find(|(c, _)| *c == class) {
+            Some((_, count)) => *count += 1,
+            None => self.in_flight.push((class, 1)),
+        }
+        self.pending.push_back(future);
+    }
+
+    fn settle(&mut self, class: Class) {
+        if let Some((_, count)) = self.in_flight.iter_mut().find(|(c, _)| *c == class) {
+            *count -= 1;
+        }
+    }
+
+    /// Writes every in-flight reply into the output buffer, in order.
+    async fn drain(&mut self) {
+        while let Some((class, reply)) = self.pending.next().await {
+            self.settle(class);
+            self.out.extend_from_slice(&reply);
+        }
+    }
+
+    async fn flush(&mut self, writer: &mut OwnedWriteHalf) -> Result<(), String> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        writer
+            .write_all(&self.out)
+            .await
+            .map_err(|error| format!("write failed: {error}"))?;
+        self.out.clear();
+        Ok(())
+    }
+
+    fn send_multiplexed(&mut self, lane: Lane, argv: &[Bytes]) -> Pending {
+        let class = Class::Multiplexed(lane);
+        let slot = match lane {
+            Lane::Script => &mut self.script,
+            _ => &mut self.regular,
+        };
+        if slot.is_none() {
+            match self.front.lanes.multiplexed(lane) {
+                Ok(channel) => *slot = Some(channel),
+                Err(error) => {
+                    let reply = replies::lane_failed(&error);
+                    return Box::pin(async move { (class, reply) });
+                }
+            }
+        }
+        let channel = slot.as_ref().expect("channel opened above");
+        let sent = channel.send(encode_command(argv));
+        Box::pin(async move {
+            let reply = match sent.await {
+                Ok(reply) => reply.into_bytes(),
+                Err(error) => replies::call_failed(&error),
+            };
+            (class, reply)
+        })
+    }
+
+    fn send_exclusive(&mut self, lane: Lane, argv: Vec<Bytes>) -> Pending {
+        let lanes = self.front.lanes.clone();
+        Box::pin(async move {
+            let mut conn = match lanes.borrow(lane).await {
+                Ok(conn) => conn,
+                Err(error) => return (Class::Exclusive, replies::lane_failed(&error)),
+            };
+            let command = encode_command(&argv);
+            let outcome = match blocking::deadline(&argv) {
+                Some(deadline) => conn.send_with_timeout(command, deadline).await,
+                None => conn.send(command).await,
+            };
+            let reply = match outcome {
+                Ok(reply) => reply.into_bytes(),
+                Err(error) => replies::call_failed(&error),
+            };
+            conn.release().await;
+            (Class::Exclusive, reply)
+        })
+    }
+
+    async fn in_place(&mut self, work: InPlace) -> Bytes {
+        match work {
+            InPlace::Transaction(argv) => self.transaction_command(argv).await,
+            InPlace::Subscribe(kind, argv) => self.subscribe(kind, argv).await,
+            InPlace::Unsubscribe(kind, argv) => self.unsubscribe(kind, argv),
+            InPlace::Reset => {
+                self.subscriptions.clear();
+                if let Some(transaction) = self.transaction.take() {
+                    transaction.conn.release().await;
+                }
+                self.protocol = Protocol::Resp2;
+                self.name = None;
+                Bytes::from_static(b"+RESET\r\n")
+            }
+        }
+    }
+
+    /// WATCH and MULTI pin a TRANSACTION connection; everything until EXEC, DISCARD or an UNWATCH
+    /// outside MULTI runs on it; then it goes back to the lane, cleaned.
+    async fn transaction_command(&mut self, argv: Vec<Bytes>) -> Bytes {
+        let name = argv[0].to_ascii_uppercase();
+        if self.transaction.is_none() {
+            match name.as_slice() {
+                b"WATCH" | b"MULTI" => match self.front.lanes.borrow(Lane::Transaction).await {
+                    Ok(conn) => {
+                        self.transaction = Some(Transaction {
+                            conn,
+                            in_multi: false,
+                            poisoned: false,
+                        })
+                    }
+                    Err(error) => return replies::lane_failed(&error),
+                },
+                // Without a pinned connection these are answered as Redis would.
+                b"EXEC" => return replies::error("ERR EXEC without MULTI".to_owned()),
+                b"DISCARD" => return replies::error("ERR DISCARD without MULTI".to_owned()),
+                _ => return replies::ok(),
+            }
+        }
+        let transaction = self.transaction.as_mut().expect("pinned above");
+        let ends = match name.as_slice() {
+            b"EXEC" | b"DISCARD" => true,
+            b"UNWATCH" => !transaction.in_multi,
+            _ => false,
+        };
+        let reply = if name.as_slice() == b"EXEC" && transaction.poisoned {
+            let _ = transaction
+                .conn
+                .send(encode_command(&[Bytes::from_static(b"DISCARD")]))
+                .await;
+            replies::error("EXECABORT Transaction discarded because of previous errors.".to_owned())
+        } else {
+            match transaction.conn.send(encode_command(&argv)).await {
+                Ok(reply) => {
+                    if name.as_slice() == b"MULTI" && !reply.is_error() {
+                        transaction.in_multi = true;
+                    }
+                    reply.into_bytes()
+                }
+                Err(error) => {
+                    // The connection is gone and the transaction with it.
+                    self.transaction = None;
+                    return replies::call_failed(&error);
+                }
+            }
+        };
+        if ends {
+            if let Some(transaction) = self.transaction.take() {
+                transaction.conn.release().await;
+            }
+        }
+        reply
+    }
+
+    async fn subscribe(&mut self, kind: SubscriptionKind, argv: Vec<Bytes>) -> Bytes {
+        let mut out = BytesMut::new();
+        let pubsub = self.front.lanes.pubsub();
+        let capacity = self.front.config.subscriber_buffer;
+        for name in argv.into_iter().skip(1) {
+            if let Err(error) = self
+                .subscriptions
+                .subscribe(&pubsub, kind, name.clone(), capacity)
+                .await
+            {
+                out.extend_from_slice(&replies::lane_failed(&error));
+                continue;
+            }
+            let frame = subscriptions::confirmation(
+                confirmation_word(kind, true),
+                Some(name),
+                self.subscriptions.count(kind),
+                self.protocol,
+            );
+            tollgate_resp::encode(&frame, &mut out);
+        }
+        out.freeze()
+    }
+
+    fn unsubscribe(&mut self, kind: SubscriptionKind, argv: Vec<Bytes>) -> Bytes {
+        let mut names: Vec<Bytes> = argv.into_iter().skip(1).collect();
+        if names.is_empty() {
+            names = self.subscriptions.names(kind);
+        }
+        let word = confirmation_word(kind, false);
+        let mut out = BytesMut::new();
+        if names.is_empty() {
+            let frame = subscriptions::confirmation(
+                word,
+                None,
+                self.subscriptions.count(kind),
+                self.protocol,
+            );
+            tollgate_resp::encode(&frame, &mut out);
+        }
+        for name in names {
+            self.subscriptions.unsubscribe(kind, &name);
+            let frame = subscriptions::confirmation(
+                word,
+                Some(name),
+                self.subscriptions.count(kind),
+                self.protocol,
+            );
+            tollgate_resp::encode(&frame, &mut out);
+        }
+        out.freeze()
+    }
+
+    /// After the client is gone: an open transaction is discarded and its connection returned clean.
+    async fn finish(&mut self) {
+        self.pending = FuturesOrdered::new();
+        self.subscriptions.clear();
+        if let Some(transaction) = self.transaction.take() {
+            transaction.conn.release().await;
+        }
+    }
+}
+
+/// `(kind, true)` for the subscribe commands, `(kind, false)` for the unsubscribes.
+fn subscription_command(argv: &[Bytes]) -> Option<(SubscriptionKind, bool)> {
+    let name = argv.first()?.to_ascii_uppercase();
+    Some(match name.as_slice() {
+        b"SUBSCRIBE" => (SubscriptionKind::Channel, true),
+        b"PSUBSCRIBE" => (SubscriptionKind::Pattern, true),
+        b"SSUBSCRIBE" => (SubscriptionKind::Shard, true),
+        b"UNSUBSCRIBE" => (SubscriptionKind::Channel, false),
+        b"PUNSUBSCRIBE" => (SubscriptionKind::Pattern, false),
+        b"SUNSUBSCRIBE" => (SubscriptionKind::Shard, false),
+        _ => return None,
+    })
+}
+
+fn confirmation_word(kind: SubscriptionKind, subscribe: bool) -> &'static str {
+    match (kind, subscribe) {
+        (SubscriptionKind::Channel, true) => "subscribe",
+        (SubscriptionKind::Pattern, true) => "psubscribe",
+        (SubscriptionKind::Shard, true) => "ssubscribe",
+        (SubscriptionKind::Channel, false) => "unsubscribe",
+        (SubscriptionKind::Pattern, false) => "punsubscribe",
+        (SubscriptionKind::Shard, false) => "sunsubscribe",
+    }
+}
+
+/// Lanes share their connections between clients, so only database 0 can be served.
+fn select(argv: &[Bytes]) -> Bytes {
+    match argv.get(1).map(|db| db.as_ref()) {
+        Some(b"0") if argv.len() == 2 => replies::ok(),
+        Some(_) if argv.len() == 2 => replies::error(
+            "ERR tollgate serves database 0 only (lane connections are shared between clients)"
+                .to_owned(),
+        ),
+        _ => wrong_arity("select"),
+    }
+}
+
+fn wrong_arity(command: &str) -> Bytes {
+    replies::error(format!(
+        "ERR wrong number of arguments for '{command}' command"
+    ))
+}
+
+fn encode_command(argv: &[Bytes]) -> Bytes {
+    let mut out = BytesMut::new();
+    tollgate_resp::encode_command(argv, &mut out);
+    out.freeze()
+}

@@ -1,0 +1,193 @@
+//! One client's pub/sub subscriptions: each is a [`Subscription`] on the shared PUBSUB lane, drained
+//! by a small forwarder into this session's bounded queue. A client that does not keep up — its
+//! queue is full, or the lane dropped its subscription as lagging — is evicted rather than buffered.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tollgate_lanes::{LaneError, Message, PubSub, Subscription, SubscriptionKind};
+use tollgate_resp::Frame;
+
+use super::local::Protocol;
+
+pub struct Subscriptions {
+    active: HashMap<(SubscriptionKind, Bytes), JoinHandle<()>>,
+    sender: mpsc::Sender<Message>,
+    receiver: mpsc::Receiver<Message>,
+    /// Cancelled when this client must be disconnected; `why` says for what.
+    evicted: CancellationToken,
+    why: Arc<Mutex<Option<String>>>,
+}
+
+impl Subscriptions {
+    pub fn new(buffer: usize) -> Self {
+        let (sender, receiver) = mpsc::channel(buffer.max(1));
+        Self {
+            active: HashMap::new(),
+            sender,
+            receiver,
+            evicted: CancellationToken::new(),
+            why: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// Channels and patterns (what `SUBSCRIBE` and `PSUBSCRIBE` count), or shard channels.
+    pub fn count(&self, kind: SubscriptionKind) -> usize {
+        let shard = kind == SubscriptionKind::Shard;
+        self.active
+            .keys()
+            .filter(|(k, _)| (*k == SubscriptionKind::Shard) == shard)
+            .count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.active.is_empty()
+    }
+
+    /// The names of one kind, for an `UNSUBSCRIBE` without arguments.
+    pub fn names(&self, kind: SubscriptionKind) -> Vec<Bytes> {
+        self.active
+            .keys()
+            .filter(|(k, _)| *k == kind)
+            .map(|(_, name)| name.clone())
+            .collect()
+    }
+
+    /// Subscribes once per name; a second `SUBSCRIBE` of the same name only confirms again.
+    pub async fn subscribe(
+        &mut self,
+        pubsub: &PubSub,
+        kind: SubscriptionKind,
+        name: Bytes,
+        capacity: usize,
+    ) -> Result<(), LaneError> {
+        let key = (kind, name.clone());
+        if self.active.contains_key(&key) {
+            return Ok(());
+        }
+        let subscription = pubsub.subscribe(kind, name, capacity).await?;
+        let forwarder = tokio::spawn(forward(
+            subscription,
+            self.sender.clone(),
+            self.evicted.clone(),
+            self.why.clone(),
+        ));
+        self.active.insert(key, forwarder);
+        Ok(())
+    }
+
+    /// Stops delivering `name`; dropping the subscription unsubscribes on Redis if it was the last.
+    pub fn unsubscribe(&mut self, kind: SubscriptionKind, name: &Bytes) {
+        if let Some(forwarder) = self.active.remove(&(kind, name.clone())) {
+            forwarder.abort();
+        }
+    }
+
+    pub fn clear(&mut self) {
+        for (_, forwarder) in self.active.drain() {
+            forwarder.abort();
+        }
+    }
+
+    /// The next message for this client.
+    pub async fn next(&mut self) -> Option<Message> {
+        self.receiver.recv().await
+    }
+
+    /// Cancelled when this client must be disconnected; [`Subscriptions::eviction_reason`] says why.
+    pub fn eviction(&self) -> CancellationToken {
+        self.evicted.clone()
+    }
+
+    pub fn eviction_reason(&self) -> String {
+        self.why
+            .lock()
+            .clone()
+            .unwrap_or_else(|| "subscription ended".to_owned())
+    }
+}
+
+impl Drop for Subscriptions {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+async fn forward(
+    mut subscription: Subscription,
+    sender: mpsc::Sender<Message>,
+    evicted: CancellationToken,
+    why: Arc<Mutex<Option<String>>>,
+) {
+    let reason = loop {
+        match subscription.recv().await {
+            Ok(message) => match sender.try_send(message) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    break format!(
+                        "subscriber too slow: {} messages waiting",
+                        sender.max_capacity()
+                    )
+                }
+                // The session is gone; nothing to report.
+                Err(mpsc::error::TrySendError::Closed(_)) => return,
+            },
+            Err(ended) => break ended.to_string(),
+        }
+    };
+    why.lock().get_or_insert(reason);
+    evicted.cancel();
+}
+
+/// A delivered message as the client expects it: a push in RESP3, an array in RESP2.
+pub fn message_frame(message: Message, protocol: Protocol) -> Frame {
+    let bulk = Frame::Bulk;
+    let items = match (message.kind, message.pattern) {
+        (SubscriptionKind::Pattern, Some(pattern)) => vec![
+            bulk(Bytes::from_static(b"pmessage")),
+            bulk(pattern),
+            bulk(message.channel),
+            bulk(message.payload),
+        ],
+        (SubscriptionKind::Shard, _) => vec![
+            bulk(Bytes::from_static(b"smessage")),
+            bulk(message.channel),
+            bulk(message.payload),
+        ],
+        _ => vec![
+            bulk(Bytes::from_static(b"message")),
+            bulk(message.channel),
+            bulk(message.payload),
+        ],
+    };
+    out_of_band(items, protocol)
+}
+
+/// `subscribe`/`unsubscribe` confirmations: `[kind, name, count]`.
+pub fn confirmation(
+    kind: &'static str,
+    name: Option<Bytes>,
+    count: usize,
+    protocol: Protocol,
+) -> Frame {
+    out_of_band(
+        vec![
+            Frame::Bulk(Bytes::from_static(kind.as_bytes())),
+            name.map(Frame::Bulk).unwrap_or(Frame::Null),
+            Frame::Integer(count as i64),
+        ],
+        protocol,
+    )
+}
+
+fn out_of_band(items: Vec<Frame>, protocol: Protocol) -> Frame {
+    match protocol {
+        Protocol::Resp3 => Frame::Push(items),
+        Protocol::Resp2 => Frame::Array(items),
+    }
+}
