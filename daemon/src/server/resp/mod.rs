@@ -3,6 +3,7 @@
 
 mod blocking;
 mod local;
+mod pending;
 mod replies;
 mod session;
 mod subscriptions;

@@ -10,7 +10,6 @@
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use futures::future::BoxFuture;
 use futures::stream::{FuturesOrdered, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
@@ -22,6 +21,7 @@ use tollgate_policy::Decision;
 use tollgate_resp::Frame;
 
 use super::local::{self, Local, Protocol};
+use super::pending::{Class, Pending};
 use super::subscriptions::{self, Subscriptions};
 use super::{blocking, replies, FrontDoor};
 use crate::server::peer::{peer_credentials, user_name};
@@ -32,17 +32,6 @@ const FLUSH_AT: usize = 64 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
 /// How much a client may send ahead while its next command waits for a barrier.
 const PARKED_INPUT_CAP: usize = 1024 * 1024;
-
-/// Where an in-flight command is, which decides what may run beside it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Class {
-    /// Answered by the daemon; touches nothing in Redis.
-    Local,
-    /// Pipelined on this session's channel of a multiplexed lane.
-    Multiplexed(Lane),
-    /// Alone on a borrowed BLOCKING or ADMIN connection.
-    Exclusive,
-}
 
 /// What one admitted command becomes.
 enum Step {
@@ -74,8 +63,6 @@ struct Transaction {
     poisoned: bool,
 }
 
-type Pending = BoxFuture<'static, (Class, Bytes)>;
-
 struct Session {
     front: Arc<FrontDoor>,
     caller: Caller,
@@ -89,8 +76,8 @@ struct Session {
     pending: FuturesOrdered<Pending>,
     /// In-flight commands per class, to decide when a barrier is needed.
     in_flight: Vec<(Class, usize)>,
-    /// A parsed command waiting for a barrier.
-    parked: Option<Vec<Bytes>>,
+    /// An admitted command waiting for a barrier.
+    parked: Option<Step>,
     out: BytesMut,
 }
 
@@ -198,23 +185,22 @@ impl Session {
             if self.pending.len() >= self.front.config.max_pipeline {
                 return None;
             }
-            let argv = match self.parked.take() {
-                Some(argv) => argv,
+            let step = match self.parked.take() {
+                Some(step) => step,
                 None => match tollgate_resp::parse_command(input, &self.front.limits) {
-                    Ok(Some(argv)) => argv,
+                    Ok(Some(argv)) => self.plan(argv),
                     Ok(None) => return None,
                     Err(error) => return Some(replies::error(format!("ERR {error}"))),
                 },
             };
-            let step = self.plan(argv.clone());
             match step {
                 Step::Reply(reply) => {
-                    self.push(Class::Local, Box::pin(async move { (Class::Local, reply) }))
+                    self.push(Class::Local, Pending::Ready(Some((Class::Local, reply))))
                 }
                 Step::Close(reply) => return Some(reply),
                 Step::Multiplexed(lane, argv) => {
                     if self.needs_barrier(Class::Multiplexed(lane)) {
-                        self.parked = Some(argv);
+                        self.parked = Some(Step::Multiplexed(lane, argv));
                         return None;
                     }
                     let future = self.send_multiplexed(lane, &argv);
@@ -222,7 +208,7 @@ impl Session {
                 }
                 Step::Exclusive(lane, argv) => {
                     if self.needs_barrier(Class::Exclusive) {
-                        self.parked = Some(argv);
+                        self.parked = Some(Step::Exclusive(lane, argv));
                         return None;
                     }
                     let future = self.send_exclusive(lane, argv);
@@ -230,7 +216,7 @@ impl Session {
                 }
                 Step::InPlace(work) => {
                     if !self.pending.is_empty() {
-                        self.parked = Some(argv);
+                        self.parked = Some(Step::InPlace(work));
                         return None;
                     }
                     let reply = self.in_place(work).await;
@@ -376,7 +362,6 @@ impl Session {
     }
 
     fn send_multiplexed(&mut self, lane: Lane, argv: &[Bytes]) -> Pending {
-        let class = Class::Multiplexed(lane);
         let slot = match lane {
             Lane::Script => &mut self.script,
             _ => &mut self.regular,
@@ -386,27 +371,20 @@ impl Session {
                 Ok(channel) => *slot = Some(channel),
                 Err(error) => {
                     let reply = replies::lane_failed(&error);
-                    return Box::pin(async move { (class, reply) });
+                    return Pending::Ready(Some((Class::Multiplexed(lane), reply)));
                 }
             }
         }
         let channel = slot.as_ref().expect("channel opened above");
-        let sent = channel.send(encode_command(argv));
-        Box::pin(async move {
-            let reply = match sent.await {
-                Ok(reply) => reply.into_bytes(),
-                Err(error) => replies::call_failed(&error),
-            };
-            (class, reply)
-        })
+        Pending::Multiplexed(lane, channel.send(encode_command(argv)))
     }
 
     fn send_exclusive(&mut self, lane: Lane, argv: Vec<Bytes>) -> Pending {
         let lanes = self.front.lanes.clone();
-        Box::pin(async move {
+        Pending::Exclusive(Box::pin(async move {
             let mut conn = match lanes.borrow(lane).await {
                 Ok(conn) => conn,
-                Err(error) => return (Class::Exclusive, replies::lane_failed(&error)),
+                Err(error) => return replies::lane_failed(&error),
             };
             let command = encode_command(&argv);
             let outcome = match blocking::deadline(&argv) {
@@ -418,8 +396,8 @@ impl Session {
                 Err(error) => replies::call_failed(&error),
             };
             conn.release().await;
-            (Class::Exclusive, reply)
-        })
+            reply
+        }))
     }
 
     async fn in_place(&mut self, work: InPlace) -> Bytes {
