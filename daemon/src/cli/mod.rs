@@ -1,5 +1,6 @@
 //! The `tollgate` command line: `serve`, `check-config`, and one module per further subcommand.
 
+mod lease;
 mod serve;
 
 use std::path::PathBuf;
@@ -29,6 +30,9 @@ enum Command {
         #[arg(long, value_enum)]
         log_format: Option<LogFormatArg>,
     },
+    /// Take, renew, release or inspect a lease, or hold one while a command runs.
+    #[command(subcommand)]
+    Lease(lease::LeaseCommand),
     /// Validate a configuration file without starting anything; exits non-zero on error.
     CheckConfig {
         /// The configuration file to check.
@@ -55,6 +59,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve { config, log_format } => serve::run(config, log_format.map(Into::into)),
+        Command::Lease(command) => lease::run(command),
         Command::CheckConfig { file } => match Config::load(&file) {
             Ok(_) => {
                 println!("{}: ok", file.display());

@@ -85,7 +85,7 @@ pub fn json<T: Serialize>(status: StatusCode, body: &T) -> HttpResponse {
     Response::builder()
         .status(status)
         .header(CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from(bytes)))
+        .body(Full::new(Bytes::from(bytes)).boxed_unsync())
         .expect("a static status and header always build a response")
 }
 
@@ -111,6 +111,12 @@ pub async fn read_json<T: DeserializeOwned>(request: Request<Incoming>) -> Resul
         let inner = error.into_inner();
         let parent = (path != ".").then_some(path);
         let field = match (unknown_field(&inner), parent) {
+            // serde_path_to_error already ends the path with the unknown field itself.
+            (Some(name), Some(parent))
+                if parent == name || parent.ends_with(&format!(".{name}")) =>
+            {
+                Some(parent)
+            }
             (Some(name), Some(parent)) => Some(format!("{parent}.{name}")),
             (Some(name), None) => Some(name),
             (None, parent) => parent,
@@ -134,6 +140,6 @@ pub fn text(status: StatusCode, content_type: &'static str, body: String) -> Htt
     Response::builder()
         .status(status)
         .header(CONTENT_TYPE, content_type)
-        .body(Full::new(Bytes::from(body)))
+        .body(Full::new(Bytes::from(body)).boxed_unsync())
         .expect("a static status and header always build a response")
 }

@@ -5,13 +5,14 @@
 
 mod body;
 mod health;
+mod leases;
 mod lanes;
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -22,8 +23,10 @@ use tokio_util::sync::CancellationToken;
 pub use body::{json, read_json, text, ApiError, BODY_LIMIT};
 
 use crate::runtime::Shared;
+use crate::server::peer;
 
-pub type HttpResponse = Response<Full<Bytes>>;
+/// Boxed so that a handler may stream (the lease events); JSON replies are one full chunk.
+pub type HttpResponse = Response<UnsyncBoxBody<Bytes, Infallible>>;
 
 /// Serves HTTP on `listener` until `stop` is cancelled, then lets in-flight requests finish.
 pub async fn serve(listener: UnixListener, shared: Arc<Shared>, stop: CancellationToken) {
@@ -40,8 +43,13 @@ pub async fn serve(listener: UnixListener, shared: Arc<Shared>, stop: Cancellati
             },
         };
         let shared = shared.clone();
-        let service = hyper::service::service_fn(move |request| {
+        // Who is calling: read once per connection, handed to every request on it.
+        let peer = peer::peer_credentials(&stream).ok();
+        let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
             let shared = shared.clone();
+            if let Some(peer) = peer {
+                request.extensions_mut().insert(peer);
+            }
             async move { Ok::<_, Infallible>(route(request, &shared).await) }
         });
         let connection = hyper::server::conn::http1::Builder::new()
@@ -61,6 +69,7 @@ async fn route(request: Request<Incoming>, shared: &Shared) -> HttpResponse {
     let outcome = match path.as_str() {
         "/healthz" | "/readyz" | "/metrics" => health::handle(request, shared).await,
         "/v1/lanes" => lanes::handle(request, shared).await,
+        leases if leases.starts_with("/v1/leases/") => leases::handle(request, shared).await,
         _ => Err(ApiError::NotFound(path)),
     };
     outcome.unwrap_or_else(ApiError::into_response)

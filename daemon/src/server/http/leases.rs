@@ -1,0 +1,227 @@
+//! `/v1/leases/{resource}/…`: acquire, renew, release and inspect (POST, JSON), and the watchdog's
+//! events as a stream of JSON lines (`GET …/events?owner=…&operation_id=…`). The caller is the peer
+//! of the Unix socket; its principal is bound into every owner. Statuses follow DESIGN.md: 200,
+//! 409 contended/conflict, 503 unavailable with Retry-After, 502 indeterminate, 400 bad input.
+
+use std::convert::Infallible;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::header::{CONTENT_TYPE, RETRY_AFTER};
+use hyper::{Method, Request, Response, StatusCode};
+use serde::Serialize;
+use tollgate_lease::api::{AcquireRequest, InspectRequest, ReleaseRequest, RenewRequest};
+use tollgate_lease::{
+    AcquireOutcome, Attempt, Holder, InspectOutcome, InvalidRequest, LeaseService, ReleaseOutcome,
+    RenewOutcome, Resource,
+};
+use tollgate_model::Caller;
+
+use super::{json, read_json, ApiError, HttpResponse};
+use crate::runtime::Shared;
+use crate::server::peer::{self, PeerCredentials};
+
+/// Seconds a caller is told to wait after `unavailable` (Redis unreachable, nothing sent).
+const UNAVAILABLE_RETRY_SECS: u64 = 1;
+
+pub async fn handle(request: Request<Incoming>, shared: &Shared) -> Result<HttpResponse, ApiError> {
+    let path = request.uri().path().to_owned();
+    let rest = path.strip_prefix("/v1/leases/").unwrap_or_default();
+    let (name, action) = rest.split_once('/').unwrap_or((rest, ""));
+    let resource = Resource::parse(name).map_err(|error| ApiError::BadRequest {
+        field: Some("resource".into()),
+        message: error.to_string(),
+    })?;
+    let caller = caller(&request)?;
+    let leases = &shared.leases;
+    match (request.method().clone(), action) {
+        (Method::POST, "acquire") => {
+            let body: AcquireRequest = read_json(request).await?;
+            let holder = match body.watchdog {
+                true => Some(Holder::process(caller.pid).map_err(|error| {
+                    ApiError::Internal(format!("cannot watch process {}: {error}", caller.pid))
+                })?),
+                false => None,
+            };
+            let outcome = leases
+                .acquire(&caller.principal, &resource, &body, holder)
+                .await
+                .map_err(invalid)?;
+            Ok(respond(&outcome))
+        }
+        (Method::POST, "renew") => {
+            let body: RenewRequest = read_json(request).await?;
+            let outcome = leases
+                .renew(&caller.principal, &resource, &body)
+                .await
+                .map_err(invalid)?;
+            Ok(respond(&outcome))
+        }
+        (Method::POST, "release") => {
+            let body: ReleaseRequest = read_json(request).await?;
+            let outcome = leases
+                .release(&caller.principal, &resource, &body)
+                .await
+                .map_err(invalid)?;
+            Ok(respond(&outcome))
+        }
+        (Method::POST, "inspect") => {
+            let body: InspectRequest = read_json(request).await?;
+            let outcome = leases
+                .inspect(&caller.principal, &resource, body.attempt.as_ref())
+                .await
+                .map_err(invalid)?;
+            Ok(respond(&outcome))
+        }
+        (Method::GET, "events") => events(leases, &caller, &resource, request.uri().query()),
+        (method, "acquire" | "renew" | "release" | "inspect" | "events") => {
+            Err(ApiError::MethodNotAllowed {
+                method: method.to_string(),
+                path,
+            })
+        }
+        _ => Err(ApiError::NotFound(path)),
+    }
+}
+
+/// The caller is the socket's peer; its principal is the uid's user name (until the policy maps
+/// peers to principals of its own).
+fn caller(request: &Request<Incoming>) -> Result<Caller, ApiError> {
+    let credentials = request
+        .extensions()
+        .get::<PeerCredentials>()
+        .ok_or_else(|| ApiError::Internal("peer credentials missing".into()))?;
+    Ok(Caller {
+        principal: peer::user_name(credentials.uid),
+        uid: credentials.uid,
+        gid: credentials.gid,
+        pid: credentials.pid,
+    })
+}
+
+fn invalid(error: InvalidRequest) -> ApiError {
+    ApiError::BadRequest {
+        field: Some(error.field.into()),
+        message: error.message,
+    }
+}
+
+/// How each outcome maps onto an HTTP status.
+trait Status {
+    fn status(&self) -> StatusCode;
+}
+
+impl Status for AcquireOutcome {
+    fn status(&self) -> StatusCode {
+        match self {
+            AcquireOutcome::Contended { .. } | AcquireOutcome::Conflict => StatusCode::CONFLICT,
+            AcquireOutcome::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            AcquireOutcome::Indeterminate { .. } => StatusCode::BAD_GATEWAY,
+            _ => StatusCode::OK,
+        }
+    }
+}
+
+impl Status for RenewOutcome {
+    fn status(&self) -> StatusCode {
+        match self {
+            RenewOutcome::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            RenewOutcome::Indeterminate { .. } => StatusCode::BAD_GATEWAY,
+            _ => StatusCode::OK,
+        }
+    }
+}
+
+impl Status for ReleaseOutcome {
+    fn status(&self) -> StatusCode {
+        match self {
+            ReleaseOutcome::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ReleaseOutcome::Indeterminate { .. } => StatusCode::BAD_GATEWAY,
+            _ => StatusCode::OK,
+        }
+    }
+}
+
+impl Status for InspectOutcome {
+    fn status(&self) -> StatusCode {
+        match self {
+            InspectOutcome::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::OK,
+        }
+    }
+}
+
+fn respond<O: Serialize + Status>(outcome: &O) -> HttpResponse {
+    let status = outcome.status();
+    let mut response = json(status, outcome);
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, UNAVAILABLE_RETRY_SECS.into());
+    }
+    response
+}
+
+/// The watchdog's events for one lease as JSON lines, until the watchdog stops.
+fn events(
+    leases: &LeaseService,
+    caller: &Caller,
+    resource: &Resource,
+    query: Option<&str>,
+) -> Result<HttpResponse, ApiError> {
+    let attempt = attempt_from_query(query.unwrap_or_default())?;
+    let receiver = leases
+        .events(&caller.principal, resource, &attempt)
+        .map_err(invalid)?
+        .ok_or_else(|| {
+            ApiError::NotFound(format!("no watchdog guards this lease on {resource}"))
+        })?;
+    let lines = futures::stream::unfold(receiver, |mut receiver| async move {
+        loop {
+            match receiver.recv().await {
+                Ok(event) => {
+                    let mut line = serde_json::to_vec(&event).expect("events always serialise");
+                    line.push(b'\n');
+                    return Some((
+                        Ok::<_, Infallible>(Frame::data(Bytes::from(line))),
+                        receiver,
+                    ));
+                }
+                // A watcher that fell behind skips what it missed and reads on.
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    });
+    Ok(Response::builder()
+        .status(StatusCode::OK)
+        .header(CONTENT_TYPE, "application/x-ndjson")
+        .body(StreamBody::new(lines).boxed_unsync())
+        .expect("a static status and header always build a response"))
+}
+
+fn attempt_from_query(query: &str) -> Result<Attempt, ApiError> {
+    let mut owner = None;
+    let mut operation_id = None;
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+        match pair.split_once('=') {
+            Some(("owner", value)) => owner = Some(value.to_owned()),
+            Some(("operation_id", value)) => operation_id = Some(value.to_owned()),
+            _ => {
+                return Err(ApiError::BadRequest {
+                    field: Some(pair.split('=').next().unwrap_or_default().to_owned()),
+                    message: "unknown query parameter".into(),
+                })
+            }
+        }
+    }
+    let missing = |field: &str| ApiError::BadRequest {
+        field: Some(field.to_owned()),
+        message: "missing query parameter".into(),
+    };
+    Ok(Attempt {
+        owner: owner.ok_or_else(|| missing("owner"))?,
+        operation_id: operation_id.ok_or_else(|| missing("operation_id"))?,
+    })
+}

@@ -1,0 +1,584 @@
+//! The lease service against a real `redis-server` through real lanes: every outcome, fencing,
+//! replay validity, a reply lost in transit, NOSCRIPT after a restart, waiting, the watchdog.
+//! HTTP, the client library and `lease run` are covered in `lease_http.rs` and `lease_run.rs`.
+
+use std::time::{Duration, Instant};
+
+use prometheus_client::registry::Registry;
+use tollgate_lanes::{Endpoint, Lanes, LanesConfig, Topology};
+use tollgate_lease::api::{AcquireRequest, LeaseEvent, ReleaseRequest, RenewRequest};
+use tollgate_lease::{
+    AcquireOutcome, Attempt, Holder, InspectOutcome, LeaseConfig, LeaseService, LostReason,
+    ReleaseOutcome, RenewOutcome, Resource,
+};
+use tollgate_testkit::RedisServer;
+
+pub struct Fixture {
+    pub redis: RedisServer,
+    pub leases: LeaseService,
+}
+
+impl Fixture {
+    pub fn start() -> Fixture {
+        Self::on(RedisServer::start())
+    }
+
+    pub fn on(redis: RedisServer) -> Fixture {
+        let mut registry = Registry::default();
+        let lanes = Lanes::open(
+            &Topology::Standalone(Endpoint::Unix(redis.socket().to_owned())),
+            &LanesConfig::default(),
+            &mut registry,
+        )
+        .expect("open lanes");
+        let config = LeaseConfig {
+            min_ttl: Duration::from_millis(50),
+            ..LeaseConfig::default()
+        };
+        let leases = LeaseService::new(&lanes, config, &mut registry);
+        Fixture { redis, leases }
+    }
+
+    pub async fn acquire(&self, principal: &str, attempt: &Attempt, ttl_ms: u64) -> AcquireOutcome {
+        self.acquire_waiting(principal, attempt, ttl_ms, 0).await
+    }
+
+    pub async fn acquire_waiting(
+        &self,
+        principal: &str,
+        attempt: &Attempt,
+        ttl_ms: u64,
+        wait_ms: u64,
+    ) -> AcquireOutcome {
+        self.leases
+            .acquire(
+                principal,
+                &resource(),
+                &request(attempt, ttl_ms, wait_ms),
+                None,
+            )
+            .await
+            .expect("valid request")
+    }
+
+    pub async fn renew(&self, principal: &str, attempt: &Attempt, ttl_ms: u64) -> RenewOutcome {
+        let request = RenewRequest {
+            attempt: attempt.clone(),
+            ttl: Duration::from_millis(ttl_ms),
+        };
+        self.leases
+            .renew(principal, &resource(), &request)
+            .await
+            .expect("valid request")
+    }
+
+    pub async fn release(&self, principal: &str, attempt: &Attempt) -> ReleaseOutcome {
+        let request = ReleaseRequest {
+            attempt: attempt.clone(),
+        };
+        self.leases
+            .release(principal, &resource(), &request)
+            .await
+            .expect("valid request")
+    }
+
+    pub async fn inspect(&self, principal: &str, attempt: Option<&Attempt>) -> InspectOutcome {
+        self.leases
+            .inspect(principal, &resource(), attempt)
+            .await
+            .expect("valid request")
+    }
+
+    /// The server's own remaining time of the lease, in milliseconds.
+    pub fn server_pttl(&self) -> i64 {
+        let reply = self
+            .redis
+            .inline(&format!("PTTL {}", resource().keys().lease));
+        reply
+            .trim()
+            .trim_start_matches(':')
+            .parse()
+            .expect("PTTL reply")
+    }
+
+    /// How often Redis ran `command` (from INFO commandstats), e.g. `evalsha` or `script|load`.
+    pub fn calls(&self, command: &str) -> u64 {
+        command_calls(&self.redis, command)
+    }
+}
+
+pub fn command_calls(redis: &RedisServer, command: &str) -> u64 {
+    let stats = redis.inline("INFO commandstats");
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .map(|rest| rest.split(',').next().unwrap().parse().unwrap())
+        .unwrap_or(0)
+}
+
+pub fn resource() -> Resource {
+    Resource::parse("orders:nightly").unwrap()
+}
+
+pub fn attempt(owner: &str, operation_id: &str) -> Attempt {
+    Attempt {
+        owner: owner.into(),
+        operation_id: operation_id.into(),
+    }
+}
+
+pub fn request(attempt: &Attempt, ttl_ms: u64, wait_ms: u64) -> AcquireRequest {
+    AcquireRequest {
+        attempt: attempt.clone(),
+        ttl: Duration::from_millis(ttl_ms),
+        wait: Duration::from_millis(wait_ms),
+        watchdog: false,
+        replicas: 0,
+    }
+}
+
+fn held(outcome: &AcquireOutcome) -> (u64, Duration) {
+    match outcome {
+        AcquireOutcome::Acquired { fence, valid_for }
+        | AcquireOutcome::Replayed { fence, valid_for } => (*fence, *valid_for),
+        other => panic!("expected the lease to be held, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn every_outcome_of_the_four_calls() {
+    let fx = Fixture::start();
+    let a = attempt("alice-token", "op-1");
+    assert_eq!(fx.inspect("alice", None).await, InspectOutcome::Free);
+
+    let AcquireOutcome::Acquired { fence, valid_for } = fx.acquire("alice", &a, 10_000).await
+    else {
+        panic!("first acquire acquires");
+    };
+    assert_eq!(fence, 1);
+    assert!(
+        valid_for <= Duration::from_millis(10_000 - 10),
+        "drift budget is taken off"
+    );
+
+    let contended = fx
+        .acquire("bob", &attempt("bob-token", "op-1"), 10_000)
+        .await;
+    let AcquireOutcome::Contended { retry_after } = contended else {
+        panic!("another owner is contended, got {contended:?}");
+    };
+    assert!(retry_after > Duration::ZERO && retry_after <= Duration::from_millis(10_000));
+    assert_eq!(
+        fx.acquire("alice", &attempt("alice-token", "op-2"), 10_000)
+            .await,
+        AcquireOutcome::Conflict,
+        "same owner, another operation"
+    );
+    assert!(
+        matches!(
+            fx.acquire("mallory", &a, 10_000).await,
+            AcquireOutcome::Contended { .. }
+        ),
+        "the same owner token under another principal is another owner"
+    );
+
+    assert!(matches!(
+        fx.renew("alice", &a, 10_000).await,
+        RenewOutcome::Renewed { .. }
+    ));
+    assert_eq!(
+        fx.renew("mallory", &a, 10_000).await,
+        RenewOutcome::Lost {
+            reason: LostReason::NotOwner
+        }
+    );
+    assert_eq!(fx.release("mallory", &a).await, ReleaseOutcome::NotOwner);
+    match fx.inspect("alice", Some(&a)).await {
+        InspectOutcome::Held {
+            fence,
+            yours,
+            remaining,
+        } => {
+            assert_eq!((fence, yours), (1, true));
+            assert!(remaining <= Duration::from_millis(10_000));
+        }
+        other => panic!("expected held, got {other:?}"),
+    }
+    assert!(matches!(
+        fx.inspect("bob", Some(&a)).await,
+        InspectOutcome::Held { yours: false, .. }
+    ));
+
+    assert_eq!(fx.release("alice", &a).await, ReleaseOutcome::Released);
+    assert_eq!(fx.release("alice", &a).await, ReleaseOutcome::AlreadyAbsent);
+    assert_eq!(
+        fx.renew("alice", &a, 10_000).await,
+        RenewOutcome::Lost {
+            reason: LostReason::Absent
+        }
+    );
+    assert_eq!(fx.inspect("alice", None).await, InspectOutcome::Free);
+
+    let (next, _) = held(
+        &fx.acquire("bob", &attempt("bob-token", "op-1"), 10_000)
+            .await,
+    );
+    assert_eq!(next, 2, "each new holder gets a larger fence");
+}
+
+#[tokio::test]
+async fn replay_returns_the_same_fence_with_the_servers_remaining_time() {
+    let fx = Fixture::start();
+    let a = attempt("alice-token", "op-1");
+    let (fence, _) = held(&fx.acquire("alice", &a, 2_000).await);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let replay = fx.acquire("alice", &a, 2_000).await;
+    let pttl_after = fx.server_pttl();
+    let AcquireOutcome::Replayed {
+        fence: again,
+        valid_for,
+    } = replay
+    else {
+        panic!("the same attempt replays, got {replay:?}");
+    };
+    assert_eq!(again, fence);
+    assert!(
+        valid_for.as_millis() as i64 <= pttl_after,
+        "replay validity {valid_for:?} must not exceed the server's PTTL {pttl_after} ms"
+    );
+    assert!(
+        valid_for < Duration::from_millis(1_500),
+        "not the requested 2 s again"
+    );
+}
+
+#[tokio::test]
+async fn a_reply_lost_in_transit_then_a_retry_with_the_same_attempt_holds_exactly_once() {
+    let fx = Fixture::start();
+    let a = attempt("alice-token", "op-1");
+    // Load the acquire script, so the cut-off call is a plain EVALSHA that runs.
+    let warm_up = Resource::parse("warm-up").unwrap();
+    let warm = request(&attempt("warm", "up"), 10_000, 0);
+    held(
+        &fx.leases
+            .acquire("alice", &warm_up, &warm, None)
+            .await
+            .unwrap(),
+    );
+
+    // Writes stall on the server; the call goes out, then the caller gives up on the reply.
+    fx.redis.inline("CLIENT PAUSE 400 WRITE");
+    let cut =
+        tokio::time::timeout(Duration::from_millis(100), fx.acquire("alice", &a, 10_000)).await;
+    assert!(cut.is_err(), "the reply was not awaited");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // Redis ran the acquisition after all; the retry finds it instead of taking a second one.
+    let retry = fx.acquire("alice", &a, 10_000).await;
+    assert!(
+        matches!(retry, AcquireOutcome::Replayed { fence: 1, .. }),
+        "got {retry:?}"
+    );
+    let counter = fx.redis.inline(&format!("GET {}", resource().keys().fence));
+    assert!(
+        counter.contains("\r\n1\r\n"),
+        "fence counter moved once: {counter:?}"
+    );
+}
+
+#[tokio::test]
+async fn redis_restarted_mid_lease_reloads_each_script_once() {
+    let mut fx = Fixture::start();
+    let a = attempt("alice-token", "op-1");
+    held(&fx.acquire("alice", &a, 10_000).await);
+    fx.redis.restart();
+
+    // Until the lane has reconnected, calls fail without being sent.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let outcome = loop {
+        match fx.renew("alice", &a, 10_000).await {
+            RenewOutcome::Unavailable { .. } | RenewOutcome::Indeterminate { .. }
+                if Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            other => break other,
+        }
+    };
+    // The restarted server kept no data, so the lease is gone, and the renew says so.
+    assert_eq!(
+        outcome,
+        RenewOutcome::Lost {
+            reason: LostReason::Absent
+        }
+    );
+    let (fence, _) = held(&fx.acquire("alice", &a, 10_000).await);
+    assert_eq!(
+        fence, 1,
+        "without persistence the counter restarts (see WAIT for durability)"
+    );
+    assert!(matches!(
+        fx.renew("alice", &a, 10_000).await,
+        RenewOutcome::Renewed { .. }
+    ));
+    assert_eq!(
+        fx.calls("script|load"),
+        2,
+        "one load per script used since the restart"
+    );
+    let errors = fx.redis.inline("INFO errorstats");
+    assert!(
+        errors.contains("errorstat_NOSCRIPT:count=2"),
+        "one NOSCRIPT per script: {errors}"
+    );
+}
+
+#[tokio::test]
+async fn unavailable_means_not_sent_while_redis_is_down() {
+    let mut fx = Fixture::start();
+    let a = attempt("alice-token", "op-1");
+    held(&fx.acquire("alice", &a, 10_000).await);
+    fx.redis.kill();
+    // The first call may have been in flight when the connection broke; after that, nothing is sent.
+    let _ = fx.renew("alice", &a, 10_000).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(matches!(
+        fx.acquire("alice", &a, 10_000).await,
+        AcquireOutcome::Unavailable { .. }
+    ));
+    assert!(matches!(
+        fx.renew("alice", &a, 10_000).await,
+        RenewOutcome::Unavailable { .. }
+    ));
+    assert!(matches!(
+        fx.release("alice", &a).await,
+        ReleaseOutcome::Unavailable { .. }
+    ));
+    assert!(matches!(
+        fx.inspect("alice", None).await,
+        InspectOutcome::Unavailable { .. }
+    ));
+}
+
+#[tokio::test]
+async fn a_waiter_gets_the_lease_promptly_after_release() {
+    let fx = std::sync::Arc::new(Fixture::start());
+    let holder = attempt("alice-token", "op-1");
+    held(&fx.acquire("alice", &holder, 30_000).await);
+    let waiter = {
+        let fx = fx.clone();
+        tokio::spawn(async move {
+            let outcome = fx
+                .acquire_waiting("bob", &attempt("bob-token", "op-1"), 30_000, 20_000)
+                .await;
+            (outcome, Instant::now())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the waiter waits while the lease is held"
+    );
+    let released_at = Instant::now();
+    assert_eq!(fx.release("alice", &holder).await, ReleaseOutcome::Released);
+    let (outcome, acquired_at) = waiter.await.unwrap();
+    assert_eq!(held(&outcome).0, 2);
+    // Woken by the release notification: long before the 30 s TTL or the 20 s wait would end.
+    assert!(acquired_at.duration_since(released_at) < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn a_waiter_gets_the_lease_when_the_holder_expires() {
+    let fx = Fixture::start();
+    held(
+        &fx.acquire("alice", &attempt("alice-token", "op-1"), 400)
+            .await,
+    );
+    let started = Instant::now();
+    let outcome = fx
+        .acquire_waiting("bob", &attempt("bob-token", "op-1"), 10_000, 10_000)
+        .await;
+    assert_eq!(held(&outcome).0, 2);
+    let waited = started.elapsed();
+    // Nobody released: the holder's PTTL woke the waiter once it ran out, well before the wait ended.
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_wait_that_runs_out_is_contended() {
+    let fx = Fixture::start();
+    held(
+        &fx.acquire("alice", &attempt("alice-token", "op-1"), 10_000)
+            .await,
+    );
+    let outcome = fx
+        .acquire_waiting("bob", &attempt("bob-token", "op-1"), 10_000, 300)
+        .await;
+    assert!(
+        matches!(outcome, AcquireOutcome::Contended { .. }),
+        "got {outcome:?}"
+    );
+}
+
+#[tokio::test]
+async fn many_waiters_are_handed_the_lease_one_at_a_time_without_a_stampede() {
+    const WAITERS: usize = 6;
+    let fx = std::sync::Arc::new(Fixture::start());
+    let first = attempt("alice-token", "op-1");
+    held(&fx.acquire("alice", &first, 30_000).await);
+    let before = fx.calls("evalsha");
+    let mut tasks = Vec::new();
+    for n in 0..WAITERS {
+        let fx = fx.clone();
+        tasks.push(tokio::spawn(async move {
+            let mine = attempt(&format!("waiter-{n}"), "op-1");
+            let (fence, _) = held(&fx.acquire_waiting("w", &mine, 30_000, 20_000).await);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert_eq!(fx.release("w", &mine).await, ReleaseOutcome::Released);
+            fence
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    fx.release("alice", &first).await;
+    let mut fences = Vec::new();
+    for task in tasks {
+        fences.push(task.await.unwrap());
+    }
+    fences.sort_unstable();
+    assert_eq!(
+        fences,
+        (2..2 + WAITERS as u64).collect::<Vec<_>>(),
+        "each holder its own fence"
+    );
+    // Per waiter about four calls: a first try, a try at the head of the line, the winning try and
+    // its release. A stampede would add a try by every waiter on every release (15 more here).
+    let used = fx.calls("evalsha") - before;
+    assert!(
+        used <= (5 * WAITERS + 2) as u64,
+        "{used} script calls for {WAITERS} waiters"
+    );
+}
+
+#[tokio::test]
+async fn unconfirmed_replicas_undo_the_acquisition() {
+    let fx = Fixture::start();
+    let mut request = request(&attempt("alice-token", "op-1"), 10_000, 0);
+    request.replicas = 1;
+    let outcome = fx
+        .leases
+        .acquire("alice", &resource(), &request, None)
+        .await
+        .unwrap();
+    let AcquireOutcome::Unavailable { reason } = outcome else {
+        panic!("a server without replicas cannot confirm, got {outcome:?}");
+    };
+    assert!(reason.contains("0 of 1 replicas"), "{reason}");
+    assert_eq!(
+        fx.inspect("alice", None).await,
+        InspectOutcome::Free,
+        "nothing stays held"
+    );
+}
+
+#[tokio::test]
+async fn the_watchdog_renews_while_the_holder_lives_and_releases_when_it_dies() {
+    let fx = Fixture::start();
+    let a = attempt("alice-token", "op-1");
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let mut request = request(&a, 300, 0);
+    request.watchdog = true;
+    let holder = Holder::process(child.id()).unwrap();
+    let outcome = fx
+        .leases
+        .acquire("alice", &resource(), &request, Some(holder))
+        .await
+        .unwrap();
+    let (fence, _) = held(&outcome);
+    let mut events = fx
+        .leases
+        .events("alice", &resource(), &a)
+        .unwrap()
+        .expect("watched");
+
+    // Three TTLs later the lease is still held: the watchdog renewed it.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(matches!(
+        fx.inspect("alice", Some(&a)).await,
+        InspectOutcome::Held { yours: true, .. }
+    ));
+    assert!(matches!(
+        events.recv().await.unwrap(),
+        LeaseEvent::Renewed { .. }
+    ));
+
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let released = loop {
+        match tokio::time::timeout(Duration::from_secs(5), events.recv()).await {
+            Ok(Ok(LeaseEvent::Renewed { .. })) => continue,
+            other => break other,
+        }
+    };
+    assert!(
+        matches!(released, Ok(Ok(LeaseEvent::Released { fence: f })) if f == fence),
+        "{released:?}"
+    );
+    assert_eq!(fx.inspect("alice", None).await, InspectOutcome::Free);
+}
+
+#[tokio::test]
+async fn the_watchdog_reports_a_lost_lease_and_stops() {
+    let fx = Fixture::start();
+    let a = attempt("alice-token", "op-1");
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let mut request = request(&a, 300, 0);
+    request.watchdog = true;
+    let holder = Holder::process(child.id()).unwrap();
+    held(
+        &fx.leases
+            .acquire("alice", &resource(), &request, Some(holder))
+            .await
+            .unwrap(),
+    );
+    let mut events = fx
+        .leases
+        .events("alice", &resource(), &a)
+        .unwrap()
+        .expect("watched");
+    fx.redis.inline(&format!("DEL {}", resource().keys().lease));
+    let lost = loop {
+        match tokio::time::timeout(Duration::from_secs(5), events.recv()).await {
+            Ok(Ok(LeaseEvent::Renewed { .. })) => continue,
+            other => break other,
+        }
+    };
+    assert!(
+        matches!(
+            lost,
+            Ok(Ok(LeaseEvent::Lost {
+                reason: LostReason::Absent,
+                ..
+            }))
+        ),
+        "{lost:?}"
+    );
+    assert!(
+        fx.leases
+            .events("alice", &resource(), &a)
+            .unwrap()
+            .is_none(),
+        "the watchdog ended"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
