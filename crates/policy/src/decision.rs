@@ -64,6 +64,14 @@ pub enum DenyCause {
 }
 
 impl DenyCause {
+    /// Whether a module failed (as opposed to a rule or the catalog deciding).
+    pub fn is_fault(self) -> bool {
+        matches!(
+            self,
+            DenyCause::Trap | DenyCause::Deadline | DenyCause::OutOfMemory | DenyCause::Malformed
+        )
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             DenyCause::Rule => "rule",

@@ -155,14 +155,26 @@ impl Generation {
         Ok(generation)
     }
 
-    /// Runs every file's `tests:`; also instantiates every module once, so a module that cannot
-    /// start fails the build rather than the first command.
+    /// Instantiates every module once (a module that cannot start or answer fails the build
+    /// rather than the first command), then runs every file's `tests:`.
     fn self_test(&self) -> Result<(), PolicyError> {
-        let failures: Vec<String> = self
-            .files
+        let probe = [Bytes::from_static(b"PING")];
+        let who = caller("tollgate-self-test");
+        let mut failures: Vec<String> = self
+            .guards
             .iter()
-            .flat_map(|file| self.run_tests(file))
+            .enumerate()
+            .filter_map(|(index, guard)| {
+                match self.decide(&self.guards[index..=index], &who, &probe, None) {
+                    Decision::Denied(denial) if denial.cause.is_fault() => Some(format!(
+                        "module {}: probe PING failed: {denial}",
+                        guard.name()
+                    )),
+                    _ => None,
+                }
+            })
             .collect();
+        failures.extend(self.test_failures());
         if failures.is_empty() {
             Ok(())
         } else {
@@ -170,54 +182,51 @@ impl Generation {
         }
     }
 
-    /// The failed expectations of `file`, each as `file:line: what happened`.
-    pub fn run_tests(&self, file: &CompiledFile) -> Vec<String> {
-        let probe = [Bytes::from_static(b"PING")];
+    /// The failed expectations of every file, each as `file:line: what happened`. A file's
+    /// expectations describe that file, so they are judged by its own YAML guard alone.
+    pub fn test_failures(&self) -> Vec<String> {
         let mut failures = Vec::new();
-        if file.tests.is_empty() {
-            if let Decision::Denied(denial) = self.admit(&caller("tollgate-self-test"), &probe) {
-                if denial.cause != DenyCause::NoRule && denial.cause != DenyCause::Rule {
+        for (file, guard) in self.files.iter().zip(self.guards.chunks(1)) {
+            for test in &file.tests {
+                let who = caller(&test.principal);
+                let decision = match test.argv.as_slice() {
+                    [lease, resource] if lease.eq_ignore_ascii_case("LEASE") => self.judge(
+                        guard,
+                        &wit_caller(&who),
+                        &lease_command(resource),
+                        &lease_descriptor(),
+                        None,
+                    ),
+                    argv => {
+                        let argv: Vec<Bytes> =
+                            argv.iter().map(|a| Bytes::from(a.clone())).collect();
+                        self.decide(guard, &who, &argv, None)
+                    }
+                };
+                let (got, rule) = match &decision {
+                    Decision::Admitted { .. } => (Expected::Allow, None),
+                    Decision::Denied(denial) => (Expected::Deny, Some(denial.rule.as_str())),
+                };
+                let rule_ok =
+                    test.rule.is_none() || got == Expected::Deny && test.rule.as_deref() == rule;
+                if got != test.expect || !rule_ok {
+                    let said = match &decision {
+                        Decision::Admitted { .. } => "admitted".to_owned(),
+                        Decision::Denied(denial) => format!("denied: {denial}"),
+                    };
                     failures.push(format!(
-                        "{}: probe PING failed: {denial}",
-                        file.path.display()
+                        "{}:{}: `{}` as {}: expected {:?}{}, but {said}",
+                        file.path.display(),
+                        test.line,
+                        test.argv.join(" "),
+                        test.principal,
+                        test.expect,
+                        test.rule
+                            .as_ref()
+                            .map(|r| format!(" by rule {r}"))
+                            .unwrap_or_default(),
                     ));
                 }
-            }
-        }
-        for test in &file.tests {
-            let who = caller(&test.principal);
-            let decision = match test.argv.as_slice() {
-                [lease, resource] if lease.eq_ignore_ascii_case("LEASE") => {
-                    self.admit_lease(&who, resource)
-                }
-                argv => {
-                    let argv: Vec<Bytes> = argv.iter().map(|a| Bytes::from(a.clone())).collect();
-                    self.admit(&who, &argv)
-                }
-            };
-            let (got, rule) = match &decision {
-                Decision::Admitted { .. } => (Expected::Allow, None),
-                Decision::Denied(denial) => (Expected::Deny, Some(denial.rule.as_str())),
-            };
-            let rule_ok =
-                test.rule.is_none() || got == Expected::Deny && test.rule.as_deref() == rule;
-            if got != test.expect || !rule_ok {
-                let said = match &decision {
-                    Decision::Admitted { .. } => "admitted".to_owned(),
-                    Decision::Denied(denial) => format!("denied: {denial}"),
-                };
-                failures.push(format!(
-                    "{}:{}: `{}` as {}: expected {:?}{}, but {said}",
-                    file.path.display(),
-                    test.line,
-                    test.argv.join(" "),
-                    test.principal,
-                    test.expect,
-                    test.rule
-                        .as_ref()
-                        .map(|r| format!(" by rule {r}"))
-                        .unwrap_or_default(),
-                ));
             }
         }
         failures
@@ -246,23 +255,24 @@ impl Generation {
     }
 
     pub fn admit(&self, caller: &Caller, argv: &[Bytes]) -> Decision {
-        self.decide(caller, argv, None)
+        self.decide(&self.guards, caller, argv, None)
     }
 
     /// A lease request, judged as the pseudo-command `TOLLGATE|LEASE <resource>`.
     pub fn admit_lease(&self, caller: &Caller, resource: &str) -> Decision {
-        let descriptor = lease_descriptor();
-        let command = Command {
-            keys: vec![resource.as_bytes().to_vec()],
-            args: Vec::new(),
-        };
-        self.judge(&wit_caller(caller), &command, &descriptor, None)
+        self.judge(
+            &self.guards,
+            &wit_caller(caller),
+            &lease_command(resource),
+            &lease_descriptor(),
+            None,
+        )
     }
 
     /// Every module's answer for one command, and the decision.
     pub fn explain(&self, caller: &Caller, argv: &[Bytes]) -> (Decision, Vec<Step>) {
         let mut steps = Vec::new();
-        let decision = self.decide(caller, argv, Some(&mut steps));
+        let decision = self.decide(&self.guards, caller, argv, Some(&mut steps));
         (decision, steps)
     }
 
@@ -277,7 +287,13 @@ impl Generation {
             keys,
             args: Vec::new(),
         };
-        self.judge(&wit_caller(caller), &command, descriptor, None)
+        self.judge(
+            &self.guards,
+            &wit_caller(caller),
+            &command,
+            descriptor,
+            None,
+        )
     }
 
     pub fn descriptors(&self) -> &[bindings::Descriptor] {
@@ -286,6 +302,7 @@ impl Generation {
 
     fn decide(
         &self,
+        guards: &[Guard],
         caller: &Caller,
         argv: &[Bytes],
         mut steps: Option<&mut Vec<Step>>,
@@ -344,12 +361,13 @@ impl Generation {
                 .map(|(_, arg)| arg)
                 .collect(),
         };
-        self.judge(&wit_caller(caller), &command, &descriptor, steps)
+        self.judge(guards, &wit_caller(caller), &command, &descriptor, steps)
     }
 
     /// The guard chain: the first deny wins; admitted only if some guard allows.
     fn judge(
         &self,
+        guards: &[Guard],
         who: &bindings::Caller,
         command: &Command,
         descriptor: &bindings::Descriptor,
@@ -357,7 +375,7 @@ impl Generation {
     ) -> Decision {
         let mut allowed: Option<String> = None;
         let mut denial = None;
-        for guard in &self.guards {
+        for guard in guards {
             let verdict = guard.admit(who, command, descriptor);
             if let Some(steps) = steps.as_deref_mut() {
                 steps.push(step(guard.name(), &verdict));
@@ -466,6 +484,13 @@ fn caller(principal: &str) -> Caller {
         uid: 0,
         gid: 0,
         pid: 0,
+    }
+}
+
+fn lease_command(resource: &str) -> Command {
+    Command {
+        keys: vec![resource.as_bytes().to_vec()],
+        args: Vec::new(),
     }
 }
 

@@ -7,7 +7,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::decision::{Decision, DenyCause};
+use crate::decision::Decision;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DecisionLabels {
@@ -68,7 +68,7 @@ impl PolicyMetrics {
                 cause: "",
             },
             Decision::Denied(denial) => {
-                if is_fault(denial.cause) {
+                if denial.cause.is_fault() {
                     self.faults
                         .get_or_create(&FaultLabels {
                             module: denial.module.clone(),
@@ -95,11 +95,4 @@ impl PolicyMetrics {
         };
         self.reloads.get_or_create(&ReloadLabels { outcome }).inc();
     }
-}
-
-fn is_fault(cause: DenyCause) -> bool {
-    matches!(
-        cause,
-        DenyCause::Trap | DenyCause::Deadline | DenyCause::OutOfMemory | DenyCause::Malformed
-    )
 }

@@ -1,7 +1,8 @@
 //! A hostile guard for the sandbox tests. Its config picks the misbehaviour: `spin` loops forever,
 //! `bomb` allocates until memory runs out, `trap` panics (an `unreachable` trap), `huge` answers
-//! with a 4 MiB rule name. Any other config behaves: it allows, so a test can see the next command
-//! served normally by a fresh instance.
+//! with a 4 MiB rule name, `echo` denies with a reason that reports what crossed into the sandbox
+//! (so a test can check that a large value arrives as a bounded prefix). Any other config behaves:
+//! it allows, so a test can see the next command served normally by a fresh instance.
 
 wit_bindgen::generate!({ world: "guard-module", path: "../../../wit" });
 
@@ -9,12 +10,23 @@ use std::hint::black_box;
 
 use exports::tollgate::policy::guard::Guest;
 use tollgate::policy::config;
-use tollgate::policy::types::{Caller, Command, Descriptor, Verdict};
+use tollgate::policy::types::{Caller, Command, Denial, Descriptor, Verdict};
 
 struct Hostile;
 
 impl Guest for Hostile {
     fn admit(_who: Caller, cmd: Command, _desc: Descriptor) -> Verdict {
+        if config::get() == b"echo" {
+            let args: Vec<String> = cmd
+                .args
+                .iter()
+                .map(|arg| format!("{}/{}", arg.prefix.len(), arg.len))
+                .collect();
+            return Verdict::Deny(Denial {
+                rule: "echo".into(),
+                reason: format!("keys={} args={}", cmd.keys.len(), args.join(",")),
+            });
+        }
         // Misbehave only for the key `hostile`, so the same instance pool also serves clean calls.
         if cmd.keys.first().map(Vec::as_slice) != Some(b"hostile") {
             return Verdict::Allow("hostile-behaves".into());

@@ -1,0 +1,239 @@
+//! Admission through the real catalog and YAML guard components: descriptors, key positions that
+//! move (EVAL, XREAD, SORT), lanes, the default policy's decisions, leases, principals, explain.
+
+use bytes::Bytes;
+use tollgate_model::Lane;
+use tollgate_policy::{Decision, DenyCause, ModuleConfig, PolicyConfig};
+
+use crate::policy_support::{admission, argv, caller, config, denial, fuel_limits, root};
+
+fn default_admission() -> tollgate_policy::Admission {
+    admission(&PolicyConfig {
+        limits: fuel_limits(),
+        ..PolicyConfig::default()
+    })
+}
+
+/// (descriptor name, lane, keys) of an admitted command.
+fn admitted(admission: &tollgate_policy::Admission, line: &str) -> (String, Lane, Vec<String>) {
+    let argv = argv(line);
+    match admission.admit(&caller("local"), &argv) {
+        Decision::Admitted {
+            descriptor, lane, ..
+        } => {
+            let keys = descriptor
+                .keys(&argv)
+                .map(|k| String::from_utf8_lossy(k).into_owned())
+                .collect();
+            (descriptor.name.clone(), lane, keys)
+        }
+        Decision::Denied(denial) => panic!("{line}: {denial}"),
+    }
+}
+
+#[test]
+fn key_positions_follow_each_call() {
+    let admission = default_admission();
+    let cases: &[(&str, &str, Lane, &[&str])] = &[
+        ("get a", "GET", Lane::Regular, &["a"]),
+        ("MSET a 1 b 2", "MSET", Lane::Regular, &["a", "b"]),
+        ("EVAL s 2 k1 k2 arg", "EVAL", Lane::Script, &["k1", "k2"]),
+        ("EVAL s 0 arg", "EVAL", Lane::Script, &[]),
+        (
+            "XREAD COUNT 1 STREAMS s1 s2 0 0",
+            "XREAD",
+            Lane::Regular,
+            &["s1", "s2"],
+        ),
+        (
+            "XREAD BLOCK 10 STREAMS s1 0",
+            "XREAD",
+            Lane::Blocking,
+            &["s1"],
+        ),
+        ("BLPOP q1 q2 0", "BLPOP", Lane::Blocking, &["q1", "q2"]),
+        (
+            "SORT s BY w_* GET o_* STORE dst",
+            "SORT",
+            Lane::Regular,
+            &["s", "w_*", "o_*", "dst"],
+        ),
+        (
+            "LMOVE src dst LEFT RIGHT",
+            "LMOVE",
+            Lane::Regular,
+            &["src", "dst"],
+        ),
+        ("MULTI", "MULTI", Lane::Transaction, &[]),
+        ("SUBSCRIBE news", "SUBSCRIBE", Lane::Pubsub, &[]),
+        ("client list", "CLIENT|LIST", Lane::Admin, &[]),
+        ("INFO", "INFO", Lane::Admin, &[]),
+        ("WAIT 1 0", "WAIT", Lane::Blocking, &[]),
+    ];
+    for &(line, name, lane, keys) in cases {
+        let (got_name, got_lane, got_keys) = admitted(&admission, line);
+        assert_eq!((got_name.as_str(), got_lane), (name, lane), "{line}");
+        assert_eq!(got_keys, keys, "{line}");
+    }
+}
+
+#[test]
+fn the_default_policy_denies_dangerous_commands_with_reasons() {
+    let admission = default_admission();
+    for (line, rule) in [
+        ("FLUSHALL", "no-wipe"),
+        ("flushdb async", "no-wipe"),
+        ("KEYS *", "no-keys"),
+        ("CONFIG SET maxmemory 1", "no-reconfigure"),
+        ("DEBUG SLEEP 0", "no-stop"),
+        ("SHUTDOWN", "no-stop"),
+        ("MONITOR", "no-monitor"),
+    ] {
+        let denial = denial(admission.admit(&caller("local"), &argv(line)));
+        assert_eq!(
+            (denial.rule.as_str(), denial.cause),
+            (rule, DenyCause::Rule),
+            "{line}"
+        );
+        assert!(
+            denial
+                .to_string()
+                .starts_with(&format!("rule {rule} denies ")),
+            "{denial}"
+        );
+        assert!(!denial.reason.is_empty());
+    }
+}
+
+#[test]
+fn unknown_commands_and_subcommands_are_denied_by_the_catalog() {
+    let admission = default_admission();
+    for line in ["NOSUCHCOMMAND x", "CLIENT NOSUCHSUB", "GET\u{0}"] {
+        let denial = denial(admission.admit(&caller("local"), &argv(line)));
+        assert_eq!(denial.cause, DenyCause::UnknownCommand, "{line}");
+        assert_eq!(denial.module, "catalog");
+    }
+    let empty = denial(admission.admit(&caller("local"), &[]));
+    assert_eq!(empty.cause, DenyCause::Malformed);
+}
+
+#[test]
+fn a_large_value_crosses_into_the_sandbox_as_a_bounded_prefix() {
+    let echo = ModuleConfig::WithConfig {
+        path: tollgate_policy::built_component("hostile"),
+        config: "echo".into(),
+    };
+    let admission = admission(&config(&[], vec![echo]));
+    let value = Bytes::from(vec![b'v'; 1 << 20]);
+    let argv = vec![Bytes::from_static(b"SET"), Bytes::from_static(b"k"), value];
+    let denial = denial(admission.admit(&caller("local"), &argv));
+    assert_eq!(denial.rule, "echo");
+    assert_eq!(denial.reason, format!("keys=1 args=64/{}", 1 << 20));
+}
+
+#[test]
+fn principals_come_from_uid_then_gid_then_any() {
+    let tenants = root().join("policies/examples/tenants.yaml");
+    let admission = admission(&config(&[&tenants], vec![]));
+    assert_eq!(admission.principal_for(2001, 0).as_deref(), Some("acme"));
+    assert_eq!(
+        admission.principal_for(2002, 2001).as_deref(),
+        Some("globex")
+    );
+    assert_eq!(admission.principal_for(4242, 4242), None);
+
+    let read_only = root().join("policies/examples/read-only.yaml");
+    let admission = crate::policy_support::admission(&config(&[&read_only], vec![]));
+    assert_eq!(admission.principal_for(1000, 3000).as_deref(), Some("app"));
+    assert_eq!(
+        admission.principal_for(5, 3000).as_deref(),
+        Some("reporting")
+    );
+    assert_eq!(
+        default_admission().principal_for(4242, 4242).as_deref(),
+        Some("local")
+    );
+}
+
+#[test]
+fn tenants_stay_inside_their_prefix_and_their_leases() {
+    let tenants = root().join("policies/examples/tenants.yaml");
+    let admission = admission(&config(&[&tenants], vec![]));
+    let acme = caller("acme");
+    assert!(matches!(
+        admission.admit(&acme, &argv("SET acme:1 v")),
+        Decision::Admitted { .. }
+    ));
+    let mixed = denial(admission.admit(&acme, &argv("MSET acme:1 v globex:1 v")));
+    assert_eq!(
+        (mixed.rule.as_str(), mixed.cause),
+        ("default-deny", DenyCause::NoRule)
+    );
+    assert!(matches!(
+        admission.admit_lease(&acme, "acme:nightly"),
+        Decision::Admitted { .. }
+    ));
+    assert_eq!(
+        denial(admission.admit_lease(&acme, "globex:nightly")).cause,
+        DenyCause::NoRule
+    );
+}
+
+#[test]
+fn an_operator_guard_runs_after_the_yaml_guard_and_its_deny_wins() {
+    let prefix = ModuleConfig::Path(tollgate_policy::built_component("key-prefix"));
+    let admission = admission(&config(&[], vec![prefix]));
+    let alice = caller("alice");
+    assert!(matches!(
+        admission.admit(&alice, &argv("SET alice:1 v")),
+        Decision::Admitted { .. }
+    ));
+    let outside = denial(admission.admit(&alice, &argv("SET bob:1 v")));
+    assert_eq!(
+        (outside.rule.as_str(), outside.module.as_str()),
+        ("key-prefix", "key-prefix")
+    );
+    assert_eq!(outside.reason, "key `bob:1` is outside `alice:*`");
+    // The YAML guard still decides first: FLUSHALL names no key but the default policy denies it.
+    assert_eq!(
+        denial(admission.admit(&alice, &argv("FLUSHALL"))).rule,
+        "no-wipe"
+    );
+}
+
+#[test]
+fn explain_shows_every_modules_answer() {
+    let prefix = ModuleConfig::Path(tollgate_policy::built_component("key-prefix"));
+    let admission = admission(&config(&[], vec![prefix]));
+    let (decision, steps) = admission.explain(&caller("alice"), &argv("GET bob:1"));
+    assert_eq!(denial(decision).rule, "key-prefix");
+    let summary: Vec<String> = steps
+        .iter()
+        .map(|s| {
+            format!(
+                "{} {} {}",
+                s.module,
+                s.verdict,
+                s.rule.as_deref().unwrap_or("-")
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            "catalog describe GET",
+            "yaml-guard:default.yaml allow data",
+            "key-prefix deny key-prefix"
+        ]
+    );
+}
+
+#[test]
+fn audit_mode_reports_the_deny_and_lets_the_command_through() {
+    let audit = root().join("policies/examples/audit.yaml");
+    let admission = admission(&config(&[&audit], vec![]));
+    match admission.admit(&caller("everyone"), &argv("EVAL return 0")) {
+        Decision::Admitted { rule, .. } => assert_eq!(rule, "audit:no-scripts"),
+        Decision::Denied(denial) => panic!("audit mode denied: {denial}"),
+    }
+}

@@ -1,0 +1,130 @@
+//! The YAML compiler's diagnostics point at file:line:column, and a policy with an error never
+//! becomes active: reload keeps the running generation and returns the errors.
+
+use std::path::Path;
+
+use prometheus_client::registry::Registry;
+use tollgate_policy::{Admission, Decision, PolicyError};
+
+use crate::policy_support::{admission, argv, caller, config};
+
+fn load_error(text: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(&path, text).unwrap();
+    match Admission::load(&config(&[&path], vec![]), &mut Registry::default()) {
+        Ok(_) => panic!("policy compiled:\n{text}"),
+        Err(error) => error
+            .to_string()
+            .replace(&path.display().to_string(), "bad.yaml"),
+    }
+}
+
+const HEAD: &str = "principals:\n  app: { uids: [1000] }\nrules:\n";
+
+#[test]
+fn errors_name_file_line_and_column() {
+    let cases = [
+        (
+            "  - id: r\n    commands: [GET, \"@nope\"]\n    allow: x\n",
+            "bad.yaml:5:21: error: unknown category `@nope`",
+        ),
+        (
+            "  - id: r\n    principals: [app, bob]\n    commands: [GET]\n    allow: x\n",
+            "bad.yaml:5:23: error: unknown principal `bob`",
+        ),
+        (
+            "  - id: r\n    commands: [GET]\n    keys: [\"app:[x\"]\n    allow: x\n",
+            "bad.yaml:6:12: error: bad glob `app:[x`: `[` is never closed (at byte 4)",
+        ),
+        (
+            "  - id: r\n    commands: [GETT]\n    allow: x\n",
+            "bad.yaml:5:16: error: unknown command `GETT`",
+        ),
+        (
+            "  - id: r\n    commands: [GET]\n    allow: x\n    deny: y\n",
+            "bad.yaml:4:7: error: rule `r` needs exactly one of `allow: <reason>` or `deny: <reason>`",
+        ),
+        (
+            "  - id: r\n    commands: [GET]\n    lanes: [express]\n    allow: x\n",
+            "bad.yaml:6:13: error: unknown lane `express`",
+        ),
+        ("  - id: r\n    comands: [GET]\n    allow: x\n", "bad.yaml:5:5: error: rules[0]: unknown field `comands`"),
+    ];
+    for (rules, expected) in cases {
+        let error = load_error(&format!("{HEAD}{rules}"));
+        assert!(
+            error.starts_with(expected),
+            "expected `{expected}`, got:\n{error}"
+        );
+    }
+}
+
+#[test]
+fn a_rule_an_earlier_rule_covers_is_a_warning_with_its_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shadow.yaml");
+    let text = format!(
+        "{HEAD}  - id: reads\n    commands: [\"@read\"]\n    allow: x\n  - id: get\n    principals: [app]\n    commands: [GET]\n    deny: y\n"
+    );
+    std::fs::write(&path, text).unwrap();
+    let admission = admission(&config(&[&path], vec![]));
+    let warnings = &admission.generation().files[0].warnings;
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].ends_with(":7:7: warning: rule `get` can never match: rule `reads` before it matches everything it does"),
+        "{}",
+        warnings[0]
+    );
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap();
+}
+
+#[test]
+fn a_broken_policy_never_becomes_active_on_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.yaml");
+    let allow_get = format!("{HEAD}  - id: get\n    commands: [GET]\n    allow: reads\n");
+    write(&path, &allow_get);
+    let admission = admission(&config(&[&path], vec![]));
+    assert_eq!(admission.generation().number, 1);
+
+    write(
+        &path,
+        &format!("{HEAD}  - id: get\n    commands: [\"@nope\"]\n    allow: reads\n"),
+    );
+    match admission.reload() {
+        Err(PolicyError::Compile(diagnostics)) => {
+            assert_eq!((diagnostics[0].line, diagnostics[0].column), (5, 16))
+        }
+        other => panic!("reload of a broken policy: {other:?}"),
+    }
+    assert_eq!(admission.generation().number, 1);
+    assert!(matches!(
+        admission.admit(&caller("app"), &argv("GET k")),
+        Decision::Admitted { .. }
+    ));
+
+    // A policy whose own tests fail is refused too.
+    let failing =
+        format!("{allow_get}tests:\n  - {{ principal: app, command: GET k, expect: deny }}\n");
+    write(&path, &failing);
+    assert!(matches!(admission.reload(), Err(PolicyError::SelfTest(_))));
+    assert_eq!(admission.generation().number, 1);
+
+    write(
+        &path,
+        &format!("{HEAD}  - id: set\n    commands: [SET]\n    allow: writes\n"),
+    );
+    assert_eq!(admission.reload().unwrap().number, 2);
+    assert!(matches!(
+        admission.admit(&caller("app"), &argv("GET k")),
+        Decision::Denied(_)
+    ));
+    assert!(matches!(
+        admission.admit(&caller("app"), &argv("SET k v")),
+        Decision::Admitted { .. }
+    ));
+}

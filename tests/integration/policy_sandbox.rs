@@ -1,0 +1,69 @@
+//! Hostile modules: each misbehaviour ends in a deny that names its cause, the faulty instance
+//! is replaced, and the next command is served normally.
+
+use std::time::Duration;
+
+use tollgate_policy::{Decision, DenyCause, ModuleConfig, PolicyConfig, SandboxLimits};
+
+use crate::policy_support::{admission, argv, caller, config, denial};
+
+fn hostile(mode: &str) -> ModuleConfig {
+    ModuleConfig::WithConfig {
+        path: tollgate_policy::built_component("hostile"),
+        config: mode.into(),
+    }
+}
+
+/// The hostile module misbehaves on the key `hostile` and allows anything else.
+fn assert_fault_then_recovery(config: &PolicyConfig, cause: DenyCause) {
+    let admission = admission(config);
+    let who = caller("local");
+    for _ in 0..2 {
+        let denial = denial(admission.admit(&who, &argv("GET hostile")));
+        assert_eq!(
+            (denial.cause, denial.module.as_str()),
+            (cause, "hostile"),
+            "{denial}"
+        );
+        assert_eq!(denial.rule, "sandbox");
+        match admission.admit(&who, &argv("GET fine")) {
+            Decision::Admitted { rule, .. } => assert_eq!(rule, "data"),
+            Decision::Denied(denial) => {
+                panic!("the next command was not served normally: {denial}")
+            }
+        }
+    }
+}
+
+#[test]
+fn an_infinite_loop_runs_out_of_fuel() {
+    assert_fault_then_recovery(&config(&[], vec![hostile("spin")]), DenyCause::Deadline);
+}
+
+#[test]
+fn an_infinite_loop_hits_the_epoch_deadline() {
+    let config = PolicyConfig {
+        modules: vec![hostile("spin")],
+        limits: SandboxLimits {
+            deadline: Duration::from_millis(20),
+            ..SandboxLimits::default()
+        },
+        ..PolicyConfig::default()
+    };
+    assert_fault_then_recovery(&config, DenyCause::Deadline);
+}
+
+#[test]
+fn a_memory_bomb_hits_the_memory_cap() {
+    assert_fault_then_recovery(&config(&[], vec![hostile("bomb")]), DenyCause::OutOfMemory);
+}
+
+#[test]
+fn a_trap_is_a_deny() {
+    assert_fault_then_recovery(&config(&[], vec![hostile("trap")]), DenyCause::Trap);
+}
+
+#[test]
+fn a_huge_answer_is_malformed() {
+    assert_fault_then_recovery(&config(&[], vec![hostile("huge")]), DenyCause::Malformed);
+}
