@@ -11,7 +11,7 @@ use tollgate_lease_client::{AcquireRequest, Acquisition, LeaseClient};
 use tollgate_testkit::RedisServer;
 
 use crate::lease::resource;
-use crate::support::daemon::TestDaemon;
+use crate::lease_http::lease_daemon_with;
 
 const CLIENTS: usize = 6;
 const ROUNDS: usize = 4;
@@ -39,7 +39,7 @@ impl FencedStore {
 #[tokio::test]
 async fn no_stale_holder_writes_through_a_fenced_store() {
     let redis = RedisServer::start();
-    let daemon = TestDaemon::start_with(&redis, |config| {
+    let daemon = lease_daemon_with(&redis, |config| {
         config.leases.min_ttl = Duration::from_millis(50);
     })
     .await;
@@ -87,6 +87,7 @@ async fn no_stale_holder_writes_through_a_fenced_store() {
             );
         }
     }
+    daemon.stop().await;
     let store = store.lock().unwrap();
     assert!(
         holder_of.len() >= CLIENTS * ROUNDS / 2,
@@ -109,6 +110,4 @@ async fn no_stale_holder_writes_through_a_fenced_store() {
             "only a stalled holder (fence {fence}) is ever refused"
         );
     }
-    drop(store);
-    daemon.stop().await;
 }

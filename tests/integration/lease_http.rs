@@ -14,6 +14,35 @@ use tollgate_testkit::RedisServer;
 use crate::lease::{attempt, command_calls, resource};
 use crate::support::daemon::TestDaemon;
 
+/// The policy of the lease tests: everyone is `local` and may take leases on `orders:*` and
+/// `warm-up`, nothing else (the default policy has no `lease` rule, so it admits none).
+const LEASE_POLICY: &str = r#"
+principals:
+  local: { any: true }
+rules:
+  - id: test-leases
+    leases: ["orders:*", "warm-up"]
+    allow: the lease tests' resources
+"#;
+
+/// The daemon against `redis`, under [`LEASE_POLICY`].
+pub async fn lease_daemon(redis: &RedisServer) -> TestDaemon {
+    lease_daemon_with(redis, |_| {}).await
+}
+
+pub async fn lease_daemon_with(
+    redis: &RedisServer,
+    adjust: impl FnOnce(&mut tollgate::config::Config),
+) -> TestDaemon {
+    let policy = redis.dir().join("leases.yaml");
+    std::fs::write(&policy, LEASE_POLICY).expect("write the test policy");
+    TestDaemon::start_with(redis, |config| {
+        config.policy.files = vec![policy];
+        adjust(config);
+    })
+    .await
+}
+
 fn acquire_body(owner: &str, ttl_ms: u64) -> String {
     json!({"attempt": {"owner": owner, "operation_id": "op-1"}, "ttl_ms": ttl_ms}).to_string()
 }
@@ -23,7 +52,7 @@ const ACQUIRE: &str = "/v1/leases/orders:nightly/acquire";
 #[tokio::test]
 async fn outcomes_map_to_status_codes() {
     let redis = RedisServer::start();
-    let daemon = TestDaemon::start(&redis).await;
+    let daemon = lease_daemon(&redis).await;
 
     let first = daemon.post(ACQUIRE, &acquire_body("alice", 10_000)).await;
     assert_eq!(first.status, 200, "{}", first.body);
@@ -93,7 +122,7 @@ async fn outcomes_map_to_status_codes() {
 #[tokio::test]
 async fn bad_input_is_refused_naming_the_field() {
     let redis = RedisServer::start();
-    let daemon = TestDaemon::start(&redis).await;
+    let daemon = lease_daemon(&redis).await;
     let cases = [
         (
             ACQUIRE,
@@ -171,15 +200,12 @@ async fn cut_while_paused(redis: &RedisServer) {
 #[tokio::test]
 async fn a_cut_reply_is_indeterminate_and_a_retry_with_the_same_attempt_holds_once() {
     let redis = RedisServer::start();
-    let daemon = TestDaemon::start(&redis).await;
+    let daemon = lease_daemon(&redis).await;
     // Load the scripts first so that the cut call is the acquisition itself.
     warm_up(&daemon).await;
     let body = acquire_body("alice", 10_000);
     redis.inline("CLIENT PAUSE 600 WRITE");
-    let (reply, ()) = tokio::join!(
-        daemon.post(ACQUIRE, &body),
-        cut_while_paused(&redis)
-    );
+    let (reply, ()) = tokio::join!(daemon.post(ACQUIRE, &body), cut_while_paused(&redis));
     assert_eq!(reply.status, 502, "{}", reply.body);
     assert_eq!(reply.json()["outcome"], "indeterminate");
 
@@ -198,7 +224,7 @@ async fn a_cut_reply_is_indeterminate_and_a_retry_with_the_same_attempt_holds_on
 #[tokio::test]
 async fn the_client_retries_an_indeterminate_call_with_the_same_attempt() {
     let redis = RedisServer::start();
-    let daemon = TestDaemon::start(&redis).await;
+    let daemon = lease_daemon(&redis).await;
     let client = LeaseClient::new(&daemon.http_socket()).with_retries(5);
     warm_up(&daemon).await;
     let request = AcquireRequest {
@@ -224,7 +250,7 @@ async fn the_client_retries_an_indeterminate_call_with_the_same_attempt() {
 #[tokio::test]
 async fn renew_after_lost_sends_nothing() {
     let redis = RedisServer::start();
-    let daemon = TestDaemon::start(&redis).await;
+    let daemon = lease_daemon(&redis).await;
     let client = LeaseClient::new(&daemon.http_socket());
     let request = AcquireRequest {
         attempt: attempt("alice", "op-1"),
@@ -264,7 +290,7 @@ async fn renew_after_lost_sends_nothing() {
 #[tokio::test]
 async fn the_events_stream_reports_the_watchdogs_renewals_and_a_loss() {
     let redis = RedisServer::start();
-    let daemon = TestDaemon::start(&redis).await;
+    let daemon = lease_daemon(&redis).await;
     let client = LeaseClient::new(&daemon.http_socket());
     let request = AcquireRequest {
         attempt: attempt("alice", "op-1"),
@@ -301,11 +327,40 @@ async fn the_events_stream_reports_the_watchdogs_renewals_and_a_loss() {
         "the stream ends with the watchdog"
     );
     let unwatched = client
-        .events(&Resource::parse("elsewhere").unwrap(), lease.attempt())
+        .events(
+            &Resource::parse("orders:elsewhere").unwrap(),
+            lease.attempt(),
+        )
         .await;
     assert!(matches!(
         unwatched,
         Err(ClientError::Rejected { status: 404, .. })
     ));
+    daemon.stop().await;
+}
+
+#[tokio::test]
+async fn the_policy_admits_leases_per_resource() {
+    let redis = RedisServer::start();
+    let daemon = lease_daemon(&redis).await;
+    let denied = daemon
+        .post(
+            "/v1/leases/payroll:run/acquire",
+            &acquire_body("alice", 10_000),
+        )
+        .await;
+    assert_eq!(denied.status, 403, "{}", denied.body);
+    assert_eq!(denied.json()["outcome"], "denied");
+    assert!(denied.json()["rule"]
+        .as_str()
+        .is_some_and(|rule| !rule.is_empty()));
+    assert_eq!(command_calls(&redis, "evalsha"), 0, "nothing reached Redis");
+    assert_eq!(
+        daemon
+            .post(ACQUIRE, &acquire_body("alice", 10_000))
+            .await
+            .status,
+        200
+    );
     daemon.stop().await;
 }

@@ -9,6 +9,7 @@ use tollgate_lease_client::{InspectOutcome, LeaseClient};
 use tollgate_testkit::RedisServer;
 
 use crate::lease::resource;
+use crate::lease_http::lease_daemon;
 use crate::support::daemon::TestDaemon;
 
 fn lease_run(daemon: &TestDaemon, ttl: &str, command: &[&str]) -> Command {
@@ -32,7 +33,7 @@ fn lease_run(daemon: &TestDaemon, ttl: &str, command: &[&str]) -> Command {
 #[tokio::test]
 async fn cmd_gets_the_fencing_token_and_its_exit_code_comes_through() {
     let redis = RedisServer::start();
-    let daemon = TestDaemon::start(&redis).await;
+    let daemon = lease_daemon(&redis).await;
     let out = daemon.dir().join("seen");
     let script = format!(
         "echo \"$TOLLGATE_FENCING_TOKEN $TOLLGATE_LEASE_RESOURCE\" > {}; exit 7",
@@ -62,7 +63,7 @@ async fn cmd_gets_the_fencing_token_and_its_exit_code_comes_through() {
 #[tokio::test]
 async fn a_held_resource_is_a_distinct_exit_code() {
     let redis = RedisServer::start();
-    let daemon = TestDaemon::start(&redis).await;
+    let daemon = lease_daemon(&redis).await;
     let mut holder = lease_run(&daemon, "5s", &["sleep", "30"]).spawn().unwrap();
     let client = LeaseClient::new(&daemon.http_socket());
     wait_until_held(&client).await;
@@ -75,7 +76,7 @@ async fn a_held_resource_is_a_distinct_exit_code() {
 #[tokio::test]
 async fn losing_the_lease_stops_cmd_and_exits_lost() {
     let redis = RedisServer::start();
-    let daemon = TestDaemon::start(&redis).await;
+    let daemon = lease_daemon(&redis).await;
     let pid_file = daemon.dir().join("cmd.pid");
     let script = format!("echo $$ > {}; exec sleep 30", pid_file.display());
     let run = lease_run(&daemon, "600ms", &["sh", "-c", &script])
@@ -106,7 +107,7 @@ async fn losing_the_lease_stops_cmd_and_exits_lost() {
 #[tokio::test]
 async fn killing_lease_run_releases_the_lease_at_once() {
     let redis = RedisServer::start();
-    let daemon = TestDaemon::start(&redis).await;
+    let daemon = lease_daemon(&redis).await;
     let mut run = lease_run(&daemon, "30s", &["sleep", "30"]).spawn().unwrap();
     let client = LeaseClient::new(&daemon.http_socket());
     wait_until_held(&client).await;

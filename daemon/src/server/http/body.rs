@@ -29,6 +29,9 @@ pub enum ApiError {
         field: Option<String>,
         message: String,
     },
+    /// The policy refused the caller (a rule denied it, or none allowed it).
+    #[error("rule {rule} denies this: {reason}")]
+    Denied { rule: String, reason: String },
     #[error("{reason}")]
     Unavailable { reason: String, retry_after_secs: u64 },
     #[error("internal error: {0}")]
@@ -42,6 +45,7 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            ApiError::Denied { .. } => StatusCode::FORBIDDEN,
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -53,6 +57,7 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::BodyTooLarge => "body_too_large",
             ApiError::BadRequest { .. } => "bad_request",
+            ApiError::Denied { .. } => "denied",
             ApiError::Unavailable { .. } => "unavailable",
             ApiError::Internal(_) => "internal_error",
         }
@@ -65,6 +70,9 @@ impl ApiError {
         } = &self
         {
             body["field"] = serde_json::Value::from(field.as_str());
+        }
+        if let ApiError::Denied { rule, .. } = &self {
+            body["rule"] = serde_json::Value::from(rule.as_str());
         }
         let mut response = json(self.status(), &body);
         if let ApiError::Unavailable {

@@ -1,6 +1,7 @@
 //! `/v1/leases/{resource}/…`: acquire, renew, release and inspect (POST, JSON), and the watchdog's
 //! events as a stream of JSON lines (`GET …/events?owner=…&operation_id=…`). The caller is the peer
-//! of the Unix socket; its principal is bound into every owner. Statuses follow DESIGN.md: 200,
+//! of the Unix socket; its principal is bound into every owner, and the policy's `lease` rules
+//! admit it per resource (403 naming the rule otherwise). Statuses follow DESIGN.md: 200,
 //! 409 contended/conflict, 503 unavailable with Retry-After, 502 indeterminate, 400 bad input.
 
 use std::convert::Infallible;
@@ -17,6 +18,7 @@ use tollgate_lease::{
     RenewOutcome, Resource,
 };
 use tollgate_model::Caller;
+use tollgate_policy::Decision;
 
 use super::{json, read_json, ApiError, HttpResponse};
 use crate::runtime::Shared;
@@ -33,7 +35,13 @@ pub async fn handle(request: Request<Incoming>, shared: &Shared) -> Result<HttpR
         field: Some("resource".into()),
         message: error.to_string(),
     })?;
-    let caller = caller(&request)?;
+    let caller = caller(&request, shared)?;
+    if let Decision::Denied(denial) = shared.admission.admit_lease(&caller, resource.as_str()) {
+        return Err(ApiError::Denied {
+            rule: denial.rule,
+            reason: denial.reason,
+        });
+    }
     let leases = &shared.leases;
     match (request.method().clone(), action) {
         (Method::POST, "acquire") => {
@@ -85,15 +93,18 @@ pub async fn handle(request: Request<Incoming>, shared: &Shared) -> Result<HttpR
     }
 }
 
-/// The caller is the socket's peer; its principal is the uid's user name (until the policy maps
-/// peers to principals of its own).
-fn caller(request: &Request<Incoming>) -> Result<Caller, ApiError> {
+/// The caller is the socket's peer; its principal is the one the policy names for it, else the
+/// uid's user name.
+fn caller(request: &Request<Incoming>, shared: &Shared) -> Result<Caller, ApiError> {
     let credentials = request
         .extensions()
         .get::<PeerCredentials>()
         .ok_or_else(|| ApiError::Internal("peer credentials missing".into()))?;
     Ok(Caller {
-        principal: peer::user_name(credentials.uid),
+        principal: shared
+            .admission
+            .principal_for(credentials.uid, credentials.gid)
+            .unwrap_or_else(|| peer::user_name(credentials.uid)),
         uid: credentials.uid,
         gid: credentials.gid,
         pid: credentials.pid,
