@@ -44,7 +44,11 @@ pub fn bind(
     }
     if path.exists() {
         match std::os::unix::net::UnixStream::connect(path) {
-            Ok(_) => return Err(BindError::InUse { path: path.to_owned() }),
+            Ok(_) => {
+                return Err(BindError::InUse {
+                    path: path.to_owned(),
+                })
+            }
             // Nobody answers: the file outlived its daemon.
             Err(_) => std::fs::remove_file(path).map_err(io_error)?,
         }
@@ -67,4 +71,25 @@ pub fn bind(
             .map_err(|errno| io_error(io::Error::from(errno)))?;
     }
     Ok((listener, file))
+}
+
+/// The next client on `listener`, or `None` once `stop` is cancelled. A failed accept (out of file
+/// descriptors, say) is logged and retried after a short pause instead of spinning.
+pub async fn accept_until(
+    listener: &UnixListener,
+    stop: &tokio_util::sync::CancellationToken,
+    what: &'static str,
+) -> Option<tokio::net::UnixStream> {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return None,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => return Some(stream),
+                Err(error) => {
+                    tracing::warn!(%error, listener = what, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+            },
+        }
+    }
 }

@@ -5,8 +5,8 @@
 
 mod body;
 mod health;
-mod leases;
 mod lanes;
+mod leases;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 pub use body::{json, read_json, text, ApiError, BODY_LIMIT};
 
 use crate::runtime::Shared;
-use crate::server::peer;
+use crate::server::{peer, socket};
 
 /// Boxed so that a handler may stream (the lease events); JSON replies are one full chunk.
 pub type HttpResponse = Response<UnsyncBoxBody<Bytes, Infallible>>;
@@ -31,17 +31,7 @@ pub type HttpResponse = Response<UnsyncBoxBody<Bytes, Infallible>>;
 /// Serves HTTP on `listener` until `stop` is cancelled, then lets in-flight requests finish.
 pub async fn serve(listener: UnixListener, shared: Arc<Shared>, stop: CancellationToken) {
     let graceful = GracefulShutdown::new();
-    loop {
-        let stream = tokio::select! {
-            _ = stop.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(error) => {
-                    tracing::warn!(%error, "HTTP accept failed");
-                    continue;
-                }
-            },
-        };
+    while let Some(stream) = socket::accept_until(&listener, &stop, "http").await {
         let shared = shared.clone();
         // Who is calling: read once per connection, handed to every request on it.
         let peer = peer::peer_credentials(&stream).ok();

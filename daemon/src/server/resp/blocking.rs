@@ -65,13 +65,7 @@ fn millis(arg: &Bytes) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn argv(words: &str) -> Vec<Bytes> {
-        words
-            .split_whitespace()
-            .map(|w| Bytes::copy_from_slice(w.as_bytes()))
-            .collect()
-    }
+    use crate::server::resp::argv;
 
     #[test]
     fn blocking_family_uses_its_own_timeout_plus_grace() {

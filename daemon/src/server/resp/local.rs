@@ -83,6 +83,7 @@ pub fn ping(argv: &[Bytes], subscribed_resp2: bool) -> Frame {
 }
 
 /// What a valid `HELLO` asks for.
+#[derive(Debug)]
 pub struct Hello {
     pub protocol: Option<Protocol>,
     pub name: Option<Bytes>,
@@ -159,13 +160,7 @@ pub fn valid_client_name(name: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn argv(words: &str) -> Vec<Bytes> {
-        words
-            .split_whitespace()
-            .map(|w| Bytes::copy_from_slice(w.as_bytes()))
-            .collect()
-    }
+    use crate::server::resp::argv;
 
     #[test]
     fn recognises_connection_scoped_commands_case_insensitively() {

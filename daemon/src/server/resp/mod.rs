@@ -19,6 +19,7 @@ use tollgate_policy::Admission;
 use tollgate_resp::Limits;
 
 use crate::config::RespConfig;
+use crate::server::socket;
 
 /// What every session shares.
 pub struct FrontDoor {
@@ -44,20 +45,19 @@ impl FrontDoor {
 /// Accepts clients until `stop`, then waits for every session to answer what it already read.
 pub async fn serve(listener: UnixListener, front: Arc<FrontDoor>, stop: CancellationToken) {
     let sessions = TaskTracker::new();
-    loop {
-        let stream = tokio::select! {
-            _ = stop.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(error) => {
-                    tracing::warn!(%error, "RESP accept failed");
-                    continue;
-                }
-            },
-        };
+    while let Some(stream) = socket::accept_until(&listener, &stop, "resp").await {
         let id = front.next_client_id.fetch_add(1, Ordering::Relaxed);
         sessions.spawn(session::run(stream, front.clone(), stop.clone(), id));
     }
     sessions.close();
     sessions.wait().await;
+}
+
+/// A command from its words, for unit tests.
+#[cfg(test)]
+fn argv(words: &str) -> Vec<bytes::Bytes> {
+    words
+        .split_whitespace()
+        .map(|w| bytes::Bytes::copy_from_slice(w.as_bytes()))
+        .collect()
 }
