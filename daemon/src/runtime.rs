@@ -59,6 +59,7 @@ pub struct Daemon {
     resp_socket: socket::SocketFile,
     embedded: Option<EmbeddedRedis>,
     lanes: Lanes,
+    admission: Admission,
     config: Config,
 }
 
@@ -124,7 +125,7 @@ impl Daemon {
             }
         });
         let front_door = Arc::new(FrontDoor::new(
-            admission,
+            admission.clone(),
             lanes.clone(),
             config.resp.clone(),
         ));
@@ -143,8 +144,14 @@ impl Daemon {
             resp_socket,
             embedded,
             lanes,
+            admission,
             config,
         })
+    }
+
+    /// The policy in force; `reload` on SIGHUP swaps its generation.
+    pub fn admission(&self) -> &Admission {
+        &self.admission
     }
 
     pub fn http_socket(&self) -> &Path {

@@ -11,6 +11,7 @@ mod lanes_pubsub;
 mod policy;
 mod policy_catalog;
 mod policy_compile;
+mod policy_daemon;
 mod policy_sandbox;
 mod policy_snapshots;
 mod policy_support;

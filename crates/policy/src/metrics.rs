@@ -7,7 +7,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::decision::Decision;
+use crate::decision::{Decision, DenyCause};
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DecisionLabels {
@@ -26,9 +26,23 @@ struct ReloadLabels {
     outcome: &'static str,
 }
 
+/// Every cause a denial can have, so their counters exist (and cost no lookup) from the start.
+const CAUSES: [DenyCause; 7] = [
+    DenyCause::Rule,
+    DenyCause::NoRule,
+    DenyCause::UnknownCommand,
+    DenyCause::Trap,
+    DenyCause::Deadline,
+    DenyCause::OutOfMemory,
+    DenyCause::Malformed,
+];
+
 #[derive(Clone, Default)]
 pub struct PolicyMetrics {
     decisions: Family<DecisionLabels, Counter>,
+    /// Handles into `decisions`, so the hot path increments without hashing labels.
+    admitted: Counter,
+    denied: Vec<(DenyCause, Counter)>,
     faults: Family<FaultLabels, Counter>,
     reloads: Family<ReloadLabels, Counter>,
     generation: Gauge,
@@ -36,7 +50,24 @@ pub struct PolicyMetrics {
 
 impl PolicyMetrics {
     pub fn register(registry: &mut Registry) -> PolicyMetrics {
-        let metrics = PolicyMetrics::default();
+        let mut metrics = PolicyMetrics::default();
+        metrics.admitted = metrics
+            .decisions
+            .get_or_create(&DecisionLabels {
+                outcome: "admitted",
+                cause: "",
+            })
+            .clone();
+        metrics.denied = CAUSES
+            .iter()
+            .map(|&cause| {
+                let labels = DecisionLabels {
+                    outcome: "denied",
+                    cause: cause.as_str(),
+                };
+                (cause, metrics.decisions.get_or_create(&labels).clone())
+            })
+            .collect();
         let registry = registry.sub_registry_with_prefix("policy");
         registry.register(
             "decisions",
@@ -62,27 +93,21 @@ impl PolicyMetrics {
     }
 
     pub fn decided(&self, decision: &Decision) {
-        let labels = match decision {
-            Decision::Admitted { .. } => DecisionLabels {
-                outcome: "admitted",
-                cause: "",
-            },
-            Decision::Denied(denial) => {
-                if denial.cause.is_fault() {
-                    self.faults
-                        .get_or_create(&FaultLabels {
-                            module: denial.module.clone(),
-                            cause: denial.cause.as_str(),
-                        })
-                        .inc();
-                }
-                DecisionLabels {
-                    outcome: "denied",
-                    cause: denial.cause.as_str(),
-                }
-            }
+        let Decision::Denied(denial) = decision else {
+            self.admitted.inc();
+            return;
         };
-        self.decisions.get_or_create(&labels).inc();
+        if let Some((_, counter)) = self.denied.iter().find(|(cause, _)| *cause == denial.cause) {
+            counter.inc();
+        }
+        if denial.cause.is_fault() {
+            self.faults
+                .get_or_create(&FaultLabels {
+                    module: denial.module.clone(),
+                    cause: denial.cause.as_str(),
+                })
+                .inc();
+        }
     }
 
     pub fn reloaded(&self, generation: Option<u64>) {

@@ -1,6 +1,7 @@
 //! The `tollgate` command line: `serve`, `check-config`, and one module per further subcommand.
 
 mod lease;
+mod policy;
 mod serve;
 
 use std::path::PathBuf;
@@ -33,6 +34,9 @@ enum Command {
     /// Take, renew, release or inspect a lease, or hold one while a command runs.
     #[command(subcommand)]
     Lease(lease::LeaseCommand),
+    /// Compile, review, diff, test and explain YAML policies.
+    #[command(subcommand)]
+    Policy(policy::PolicyCommand),
     /// Validate a configuration file without starting anything; exits non-zero on error.
     CheckConfig {
         /// The configuration file to check.
@@ -60,6 +64,7 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Serve { config, log_format } => serve::run(config, log_format.map(Into::into)),
         Command::Lease(command) => lease::run(command),
+        Command::Policy(command) => policy::run(command),
         Command::CheckConfig { file } => match Config::load(&file) {
             Ok(_) => {
                 println!("{}: ok", file.display());

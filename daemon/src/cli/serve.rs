@@ -1,5 +1,6 @@
 //! `tollgate serve`: load the config, start the daemon, and turn signals into an orderly stop.
 //! SIGTERM or SIGINT starts a graceful shutdown; a second SIGINT exits at once after cleaning up.
+//! SIGHUP reloads the policy.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -40,12 +41,13 @@ pub fn run(config_path: Option<PathBuf>, log_format: Option<LogFormat>) -> ExitC
 }
 
 async fn serve(config: Config) -> ExitCode {
-    let (mut terminate, mut interrupt) = match (
+    let (mut terminate, mut interrupt, mut hangup) = match (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
     ) {
-        (Ok(terminate), Ok(interrupt)) => (terminate, interrupt),
-        (Err(error), _) | (_, Err(error)) => {
+        (Ok(terminate), Ok(interrupt), Ok(hangup)) => (terminate, interrupt, hangup),
+        (Err(error), _, _) | (_, Err(error), _) | (_, _, Err(error)) => {
             eprintln!("tollgate: cannot install signal handlers: {error}");
             return ExitCode::FAILURE;
         }
@@ -57,9 +59,12 @@ async fn serve(config: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    tokio::select! {
-        _ = terminate.recv() => tracing::info!("SIGTERM received"),
-        _ = interrupt.recv() => tracing::info!("SIGINT received; press Ctrl-C again to exit at once"),
+    loop {
+        tokio::select! {
+            _ = terminate.recv() => break tracing::info!("SIGTERM received"),
+            _ = interrupt.recv() => break tracing::info!("SIGINT received; press Ctrl-C again to exit at once"),
+            _ = hangup.recv() => reload_policy(&daemon).await,
+        }
     }
     let abort = daemon.abort_cleanup();
     tokio::select! {
@@ -82,5 +87,15 @@ fn raise_open_files_limit() {
                 tracing::warn!(%error, soft, hard, "cannot raise the open-files limit");
             }
         }
+    }
+}
+
+/// SIGHUP: compile, instantiate and self-test the policy again, then swap; on error the running
+/// generation stays (the admission logs why).
+async fn reload_policy(daemon: &Daemon) {
+    tracing::info!("SIGHUP received; reloading the policy");
+    let admission = daemon.admission().clone();
+    if let Err(error) = tokio::task::spawn_blocking(move || admission.reload()).await {
+        tracing::error!(%error, "policy reload task failed");
     }
 }

@@ -7,6 +7,7 @@ mod body;
 mod health;
 mod lanes;
 mod leases;
+mod policy;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -60,6 +61,7 @@ async fn route(request: Request<Incoming>, shared: &Shared) -> HttpResponse {
         "/healthz" | "/readyz" | "/metrics" => health::handle(request, shared).await,
         "/v1/lanes" => lanes::handle(request, shared).await,
         leases if leases.starts_with("/v1/leases/") => leases::handle(request, shared).await,
+        policy if policy.starts_with("/v1/policy") => policy::handle(request, shared).await,
         _ => Err(ApiError::NotFound(path)),
     };
     outcome.unwrap_or_else(ApiError::into_response)
