@@ -102,17 +102,19 @@ async fn admin_ceiling_holds_under_ten_times_the_borrowers() {
     assert!(most <= 2, "redis saw {most} ADMIN connections, ceiling 2");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regular_in_flight_and_connection_ceilings_hold_while_redis_is_paused() {
+/// Pauses Redis, sends ten times the in-flight ceiling through a multiplexed lane with 2 connections
+/// and 4 commands in flight, and checks that exactly the ceiling is on the wire while the rest wait.
+async fn paused_multiplexed_ceiling(lane: Lane) {
     let fixture = Fixture::start(|config| {
-        config.regular.connections = Some(2);
-        config.regular.in_flight = Some(4);
-        config.regular.acquire_timeout = Some(Duration::from_secs(10));
+        let o = config.overrides_mut(lane);
+        o.connections = Some(2);
+        o.in_flight = Some(4);
+        o.acquire_timeout = Some(Duration::from_secs(10));
     })
     .await;
     // Open both connections first so the pause holds commands, not handshakes.
     let warm: Vec<_> = (0..2)
-        .map(|_| fixture.lanes.multiplexed(Lane::Regular).unwrap())
+        .map(|_| fixture.lanes.multiplexed(lane).unwrap())
         .collect();
     for channel in &warm {
         channel.send(cmd(&["PING"])).await.unwrap();
@@ -120,19 +122,19 @@ async fn regular_in_flight_and_connection_ceilings_hold_while_redis_is_paused() 
     fixture.redis.inline("CLIENT PAUSE 400 ALL");
     let sends: Vec<_> = (0..40)
         .map(|i| {
-            let channel = fixture.lanes.multiplexed(Lane::Regular).unwrap();
+            let channel = fixture.lanes.multiplexed(lane).unwrap();
             tokio::spawn(channel.send(cmd(&["SET", &format!("k{i}"), "v"])))
         })
         .collect();
     let in_flight_and_waiting = || {
         let status = fixture.lanes.status();
-        let regular = status
+        let this = status
             .lanes
             .iter()
-            .find(|l| l.lane == Lane::Regular)
+            .find(|l| l.lane == lane)
             .unwrap()
             .clone();
-        (regular.in_use, regular.waiting)
+        (this.in_use, this.waiting)
     };
     assert!(
         crate::lanes::eventually(Duration::from_secs(2), || in_flight_and_waiting()
@@ -152,7 +154,18 @@ async fn regular_in_flight_and_connection_ceilings_hold_while_redis_is_paused() 
         let reply = send.await.unwrap().expect("answered once the pause ends");
         assert_eq!(&reply.bytes()[..], b"+OK\r\n");
     }
-    assert!(fixture.client_ids("tollgate-regular").len() <= 2);
+    let connections = fixture.client_ids(&tollgate_lanes::user_name(lane)).len();
+    assert!(connections <= 2, "{connections} connections, ceiling 2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regular_in_flight_and_connection_ceilings_hold_while_redis_is_paused() {
+    paused_multiplexed_ceiling(Lane::Regular).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_in_flight_and_connection_ceilings_hold_while_redis_is_paused() {
+    paused_multiplexed_ceiling(Lane::Script).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -270,6 +283,7 @@ async fn a_multiplexed_lane_refuses_sends_past_in_flight_plus_queue() {
         config.regular.connections = Some(1);
         config.regular.in_flight = Some(1);
         config.regular.queue_length = Some(2);
+        config.regular.acquire_timeout = Some(Duration::from_secs(10));
     })
     .await;
     let channel = fixture.lanes.multiplexed(Lane::Regular).unwrap();
@@ -283,7 +297,10 @@ async fn a_multiplexed_lane_refuses_sends_past_in_flight_plus_queue() {
         other => panic!("expected an immediate QueueFull, got {other:?}"),
     }
     for send in accepted {
-        assert_eq!(&send.await.unwrap().bytes()[..], b"+PONG\r\n");
+        let reply = send
+            .await
+            .expect("accepted commands are answered after the pause");
+        assert_eq!(&reply.bytes()[..], b"+PONG\r\n");
     }
 }
 

@@ -2,12 +2,19 @@
 //! on temporary sockets, and the real `tollgate` binary. One test binary keeps links fast.
 
 mod foundation;
+mod front_door;
 mod support;
 mod lanes;
 mod lanes_ceiling;
+mod lanes_daemon;
 mod lanes_lifecycle;
 mod lanes_privilege;
 mod lanes_pubsub;
+mod lanes_sentinel;
+mod lease;
+mod lease_fenced;
+mod lease_http;
+mod lease_run;
 mod policy;
 mod policy_catalog;
 mod policy_compile;

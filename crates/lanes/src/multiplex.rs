@@ -105,8 +105,22 @@ impl Drop for Ticket {
 /// A command written to Redis whose reply is owed.
 struct InFlight {
     reply: ReplySender,
-    _permit: Permit,
-    _ticket: Ticket,
+    permit: Permit,
+    ticket: Ticket,
+}
+
+impl InFlight {
+    /// Frees the lane's capacity first, then answers: a caller that sends again as soon as it has
+    /// the reply must find the capacity free.
+    fn answer(self, outcome: Result<Reply, CallError>) {
+        let InFlight {
+            reply,
+            permit,
+            ticket,
+        } = self;
+        drop((permit, ticket));
+        let _ = reply.send(outcome);
+    }
 }
 
 /// The reply to one [`Channel::send`].
@@ -239,8 +253,11 @@ impl Channel {
 }
 
 impl Request {
+    /// Releases the request's place in the lane, then reports `error` to the caller.
     fn fail(self, error: CallError) {
-        let _ = self.reply.send(Err(error));
+        let Request { reply, ticket, .. } = self;
+        drop(ticket);
+        let _ = reply.send(Err(error));
     }
 }
 
@@ -374,8 +391,8 @@ fn stage(
     // Registered before the bytes are written, so the reader always knows whose reply arrives.
     let _ = in_flight.send(InFlight {
         reply: request.reply,
-        _permit: permit,
-        _ticket: request.ticket,
+        permit,
+        ticket: request.ticket,
     });
 }
 
@@ -422,7 +439,7 @@ async fn read_loop(
         .into_iter()
         .chain(std::iter::from_fn(|| owed.try_recv().ok()))
     {
-        let _ = waiting.reply.send(Err(CallError::Indeterminate {
+        waiting.answer(Err(CallError::Indeterminate {
             reason: failure.clone(),
         }));
     }
@@ -441,7 +458,7 @@ fn hand_out(
         };
         let reply = Reply::new(read.split_to(len).freeze());
         if let Some(waiting) = current.take() {
-            let _ = waiting.reply.send(Ok(reply));
+            waiting.answer(Ok(reply));
         }
         *current = owed.try_recv().ok();
     }

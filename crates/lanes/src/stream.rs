@@ -2,9 +2,12 @@
 //! connections.
 
 use std::io;
+use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use nix::errno::Errno;
+use nix::sys::socket::{recv, MsgFlags};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
@@ -38,14 +41,16 @@ impl Stream {
         })
     }
 
+    /// Peeks at the socket itself. tokio's `try_read` would answer from the reactor's readiness
+    /// cache, which may not have seen the peer's close yet.
     pub(crate) fn probe(&self) -> Probe {
-        let mut byte = [0u8; 1];
-        let result = match self {
-            Stream::Unix(s) => s.try_read(&mut byte),
-            Stream::Tcp(s) => s.try_read(&mut byte),
+        let fd = match self {
+            Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Tcp(s) => s.as_raw_fd(),
         };
-        match result {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Probe::Quiet,
+        let mut byte = [0u8; 1];
+        match recv(fd, &mut byte, MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT) {
+            Err(Errno::EAGAIN) => Probe::Quiet,
             Ok(0) | Err(_) => Probe::Gone,
             Ok(_) => Probe::Unexpected,
         }

@@ -1,0 +1,179 @@
+//! The Sentinel topology against a real small deployment: a master, a replica and one
+//! `redis-sentinel`. The lanes find the master through the sentinel and follow it through a failover.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+use tollgate_lanes::{Endpoint, Lane, Lanes, LanesConfig, Topology};
+use tollgate_testkit::RedisServer;
+
+use crate::lanes::cmd;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+fn tcp_inline(port: u16, command: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.write_all(format!("{command}\r\n").as_bytes()).ok()?;
+    let mut buf = vec![0u8; 16 * 1024];
+    let n = stream.read(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+/// A `redis-sentinel` process watching one master; killed on drop.
+struct Sentinel {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Sentinel {
+    fn start(master_port: u16) -> Sentinel {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let port = free_port();
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile {dir}/sentinel.log\n\
+                 sentinel monitor mymaster 127.0.0.1 {master_port} 1\n\
+                 sentinel down-after-milliseconds mymaster 400\n\
+                 sentinel failover-timeout mymaster 3000\n",
+                dir = dir.path().display()
+            ),
+        )
+        .expect("write sentinel.conf");
+        let child = Command::new("redis-sentinel")
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-sentinel (apt-get install redis-sentinel)");
+        let sentinel = Sentinel { child, port, dir };
+        assert!(
+            wait_until(Duration::from_secs(10), || tcp_inline(port, "PING")
+                .is_some_and(|r| r.starts_with("+PONG"))),
+            "redis-sentinel did not answer"
+        );
+        sentinel
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("sentinel.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- sentinel log ---\n{}", self.log());
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_until(within: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// Sends `argv` on REGULAR until Redis answers without an error, for up to `within`.
+async fn until_accepted(lanes: &Lanes, argv: &[&str], within: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        if let Ok(channel) = lanes.multiplexed(Lane::Regular) {
+            if matches!(channel.send(cmd(argv)).await, Ok(reply) if !reply.is_error()) {
+                return true;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lanes_follow_the_master_through_a_sentinel_failover() {
+    let master_port = free_port();
+    let mut master = RedisServer::builder()
+        .arg("--port")
+        .arg(master_port.to_string())
+        .arg("--bind")
+        .arg("127.0.0.1")
+        .start();
+    let replica_port = free_port();
+    let replica = RedisServer::builder()
+        .arg("--port")
+        .arg(replica_port.to_string())
+        .arg("--bind")
+        .arg("127.0.0.1")
+        .arg("--replicaof")
+        .arg("127.0.0.1")
+        .arg(master_port.to_string())
+        .start();
+    assert!(wait_until(Duration::from_secs(10), || replica
+        .inline("INFO replication")
+        .contains("master_link_status:up")));
+    let sentinel = Sentinel::start(master_port);
+    // The sentinel learns about the replica from the master's INFO before it can fail over to it.
+    assert!(
+        wait_until(Duration::from_secs(15), || tcp_inline(
+            sentinel.port,
+            "SENTINEL replicas mymaster"
+        )
+        .is_some_and(|r| r.contains(&replica_port.to_string()))),
+        "sentinel never saw the replica"
+    );
+
+    let topology = Topology::Sentinel {
+        master: "mymaster".into(),
+        sentinels: vec![Endpoint::Tcp {
+            host: "127.0.0.1".into(),
+            port: sentinel.port,
+        }],
+    };
+    let lanes = Lanes::open(&topology, &LanesConfig::default(), &mut Registry::default()).unwrap();
+    assert!(until_accepted(&lanes, &["SET", "before", "1"], Duration::from_secs(5)).await);
+    assert_eq!(
+        master.inline("GET before"),
+        "$1\r\n1\r\n",
+        "written to the master the sentinel named"
+    );
+
+    master.kill();
+    assert!(
+        until_accepted(&lanes, &["SET", "after", "2"], Duration::from_secs(30)).await,
+        "the lanes never reached the promoted replica"
+    );
+    assert!(
+        replica.inline("ROLE").contains("master"),
+        "the replica was promoted"
+    );
+    assert_eq!(
+        replica.inline("GET after"),
+        "$1\r\n2\r\n",
+        "written to the new master"
+    );
+
+    let mut blocking = lanes.borrow(Lane::Blocking).await.unwrap();
+    let reply = blocking.send(cmd(&["SET", "blocking", "3"])).await.unwrap();
+    assert!(!reply.is_error(), "{:?}", reply.frame());
+    blocking.release().await;
+    assert_eq!(replica.inline("GET blocking"), "$1\r\n3\r\n");
+    lanes.close(Duration::from_secs(1)).await;
+}
