@@ -6,7 +6,7 @@ Runs SET, GET, INCR, LPUSH, LRANGE_100 and MSET with 50 clients, unpipelined and
 rounds interleaved across the three targets; reports the median of the rounds and ratios against
 direct Redis. Then measures Tollgate's RSS idle, with 1,000 idle clients and with 100 subscribers.
 
-    python3 benches/e2e.py [--requests N] [--rounds R] [--write BENCHMARKS.md]
+    python3 benches/e2e.py [--requests N] [--rounds R] [--write BENCHMARKS.md] [--no-build]
 """
 
 import argparse
@@ -37,15 +37,23 @@ def wait_for_socket(path, timeout=20.0):
         try:
             s = socket.socket(socket.AF_UNIX)
             s.connect(path)
-            s.sendall(b"PING\r\n")
-            if s.recv(64).startswith(b"+PONG"):
+            # GET rather than PING: twemproxy forwards only keyed commands.
+            s.sendall(b"*2\r\n$3\r\nGET\r\n$5\r\nprobe\r\n")
+            if s.recv(64).startswith(b"$"):
                 s.close()
                 return
             s.close()
         except OSError:
             pass
         time.sleep(0.05)
-    raise SystemExit(f"{path} did not answer PING within {timeout}s")
+    raise SystemExit(f"{path} did not answer GET within {timeout}s")
+
+
+def free_port():
+    """A loopback port for nutcracker's stats listener, which it insists on opening."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def rss_kib(pid):
@@ -74,12 +82,14 @@ def main():
     parser.add_argument("--requests", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--write", help="replace the '## End to end' section of this Markdown file")
+    parser.add_argument("--no-build", action="store_true", help="use target/release/tollgate as it is")
     args = parser.parse_args()
     for tool in ("redis-server", "redis-benchmark", "nutcracker"):
         if not shutil.which(tool):
             raise SystemExit(f"{tool} not found: run scripts/setup.sh")
     raise_nofile()
-    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "tollgate"], cwd=ROOT, check=True)
+    if not args.no_build:
+        subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "tollgate"], cwd=ROOT, check=True)
     tollgate_bin = os.path.join(ROOT, "target", "release", "tollgate")
 
     work = tempfile.mkdtemp(prefix="tollgate-e2e-")
@@ -97,7 +107,7 @@ def main():
                        f"  distribution: ketama\n  servers:\n   - {redis_sock}:1\n")
         nutcracker = subprocess.Popen(
             ["nutcracker", "-c", os.path.join(work, "nutcracker.yml"), "-o", os.path.join(work, "nutcracker.log"),
-             "-a", "127.0.0.1", "-s", "0", "-p", os.path.join(work, "nutcracker.pid")], preexec_fn=raise_nofile)
+             "-a", "127.0.0.1", "-s", str(free_port()), "-p", os.path.join(work, "nutcracker.pid")], preexec_fn=raise_nofile)
         procs.append(nutcracker)
         wait_for_socket(nut_sock)
 
@@ -151,7 +161,7 @@ def main():
             s.connect(tollgate_sock)
             clients.append(s)
         for s in clients:
-            s.sendall(b"PING\r\n")
+            s.sendall(b"*2\r\n$3\r\nGET\r\n$5\r\nprobe\r\n")
         for s in clients:
             s.recv(16)
         with_clients = rss_kib(tollgate.pid)
