@@ -214,6 +214,10 @@ async fn the_binary_serves_on_the_embedded_default_and_sigterm_cleans_up() {
     assert_eq!(status.code(), Some(0), "{status:?}");
     assert!(!http_socket.exists(), "HTTP socket file left behind");
     assert!(
+        !runtime.join("resp.sock").exists(),
+        "RESP socket file left behind"
+    );
+    assert!(
         !runtime.join("redis.sock").exists(),
         "redis socket left behind"
     );
@@ -276,4 +280,44 @@ fn is_zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|stat| stat.split(") ").nth(1).is_some_and(|s| s.starts_with('Z')))
         .unwrap_or(true)
+}
+
+/// A second SIGINT does not wait for the drain: with a client blocked forever the first SIGINT
+/// starts a drain that would take `drain_timeout`; the second exits at once, still cleaning up.
+#[tokio::test]
+async fn a_second_sigint_exits_at_once_and_still_cleans_up() {
+    let dir = tempdir();
+    let mut child = tollgate()
+        .arg("serve")
+        .env("XDG_RUNTIME_DIR", dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let runtime = dir.path().join("tollgate");
+    wait_for_status(&runtime.join("http.sock"), "/readyz", 200).await;
+    let mut blocked = crate::support::raw::RawClient::connect(&runtime.join("resp.sock")).await;
+    blocked.send(&["BLPOP", "never", "0"]).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the first SIGINT drains, it does not exit"
+    );
+    let second = Instant::now();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let status = wait_for_exit(&mut child, Duration::from_secs(5));
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    assert!(second.elapsed() < Duration::from_secs(3));
+    assert!(!runtime.join("http.sock").exists());
+    assert!(!runtime.join("resp.sock").exists());
+    // The embedded server dies with the daemon (SIGKILL from the abort path, PDEATHSIG as backstop).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !processes_mentioning(&runtime).is_empty() {
+        assert!(Instant::now() < deadline, "redis-server left running");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
