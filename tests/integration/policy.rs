@@ -3,7 +3,9 @@
 
 use bytes::Bytes;
 use tollgate_model::Lane;
-use tollgate_policy::{Decision, DenyCause, ModuleConfig, PolicyConfig};
+use tollgate_policy::{
+    Decision, DecisionLogConfig, DenyCause, KeyRendering, ModuleConfig, PolicyConfig,
+};
 
 use crate::policy_support::{admission, argv, caller, config, denial, fuel_limits, root};
 
@@ -236,4 +238,50 @@ fn audit_mode_reports_the_deny_and_lets_the_command_through() {
         Decision::Admitted { rule, .. } => assert_eq!(rule, "audit:no-scripts"),
         Decision::Denied(denial) => panic!("audit mode denied: {denial}"),
     }
+}
+
+#[test]
+fn the_decision_log_has_a_json_line_per_decision_with_key_digests() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("decisions.jsonl");
+    let admission = admission(&PolicyConfig {
+        limits: fuel_limits(),
+        decision_log: Some(DecisionLogConfig {
+            path: path.clone(),
+            keys: KeyRendering::Digest,
+        }),
+        ..PolicyConfig::default()
+    });
+    admission.admit(&caller("local"), &argv("GET secret:1"));
+    admission.admit(&caller("local"), &argv("FLUSHALL"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let lines: Vec<serde_json::Value> = loop {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        if text.lines().count() >= 2 || std::time::Instant::now() > deadline {
+            break text
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let (get, flush) = (&lines[0], &lines[1]);
+    assert_eq!(
+        (get["command"].as_str(), get["decision"].as_str()),
+        (Some("GET"), Some("admitted"))
+    );
+    assert_eq!(
+        (get["rule"].as_str(), get["generation"].as_u64()),
+        (Some("data"), Some(1))
+    );
+    let digest = get["keys"][0].as_str().unwrap();
+    assert_eq!(digest.len(), 16);
+    assert_ne!(digest, "secret:1");
+    assert!(get["latency_ns"].as_u64().unwrap() > 0);
+    assert_eq!(
+        (flush["decision"].as_str(), flush["rule"].as_str()),
+        (Some("denied"), Some("no-wipe"))
+    );
+    assert_eq!(flush["cause"].as_str(), Some("rule"));
 }

@@ -27,6 +27,7 @@ pub fn config(files: &[&Path], modules: Vec<ModuleConfig>) -> PolicyConfig {
         files: files.iter().map(|f| f.to_path_buf()).collect(),
         modules,
         limits: fuel_limits(),
+        ..PolicyConfig::default()
     }
 }
 

@@ -2,6 +2,7 @@
 //! decision is a lock-free load plus the generation's module calls, and a reload swaps atomically.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -11,6 +12,7 @@ use tollgate_model::Caller;
 
 use crate::config::PolicyConfig;
 use crate::decision::Decision;
+use crate::decision_log::{DecisionLog, Entry};
 use crate::error::PolicyError;
 use crate::generation::{Generation, GenerationInfo, Step};
 use crate::metrics::PolicyMetrics;
@@ -27,6 +29,7 @@ struct Inner {
     sandbox: Arc<Sandbox>,
     current: ArcSwap<Generation>,
     metrics: PolicyMetrics,
+    log: Option<DecisionLog>,
     /// Serialises reloads so generation numbers stay in order.
     reloading: Mutex<()>,
 }
@@ -44,12 +47,22 @@ impl Admission {
         let generation = Generation::build(&sandbox, config, 1)?;
         let metrics = PolicyMetrics::register(registry);
         metrics.reloaded(Some(1));
+        let log = match &config.decision_log {
+            Some(log) => Some(DecisionLog::open(log, metrics.log_dropped.clone()).map_err(
+                |source| PolicyError::DecisionLog {
+                    path: log.path.clone(),
+                    source,
+                },
+            )?),
+            None => None,
+        };
         Ok(Admission {
             inner: Arc::new(Inner {
                 config: config.clone(),
                 sandbox,
                 current: ArcSwap::from_pointee(generation),
                 metrics,
+                log,
                 reloading: Mutex::new(()),
             }),
         })
@@ -57,8 +70,23 @@ impl Admission {
 
     /// Decides one command (`argv[0]` is its name).
     pub fn admit(&self, caller: &Caller, argv: &[Bytes]) -> Decision {
-        let decision = self.inner.current.load().admit(caller, argv);
+        let Some(log) = &self.inner.log else {
+            let decision = self.inner.current.load().admit(caller, argv);
+            self.inner.metrics.decided(&decision);
+            return decision;
+        };
+        let started = Instant::now();
+        let generation = self.inner.current.load();
+        let decision = generation.admit(caller, argv);
+        let latency = started.elapsed();
         self.inner.metrics.decided(&decision);
+        log.record(Entry {
+            principal: caller.principal.clone(),
+            argv: argv.to_vec(),
+            decision: decision.clone(),
+            generation: generation.info.number,
+            latency,
+        });
         decision
     }
 

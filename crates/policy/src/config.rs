@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use crate::decision_log::{DecisionLogConfig, KeyRendering};
+
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct PolicyConfig {
@@ -16,6 +18,8 @@ pub struct PolicyConfig {
     pub modules: Vec<ModuleConfig>,
     /// Bounds on every module call.
     pub limits: SandboxLimits,
+    /// A JSON-lines log of every decision; none by default.
+    pub decision_log: Option<DecisionLogConfig>,
 }
 
 /// An operator's guard module: a path, or a path with the bytes its `config.get` returns.

@@ -16,6 +16,11 @@ pub enum PolicyError {
     },
     #[error("module {name}: {detail}")]
     Module { name: String, detail: String },
+    #[error("cannot open the decision log {path}: {source}")]
+    DecisionLog {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("policy self-test failed:\n{}", .0.join("\n"))]
     SelfTest(Vec<String>),
 }

@@ -7,6 +7,7 @@ mod admission;
 pub mod compile;
 mod config;
 mod decision;
+mod decision_log;
 mod error;
 mod generation;
 mod metrics;
@@ -16,7 +17,9 @@ mod sandbox;
 use std::path::PathBuf;
 
 pub use admission::Admission;
-pub use config::{Budget, ModuleConfig, PolicyConfig, SandboxLimits};
+pub use config::{
+    Budget, DecisionLogConfig, KeyRendering, ModuleConfig, PolicyConfig, SandboxLimits,
+};
 pub use decision::{Decision, Denial, DenyCause, Descriptor, KeyAccess, Traits};
 pub use error::PolicyError;
 pub use generation::{FileInfo, Generation, GenerationInfo, ModuleInfo, Step, DEFAULT_POLICY};

@@ -46,6 +46,8 @@ pub struct PolicyMetrics {
     faults: Family<FaultLabels, Counter>,
     reloads: Family<ReloadLabels, Counter>,
     generation: Gauge,
+    /// Decision-log lines dropped because the writer fell behind.
+    pub log_dropped: Counter,
 }
 
 impl PolicyMetrics {

@@ -1,0 +1,149 @@
+//! The decision log: one JSON line per decision (principal, command, keys, verdict, rule, module,
+//! generation, latency), written by its own thread. Admission only `try_send`s into a bounded
+//! queue, so a slow disk never delays a command: a full queue drops the line and counts it.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use prometheus_client::metrics::counter::Counter;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::decision::Decision;
+
+/// Lines buffered between admission and the writer thread.
+const QUEUE: usize = 8192;
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionLogConfig {
+    /// Where the JSON lines go (appended).
+    pub path: PathBuf,
+    /// How keys are written: `digest` (default; SHA-256, first 16 hex digits) or `raw`.
+    #[serde(default)]
+    pub keys: KeyRendering,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyRendering {
+    #[default]
+    Digest,
+    Raw,
+}
+
+/// What admission hands over; rendering (digests, JSON) happens on the writer thread.
+pub struct Entry {
+    pub principal: String,
+    pub argv: Vec<Bytes>,
+    pub decision: Decision,
+    pub generation: u64,
+    pub latency: Duration,
+}
+
+#[derive(Serialize)]
+struct Line<'a> {
+    principal: &'a str,
+    command: String,
+    keys: Vec<String>,
+    decision: &'static str,
+    rule: &'a str,
+    module: &'a str,
+    cause: Option<&'static str>,
+    generation: u64,
+    latency_ns: u128,
+}
+
+pub struct DecisionLog {
+    queue: SyncSender<Entry>,
+    dropped: Counter,
+}
+
+impl DecisionLog {
+    pub fn open(config: &DecisionLogConfig, dropped: Counter) -> std::io::Result<DecisionLog> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&config.path)?;
+        let (queue, lines) = sync_channel::<Entry>(QUEUE);
+        let keys = config.keys;
+        let path = config.path.clone();
+        std::thread::Builder::new()
+            .name("tollgate-decision-log".into())
+            .spawn(move || write_lines(file, &path, keys, lines))?;
+        Ok(DecisionLog { queue, dropped })
+    }
+
+    pub fn record(&self, entry: Entry) {
+        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) =
+            self.queue.try_send(entry)
+        {
+            self.dropped.inc();
+        }
+    }
+}
+
+fn write_lines(
+    file: std::fs::File,
+    path: &Path,
+    keys: KeyRendering,
+    lines: std::sync::mpsc::Receiver<Entry>,
+) {
+    let mut out = std::io::BufWriter::new(file);
+    while let Ok(first) = lines.recv() {
+        // Write whatever is queued, then flush once: one syscall per burst, not per line.
+        for entry in std::iter::once(first).chain(lines.try_iter()) {
+            let line = render(&entry, keys);
+            if let Err(error) = serde_json::to_writer(&mut out, &line)
+                .map_err(std::io::Error::from)
+                .and_then(|()| out.write_all(b"\n"))
+            {
+                tracing::warn!(path = %path.display(), %error, "decision log write failed");
+            }
+        }
+        if let Err(error) = out.flush() {
+            tracing::warn!(path = %path.display(), %error, "decision log flush failed");
+        }
+    }
+}
+
+fn render(entry: &Entry, keys: KeyRendering) -> Line<'_> {
+    let show = |key: &Bytes| match keys {
+        KeyRendering::Raw => String::from_utf8_lossy(key).into_owned(),
+        KeyRendering::Digest => hex::encode(&Sha256::digest(key)[..8]),
+    };
+    let (decision, rule, module, cause, command, key_list) = match &entry.decision {
+        Decision::Admitted {
+            descriptor, rule, ..
+        } => (
+            "admitted",
+            rule.as_str(),
+            "",
+            None,
+            descriptor.name.clone(),
+            descriptor.keys(&entry.argv).map(show).collect(),
+        ),
+        Decision::Denied(denial) => (
+            "denied",
+            denial.rule.as_str(),
+            denial.module.as_str(),
+            Some(denial.cause.as_str()),
+            denial.command.clone(),
+            Vec::new(),
+        ),
+    };
+    Line {
+        principal: &entry.principal,
+        command,
+        keys: key_list,
+        decision,
+        rule,
+        module,
+        cause,
+        generation: entry.generation,
+        latency_ns: entry.latency.as_nanos(),
+    }
+}
