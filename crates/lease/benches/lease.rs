@@ -72,6 +72,14 @@ fn benches(c: &mut Criterion) {
     };
     config.listen.http = Some(dir.path().join("http.sock"));
     config.listen.resp = Some(dir.path().join("resp.sock"));
+    // The default policy admits no lease; the benchmark's resources get a rule of their own.
+    let policy = dir.path().join("bench-leases.yaml");
+    std::fs::write(
+        &policy,
+        "principals:\n  local: { any: true }\nrules:\n  - id: bench-leases\n    leases: [\"bench:*\"]\n    allow: benchmark resources\n",
+    )
+    .expect("write the benchmark policy");
+    config.policy.files = vec![policy];
     config.redis = Some(RedisConfig {
         address: Endpoint::Unix(redis.socket().to_owned()),
     });

@@ -1,17 +1,15 @@
-//! What a watchdog is bound to: the holder process (a pidfd, readable once the process exits) or a
-//! token cancelled when the holder's connection closes. Either way, [`Holder::gone`] resolves when
-//! the holder is no more.
+//! What a watchdog is bound to: the holder process, through a pidfd, which polls readable once the
+//! process exits. A pidfd cannot be fooled by pid reuse: it names the process it was opened on.
 
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
 
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
-use tokio_util::sync::CancellationToken;
 
-pub enum Holder {
-    Process { pid: u32, fd: AsyncFd<OwnedFd> },
-    Connection(CancellationToken),
+pub struct Holder {
+    pid: u32,
+    fd: AsyncFd<OwnedFd>,
 }
 
 impl Holder {
@@ -31,25 +29,16 @@ impl Holder {
         // long as it is registered.
         let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
             .map_err(|error| io::Error::other(error.to_string()))?;
-        Ok(Holder::Process { pid, fd })
+        Ok(Holder { pid, fd })
     }
 
-    /// Resolves once the holder is gone.
+    /// Resolves once the holder process has exited.
     pub async fn gone(&self) {
-        match self {
-            // A pidfd polls readable when its process exits.
-            Holder::Process { fd, .. } => {
-                let _ = fd.readable().await;
-            }
-            Holder::Connection(token) => token.cancelled().await,
-        }
+        let _ = self.fd.readable().await;
     }
 
-    pub fn describe(&self) -> String {
-        match self {
-            Holder::Process { pid, .. } => format!("process {pid}"),
-            Holder::Connection(_) => "connection".to_owned(),
-        }
+    pub fn pid(&self) -> u32 {
+        self.pid
     }
 }
 

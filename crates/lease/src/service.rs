@@ -55,10 +55,6 @@ impl LeaseService {
         }
     }
 
-    pub fn config(&self) -> &LeaseConfig {
-        &self.config
-    }
-
     /// Acquires for `principal`, waiting up to `request.wait`. With `holder`, a watchdog keeps the
     /// lease for as long as the holder lives.
     pub async fn acquire(
@@ -173,7 +169,7 @@ impl LeaseService {
         Ok(self.watchdogs.subscribe(&key))
     }
 
-    /// Stops every watchdog (daemon shutdown); their leases run out by TTL.
+    /// Daemon shutdown: stops every watchdog (their leases run out by TTL) and every wait.
     pub fn close(&self) {
         self.shutdown.cancel();
     }
@@ -229,6 +225,8 @@ impl LeaseService {
             };
             let wake = deadline.min(Instant::now() + retry_after.max(Duration::from_millis(1)));
             tokio::select! {
+                // A stopping daemon answers with what it knows rather than hold up the drain.
+                () = self.shutdown.cancelled() => return outcome,
                 ended = next_release(&mut released) => {
                     // A subscription that ended may have missed messages; expiry still wakes us.
                     if ended {

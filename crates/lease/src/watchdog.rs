@@ -117,7 +117,7 @@ impl Guard {
                 () = stop.cancelled() => return,
                 () = self.holder.gone() => {
                     let outcome = self.calls.release(&self.keys, &self.attempt).await;
-                    tracing::info!(holder = %self.holder.describe(), ?outcome, "lease holder gone; released");
+                    tracing::info!(holder_pid = self.holder.pid(), ?outcome, "lease holder gone; released");
                     let _ = events.send(match outcome {
                         ReleaseOutcome::NotOwner => LeaseEvent::Lost { fence, reason: LostReason::NotOwner },
                         _ => LeaseEvent::Released { fence },
