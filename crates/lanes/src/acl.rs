@@ -34,7 +34,6 @@ pub enum AclError {
 #[derive(Debug, Clone)]
 pub struct Provisioned {
     pub config: LanesConfig,
-    pub users: Vec<(Lane, String)>,
 }
 
 /// The ACL user name of a lane's connections.
@@ -94,7 +93,6 @@ pub async fn provision(
         .await
         .map_err(|e| unreachable(e.to_string()))?;
     let mut config = base.clone();
-    let mut users = Vec::new();
     for lane in Lane::ALL {
         let user = user_name(lane);
         let password = random_password();
@@ -121,11 +119,10 @@ pub async fn provision(
             source,
         })?;
         let overrides = config.overrides_mut(lane);
-        overrides.user = Some(user.clone());
+        overrides.user = Some(user);
         overrides.password_file = Some(path);
-        users.push((lane, user));
     }
-    Ok(Provisioned { config, users })
+    Ok(Provisioned { config })
 }
 
 fn random_password() -> String {
