@@ -71,6 +71,17 @@ fn key_positions_follow_each_call() {
         ("client list", "CLIENT|LIST", Lane::Admin, &[]),
         ("INFO", "INFO", Lane::Admin, &[]),
         ("WAIT 1 0", "WAIT", Lane::Blocking, &[]),
+        // Repeats with other arguments: answers the host reuses must not carry the old keys,
+        // and answers that depend on more than argc are not reused.
+        ("GET b", "GET", Lane::Regular, &["b"]),
+        ("CLIENT INFO", "CLIENT|INFO", Lane::Regular, &[]),
+        ("EVAL s 1 k1 k2 arg", "EVAL", Lane::Script, &["k1"]),
+        (
+            "XREAD COUNT 1 STREAMS s1 0",
+            "XREAD",
+            Lane::Regular,
+            &["s1"],
+        ),
     ];
     for &(line, name, lane, keys) in cases {
         let (got_name, got_lane, got_keys) = admitted(&admission, line);

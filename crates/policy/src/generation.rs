@@ -13,7 +13,8 @@ use tollgate_policy_rules::LEASE_COMMAND;
 
 use crate::compile::{self, CatalogIndex, CompiledFile, Expected, Principal};
 use crate::config::PolicyConfig;
-use crate::decision::{lane_from_wit, Decision, Denial, DenyCause, Descriptor};
+use crate::decision::{Decision, Denial, DenyCause, Descriptor};
+use crate::described::{Described, DescribedCache};
 use crate::error::PolicyError;
 use crate::sandbox::bindings::{self, Arg, Categories, Command, CommandFlags, KeyAccess, Verdict};
 use crate::sandbox::{Allocator, Catalog, Fault, Guard, Sandbox, ARG_PREFIX};
@@ -66,6 +67,7 @@ pub struct Generation {
     principals: Vec<Principal>,
     files: Vec<CompiledFile>,
     descriptors: Vec<bindings::Descriptor>,
+    described: DescribedCache,
     pub info: GenerationInfo,
 }
 
@@ -149,6 +151,7 @@ impl Generation {
             principals,
             files,
             descriptors,
+            described: DescribedCache::default(),
             info,
         };
         generation.self_test()?;
@@ -287,11 +290,12 @@ impl Generation {
             keys,
             args: Vec::new(),
         };
+        let described = Described::new(descriptor.clone());
         self.judge(
             &self.guards,
             &wit_caller(caller),
             &command,
-            descriptor,
+            &described,
             None,
         )
     }
@@ -317,27 +321,35 @@ impl Generation {
             );
         };
         let bounded: Vec<Arg> = argv.iter().map(bound).collect();
-        let descriptor = match self.catalog.describe(&bounded) {
-            Ok(Some(descriptor)) => descriptor,
-            Ok(None) => {
-                let command = String::from_utf8_lossy(name).to_ascii_uppercase();
-                let reason = "no catalog knows this command";
-                return denied(
-                    self.catalog.name(),
-                    "catalog",
-                    reason,
-                    DenyCause::UnknownCommand,
-                    command,
-                );
-            }
-            Err(fault) => {
-                return faulted(
-                    self.catalog.name(),
-                    fault,
-                    String::from_utf8_lossy(name).to_ascii_uppercase(),
-                )
-            }
+        let described = match self.described.get(argv) {
+            Some(cached) => cached,
+            None => match self.catalog.describe(&bounded) {
+                Ok(Some(descriptor)) => {
+                    let described = Arc::new(Described::new(descriptor));
+                    self.described.offer(argv, &described);
+                    described
+                }
+                Ok(None) => {
+                    let command = String::from_utf8_lossy(name).to_ascii_uppercase();
+                    let reason = "no catalog knows this command";
+                    return denied(
+                        self.catalog.name(),
+                        "catalog",
+                        reason,
+                        DenyCause::UnknownCommand,
+                        command,
+                    );
+                }
+                Err(fault) => {
+                    return faulted(
+                        self.catalog.name(),
+                        fault,
+                        String::from_utf8_lossy(name).to_ascii_uppercase(),
+                    )
+                }
+            },
         };
+        let descriptor = &described.wit;
         if let Some(steps) = steps.as_deref_mut() {
             steps.push(Step {
                 module: self.catalog.name().to_owned(),
@@ -361,7 +373,7 @@ impl Generation {
                 .map(|(_, arg)| arg)
                 .collect(),
         };
-        self.judge(guards, &wit_caller(caller), &command, &descriptor, steps)
+        self.judge(guards, &wit_caller(caller), &command, &described, steps)
     }
 
     /// The guard chain: the first deny wins; admitted only if some guard allows.
@@ -370,9 +382,10 @@ impl Generation {
         guards: &[Guard],
         who: &bindings::Caller,
         command: &Command,
-        descriptor: &bindings::Descriptor,
+        described: &Described,
         mut steps: Option<&mut Vec<Step>>,
     ) -> Decision {
+        let descriptor = &described.wit;
         let mut allowed: Option<String> = None;
         let mut denial = None;
         for guard in guards {
@@ -404,8 +417,8 @@ impl Generation {
         match (denial, allowed) {
             (Some(denial), _) => denial,
             (None, Some(rule)) => Decision::Admitted {
-                descriptor: Arc::new(Descriptor::from(descriptor)),
-                lane: lane_from_wit(descriptor.lane),
+                descriptor: described.native.clone(),
+                lane: described.native.lane,
                 rule,
             },
             (None, None) => denied(
@@ -494,8 +507,8 @@ fn lease_command(resource: &str) -> Command {
     }
 }
 
-fn lease_descriptor() -> bindings::Descriptor {
-    bindings::Descriptor {
+fn lease_descriptor() -> Described {
+    Described::new(bindings::Descriptor {
         name: LEASE_COMMAND.to_owned(),
         lane: bindings::Lane::Script,
         categories: Categories::empty(),
@@ -506,7 +519,8 @@ fn lease_descriptor() -> bindings::Descriptor {
             read: true,
             write: true,
         }],
-    }
+        fixed: false,
+    })
 }
 
 fn denied(module: &str, rule: &str, reason: &str, cause: DenyCause, command: String) -> Decision {

@@ -8,6 +8,7 @@ pub mod compile;
 mod config;
 mod decision;
 mod decision_log;
+mod described;
 mod error;
 mod generation;
 mod metrics;

@@ -135,7 +135,19 @@ fn descriptor<'a>(
         traits: CommandFlags::from_bits_retain(entry.traits),
         arity: entry.arity,
         keys,
+        fixed: is_fixed(entry),
     }
+}
+
+/// Whether key positions and lane follow from argc alone: no keyword or key count to look at.
+fn is_fixed(entry: &Entry) -> bool {
+    entry.blocks_only_with.is_none()
+        && entry.keys.iter().all(|spec| {
+            matches!(
+                (&spec.begin, &spec.find),
+                (Begin::Index(_), Find::Range { .. })
+            )
+        })
 }
 
 /// Key positions of one spec for this argv; positions past the end are dropped (Redis itself
