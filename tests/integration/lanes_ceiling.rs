@@ -317,3 +317,27 @@ async fn one_channel_keeps_its_pipeline_in_order() {
         assert_eq!(reply.bytes(), &format!(":{}\r\n", i + 1));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_reply_arrives_whole_behind_and_ahead_of_small_ones() {
+    let fixture = Fixture::start(|_| {}).await;
+    let channel = fixture.lanes.multiplexed(Lane::Regular).unwrap();
+    let items: Vec<String> = (0..100_000).map(|i| format!("item-{i}")).collect();
+    for chunk in items.chunks(10_000) {
+        let mut argv = vec!["RPUSH", "big"];
+        argv.extend(chunk.iter().map(String::as_str));
+        channel.send(cmd(&argv)).await.unwrap();
+    }
+    let before = channel.send(cmd(&["PING"]));
+    let big = channel.send(cmd(&["LRANGE", "big", "0", "-1"]));
+    let after = channel.send(cmd(&["PING"]));
+    assert_eq!(&before.await.unwrap().bytes()[..], b"+PONG\r\n");
+    match big.await.unwrap().frame() {
+        tollgate_resp::Frame::Array(got) => {
+            assert_eq!(got.len(), items.len());
+            assert_eq!(got.last().and_then(|f| f.as_bytes()).unwrap(), "item-99999");
+        }
+        other => panic!("expected an array, got {other:?}"),
+    }
+    assert_eq!(&after.await.unwrap().bytes()[..], b"+PONG\r\n");
+}

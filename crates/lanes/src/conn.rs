@@ -3,6 +3,7 @@
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tollgate_resp::Scanner;
 
 use crate::metrics::LaneMetrics;
 use crate::reply::{reply_limits, Reply};
@@ -11,6 +12,8 @@ use crate::stream::{Probe, Stream};
 pub(crate) struct Conn {
     stream: Stream,
     read: BytesMut,
+    /// Where measuring the reply being read stopped, so a large reply is scanned once.
+    scanner: Scanner,
     /// Which master (see `Locator`) the connection was opened to.
     generation: u64,
     _tracked: Tracked,
@@ -49,6 +52,7 @@ impl Conn {
         Conn {
             stream,
             read: BytesMut::with_capacity(4096),
+            scanner: Scanner::default(),
             generation,
             _tracked: Tracked::new(metrics),
         }
@@ -63,7 +67,7 @@ impl Conn {
 
     async fn read_reply(&mut self) -> Result<Reply, ConnError> {
         loop {
-            if let Some(len) = tollgate_resp::frame_len(&self.read, &reply_limits())? {
+            if let Some(len) = self.scanner.scan(&self.read, &reply_limits())? {
                 return Ok(Reply::new(self.read.split_to(len).freeze()));
             }
             if self.stream.read_buf(&mut self.read).await? == 0 {

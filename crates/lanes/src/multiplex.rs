@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tollgate_model::Lane;
+use tollgate_resp::Scanner;
 
 use crate::config::LaneSettings;
 use crate::conn::Conn;
@@ -406,12 +407,13 @@ async fn read_loop(
 ) {
     let limits = reply_limits();
     let mut current: Option<InFlight> = None;
+    let mut scanner = Scanner::default();
     // Created once: the loop below runs per reply.
     let killed = lane.life.killed().cancelled();
     let moved = lane.connector.moved(generation);
     tokio::pin!(killed, moved);
     let failure = loop {
-        if let Err(error) = hand_out(&mut read, &mut current, &mut owed, &limits) {
+        if let Err(error) = hand_out(&mut read, &mut scanner, &mut current, &mut owed, &limits) {
             break format!("redis sent an unreadable reply: {error}");
         }
         if read.capacity() - read.len() < 4096 {
@@ -448,12 +450,13 @@ async fn read_loop(
 /// Hands every complete reply already buffered to the command that owes it, oldest first.
 fn hand_out(
     read: &mut BytesMut,
+    scanner: &mut Scanner,
     current: &mut Option<InFlight>,
     owed: &mut mpsc::UnboundedReceiver<InFlight>,
     limits: &tollgate_resp::Limits,
 ) -> Result<(), tollgate_resp::ProtocolError> {
     while current.is_some() {
-        let Some(len) = tollgate_resp::frame_len(read, limits)? else {
+        let Some(len) = scanner.scan(read, limits)? else {
             break;
         };
         let reply = Reply::new(read.split_to(len).freeze());

@@ -63,20 +63,77 @@ pub fn parse(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Frame>, Proto
     };
     let bytes = buf.split_to(len).freeze();
     let mut walker = Walker::new(&bytes, limits);
-    let frame = walker
-        .frame(0, Some(&bytes))?
-        .expect("a measured frame is complete");
-    Ok(Some(frame.expect("building walk yields a frame")))
+    let frame = walker.frame(&bytes)?.expect("a measured frame is complete");
+    Ok(Some(frame))
 }
 
 /// The length of the first complete frame in `buf`, without building it.
 pub fn frame_len(buf: &[u8], limits: &Limits) -> Result<Option<usize>, ProtocolError> {
-    let mut walker = Walker::new(buf, limits);
-    Ok(walker.frame(0, None)?.map(|_| walker.pos))
+    Scanner::default().scan(buf, limits)
 }
 
-/// Walks one frame. With `source` it builds the frame (slicing bulk strings out of `source` without
-/// copying); without it only checks and measures.
+/// Measures the first frame of a buffer that grows between calls, resuming where the previous call
+/// stopped: a large aggregate arriving over many reads is scanned once, not once per read.
+/// Between calls the caller may only append to the buffer; after `Ok(Some(len))` the scanner starts
+/// over for the next frame.
+#[derive(Debug, Default, Clone)]
+pub struct Scanner {
+    /// Start of the first element not yet scanned.
+    pos: usize,
+    /// Children still expected by each open aggregate, innermost last.
+    open: Vec<usize>,
+}
+
+/// What one element header turned out to be.
+enum Element {
+    /// Complete by itself (a scalar, a string, an empty or null aggregate).
+    Whole,
+    /// An aggregate that completes after this many more elements.
+    Open(usize),
+}
+
+impl Scanner {
+    /// `Ok(Some(len))` once the first frame of `buf` is complete; `Ok(None)` to wait for more bytes.
+    pub fn scan(&mut self, buf: &[u8], limits: &Limits) -> Result<Option<usize>, ProtocolError> {
+        loop {
+            if self.open.len() > limits.max_depth {
+                return Err(ProtocolError::TooDeep {
+                    limit: limits.max_depth,
+                });
+            }
+            let mut walker = Walker::new(buf, limits);
+            walker.pos = self.pos;
+            let Some(element) = walker.element()? else {
+                return Ok(None);
+            };
+            if walker.pos > limits.max_frame_bytes {
+                return Err(ProtocolError::FrameTooLarge {
+                    limit: limits.max_frame_bytes,
+                });
+            }
+            self.pos = walker.pos;
+            match element {
+                Element::Open(children) => self.open.push(children),
+                Element::Whole => loop {
+                    let Some(remaining) = self.open.last_mut() else {
+                        let len = self.pos;
+                        *self = Scanner::default();
+                        return Ok(Some(len));
+                    };
+                    *remaining -= 1;
+                    if *remaining > 0 {
+                        break;
+                    }
+                    self.open.pop();
+                },
+            }
+        }
+    }
+}
+
+/// Walks one frame: [`Walker::element`] checks and measures one element header for the [`Scanner`];
+/// [`Walker::frame`] builds a whole frame from bytes already measured, slicing bulk strings out of
+/// the source without copying.
 pub(crate) struct Walker<'a> {
     buf: &'a [u8],
     pub(crate) pos: usize,
@@ -98,118 +155,178 @@ impl<'a> Walker<'a> {
         self.buf.get(self.pos).copied()
     }
 
-    /// `Ok(Some(None))`: measured only; `Ok(Some(Some(frame)))`: built; `Ok(None)`: incomplete.
-    fn frame(&mut self, depth: usize, source: Option<&Bytes>) -> Step<Option<Frame>> {
-        if depth > self.limits.max_depth {
-            return Err(ProtocolError::TooDeep {
-                limit: self.limits.max_depth,
-            });
-        }
-        let Some(&tag) = self.buf.get(self.pos) else {
+    /// One element header (with its payload, for strings); `Ok(None)` if it is not all buffered.
+    fn element(&mut self) -> Step<Element> {
+        let Some(tag) = self.peek() else {
             return Ok(None);
         };
         self.pos += 1;
         let Some(line) = self.line()? else {
             return Ok(None);
         };
-        let build = source.is_some();
-        let text = |line: (usize, usize)| source.map(|s| s.slice(line.0..line.1));
-        let frame = match tag {
-            b'+' => text(line).map(Frame::Simple),
-            b'-' => text(line).map(Frame::Error),
-            b'(' => text(line).map(Frame::BigNumber),
+        Ok(Some(match tag {
+            b'+' | b'-' | b'(' | b'_' => Element::Whole,
             b':' => {
-                let n = self.number(line, "integer")?;
-                build.then_some(Frame::Integer(n))
+                self.number(line, "integer")?;
+                Element::Whole
             }
             b',' => {
-                let d = self.double(line)?;
-                build.then_some(Frame::Double(d))
+                self.double(line)?;
+                Element::Whole
             }
-            b'#' => match &self.buf[line.0..line.1] {
-                b"t" => build.then_some(Frame::Boolean(true)),
-                b"f" => build.then_some(Frame::Boolean(false)),
-                other => return Err(invalid("boolean", other)),
-            },
-            b'_' => build.then_some(Frame::Null3),
-            b'$' | b'!' | b'=' => {
-                let len = self.length(line)?;
-                if len < 0 {
-                    if tag != b'$' {
-                        return Err(ProtocolError::InvalidLength(lossy(
-                            &self.buf[line.0..line.1],
-                        )));
+            b'#' => {
+                self.boolean(line)?;
+                Element::Whole
+            }
+            b'$' | b'!' | b'=' => match self.string(tag, line)? {
+                None => return Ok(None),
+                Some(span) => {
+                    if tag == b'=' {
+                        self.verbatim(span)?;
                     }
-                    build.then_some(Frame::Null)
-                } else {
-                    let Some((start, end)) = self.blob(len as usize)? else {
-                        return Ok(None);
-                    };
-                    match (tag, source) {
-                        (_, None) => None,
-                        (b'$', Some(s)) => Some(Frame::Bulk(s.slice(start..end))),
-                        (b'!', Some(s)) => Some(Frame::BulkError(s.slice(start..end))),
-                        (_, Some(s)) => {
-                            if end - start < 4 || s[start + 3] != b':' {
-                                return Err(invalid("verbatim string", &s[start..end]));
-                            }
-                            let format = [s[start], s[start + 1], s[start + 2]];
-                            Some(Frame::Verbatim {
-                                format,
-                                text: s.slice(start + 4..end),
-                            })
+                    Element::Whole
+                }
+            },
+            b'*' | b'~' | b'>' | b'%' | b'|' => match self.aggregate(tag, line)? {
+                // Attributes annotate the reply that follows; together they are one reply.
+                Some(count) if tag == b'|' => Element::Open(count * 2 + 1),
+                None | Some(0) => Element::Whole,
+                Some(count) if tag == b'%' => Element::Open(count * 2),
+                Some(count) => Element::Open(count),
+            },
+            other => return Err(ProtocolError::UnknownType(other)),
+        }))
+    }
+
+    /// Builds the frame at `pos`; `source` holds the same bytes as `buf`, shared.
+    fn frame(&mut self, source: &Bytes) -> Step<Frame> {
+        let Some(tag) = self.peek() else {
+            return Ok(None);
+        };
+        self.pos += 1;
+        let Some(line) = self.line()? else {
+            return Ok(None);
+        };
+        let text = |line: (usize, usize)| source.slice(line.0..line.1);
+        Ok(Some(match tag {
+            b'+' => Frame::Simple(text(line)),
+            b'-' => Frame::Error(text(line)),
+            b'(' => Frame::BigNumber(text(line)),
+            b'_' => Frame::Null3,
+            b':' => Frame::Integer(self.number(line, "integer")?),
+            b',' => Frame::Double(self.double(line)?),
+            b'#' => Frame::Boolean(self.boolean(line)?),
+            b'$' | b'!' | b'=' => {
+                let Some(span) = self.string(tag, line)? else {
+                    return Ok(None);
+                };
+                match (tag, span) {
+                    (_, None) => Frame::Null,
+                    (b'$', Some(span)) => Frame::Bulk(text(span)),
+                    (b'!', Some(span)) => Frame::BulkError(text(span)),
+                    (_, Some(span)) => {
+                        let format = self.verbatim(Some(span))?;
+                        Frame::Verbatim {
+                            format,
+                            text: source.slice(span.0 + 4..span.1),
                         }
                     }
                 }
             }
             b'*' | b'~' | b'>' => {
-                let count = self.length(line)?;
-                if count < 0 {
-                    if tag != b'*' {
-                        return Err(ProtocolError::InvalidLength(lossy(
-                            &self.buf[line.0..line.1],
-                        )));
-                    }
-                    build.then_some(Frame::NullArray)
-                } else {
-                    let Some(items) = self.items(count, depth, source)? else {
+                let Some(count) = self.aggregate(tag, line)? else {
+                    return Ok(Some(Frame::NullArray));
+                };
+                let mut items = Vec::with_capacity(count.min(1024));
+                for _ in 0..count {
+                    let Some(item) = self.frame(source)? else {
                         return Ok(None);
                     };
-                    items.map(|items| match tag {
-                        b'*' => Frame::Array(items),
-                        b'~' => Frame::Set(items),
-                        _ => Frame::Push(items),
-                    })
+                    items.push(item);
+                }
+                match tag {
+                    b'*' => Frame::Array(items),
+                    b'~' => Frame::Set(items),
+                    _ => Frame::Push(items),
                 }
             }
             b'%' | b'|' => {
-                let count = self.length(line)?;
-                let Some(pairs) = self.pairs(count, depth, source)? else {
-                    return Ok(None);
-                };
-                if tag == b'%' {
-                    pairs.map(Frame::Map)
-                } else {
-                    // An attribute annotates the reply that follows; together they are one reply.
-                    let Some(value) = self.frame(depth + 1, source)? else {
+                let count = self.aggregate(tag, line)?.unwrap_or_default();
+                let mut pairs = Vec::with_capacity(count.min(1024));
+                for _ in 0..count {
+                    let (Some(key), Some(value)) = (self.frame(source)?, self.frame(source)?)
+                    else {
                         return Ok(None);
                     };
-                    pairs
-                        .zip(value)
-                        .map(|(attributes, value)| Frame::Attribute {
-                            attributes,
-                            value: Box::new(value),
-                        })
+                    pairs.push((key, value));
+                }
+                if tag == b'%' {
+                    Frame::Map(pairs)
+                } else {
+                    let Some(value) = self.frame(source)? else {
+                        return Ok(None);
+                    };
+                    Frame::Attribute {
+                        attributes: pairs,
+                        value: Box::new(value),
+                    }
                 }
             }
             other => return Err(ProtocolError::UnknownType(other)),
-        };
-        if self.pos > self.limits.max_frame_bytes {
-            return Err(ProtocolError::FrameTooLarge {
-                limit: self.limits.max_frame_bytes,
+        }))
+    }
+
+    /// A `$`, `!` or `=` string: `Ok(Some(None))` for the RESP2 null bulk, `Ok(Some(Some(span)))`
+    /// for the payload, `Ok(None)` while incomplete.
+    fn string(&mut self, tag: u8, line: (usize, usize)) -> Step<Option<(usize, usize)>> {
+        let len = self.length(line)?;
+        if len < 0 {
+            if tag != b'$' {
+                return Err(ProtocolError::InvalidLength(lossy(
+                    &self.buf[line.0..line.1],
+                )));
+            }
+            return Ok(Some(None));
+        }
+        Ok(self.blob(len as usize)?.map(Some))
+    }
+
+    /// The element count of an aggregate header, `None` for the RESP2 null array.
+    fn aggregate(&self, tag: u8, line: (usize, usize)) -> Result<Option<usize>, ProtocolError> {
+        let count = self.length(line)?;
+        if count < 0 {
+            if tag != b'*' {
+                return Err(ProtocolError::InvalidLength(lossy(
+                    &self.buf[line.0..line.1],
+                )));
+            }
+            return Ok(None);
+        }
+        if count as u64 > self.limits.max_elements as u64 {
+            return Err(ProtocolError::TooManyElements {
+                count,
+                limit: self.limits.max_elements,
             });
         }
-        Ok(Some(frame))
+        Ok(Some(count as usize))
+    }
+
+    /// The three-letter format of a verbatim string (`txt:…`).
+    fn verbatim(&self, span: Option<(usize, usize)>) -> Result<[u8; 3], ProtocolError> {
+        let (start, end) = span.unwrap_or_default();
+        let s = &self.buf[start..end];
+        if s.len() < 4 || s[3] != b':' {
+            return Err(invalid("verbatim string", s));
+        }
+        Ok([s[0], s[1], s[2]])
+    }
+
+    fn boolean(&self, line: (usize, usize)) -> Result<bool, ProtocolError> {
+        match &self.buf[line.0..line.1] {
+            b"t" => Ok(true),
+            b"f" => Ok(false),
+            other => Err(invalid("boolean", other)),
+        }
     }
 
     /// The span of the line at `pos` without its CRLF; moves past the CRLF.
@@ -260,57 +377,6 @@ impl<'a> Walker<'a> {
             return Err(ProtocolError::InvalidLength(lossy(raw)));
         }
         Ok(n)
-    }
-
-    fn count(&self, count: i64) -> Result<usize, ProtocolError> {
-        if count < 0 || count as u64 > self.limits.max_elements as u64 {
-            return Err(ProtocolError::TooManyElements {
-                count,
-                limit: self.limits.max_elements,
-            });
-        }
-        Ok(count as usize)
-    }
-
-    fn items(
-        &mut self,
-        count: i64,
-        depth: usize,
-        source: Option<&Bytes>,
-    ) -> Step<Option<Vec<Frame>>> {
-        let count = self.count(count)?;
-        let mut items = source.map(|_| Vec::with_capacity(count.min(1024)));
-        for _ in 0..count {
-            let Some(item) = self.frame(depth + 1, source)? else {
-                return Ok(None);
-            };
-            if let (Some(items), Some(item)) = (items.as_mut(), item) {
-                items.push(item);
-            }
-        }
-        Ok(Some(items))
-    }
-
-    fn pairs(
-        &mut self,
-        count: i64,
-        depth: usize,
-        source: Option<&Bytes>,
-    ) -> Step<Option<Vec<(Frame, Frame)>>> {
-        let count = self.count(count)?;
-        let mut pairs = source.map(|_| Vec::with_capacity(count.min(1024)));
-        for _ in 0..count {
-            let Some(key) = self.frame(depth + 1, source)? else {
-                return Ok(None);
-            };
-            let Some(value) = self.frame(depth + 1, source)? else {
-                return Ok(None);
-            };
-            if let (Some(pairs), Some(key), Some(value)) = (pairs.as_mut(), key, value) {
-                pairs.push((key, value));
-            }
-        }
-        Ok(Some(pairs))
     }
 
     fn number(&self, line: (usize, usize), what: &'static str) -> Result<i64, ProtocolError> {
@@ -406,6 +472,34 @@ mod tests {
                 "cut at {cut}"
             );
             assert_eq!(buf.len(), cut);
+        }
+    }
+
+    #[test]
+    fn a_scanner_fed_in_pieces_finds_the_same_frames() {
+        let mut wire = BytesMut::new();
+        for frame in sample() {
+            encode(&frame, &mut wire);
+        }
+        encode(&Frame::Array(sample()), &mut wire);
+        let mut expected = Vec::new();
+        let mut at = 0;
+        while let Some(len) = frame_len(&wire[at..], &Limits::default()).unwrap() {
+            expected.push(len);
+            at += len;
+        }
+        assert_eq!(at, wire.len());
+        for piece in [1, 2, 3, 7, 64] {
+            let (mut found, mut start, mut end) = (Vec::new(), 0, 0);
+            let mut scanner = Scanner::default();
+            while end < wire.len() {
+                end = (end + piece).min(wire.len());
+                while let Some(len) = scanner.scan(&wire[start..end], &Limits::default()).unwrap() {
+                    found.push(len);
+                    start += len;
+                }
+            }
+            assert_eq!(found, expected, "pieces of {piece} bytes");
         }
     }
 
