@@ -17,7 +17,7 @@ use crate::error::{CallError, LaneError, OpenError};
 use crate::exclusive::{Borrowed, ExclusiveLane};
 use crate::life::Life;
 use crate::locator::Locator;
-use crate::metrics::{Families, LaneMetrics};
+use crate::metrics::{Families, LaneMetrics, Rejection};
 use crate::multiplex::{Channel, MultiplexedLane};
 use crate::pubsub::{PubSubLane, Subscription, SubscriptionKind};
 use crate::status::{LaneFacts, LaneStatus, LanesStatus, Sharing};
@@ -149,17 +149,21 @@ impl Lanes {
 
     /// A channel on the least loaded connection of a multiplexed lane (REGULAR or SCRIPT).
     pub fn multiplexed(&self, lane: Lane) -> Result<Channel, LaneError> {
+        let pool = match lane {
+            Lane::Regular => &self.0.regular,
+            Lane::Script => &self.0.script,
+            other => {
+                return Err(LaneError::WrongLane {
+                    lane: other,
+                    expected: "REGULAR or SCRIPT (multiplexed)",
+                })
+            }
+        };
         if !self.0.life.is_open() {
+            pool.metrics.reject(Rejection::Closed);
             return Err(LaneError::Closed);
         }
-        match lane {
-            Lane::Regular => Ok(self.0.regular.channel()),
-            Lane::Script => Ok(self.0.script.channel()),
-            other => Err(LaneError::WrongLane {
-                lane: other,
-                expected: "REGULAR or SCRIPT (multiplexed)",
-            }),
-        }
+        Ok(pool.channel())
     }
 
     /// Borrows one connection of an exclusive lane (BLOCKING, TRANSACTION or ADMIN), waiting in line
