@@ -548,3 +548,64 @@ async fn redis_benchmark_runs_its_default_tests_under_the_default_policy() {
     );
     daemon.stop().await;
 }
+
+/// On the embedded default every lane has its own least-privilege ACL user; each lane's user must
+/// still run what the default policy admits for that lane.
+#[tokio::test]
+async fn every_lane_works_on_the_embedded_default_with_its_own_acl_user() {
+    let daemon = TestDaemon::start_embedded().await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    // REGULAR
+    assert_eq!(
+        text(&client.call(&["SET", "lane:regular", "1"]).await),
+        "OK"
+    );
+    // SCRIPT
+    assert_eq!(
+        client
+            .call(&[
+                "EVAL",
+                "return redis.call('GET', KEYS[1])",
+                "1",
+                "lane:regular"
+            ])
+            .await,
+        bulk("1")
+    );
+    // BLOCKING
+    assert_eq!(
+        client.call(&["BLPOP", "lane:empty", "0.1"]).await,
+        Frame::NullArray
+    );
+    // TRANSACTION
+    client
+        .pipeline(&[&["MULTI"], &["INCR", "lane:tx"], &["EXEC"]])
+        .await;
+    assert_eq!(text(&client.read().await), "OK");
+    assert_eq!(text(&client.read().await), "QUEUED");
+    assert_eq!(client.read().await, Frame::Array(vec![Frame::Integer(1)]));
+    // ADMIN: read-only diagnostics
+    let info = client.call(&["INFO", "server"]).await;
+    assert!(text(&info).contains("redis_version"), "{info:?}");
+    // CONFIG GET is answered by the daemon: Redis's configuration (passwords among it) stays hidden.
+    assert_eq!(
+        client.call(&["CONFIG", "GET", "databases"]).await,
+        Frame::Array(vec![bulk("databases"), bulk("1")])
+    );
+    assert_eq!(
+        client.call(&["CONFIG", "GET", "requirepass"]).await,
+        Frame::Array(vec![])
+    );
+    // PUBSUB
+    let mut subscriber = RawClient::connect(&daemon.resp_socket()).await;
+    subscriber.call(&["SUBSCRIBE", "lane:news"]).await;
+    assert_eq!(
+        client.call(&["PUBLISH", "lane:news", "hi"]).await,
+        Frame::Integer(1)
+    );
+    assert_eq!(
+        subscriber.read().await,
+        Frame::Array(vec![bulk("message"), bulk("lane:news"), bulk("hi")])
+    );
+    daemon.stop().await;
+}

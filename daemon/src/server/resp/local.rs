@@ -26,6 +26,9 @@ pub enum Local {
     ClientSetInfo,
     /// Admitted by the policy first: which databases a principal may select is policy.
     Select,
+    /// Admitted by the policy first, then answered here: Redis's own configuration (passwords
+    /// among it) is not exposed through the daemon.
+    ConfigGet,
     Reset,
 }
 
@@ -56,9 +59,16 @@ impl Local {
             Local::ClientId
         } else if is(b"CLIENT") && sub(b"SETINFO") {
             Local::ClientSetInfo
+        } else if is(b"CONFIG") && sub(b"GET") {
+            Local::ConfigGet
         } else {
             return None;
         })
+    }
+
+    /// Must the policy admit this before the daemon answers it?
+    pub fn needs_admission(self) -> bool {
+        matches!(self, Local::Select | Local::ConfigGet)
     }
 
     /// May this run while a RESP2 client is subscribed? (Redis allows only these there.)
@@ -152,6 +162,33 @@ pub fn hello_reply(protocol: Protocol, client_id: u64) -> Frame {
     }
 }
 
+/// What `CONFIG GET` shows through the daemon: what is true of Tollgate's own service (one
+/// database). Tools that probe other parameters get an empty answer, as Redis gives for unknown
+/// ones.
+const CONFIG: &[(&str, &str)] = &[("databases", "1")];
+
+/// `CONFIG GET pattern [pattern …]`, matching `*` and exact names.
+pub fn config_get(argv: &[Bytes], protocol: Protocol) -> Frame {
+    let pairs: Vec<(Frame, Frame)> = CONFIG
+        .iter()
+        .filter(|(name, _)| {
+            argv.iter().skip(2).any(|pattern| {
+                pattern.as_ref() == b"*" || pattern.eq_ignore_ascii_case(name.as_bytes())
+            })
+        })
+        .map(|(name, value)| {
+            (
+                Frame::Bulk(Bytes::from_static(name.as_bytes())),
+                Frame::Bulk(Bytes::from_static(value.as_bytes())),
+            )
+        })
+        .collect();
+    match protocol {
+        Protocol::Resp3 => Frame::Map(pairs),
+        Protocol::Resp2 => Frame::Array(pairs.into_iter().flat_map(|(k, v)| [k, v]).collect()),
+    }
+}
+
 /// The client name must not contain spaces or newlines (Redis's rule, so `CLIENT LIST` stays parseable).
 pub fn valid_client_name(name: &[u8]) -> bool {
     name.iter().all(|&b| b > b' ' && b <= b'~')
@@ -182,6 +219,22 @@ mod tests {
             .unwrap_err()
             .starts_with("NOPROTO"));
         assert!(parse_hello(&argv("HELLO 3 AUTH u")).is_err());
+    }
+
+    #[test]
+    fn config_get_shows_only_what_is_true_of_the_daemon() {
+        let databases = config_get(&argv("CONFIG GET databases save"), Protocol::Resp2);
+        assert_eq!(
+            databases,
+            Frame::Array(vec![
+                Frame::Bulk(Bytes::from_static(b"databases")),
+                Frame::Bulk(Bytes::from_static(b"1"))
+            ])
+        );
+        assert_eq!(
+            config_get(&argv("CONFIG GET requirepass"), Protocol::Resp3),
+            Frame::Map(Vec::new())
+        );
     }
 
     #[test]

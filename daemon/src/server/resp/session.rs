@@ -240,7 +240,7 @@ impl Session {
                 String::from_utf8_lossy(&argv[0]).to_lowercase()
             )));
         }
-        if let Some(local) = local.filter(|l| *l != Local::Select) {
+        if let Some(local) = local.filter(|l| !l.needs_admission()) {
             return self.local(local, &argv);
         }
         let decision = self.front.admission.admit(&self.caller, &argv);
@@ -253,8 +253,13 @@ impl Session {
                 return Step::Reply(replies::denied(&argv[0], &denial));
             }
         };
-        if local == Some(Local::Select) {
-            return Step::Reply(select(&argv));
+        match local {
+            Some(Local::Select) => return Step::Reply(select(&argv)),
+            Some(Local::ConfigGet) if argv.len() >= 3 => {
+                return Step::Reply(replies::encode(&local::config_get(&argv, self.protocol)))
+            }
+            Some(Local::ConfigGet) => return Step::Reply(wrong_arity("config|get")),
+            _ => {}
         }
         if let Some((kind, subscribe)) = subscription_command(&argv) {
             return Step::InPlace(if subscribe {
@@ -276,29 +281,29 @@ impl Session {
 
     fn local(&mut self, local: Local, argv: &[Bytes]) -> Step {
         let subscribed_resp2 = self.protocol == Protocol::Resp2 && !self.subscriptions.is_empty();
-        let frame = match local {
-            Local::Ping => local::ping(argv, subscribed_resp2),
-            Local::Echo => match argv.get(1) {
-                Some(message) if argv.len() == 2 => Frame::Bulk(message.clone()),
-                _ => return Step::Reply(wrong_arity("echo")),
-            },
-            Local::Quit => return Step::Close(replies::ok()),
-            Local::Reset => return Step::InPlace(InPlace::Reset),
-            Local::Auth => return Step::Reply(replies::ok()),
-            Local::Hello => match local::parse_hello(argv) {
-                Ok(hello) => {
-                    if let Some(protocol) = hello.protocol {
-                        self.protocol = protocol;
+        let frame =
+            match local {
+                Local::Ping => local::ping(argv, subscribed_resp2),
+                Local::Echo => match argv.get(1) {
+                    Some(message) if argv.len() == 2 => Frame::Bulk(message.clone()),
+                    _ => return Step::Reply(wrong_arity("echo")),
+                },
+                Local::Quit => return Step::Close(replies::ok()),
+                Local::Reset => return Step::InPlace(InPlace::Reset),
+                Local::Auth => return Step::Reply(replies::ok()),
+                Local::Hello => match local::parse_hello(argv) {
+                    Ok(hello) => {
+                        if let Some(protocol) = hello.protocol {
+                            self.protocol = protocol;
+                        }
+                        if hello.name.is_some() {
+                            self.name = hello.name;
+                        }
+                        local::hello_reply(self.protocol, self.id)
                     }
-                    if hello.name.is_some() {
-                        self.name = hello.name;
-                    }
-                    local::hello_reply(self.protocol, self.id)
-                }
-                Err(error) => return Step::Reply(replies::error(error)),
-            },
-            Local::ClientSetName => {
-                match argv.get(2) {
+                    Err(error) => return Step::Reply(replies::error(error)),
+                },
+                Local::ClientSetName => match argv.get(2) {
                     Some(name) if argv.len() == 3 && local::valid_client_name(name) => {
                         self.name = (!name.is_empty()).then(|| name.clone());
                         return Step::Reply(replies::ok());
@@ -308,16 +313,17 @@ impl Session {
                             .to_owned(),
                     )),
                     _ => return Step::Reply(wrong_arity("client|setname")),
+                },
+                Local::ClientGetName => match &self.name {
+                    Some(name) => Frame::Bulk(name.clone()),
+                    None => Frame::Null,
+                },
+                Local::ClientId => Frame::Integer(self.id as i64),
+                Local::ClientSetInfo => return Step::Reply(replies::ok()),
+                Local::Select | Local::ConfigGet => {
+                    unreachable!("the policy admits {local:?} before it is answered")
                 }
-            }
-            Local::ClientGetName => match &self.name {
-                Some(name) => Frame::Bulk(name.clone()),
-                None => Frame::Null,
-            },
-            Local::ClientId => Frame::Integer(self.id as i64),
-            Local::ClientSetInfo => return Step::Reply(replies::ok()),
-            Local::Select => unreachable!("SELECT is admitted by the policy before it is answered"),
-        };
+            };
         Step::Reply(replies::encode(&frame))
     }
 
