@@ -81,27 +81,23 @@ impl Daemon {
             Some(_) => None,
             None => Some(EmbeddedRedis::start(&config.embedded, &runtime_dir).await?),
         };
-        let endpoint = match (&config.redis, &embedded) {
-            (Some(redis), _) => redis.address.clone(),
-            (None, Some(embedded)) => embedded.endpoint(),
+        let topology = match (&config.redis, &embedded) {
+            (Some(redis), _) => Topology::from(redis),
+            (None, Some(embedded)) => Topology::Standalone(embedded.endpoint()),
             (None, None) => unreachable!("no redis section means an embedded server was started"),
         };
 
         let mut registry = Registry::with_prefix("tollgate");
         // The daemon owns an embedded server, so it gives each lane its own least-privilege user.
         let lanes_config = match &embedded {
-            Some(_) => {
-                tollgate_lanes::provision(&endpoint, &runtime_dir, &config.lanes)
+            Some(embedded) => {
+                tollgate_lanes::provision(&embedded.endpoint(), &runtime_dir, &config.lanes)
                     .await?
                     .config
             }
             None => config.lanes.clone(),
         };
-        let lanes = Lanes::open(
-            &Topology::Standalone(endpoint),
-            &lanes_config,
-            &mut registry,
-        )?;
+        let lanes = Lanes::open(&topology, &lanes_config, &mut registry)?;
         let admission = Admission::load(&config.policy, &mut registry)?;
         let leases = LeaseService::new(&lanes, config.leases.clone(), &mut registry);
         let shared = Arc::new(Shared {

@@ -77,9 +77,9 @@ async fn a_stale_socket_file_is_replaced() {
     // A socket file whose listener is gone, as a crashed daemon leaves it.
     drop(std::os::unix::net::UnixListener::bind(dir.path().join("http.sock")).unwrap());
     let mut config = TestDaemon::config(dir.path());
-    config.redis = Some(tollgate_lanes::RedisConfig {
-        address: tollgate_lanes::Endpoint::Unix(redis.socket().to_owned()),
-    });
+    config.redis = Some(tollgate_lanes::RedisConfig::standalone(
+        tollgate_lanes::Endpoint::Unix(redis.socket().to_owned()),
+    ));
     let daemon = Daemon::start(config).await.expect("stale socket replaced");
     let reply = http::get(&dir.path().join("http.sock"), "/healthz")
         .await
@@ -93,9 +93,9 @@ async fn a_socket_held_by_a_live_daemon_is_refused() {
     let redis = RedisServer::start();
     let first = TestDaemon::start(&redis).await;
     let mut config = TestDaemon::config(first.dir());
-    config.redis = Some(tollgate_lanes::RedisConfig {
-        address: tollgate_lanes::Endpoint::Unix(redis.socket().to_owned()),
-    });
+    config.redis = Some(tollgate_lanes::RedisConfig::standalone(
+        tollgate_lanes::Endpoint::Unix(redis.socket().to_owned()),
+    ));
     let error = Daemon::start(config)
         .await
         .err()

@@ -1,5 +1,6 @@
 //! The Sentinel topology against a real small deployment: a master, a replica and one
-//! `redis-sentinel`. The lanes find the master through the sentinel and follow it through a failover.
+//! `redis-sentinel`. The lanes find the master through the sentinel and follow it through a failover;
+//! so does the daemon configured with `redis.sentinel`, serving RESP clients throughout.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -7,10 +8,14 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use prometheus_client::registry::Registry;
-use tollgate_lanes::{Endpoint, Lane, Lanes, LanesConfig, Topology};
+use tollgate::config::Config;
+use tollgate_lanes::{Endpoint, Lane, Lanes, LanesConfig, RedisConfig, Topology};
+use tollgate_resp::Frame;
 use tollgate_testkit::RedisServer;
 
 use crate::lanes::cmd;
+use crate::support::daemon::TestDaemon;
+use crate::support::raw::{text, RawClient};
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -28,8 +33,8 @@ fn tcp_inline(port: u16, command: &str) -> Option<String> {
     Some(String::from_utf8_lossy(&buf[..n]).into_owned())
 }
 
-/// A `redis-sentinel` process watching one master; killed on drop.
-struct Sentinel {
+/// A `redis-sentinel` process watching one master as `mymaster`; killed on drop.
+pub(crate) struct Sentinel {
     child: Child,
     port: u16,
     dir: tempfile::TempDir,
@@ -67,6 +72,18 @@ impl Sentinel {
         sentinel
     }
 
+    pub(crate) fn endpoint(&self) -> Endpoint {
+        Endpoint::Tcp {
+            host: "127.0.0.1".into(),
+            port: self.port,
+        }
+    }
+
+    /// One inline command to the sentinel; `None` if it did not answer.
+    pub(crate) fn ask(&self, command: &str) -> Option<String> {
+        tcp_inline(self.port, command)
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("sentinel.log")).unwrap_or_default()
     }
@@ -82,7 +99,7 @@ impl Drop for Sentinel {
     }
 }
 
-fn wait_until(within: Duration, mut check: impl FnMut() -> bool) -> bool {
+pub(crate) fn wait_until(within: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = std::time::Instant::now() + within;
     while std::time::Instant::now() < deadline {
         if check() {
@@ -107,45 +124,62 @@ async fn until_accepted(lanes: &Lanes, argv: &[&str], within: Duration) -> bool 
     false
 }
 
+/// A master, its replica and a sentinel that already knows the replica (so it can fail over to it).
+pub(crate) struct Deployment {
+    pub(crate) master: RedisServer,
+    pub(crate) replica: RedisServer,
+    pub(crate) sentinel: Sentinel,
+}
+
+impl Deployment {
+    pub(crate) fn start() -> Deployment {
+        let master_port = free_port();
+        let master = RedisServer::builder()
+            .arg("--port")
+            .arg(master_port.to_string())
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .start();
+        let replica_port = free_port();
+        let replica = RedisServer::builder()
+            .arg("--port")
+            .arg(replica_port.to_string())
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--replicaof")
+            .arg("127.0.0.1")
+            .arg(master_port.to_string())
+            .start();
+        assert!(wait_until(Duration::from_secs(10), || replica
+            .inline("INFO replication")
+            .contains("master_link_status:up")));
+        let sentinel = Sentinel::start(master_port);
+        // The sentinel learns about the replica from the master's INFO before it can fail over to it.
+        assert!(
+            wait_until(Duration::from_secs(15), || sentinel
+                .ask("SENTINEL replicas mymaster")
+                .is_some_and(|r| r.contains(&replica_port.to_string()))),
+            "sentinel never saw the replica"
+        );
+        Deployment {
+            master,
+            replica,
+            sentinel,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lanes_follow_the_master_through_a_sentinel_failover() {
-    let master_port = free_port();
-    let mut master = RedisServer::builder()
-        .arg("--port")
-        .arg(master_port.to_string())
-        .arg("--bind")
-        .arg("127.0.0.1")
-        .start();
-    let replica_port = free_port();
-    let replica = RedisServer::builder()
-        .arg("--port")
-        .arg(replica_port.to_string())
-        .arg("--bind")
-        .arg("127.0.0.1")
-        .arg("--replicaof")
-        .arg("127.0.0.1")
-        .arg(master_port.to_string())
-        .start();
-    assert!(wait_until(Duration::from_secs(10), || replica
-        .inline("INFO replication")
-        .contains("master_link_status:up")));
-    let sentinel = Sentinel::start(master_port);
-    // The sentinel learns about the replica from the master's INFO before it can fail over to it.
-    assert!(
-        wait_until(Duration::from_secs(15), || tcp_inline(
-            sentinel.port,
-            "SENTINEL replicas mymaster"
-        )
-        .is_some_and(|r| r.contains(&replica_port.to_string()))),
-        "sentinel never saw the replica"
-    );
+    let Deployment {
+        mut master,
+        replica,
+        sentinel,
+    } = Deployment::start();
 
     let topology = Topology::Sentinel {
         master: "mymaster".into(),
-        sentinels: vec![Endpoint::Tcp {
-            host: "127.0.0.1".into(),
-            port: sentinel.port,
-        }],
+        sentinels: vec![sentinel.endpoint()],
     };
     let lanes = Lanes::open(&topology, &LanesConfig::default(), &mut Registry::default()).unwrap();
     assert!(until_accepted(&lanes, &["SET", "before", "1"], Duration::from_secs(5)).await);
@@ -176,4 +210,109 @@ async fn lanes_follow_the_master_through_a_sentinel_failover() {
     blocking.release().await;
     assert_eq!(replica.inline("GET blocking"), "$1\r\n3\r\n");
     lanes.close(Duration::from_secs(1)).await;
+}
+
+/// Sends `argv` through the daemon's RESP socket until it answers without an error, for up to
+/// `within`; the last reply otherwise.
+async fn until_ok(client: &mut RawClient, argv: &[&str], within: Duration) -> Result<Frame, Frame> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let reply = client.call(argv).await;
+        if !matches!(reply, Frame::Error(_)) {
+            return Ok(reply);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(reply);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn daemon_configured_with_sentinel_keeps_serving_through_a_failover() {
+    let Deployment {
+        master,
+        replica,
+        sentinel,
+    } = Deployment::start();
+    let daemon =
+        TestDaemon::start_redis(RedisConfig::sentinel("mymaster", vec![sentinel.endpoint()])).await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+
+    let set = until_ok(&mut client, &["SET", "before", "1"], Duration::from_secs(5)).await;
+    assert_eq!(set.map(|f| text(&f)), Ok("OK".to_owned()));
+    assert_eq!(
+        master.inline("GET before"),
+        "$1\r\n1\r\n",
+        "written to the master"
+    );
+
+    let failover = sentinel.ask("SENTINEL FAILOVER mymaster");
+    assert_eq!(
+        failover.as_deref(),
+        Some("+OK\r\n"),
+        "sentinel accepted the failover"
+    );
+    // Until the sentinel demotes the old master, a write that reaches it succeeds there and is lost
+    // when it resyncs from the new one: Sentinel's own window, which no client can close. Past it, a
+    // write can only succeed on the new master (the old one answers -READONLY).
+    assert!(
+        wait_until(Duration::from_secs(30), || replica
+            .inline("ROLE")
+            .contains("master")
+            && master.inline("ROLE").contains("slave")),
+        "the sentinel never completed the failover"
+    );
+
+    // The same client session goes on.
+    let set = until_ok(&mut client, &["SET", "after", "2"], Duration::from_secs(30)).await;
+    assert_eq!(set.map(|f| text(&f)), Ok("OK".to_owned()), "writes resumed");
+    assert_eq!(
+        replica.inline("GET after"),
+        "$1\r\n2\r\n",
+        "written to the new master"
+    );
+    assert_eq!(
+        text(&client.call(&["GET", "before"]).await),
+        "1",
+        "reads too"
+    );
+    let incr = client.call(&["INCR", "counter"]).await;
+    assert_eq!(incr, Frame::Integer(1));
+    assert_eq!(replica.inline("GET counter"), "$1\r\n1\r\n");
+
+    let ready = daemon.get("/readyz").await;
+    assert_eq!(ready.status, 200, "{}", ready.body);
+    daemon.stop().await;
+}
+
+#[test]
+fn redis_section_takes_exactly_one_of_address_and_sentinel() {
+    let path = std::path::Path::new("tollgate.yaml");
+    let sentinel = Config::parse(
+        path,
+        "redis:\n  sentinel:\n    master: mymaster\n    addresses: ['127.0.0.1:26379']\n",
+    )
+    .unwrap();
+    assert_eq!(
+        sentinel.redis.as_ref().map(Topology::from),
+        Some(Topology::Sentinel {
+            master: "mymaster".into(),
+            sentinels: vec!["127.0.0.1:26379".parse().unwrap()],
+        })
+    );
+
+    let both = "listen: {}\nredis:\n  address: unix:/run/redis.sock\n  sentinel:\n    master: m\n    addresses: ['127.0.0.1:26379']\n";
+    let error = Config::parse(path, both).unwrap_err().to_string();
+    assert!(error.starts_with("tollgate.yaml:3:"), "{error}");
+    assert!(error.contains("key `redis`"), "{error}");
+    assert!(error.contains("exactly one of `address`"), "{error}");
+
+    let error = Config::parse(
+        path,
+        "redis:\n  sentinel:\n    master: m\n    addresses: []\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("at least one sentinel"), "{error}");
 }

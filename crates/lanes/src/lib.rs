@@ -35,4 +35,4 @@ pub use pubsub::{Message, Subscription, SubscriptionEnded, SubscriptionKind};
 pub use reply::Reply;
 pub use status::{LaneStatus, LanesStatus, Rejections, Sharing};
 pub use tollgate_model::Lane;
-pub use topology::{Endpoint, InvalidEndpoint, RedisConfig, Topology};
+pub use topology::{Endpoint, InvalidEndpoint, InvalidRedisConfig, RedisConfig, Topology};

@@ -6,12 +6,115 @@ use std::str::FromStr;
 
 use serde::Deserialize;
 
-/// The `redis:` section. Absent from the config means the daemon runs an embedded `redis-server`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
+/// The `redis:` section: either `address:` (one server) or `sentinel: { master, addresses }`.
+/// Absent from the config means the daemon runs an embedded `redis-server`.
+#[derive(Debug, Clone, PartialEq)]
 pub struct RedisConfig {
+    topology: Topology,
+}
+
+impl RedisConfig {
+    /// One server at a fixed address.
+    pub fn standalone(address: Endpoint) -> Self {
+        Self {
+            topology: Topology::Standalone(address),
+        }
+    }
+
+    /// The master named `master`, found through `sentinels` and followed across failovers.
+    pub fn sentinel(master: impl Into<String>, sentinels: Vec<Endpoint>) -> Self {
+        Self {
+            topology: Topology::Sentinel {
+                master: master.into(),
+                sentinels,
+            },
+        }
+    }
+
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+}
+
+/// The section as written, before "exactly one of `address` and `sentinel`" is checked.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RedisSection {
     /// `unix:/path/to/redis.sock` or `host:port`.
-    pub address: Endpoint,
+    address: Option<Endpoint>,
+    sentinel: Option<SentinelSection>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SentinelSection {
+    /// The name the sentinels monitor the group under (`sentinel monitor <master> ...`).
+    master: String,
+    /// The sentinels to ask; each is tried in turn.
+    addresses: Vec<Endpoint>,
+}
+
+/// Why a `redis:` section names no usable server.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum InvalidRedisConfig {
+    #[error(
+        "set exactly one of `address` (one server) and `sentinel` (master and addresses), not both"
+    )]
+    Both,
+    #[error("set one of `address` (one server) or `sentinel` (master and addresses)")]
+    Neither,
+    #[error("`sentinel.master` must name the monitored master")]
+    EmptyMaster,
+    #[error("`sentinel.addresses` must list at least one sentinel")]
+    NoSentinels,
+}
+
+impl<'de> Deserialize<'de> for RedisConfig {
+    /// Checks the section while its map is still open, so that a YAML error points at the section
+    /// itself rather than at the start of the file.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct SectionVisitor;
+
+        impl<'de> serde::de::Visitor<'de> for SectionVisitor {
+            type Value = RedisConfig;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a map with `address` or `sentinel`")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<RedisConfig, A::Error> {
+                let section =
+                    RedisSection::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                RedisConfig::try_from(section).map_err(serde::de::Error::custom)
+            }
+        }
+
+        deserializer.deserialize_map(SectionVisitor)
+    }
+}
+
+impl TryFrom<RedisSection> for RedisConfig {
+    type Error = InvalidRedisConfig;
+
+    fn try_from(section: RedisSection) -> Result<Self, Self::Error> {
+        match (section.address, section.sentinel) {
+            (Some(_), Some(_)) => Err(InvalidRedisConfig::Both),
+            (None, None) => Err(InvalidRedisConfig::Neither),
+            (Some(address), None) => Ok(RedisConfig::standalone(address)),
+            (None, Some(sentinel)) if sentinel.master.trim().is_empty() => {
+                Err(InvalidRedisConfig::EmptyMaster)
+            }
+            (None, Some(sentinel)) if sentinel.addresses.is_empty() => {
+                Err(InvalidRedisConfig::NoSentinels)
+            }
+            (None, Some(sentinel)) => {
+                Ok(RedisConfig::sentinel(sentinel.master, sentinel.addresses))
+            }
+        }
+    }
 }
 
 /// How the lanes find the server to talk to.
@@ -30,7 +133,7 @@ pub enum Topology {
 
 impl From<&RedisConfig> for Topology {
     fn from(config: &RedisConfig) -> Self {
-        Topology::Standalone(config.address.clone())
+        config.topology.clone()
     }
 }
 
@@ -107,5 +210,49 @@ mod tests {
         );
         assert!("localhost".parse::<Endpoint>().is_err());
         assert!("unix:".parse::<Endpoint>().is_err());
+    }
+
+    fn redis(yaml: &str) -> Result<RedisConfig, String> {
+        serde_yaml::from_str(yaml).map_err(|error| error.to_string())
+    }
+
+    #[test]
+    fn redis_section_is_either_an_address_or_a_sentinel_group() {
+        assert_eq!(
+            redis("address: unix:/run/redis.sock").unwrap(),
+            RedisConfig::standalone(Endpoint::Unix("/run/redis.sock".into()))
+        );
+        assert_eq!(
+            redis(
+                "sentinel: { master: mymaster, addresses: ['10.0.0.1:26379', '10.0.0.2:26379'] }"
+            )
+            .unwrap()
+            .topology(),
+            &Topology::Sentinel {
+                master: "mymaster".into(),
+                sentinels: vec![
+                    "10.0.0.1:26379".parse().unwrap(),
+                    "10.0.0.2:26379".parse().unwrap()
+                ],
+            }
+        );
+    }
+
+    #[test]
+    fn redis_section_rejects_both_neither_and_empty_sentinel_groups() {
+        let both = "address: localhost:6379\nsentinel: { master: m, addresses: ['h:1'] }";
+        assert!(redis(both).unwrap_err().contains("not both"));
+        assert!(redis("{}").unwrap_err().contains("set one of `address`"));
+        assert!(redis("sentinel: { master: '', addresses: ['h:1'] }")
+            .unwrap_err()
+            .contains("sentinel.master"));
+        assert!(redis("sentinel: { master: m, addresses: [] }")
+            .unwrap_err()
+            .contains("at least one sentinel"));
+        assert!(
+            redis("sentinel: { master: m, addresses: ['h:1'], quorum: 2 }")
+                .unwrap_err()
+                .contains("unknown field `quorum`")
+        );
     }
 }

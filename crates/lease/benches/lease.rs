@@ -80,9 +80,9 @@ fn benches(c: &mut Criterion) {
     )
     .expect("write the benchmark policy");
     config.policy.files = vec![policy];
-    config.redis = Some(RedisConfig {
-        address: Endpoint::Unix(redis.socket().to_owned()),
-    });
+    config.redis = Some(RedisConfig::standalone(Endpoint::Unix(
+        redis.socket().to_owned(),
+    )));
     let (daemon, direct) = runtime.block_on(async {
         let daemon = Daemon::start(config).await.expect("daemon starts");
         let client = redis::Client::open(redis.url()).expect("redis-rs client");

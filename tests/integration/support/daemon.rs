@@ -35,10 +35,18 @@ impl TestDaemon {
     pub async fn start_with(redis: &RedisServer, adjust: impl FnOnce(&mut Config)) -> TestDaemon {
         let dir = tempdir();
         let mut config = Self::config(dir.path());
-        config.redis = Some(RedisConfig {
-            address: Endpoint::Unix(redis.socket().to_owned()),
-        });
+        config.redis = Some(RedisConfig::standalone(Endpoint::Unix(
+            redis.socket().to_owned(),
+        )));
         adjust(&mut config);
+        Self::start_config(dir, config).await
+    }
+
+    /// Starts the daemon with `redis` as its `redis:` section (a Sentinel group, say).
+    pub async fn start_redis(redis: RedisConfig) -> TestDaemon {
+        let dir = tempdir();
+        let mut config = Self::config(dir.path());
+        config.redis = Some(redis);
         Self::start_config(dir, config).await
     }
 
