@@ -10,7 +10,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 modules="$root/policies/modules"
 out="$modules/target/components"
 # guest crate -> component name
-guests=(catalog:catalog yaml_guard:yaml-guard key_prefix:key-prefix hostile:hostile)
+guests=(catalog:catalog yaml_guard:yaml-guard key_prefix:key-prefix json_catalog:json-catalog hostile:hostile)
 
 # An outer cargo (build.rs, `cargo test`) exports variables that would point this build at its own
 # toolchain, target directory and flags. Keep only CARGO_HOME (where the registry lives).

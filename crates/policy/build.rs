@@ -15,8 +15,15 @@ const INPUTS: &[&str] = &[
     "policies/modules/yaml-guard/src",
     "policies/modules/hostile/src",
     "policies/modules/examples/key-prefix/src",
+    "policies/modules/examples/json-catalog/src",
 ];
-const OUTPUTS: &[&str] = &["catalog", "yaml-guard", "hostile", "key-prefix"];
+const OUTPUTS: &[&str] = &[
+    "catalog",
+    "yaml-guard",
+    "hostile",
+    "key-prefix",
+    "json-catalog",
+];
 
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");

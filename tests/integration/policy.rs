@@ -296,3 +296,31 @@ fn the_decision_log_has_a_json_line_per_decision_with_key_digests() {
     );
     assert_eq!(flush["cause"].as_str(), Some("rule"));
 }
+
+#[test]
+fn an_operator_catalog_describes_commands_the_built_in_one_does_not_know() {
+    let json = "JSON.SET doc $ {}";
+    let plain = default_admission();
+    assert_eq!(
+        denial(plain.admit(&caller("local"), &argv(json))).cause,
+        DenyCause::UnknownCommand
+    );
+
+    let admission = admission(&PolicyConfig {
+        catalogs: vec![tollgate_policy::built_component("json-catalog")],
+        limits: fuel_limits(),
+        ..PolicyConfig::default()
+    });
+    let (name, lane, keys) = admitted(&admission, json);
+    assert_eq!(
+        (name.as_str(), lane, keys),
+        ("JSON.SET", Lane::Regular, vec!["doc".to_owned()])
+    );
+    // The built-in catalog still answers first for core commands.
+    let (decision, steps) = admission.explain(&caller("local"), &argv("GET k"));
+    assert!(matches!(decision, Decision::Admitted { .. }));
+    assert_eq!(steps[0].module, "catalog");
+    let (_, steps) = admission.explain(&caller("local"), &argv("JSON.GET doc"));
+    assert_eq!(steps[0].module, "json-catalog");
+    assert!(admission.current().catalog().any(|d| d.name == "JSON.DEL"));
+}

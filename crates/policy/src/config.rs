@@ -14,6 +14,9 @@ pub struct PolicyConfig {
     /// YAML policy files, each judged by its own YAML guard, in order. Empty means the embedded
     /// default policy (policies/default.yaml).
     pub files: Vec<PathBuf>,
+    /// Extra catalog modules (WASM components), asked after the built-in catalog for commands it
+    /// does not know (a Redis module's, say).
+    pub catalogs: Vec<PathBuf>,
     /// Extra guard modules (WASM components), run after the YAML guards in the order given.
     pub modules: Vec<ModuleConfig>,
     /// Bounds on every module call.

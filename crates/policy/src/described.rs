@@ -19,12 +19,23 @@ const WORD: usize = 24;
 pub struct Described {
     pub wit: bindings::Descriptor,
     pub native: Arc<Descriptor>,
+    /// Which catalog answered (an index into the generation's catalogs; 0 is the built-in one).
+    pub catalog: usize,
 }
 
 impl Described {
+    /// A descriptor the host made or the built-in catalog gave.
     pub fn new(wit: bindings::Descriptor) -> Described {
+        Described::by(0, wit)
+    }
+
+    pub fn by(catalog: usize, wit: bindings::Descriptor) -> Described {
         let native = Arc::new(Descriptor::from(&wit));
-        Described { wit, native }
+        Described {
+            wit,
+            native,
+            catalog,
+        }
     }
 }
 

@@ -1,4 +1,4 @@
-//! One policy generation: the catalog, the guard chain (a YAML guard per policy file, then the
+//! One policy generation: the catalogs (built-in, then the operator's), the guard chain (a YAML guard per policy file, then the
 //! operator's modules), the principals, and what it was built from. Built completely — compiled,
 //! instantiated, self-tested — before it can become active; immutable afterwards.
 
@@ -62,7 +62,8 @@ pub struct Step {
 }
 
 pub struct Generation {
-    catalog: Catalog,
+    /// The built-in catalog first, then the operator's; the first that knows a command describes it.
+    catalogs: Vec<Catalog>,
     guards: Vec<Guard>,
     principals: Vec<Principal>,
     files: Vec<CompiledFile>,
@@ -78,12 +79,32 @@ impl Generation {
         config: &PolicyConfig,
         number: u64,
     ) -> Result<Generation, PolicyError> {
-        let catalog = Catalog::load(sandbox.clone(), "catalog", BUILTIN_CATALOG)
-            .map_err(module_error("catalog"))?;
-        let descriptors = catalog.all().map_err(|fault| PolicyError::Module {
-            name: "catalog".into(),
-            detail: fault.detail,
-        })?;
+        let mut catalogs = vec![Catalog::load(sandbox.clone(), "catalog", BUILTIN_CATALOG)
+            .map_err(module_error("catalog"))?];
+        let mut modules = vec![module_info("catalog", "catalog", BUILTIN_CATALOG)];
+        for path in &config.catalogs {
+            let bytes = read_module(path)?;
+            let name = module_name(path);
+            catalogs
+                .push(Catalog::load(sandbox.clone(), &name, &bytes).map_err(module_error(&name))?);
+            modules.push(module_info(&name, "catalog", &bytes));
+        }
+        let mut descriptors: Vec<bindings::Descriptor> = Vec::new();
+        for catalog in &catalogs {
+            let all = catalog.all().map_err(|fault| PolicyError::Module {
+                name: catalog.name().to_owned(),
+                detail: fault.detail,
+            })?;
+            // An earlier catalog's answer wins, as it does in `describe`.
+            for descriptor in all {
+                if !descriptors
+                    .iter()
+                    .any(|known| known.name == descriptor.name)
+                {
+                    descriptors.push(descriptor);
+                }
+            }
+        }
         let index = CatalogIndex {
             commands: descriptors
                 .iter()
@@ -102,7 +123,6 @@ impl Generation {
         if !errors.is_empty() {
             return Err(PolicyError::Compile(errors));
         }
-        let mut modules = vec![module_info("catalog", "catalog", BUILTIN_CATALOG)];
         let mut guards = Vec::new();
         for file in &files {
             let name = format!("yaml-guard:{}", file_name(&file.path));
@@ -115,11 +135,8 @@ impl Generation {
         }
         for module in &config.modules {
             let path = module.path();
-            let bytes = std::fs::read(path).map_err(|source| PolicyError::Read {
-                path: path.clone(),
-                source,
-            })?;
-            let name = file_name(path).trim_end_matches(".wasm").to_owned();
+            let bytes = read_module(path)?;
+            let name = module_name(path);
             guards.push(
                 Guard::load(sandbox.clone(), &name, &bytes, module.config().into())
                     .map_err(module_error(&name))?,
@@ -146,7 +163,7 @@ impl Generation {
             .flat_map(|f| f.principals.iter().cloned())
             .collect();
         let generation = Generation {
-            catalog,
+            catalogs,
             guards,
             principals,
             files,
@@ -323,9 +340,9 @@ impl Generation {
         let bounded: Vec<Arg> = argv.iter().map(bound).collect();
         let described = match self.described.get(argv) {
             Some(cached) => cached,
-            None => match self.catalog.describe(&bounded) {
-                Ok(Some(descriptor)) => {
-                    let described = Arc::new(Described::new(descriptor));
+            None => match self.describe(&bounded) {
+                Ok(Some(described)) => {
+                    let described = Arc::new(described);
                     self.described.offer(argv, &described);
                     described
                 }
@@ -333,16 +350,16 @@ impl Generation {
                     let command = String::from_utf8_lossy(name).to_ascii_uppercase();
                     let reason = "no catalog knows this command";
                     return denied(
-                        self.catalog.name(),
+                        self.catalogs[0].name(),
                         "catalog",
                         reason,
                         DenyCause::UnknownCommand,
                         command,
                     );
                 }
-                Err(fault) => {
+                Err((catalog, fault)) => {
                     return faulted(
-                        self.catalog.name(),
+                        catalog,
                         fault,
                         String::from_utf8_lossy(name).to_ascii_uppercase(),
                     )
@@ -352,7 +369,7 @@ impl Generation {
         let descriptor = &described.wit;
         if let Some(steps) = steps.as_deref_mut() {
             steps.push(Step {
-                module: self.catalog.name().to_owned(),
+                module: self.catalogs[described.catalog].name().to_owned(),
                 verdict: "describe".into(),
                 rule: Some(descriptor.name.clone()),
                 reason: None,
@@ -374,6 +391,18 @@ impl Generation {
                 .collect(),
         };
         self.judge(guards, &wit_caller(caller), &command, &described, steps)
+    }
+
+    /// The first catalog's answer that knows the command; a faulting catalog ends the search.
+    fn describe(&self, argv: &[Arg]) -> Result<Option<Described>, (&str, Fault)> {
+        for (index, catalog) in self.catalogs.iter().enumerate() {
+            match catalog.describe(argv) {
+                Ok(Some(descriptor)) => return Ok(Some(Described::by(index, descriptor))),
+                Ok(None) => continue,
+                Err(fault) => return Err((catalog.name(), fault)),
+            }
+        }
+        Ok(None)
     }
 
     /// The guard chain: the first deny wins; admitted only if some guard allows.
@@ -458,6 +487,18 @@ fn module_error(name: &str) -> impl FnOnce(wasmtime::Error) -> PolicyError + '_ 
         name: name.to_owned(),
         detail: format!("{error:#}"),
     }
+}
+
+fn read_module(path: &Path) -> Result<Vec<u8>, PolicyError> {
+    std::fs::read(path).map_err(|source| PolicyError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// A module's name: its file name without `.wasm`.
+fn module_name(path: &Path) -> String {
+    file_name(path).trim_end_matches(".wasm").to_owned()
 }
 
 fn module_info(name: &str, role: &'static str, bytes: &[u8]) -> ModuleInfo {
