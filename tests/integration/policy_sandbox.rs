@@ -67,3 +67,24 @@ fn a_trap_is_a_deny() {
 fn a_huge_answer_is_malformed() {
     assert_fault_then_recovery(&config(&[], vec![hostile("huge")]), DenyCause::Malformed);
 }
+
+#[test]
+fn faults_and_decisions_are_counted_in_metrics() {
+    let mut registry = prometheus_client::registry::Registry::default();
+    let admission =
+        tollgate_policy::Admission::load(&config(&[], vec![hostile("trap")]), &mut registry)
+            .unwrap();
+    let who = caller("local");
+    admission.admit(&who, &argv("GET hostile"));
+    admission.admit(&who, &argv("GET fine"));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    for line in [
+        r#"policy_module_faults_total{module="hostile",cause="trap"} 1"#,
+        r#"policy_decisions_total{outcome="denied",cause="trap"} 1"#,
+        r#"policy_decisions_total{outcome="admitted",cause=""} 1"#,
+        "policy_generation 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");
+    }
+}

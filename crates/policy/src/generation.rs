@@ -1,6 +1,7 @@
-//! One policy generation: the catalogs (built-in, then the operator's), the guard chain (a YAML guard per policy file, then the
-//! operator's modules), the principals, and what it was built from. Built completely — compiled,
-//! instantiated, self-tested — before it can become active; immutable afterwards.
+//! One policy generation: the catalogs (built-in, then the operator's), the guard chain (a YAML
+//! guard per policy file, then the operator's modules), the principals, and what it was built
+//! from. Built completely — compiled, instantiated, self-tested — before it can become active;
+//! immutable afterwards.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
