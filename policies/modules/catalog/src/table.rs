@@ -55,12 +55,39 @@ pub fn all(table: &'static [Entry]) -> Vec<Descriptor> {
     let mut out = Vec::new();
     for entry in table {
         for entry in std::iter::once(entry).chain(entry.subcommands) {
-            // The shortest form: as many arguments as the arity demands, none of them keywords.
-            let argc = entry.arity.unsigned_abs() as usize;
-            out.push(descriptor(entry, argc, |i| (i < argc).then_some(&b""[..])));
+            let argv = sample(entry);
+            out.push(descriptor(entry, argv.len(), |i| {
+                argv.get(i).map(Vec::as_slice)
+            }));
         }
     }
     out
+}
+
+/// A short argv that reaches every key spec: the arity's worth of placeholders, key counts of 1,
+/// and each search keyword followed by one key (and its partner argument, as XREAD's ID).
+fn sample(entry: &Entry) -> Vec<Vec<u8>> {
+    let mut argv = vec![b"x".to_vec(); (entry.arity.unsigned_abs() as usize).max(1)];
+    let mut grow = |argv: &mut Vec<Vec<u8>>, len: usize| {
+        if argv.len() < len {
+            argv.resize(len, b"x".to_vec());
+        }
+    };
+    for spec in entry.keys {
+        match (&spec.begin, &spec.find) {
+            (Begin::Index(at), Find::Keynum { index, first, .. }) => {
+                let (count, key) = ((at + index) as usize, (at + first) as usize);
+                grow(&mut argv, count.max(key) + 1);
+                argv[count] = b"1".to_vec();
+            }
+            (Begin::Index(at), Find::Range { .. }) => grow(&mut argv, *at as usize + 1),
+            (Begin::Keyword(keyword, _), _) => {
+                argv.extend([keyword.as_bytes().to_vec(), b"x".to_vec(), b"x".to_vec()]);
+            }
+            (Begin::AfterEach(_), _) => {}
+        }
+    }
+    argv
 }
 
 /// An argument's bytes if the prefix is all of it; keywords and numbers always fit.
