@@ -24,6 +24,16 @@ impl Fixture {
     }
 
     pub fn on(redis: RedisServer) -> Fixture {
+        Self::configured(
+            redis,
+            LeaseConfig {
+                min_ttl: Duration::from_millis(50),
+                ..LeaseConfig::default()
+            },
+        )
+    }
+
+    pub fn configured(redis: RedisServer, config: LeaseConfig) -> Fixture {
         let mut registry = Registry::default();
         let lanes = Lanes::open(
             &Topology::Standalone(Endpoint::Unix(redis.socket().to_owned())),
@@ -31,10 +41,6 @@ impl Fixture {
             &mut registry,
         )
         .expect("open lanes");
-        let config = LeaseConfig {
-            min_ttl: Duration::from_millis(50),
-            ..LeaseConfig::default()
-        };
         let leases = LeaseService::new(&lanes, config, &mut registry);
         Fixture { redis, leases }
     }
@@ -579,6 +585,52 @@ async fn the_watchdog_reports_a_lost_lease_and_stops() {
             .is_none(),
         "the watchdog ended"
     );
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[tokio::test]
+async fn the_watchdog_stops_at_the_maximum_hold_time() {
+    let fx = Fixture::configured(
+        RedisServer::start(),
+        LeaseConfig {
+            min_ttl: Duration::from_millis(50),
+            max_hold: Duration::from_millis(500),
+            ..LeaseConfig::default()
+        },
+    );
+    let a = attempt("alice-token", "op-1");
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let mut request = request(&a, 150, 0);
+    request.watchdog = true;
+    let holder = Holder::process(child.id()).unwrap();
+    held(
+        &fx.leases
+            .acquire("alice", &resource(), &request, Some(holder))
+            .await
+            .unwrap(),
+    );
+    let mut events = fx
+        .leases
+        .events("alice", &resource(), &a)
+        .unwrap()
+        .expect("watched");
+    let last = loop {
+        match tokio::time::timeout(Duration::from_secs(5), events.recv()).await {
+            Ok(Ok(LeaseEvent::Renewed { .. })) => continue,
+            other => break other,
+        }
+    };
+    assert!(
+        matches!(last, Ok(Ok(LeaseEvent::MaxHoldReached { .. }))),
+        "{last:?}"
+    );
+    // Nobody renews any more, so the lease runs out by its TTL although the holder lives on.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(fx.inspect("alice", None).await, InspectOutcome::Free);
     child.kill().unwrap();
     child.wait().unwrap();
 }

@@ -236,3 +236,38 @@ fn attempt_from_query(query: &str) -> Result<Attempt, ApiError> {
         operation_id: operation_id.ok_or_else(|| missing("operation_id"))?,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_events_attempt_comes_from_the_query() {
+        let attempt = attempt_from_query("owner=o-1&operation_id=op:2").unwrap();
+        assert_eq!(
+            (attempt.owner.as_str(), attempt.operation_id.as_str()),
+            ("o-1", "op:2")
+        );
+        let missing = attempt_from_query("owner=o-1").unwrap_err();
+        assert!(
+            matches!(missing, ApiError::BadRequest { field: Some(f), .. } if f == "operation_id")
+        );
+        let unknown = attempt_from_query("owner=o&operation_id=p&colour=red").unwrap_err();
+        assert!(matches!(unknown, ApiError::BadRequest { field: Some(f), .. } if f == "colour"));
+    }
+
+    #[test]
+    fn outcomes_map_to_designs_status_codes() {
+        let unavailable = AcquireOutcome::Unavailable {
+            reason: "down".into(),
+        };
+        assert_eq!(unavailable.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(AcquireOutcome::Conflict.status(), StatusCode::CONFLICT);
+        let lost = RenewOutcome::Indeterminate {
+            reason: "cut".into(),
+        };
+        assert_eq!(lost.status(), StatusCode::BAD_GATEWAY);
+        assert_eq!(ReleaseOutcome::NotOwner.status(), StatusCode::OK);
+        assert_eq!(InspectOutcome::Free.status(), StatusCode::OK);
+    }
+}
