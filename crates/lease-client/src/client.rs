@@ -26,7 +26,10 @@ const RETRY_BACKOFF: Duration = Duration::from_millis(20);
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The daemon answered with an error that no retry can fix (bad input, denied, unknown path).
-    #[error("daemon refused the request ({status}): {message}")]
+    #[error(
+        "daemon refused the request ({status}{}): {message}",
+        field.as_deref().map(|f| format!(", field `{f}`")).unwrap_or_default()
+    )]
     Rejected {
         status: u16,
         /// The request field the daemon named, if any.
