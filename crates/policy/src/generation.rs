@@ -338,10 +338,9 @@ impl Generation {
                 String::new(),
             );
         };
-        let bounded: Vec<Arg> = argv.iter().map(bound).collect();
         let described = match self.described.get(argv) {
             Some(cached) => cached,
-            None => match self.describe(&bounded) {
+            None => match self.describe(&argv.iter().map(bound).collect::<Vec<_>>()) {
                 Ok(Some(described)) => {
                     let described = Arc::new(described);
                     self.described.offer(argv, &described);
@@ -383,12 +382,12 @@ impl Generation {
                 .iter()
                 .map(|k| argv[k.position as usize].to_vec())
                 .collect(),
-            args: bounded
-                .into_iter()
+            args: argv
+                .iter()
                 .enumerate()
                 .skip(1)
                 .filter(|(i, _)| !is_key(*i))
-                .map(|(_, arg)| arg)
+                .map(|(_, arg)| bound(arg))
                 .collect(),
         };
         self.judge(guards, &wit_caller(caller), &command, &described, steps)
