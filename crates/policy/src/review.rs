@@ -140,8 +140,8 @@ pub fn samples(globs: &BTreeSet<String>) -> Vec<String> {
     out.into_iter().collect()
 }
 
-/// The simplest text `pattern` matches: `*` empty... but visible, so `x`; `?` `x`; a class its
-/// first member.
+/// A short text `pattern` matches: `x` for `*` and `?` (visible in a table, unlike an empty
+/// match), a class's first member (`~` for a negated class).
 fn instance(pattern: &str) -> String {
     let bytes = pattern.as_bytes();
     let mut out = Vec::new();
