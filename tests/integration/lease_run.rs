@@ -84,14 +84,7 @@ async fn losing_the_lease_stops_cmd_and_exits_lost() {
         .unwrap();
     let client = LeaseClient::new(&daemon.http_socket());
     wait_until_held(&client).await;
-    while !pid_file.exists() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let cmd_pid: i32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let cmd_pid = read_pid(&pid_file).await;
 
     redis.inline(&format!("DEL {}", resource().keys().lease));
     let output = tokio::time::timeout(Duration::from_secs(10), run.wait_with_output())
@@ -105,12 +98,17 @@ async fn losing_the_lease_stops_cmd_and_exits_lost() {
 }
 
 #[tokio::test]
-async fn killing_lease_run_releases_the_lease_at_once() {
+async fn killing_lease_run_releases_the_lease_at_once_and_stops_cmd() {
     let redis = RedisServer::start();
     let daemon = lease_daemon(&redis).await;
-    let mut run = lease_run(&daemon, "30s", &["sleep", "30"]).spawn().unwrap();
+    let pid_file = daemon.dir().join("cmd.pid");
+    let script = format!("echo $$ > {}; exec sleep 30", pid_file.display());
+    let mut run = lease_run(&daemon, "30s", &["sh", "-c", &script])
+        .spawn()
+        .unwrap();
     let client = LeaseClient::new(&daemon.http_socket());
     wait_until_held(&client).await;
+    let cmd_pid = read_pid(&pid_file).await;
     run.kill().await.unwrap();
     // The holder process died: its pidfd tells the daemon, which releases long before the 30 s TTL.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
@@ -121,7 +119,38 @@ async fn killing_lease_run_releases_the_lease_at_once() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // CMD got SIGTERM from the kernel when its parent died (it is reaped by init, not by us).
+    while std::fs::metadata(format!("/proc/{cmd_pid}")).is_ok_and(|_| !is_zombie(cmd_pid)) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "CMD outlived lease run"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     daemon.stop().await;
+}
+
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            stat.rsplit(')')
+                .next()
+                .unwrap_or_default()
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(true)
+}
+
+async fn read_pid(file: &std::path::Path) -> i32 {
+    loop {
+        if let Ok(text) = std::fs::read_to_string(file) {
+            if let Ok(pid) = text.trim().parse() {
+                return pid;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 async fn wait_until_held(client: &LeaseClient) {
@@ -136,4 +165,29 @@ async fn wait_until_held(client: &LeaseClient) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+#[tokio::test]
+async fn sigterm_is_passed_on_to_cmd_and_the_lease_released_after_it() {
+    let redis = RedisServer::start();
+    let daemon = lease_daemon(&redis).await;
+    let run = lease_run(&daemon, "30s", &["sleep", "30"]).spawn().unwrap();
+    let client = LeaseClient::new(&daemon.http_socket());
+    wait_until_held(&client).await;
+    let pid = nix::unistd::Pid::from_raw(run.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let output = tokio::time::timeout(Duration::from_secs(10), run.wait_with_output())
+        .await
+        .expect("lease run ends with CMD")
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(128 + 15),
+        "CMD's own end by SIGTERM"
+    );
+    assert_eq!(
+        client.inspect(&resource(), None).await.unwrap(),
+        InspectOutcome::Free
+    );
+    daemon.stop().await;
 }

@@ -5,6 +5,8 @@
 //! `TOLLGATE_FENCING_TOKEN` and `TOLLGATE_LEASE_RESOURCE`, watches the lease's events, stops CMD
 //! (TERM, then KILL after `--grace`) if the lease is lost, releases when CMD exits, and exits with
 //! CMD's status — or [`NOT_ACQUIRED`] / [`LOST`] when the lease was never held or went away.
+//! SIGTERM and SIGINT are passed on to CMD; if `lease run` itself is killed, CMD gets SIGTERM from
+//! the kernel while the daemon, watching this process, releases the lease.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,6 +15,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use tokio::signal::unix::{signal, SignalKind};
 use tollgate_lease_client::{
     AcquireRequest, Acquisition, Attempt, Lease, LeaseClient, LeaseEvent, ReleaseRequest,
     RenewRequest, Resource,
@@ -269,12 +272,25 @@ async fn hold_while_running(
             return Ok(LOST);
         }
     };
-    let mut child = match tokio::process::Command::new(&command[0])
-        .args(&command[1..])
+    let mut cmd = tokio::process::Command::new(&command[0]);
+    cmd.args(&command[1..])
         .env("TOLLGATE_FENCING_TOKEN", lease.fence().to_string())
-        .env("TOLLGATE_LEASE_RESOURCE", resource.as_str())
-        .spawn()
-    {
+        .env("TOLLGATE_LEASE_RESOURCE", resource.as_str());
+    // If this process dies without a chance to stop CMD (SIGKILL), the daemon releases the lease at
+    // once, so CMD must not outlive it: the kernel sends it TERM. The signal follows the thread
+    // that spawned CMD, which is the one running `block_on` until this process exits.
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut terminate = signal(SignalKind::terminate()).map_err(|error| error.to_string())?;
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(|error| error.to_string())?;
+    let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(error) => {
             let _ = lease.release().await;
@@ -288,6 +304,9 @@ async fn hold_while_running(
                 release(&mut lease).await;
                 return Ok(exit_code(status));
             }
+            // Asked to stop: CMD decides how, and the lease is released once it has exited.
+            _ = terminate.recv() => forward(&child, Signal::SIGTERM),
+            _ = interrupt.recv() => forward(&child, Signal::SIGINT),
             event = events.next() => match event {
                 Some(Ok(LeaseEvent::Renewed { .. } | LeaseEvent::Uncertain { .. })) => continue,
                 // Lost, max hold reached, or the stream ended (daemon gone): the lease can no
@@ -312,11 +331,15 @@ async fn release(lease: &mut Lease) {
     }
 }
 
+fn forward(child: &tokio::process::Child, signal: Signal) {
+    if let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) {
+        let _ = kill(Pid::from_raw(pid), signal);
+    }
+}
+
 /// TERM, then KILL if CMD outlives the grace period.
 async fn stop(child: &mut tokio::process::Child, grace: Duration) {
-    if let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) {
-        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
-    }
+    forward(child, Signal::SIGTERM);
     if tokio::time::timeout(grace, child.wait()).await.is_err() {
         let _ = child.kill().await;
     }
