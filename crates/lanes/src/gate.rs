@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tollgate_model::Lane;
@@ -31,12 +32,14 @@ pub(crate) enum Queue {
 /// The right to use one unit of a lane's ceiling; counted in `lane_in_use` while held.
 pub(crate) struct Permit {
     _permit: OwnedSemaphorePermit,
-    metrics: LaneMetrics,
+    /// Only the one gauge: a permit is taken and dropped per multiplexed command, and a clone of
+    /// every lane metric handle there cost more than the command's own bookkeeping.
+    in_use: Gauge,
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        self.metrics.in_use.dec();
+        self.in_use.dec();
     }
 }
 
@@ -107,7 +110,7 @@ impl Gate {
         self.metrics.in_use.inc();
         Permit {
             _permit: permit,
-            metrics: self.metrics.clone(),
+            in_use: self.metrics.in_use.clone(),
         }
     }
 

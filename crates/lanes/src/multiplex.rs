@@ -335,20 +335,25 @@ async fn write_loop(
     let life = &lane.life;
     let mut batch = BytesMut::with_capacity(16 * 1024);
     let mut next = Some(first);
+    // Made once: each new wait on a token locks it to register and again to deregister.
+    let gone = lost.cancelled();
+    let killed = life.killed().cancelled();
+    let draining = life.draining().cancelled();
+    tokio::pin!(gone, killed, draining);
     loop {
         let request = match next.take() {
             Some(request) => request,
             None => tokio::select! {
                 biased;
-                _ = lost.cancelled() => return None,
-                _ = life.killed().cancelled() => return None,
+                _ = &mut gone => return None,
+                _ = &mut killed => return None,
                 request = queue.recv() => request?,
-                _ = life.draining().cancelled(), if queue.is_empty() => return None,
+                _ = &mut draining, if queue.is_empty() => return None,
             },
         };
         let permit = tokio::select! {
             permit = lane.gate.enter(request.since) => permit,
-            _ = lost.cancelled() => return Some(request),
+            _ = &mut gone => return Some(request),
         };
         match permit {
             Ok(permit) => stage(request, permit, &mut batch, &in_flight),
@@ -370,7 +375,7 @@ async fn write_loop(
         }
         let written = tokio::select! {
             written = writer.write_all(&batch) => written,
-            _ = lost.cancelled() => return next,
+            _ = &mut gone => return next,
         };
         batch.clear();
         if written.is_err() {
@@ -409,9 +414,10 @@ async fn read_loop(
     let mut current: Option<InFlight> = None;
     let mut scanner = Scanner::default();
     // Created once: the loop below runs per reply.
+    let gone = lost.cancelled();
     let killed = lane.life.killed().cancelled();
     let moved = lane.connector.moved(generation);
-    tokio::pin!(killed, moved);
+    tokio::pin!(gone, killed, moved);
     let failure = loop {
         if let Err(error) = hand_out(&mut read, &mut scanner, &mut current, &mut owed, &limits) {
             break format!("redis sent an unreadable reply: {error}");
@@ -421,7 +427,7 @@ async fn read_loop(
         }
         tokio::select! {
             biased;
-            _ = lost.cancelled() => break "the connection failed".to_owned(),
+            _ = &mut gone => break "the connection failed".to_owned(),
             _ = &mut killed => break "lanes closed before the reply arrived".to_owned(),
             _ = &mut moved => break "the redis master moved to another server".to_owned(),
             waiting = owed.recv(), if current.is_none() => match waiting {

@@ -3,14 +3,40 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 
+use crate::encode::{command_len, encode_command};
 use crate::parse::{lossy, Walker};
 use crate::{Limits, ProtocolError};
+
+/// One command as a client sent it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Command {
+    /// The name and the arguments.
+    pub argv: Vec<Bytes>,
+    /// The client's own bytes, when they are exactly what [`encode_command`] would write.
+    canonical: Option<Bytes>,
+}
+
+impl Command {
+    /// The command as a RESP array of bulk strings, the form every Redis server accepts: the client's
+    /// own bytes when they are already that (as from every client library), so forwarding a command
+    /// costs no copy; encoded afresh otherwise (inline commands, lengths written as `$05`).
+    pub fn encoded(&self) -> Bytes {
+        match &self.canonical {
+            Some(bytes) => bytes.clone(),
+            None => {
+                let mut out = BytesMut::with_capacity(command_len(&self.argv));
+                encode_command(&self.argv, &mut out);
+                out.freeze()
+            }
+        }
+    }
+}
 
 /// Parses and consumes one command; empty lines and empty arrays are skipped as Redis does.
 pub fn parse_command(
     buf: &mut BytesMut,
     limits: &Limits,
-) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+) -> Result<Option<Command>, ProtocolError> {
     loop {
         let Some(&first) = buf.first() else {
             return Ok(None);
@@ -18,17 +44,20 @@ pub fn parse_command(
         let parsed = if first == b'*' {
             multibulk(buf, limits)?
         } else {
-            inline(buf, limits)?
+            inline(buf, limits)?.map(|argv| Command {
+                argv,
+                canonical: None,
+            })
         };
         match parsed {
             None => return Ok(None),
-            Some(argv) if argv.is_empty() => continue,
-            Some(argv) => return Ok(Some(argv)),
+            Some(command) if command.argv.is_empty() => continue,
+            Some(command) => return Ok(Some(command)),
         }
     }
 }
 
-fn multibulk(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+fn multibulk(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Command>, ProtocolError> {
     let mut walker = Walker::new(buf, limits);
     walker.pos = 1;
     let Some(line) = walker.line()? else {
@@ -69,9 +98,11 @@ fn multibulk(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<Bytes>>, 
     }
     let consumed = walker.pos;
     let frame = buf.split_to(consumed).freeze();
-    Ok(Some(
-        spans.into_iter().map(|(s, e)| frame.slice(s..e)).collect(),
-    ))
+    let argv: Vec<Bytes> = spans.into_iter().map(|(s, e)| frame.slice(s..e)).collect();
+    // Lengths have one shortest spelling (no sign, no leading zero), so a frame of the encoded
+    // length is byte for byte the encoding.
+    let canonical = (frame.len() == command_len(&argv)).then_some(frame);
+    Ok(Some(Command { argv, canonical }))
 }
 
 fn inline(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<Bytes>>, ProtocolError> {
@@ -153,8 +184,15 @@ mod tests {
     fn all(input: &[u8]) -> Result<Vec<Vec<Bytes>>, ProtocolError> {
         let mut buf = BytesMut::from(input);
         let mut out = Vec::new();
-        while let Some(argv) = parse_command(&mut buf, &Limits::default())? {
-            out.push(argv);
+        while let Some(command) = parse_command(&mut buf, &Limits::default())? {
+            let mut again = BytesMut::new();
+            encode_command(&command.argv, &mut again);
+            assert_eq!(
+                &command.encoded()[..],
+                &again[..],
+                "encoded() is the canonical encoding"
+            );
+            out.push(command.argv);
         }
         assert!(buf.is_empty(), "left over: {buf:?}");
         Ok(out)
@@ -223,5 +261,25 @@ mod tests {
             parse_command(&mut buf, &small),
             Err(ProtocolError::TooManyElements { count: 3, limit: 2 })
         ));
+    }
+
+    #[test]
+    fn forwards_the_clients_own_bytes_only_when_they_are_canonical() {
+        let canonical = b"*2\r\n$3\r\nGET\r\n$10\r\n0123456789\r\n";
+        let mut buf = BytesMut::from(&canonical[..]);
+        let before = buf.as_ptr();
+        let command = parse_command(&mut buf, &Limits::default())
+            .unwrap()
+            .unwrap();
+        let encoded = command.encoded();
+        assert_eq!(&encoded[..], &canonical[..]);
+        assert_eq!(encoded.as_ptr(), before, "the client's bytes, not a copy");
+
+        // Redis rejects `$03`, so a non-canonical spelling is re-encoded rather than forwarded.
+        let mut buf = BytesMut::from(&b"*2\r\n$03\r\nGET\r\n$+1\r\nk\r\n"[..]);
+        let command = parse_command(&mut buf, &Limits::default())
+            .unwrap()
+            .unwrap();
+        assert_eq!(&command.encoded()[..], b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n");
     }
 }

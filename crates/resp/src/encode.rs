@@ -53,6 +53,16 @@ pub fn encode_command<A: AsRef<[u8]>>(argv: &[A], out: &mut BytesMut) {
     }
 }
 
+/// How many bytes [`encode_command`] writes for `argv`.
+pub(crate) fn command_len<A: AsRef<[u8]>>(argv: &[A]) -> usize {
+    // Tag, digits and CRLF of a header; then each argument's bytes and CRLF.
+    let header_len = |n: usize| 3 + n.checked_ilog10().unwrap_or(0) as usize + 1;
+    argv.iter().fold(header_len(argv.len()), |total, arg| {
+        let len = arg.as_ref().len();
+        total + header_len(len) + len + 2
+    })
+}
+
 fn line(out: &mut BytesMut, tag: u8, text: &[u8]) {
     out.reserve(text.len() + 3);
     out.put_u8(tag);

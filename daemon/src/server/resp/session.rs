@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tollgate_lanes::{Borrowed, Channel, SubscriptionKind};
 use tollgate_model::{Caller, Lane};
 use tollgate_policy::Decision;
-use tollgate_resp::Frame;
+use tollgate_resp::{Command, Frame};
 
 use super::local::{self, Local, Protocol};
 use super::pending::{Class, Pending};
@@ -37,10 +37,10 @@ const PARKED_INPUT_CAP: usize = 1024 * 1024;
 enum Step {
     /// A reply the daemon writes itself.
     Reply(Bytes),
-    /// Send on a multiplexed lane (REGULAR, SCRIPT).
-    Multiplexed(Lane, Vec<Bytes>),
+    /// Send these encoded bytes on a multiplexed lane (REGULAR, SCRIPT).
+    Multiplexed(Lane, Bytes),
     /// Borrow a BLOCKING or ADMIN connection for this one command.
-    Exclusive(Lane, Vec<Bytes>),
+    Exclusive(Lane, Command),
     /// Awaited in place once everything before it has been answered: it changes the session.
     InPlace(InPlace),
     /// Write this reply, then close the connection.
@@ -129,6 +129,12 @@ impl Session {
     ) -> Result<(), String> {
         let mut input = BytesMut::with_capacity(READ_CHUNK);
         let mut stopping = false;
+        // Made once, not per turn of the loop (which turns per reply): each new wait on a token
+        // locks it to register and again to deregister.
+        let eviction = self.subscriptions.eviction();
+        let evicted = eviction.cancelled();
+        let stopped = stop.cancelled();
+        tokio::pin!(evicted, stopped);
         loop {
             if !stopping {
                 if let Some(close) = self.dispatch(&mut input).await {
@@ -150,7 +156,6 @@ impl Session {
             let may_read = !stopping
                 && self.pending.len() < self.front.config.max_pipeline
                 && (self.parked.is_none() || input.len() < PARKED_INPUT_CAP);
-            let eviction = self.subscriptions.eviction();
             tokio::select! {
                 Some((class, reply)) = self.pending.next(), if !self.pending.is_empty() => {
                     self.settle(class);
@@ -167,13 +172,13 @@ impl Session {
                     let frame = subscriptions::message_frame(message, self.protocol);
                     tollgate_resp::encode(&frame, &mut self.out);
                 }
-                _ = eviction.cancelled() => {
+                _ = &mut evicted => {
                     let reason = self.subscriptions.eviction_reason();
                     self.out.extend_from_slice(&replies::error(format!("ERR tollgate: {reason}; disconnected")));
                     let _ = tokio::time::timeout(std::time::Duration::from_millis(100), self.flush(&mut writer)).await;
                     return Err(reason);
                 }
-                _ = stop.cancelled(), if !stopping => stopping = true,
+                _ = &mut stopped, if !stopping => stopping = true,
             }
         }
     }
@@ -188,7 +193,7 @@ impl Session {
             let step = match self.parked.take() {
                 Some(step) => step,
                 None => match tollgate_resp::parse_command(input, &self.front.limits) {
-                    Ok(Some(argv)) => self.plan(argv),
+                    Ok(Some(command)) => self.plan(command),
                     Ok(None) => return None,
                     Err(error) => return Some(replies::error(format!("ERR {error}"))),
                 },
@@ -198,20 +203,20 @@ impl Session {
                     self.push(Class::Local, Pending::Ready(Some((Class::Local, reply))))
                 }
                 Step::Close(reply) => return Some(reply),
-                Step::Multiplexed(lane, argv) => {
+                Step::Multiplexed(lane, encoded) => {
                     if self.needs_barrier(Class::Multiplexed(lane)) {
-                        self.parked = Some(Step::Multiplexed(lane, argv));
+                        self.parked = Some(Step::Multiplexed(lane, encoded));
                         return None;
                     }
-                    let future = self.send_multiplexed(lane, &argv);
+                    let future = self.send_multiplexed(lane, encoded);
                     self.push(Class::Multiplexed(lane), future);
                 }
-                Step::Exclusive(lane, argv) => {
+                Step::Exclusive(lane, command) => {
                     if self.needs_barrier(Class::Exclusive) {
-                        self.parked = Some(Step::Exclusive(lane, argv));
+                        self.parked = Some(Step::Exclusive(lane, command));
                         return None;
                     }
-                    let future = self.send_exclusive(lane, argv);
+                    let future = self.send_exclusive(lane, command);
                     self.push(Class::Exclusive, future);
                 }
                 Step::InPlace(work) => {
@@ -228,12 +233,13 @@ impl Session {
 
     /// Decides what `argv` becomes: connection-scoped commands are answered here; everything else
     /// is admitted by the policy and routed by the lane it names.
-    fn plan(&mut self, argv: Vec<Bytes>) -> Step {
-        let local = Local::of(&argv);
+    fn plan(&mut self, command: Command) -> Step {
+        let argv = &command.argv;
+        let local = Local::of(argv);
         if self.protocol == Protocol::Resp2
             && !self.subscriptions.is_empty()
             && !local.is_some_and(Local::allowed_while_subscribed)
-            && subscription_command(&argv).is_none()
+            && subscription_command(argv).is_none()
         {
             return Step::Reply(replies::error(format!(
                 "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
@@ -241,9 +247,9 @@ impl Session {
             )));
         }
         if let Some(local) = local.filter(|l| !l.needs_admission()) {
-            return self.local(local, &argv);
+            return self.local(local, argv);
         }
-        let decision = self.front.admission.admit(&self.caller, &argv);
+        let decision = self.front.admission.admit(&self.caller, argv);
         let lane = match decision {
             Decision::Admitted { lane, .. } => lane,
             Decision::Denied(denial) => {
@@ -254,28 +260,28 @@ impl Session {
             }
         };
         match local {
-            Some(Local::Select) => return Step::Reply(select(&argv)),
+            Some(Local::Select) => return Step::Reply(select(argv)),
             Some(Local::ConfigGet) if argv.len() >= 3 => {
-                return Step::Reply(replies::encode(&local::config_get(&argv, self.protocol)))
+                return Step::Reply(replies::encode(&local::config_get(argv, self.protocol)))
             }
             Some(Local::ConfigGet) => return Step::Reply(wrong_arity("config|get")),
             _ => {}
         }
-        if let Some((kind, subscribe)) = subscription_command(&argv) {
+        if let Some((kind, subscribe)) = subscription_command(argv) {
             return Step::InPlace(if subscribe {
-                InPlace::Subscribe(kind, argv)
+                InPlace::Subscribe(kind, command.argv)
             } else {
-                InPlace::Unsubscribe(kind, argv)
+                InPlace::Unsubscribe(kind, command.argv)
             });
         }
         if self.transaction.is_some() || lane == Lane::Transaction {
-            return Step::InPlace(InPlace::Transaction(argv));
+            return Step::InPlace(InPlace::Transaction(command.argv));
         }
         match lane {
-            Lane::Regular | Lane::Script => Step::Multiplexed(lane, argv),
-            Lane::Blocking | Lane::Admin => Step::Exclusive(lane, argv),
+            Lane::Regular | Lane::Script => Step::Multiplexed(lane, command.encoded()),
+            Lane::Blocking | Lane::Admin => Step::Exclusive(lane, command),
             // PUBLISH and the PUBSUB introspection commands are ordinary requests.
-            Lane::Pubsub | Lane::Transaction => Step::Multiplexed(Lane::Regular, argv),
+            Lane::Pubsub | Lane::Transaction => Step::Multiplexed(Lane::Regular, command.encoded()),
         }
     }
 
@@ -367,7 +373,7 @@ impl Session {
         Ok(())
     }
 
-    fn send_multiplexed(&mut self, lane: Lane, argv: &[Bytes]) -> Pending {
+    fn send_multiplexed(&mut self, lane: Lane, encoded: Bytes) -> Pending {
         let slot = match lane {
             Lane::Script => &mut self.script,
             _ => &mut self.regular,
@@ -382,20 +388,20 @@ impl Session {
             }
         }
         let channel = slot.as_ref().expect("channel opened above");
-        Pending::Multiplexed(lane, channel.send(encode_command(argv)))
+        Pending::Multiplexed(lane, channel.send(encoded))
     }
 
-    fn send_exclusive(&mut self, lane: Lane, argv: Vec<Bytes>) -> Pending {
+    fn send_exclusive(&mut self, lane: Lane, command: Command) -> Pending {
         let lanes = self.front.lanes.clone();
         Pending::Exclusive(Box::pin(async move {
             let mut conn = match lanes.borrow(lane).await {
                 Ok(conn) => conn,
                 Err(error) => return replies::lane_failed(&error),
             };
-            let command = encode_command(&argv);
-            let outcome = match blocking::deadline(&argv) {
-                Some(deadline) => conn.send_with_timeout(command, deadline).await,
-                None => conn.send(command).await,
+            let encoded = command.encoded();
+            let outcome = match blocking::deadline(&command.argv) {
+                Some(deadline) => conn.send_with_timeout(encoded, deadline).await,
+                None => conn.send(encoded).await,
             };
             let reply = match outcome {
                 Ok(reply) => reply.into_bytes(),
