@@ -498,7 +498,7 @@ async fn the_watchdog_renews_while_the_holder_lives_and_releases_when_it_dies() 
         .arg("30")
         .spawn()
         .unwrap();
-    let mut request = request(&a, 300, 0);
+    let mut request = request(&a, 600, 0);
     request.watchdog = true;
     let holder = Holder::process(child.id()).unwrap();
     let outcome = fx
@@ -514,7 +514,7 @@ async fn the_watchdog_renews_while_the_holder_lives_and_releases_when_it_dies() 
         .expect("watched");
 
     // Three TTLs later the lease is still held: the watchdog renewed it.
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    tokio::time::sleep(Duration::from_millis(1_800)).await;
     assert!(matches!(
         fx.inspect("alice", Some(&a)).await,
         InspectOutcome::Held { yours: true, .. }
@@ -547,7 +547,7 @@ async fn the_watchdog_reports_a_lost_lease_and_stops() {
         .arg("30")
         .spawn()
         .unwrap();
-    let mut request = request(&a, 300, 0);
+    let mut request = request(&a, 600, 0);
     request.watchdog = true;
     let holder = Holder::process(child.id()).unwrap();
     held(
@@ -595,7 +595,7 @@ async fn the_watchdog_stops_at_the_maximum_hold_time() {
         RedisServer::start(),
         LeaseConfig {
             min_ttl: Duration::from_millis(50),
-            max_hold: Duration::from_millis(500),
+            max_hold: Duration::from_millis(1_000),
             ..LeaseConfig::default()
         },
     );
@@ -604,7 +604,7 @@ async fn the_watchdog_stops_at_the_maximum_hold_time() {
         .arg("30")
         .spawn()
         .unwrap();
-    let mut request = request(&a, 150, 0);
+    let mut request = request(&a, 400, 0);
     request.watchdog = true;
     let holder = Holder::process(child.id()).unwrap();
     held(
@@ -629,7 +629,7 @@ async fn the_watchdog_stops_at_the_maximum_hold_time() {
         "{last:?}"
     );
     // Nobody renews any more, so the lease runs out by its TTL although the holder lives on.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(fx.inspect("alice", None).await, InspectOutcome::Free);
     child.kill().unwrap();
     child.wait().unwrap();

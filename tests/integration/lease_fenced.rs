@@ -15,7 +15,7 @@ use crate::lease_http::lease_daemon_with;
 
 const CLIENTS: usize = 6;
 const ROUNDS: usize = 4;
-const TTL: Duration = Duration::from_millis(150);
+const TTL: Duration = Duration::from_millis(200);
 
 /// The protected resource: accepts a write only with a fence at least as new as the last one.
 #[derive(Default)]
@@ -51,7 +51,7 @@ async fn no_stale_holder_writes_through_a_fenced_store() {
         tasks.push(tokio::spawn(async move {
             // Even clients stall well past the TTL while holding; odd ones work briskly.
             let stall = if client_id % 2 == 0 {
-                TTL * 3
+                TTL * 5 / 2
             } else {
                 Duration::from_millis(5)
             };

@@ -294,7 +294,7 @@ async fn the_events_stream_reports_the_watchdogs_renewals_and_a_loss() {
     let client = LeaseClient::new(&daemon.http_socket());
     let request = AcquireRequest {
         attempt: attempt("alice", "op-1"),
-        ttl: Duration::from_millis(300),
+        ttl: Duration::from_millis(600),
         wait: Duration::ZERO,
         watchdog: true,
         replicas: 0,
