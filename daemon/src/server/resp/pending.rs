@@ -1,13 +1,15 @@
-//! One in-flight command of a session, as a future of the bytes to write back. Most commands are
-//! a reply already known or a multiplexed send, so those avoid a heap allocation per command; the
-//! rare exclusive borrow is boxed.
+//! One in-flight command of a session, as a future of the bytes to write back, and the session's
+//! queue of them. Most commands are a reply already known or a multiplexed send, so those avoid a
+//! heap allocation per command; the rare exclusive borrow is boxed.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
+use futures::Stream;
 use tollgate_lanes::SendFuture;
 use tollgate_model::Lane;
 
@@ -52,5 +54,43 @@ impl Future for Pending {
                 .poll(cx)
                 .map(|reply| (Class::Exclusive, reply)),
         }
+    }
+}
+
+/// A session's in-flight commands, answered strictly in the order sent. Only the oldest is polled:
+/// no later reply may be written before it, and a multiplexed send needs no polling to progress (the
+/// lane's driver does the work). So a reply that arrives early wakes nobody, and a pipeline costs
+/// one wake-up per batch of replies rather than one per reply. An exclusive borrow, which does need
+/// polling, is only ever queued behind answers already known (the session's barrier sees to that).
+#[derive(Default)]
+pub struct InOrder {
+    queue: VecDeque<Pending>,
+}
+
+impl InOrder {
+    pub fn push_back(&mut self, pending: Pending) {
+        self.queue.push_back(pending);
+    }
+
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+}
+
+impl Stream for InOrder {
+    type Item = (Class, Bytes);
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let queue = &mut self.get_mut().queue;
+        let Some(oldest) = queue.front_mut() else {
+            return Poll::Ready(None);
+        };
+        let answer = std::task::ready!(Pin::new(oldest).poll(cx));
+        queue.pop_front();
+        Poll::Ready(Some(answer))
     }
 }

@@ -1,7 +1,7 @@
 //! One client connection: read commands, admit each, send it on its lane, write replies in order.
 //!
 //! Pipelining is kept end to end: commands for the same multiplexed lane are sent without waiting,
-//! and their replies are collected in order ([`FuturesOrdered`]). A command for another lane first
+//! and their replies are collected in order ([`InOrder`]). A command for another lane first
 //! waits for everything before it (a *barrier*), so a client's commands still run in the order sent.
 //! Transactions pin one TRANSACTION connection to the session; subscriptions come from the shared
 //! PUBSUB lane. A client that vanishes drops its in-flight work: a borrowed connection with a reply
@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use futures::stream::{FuturesOrdered, StreamExt};
+use futures::{FutureExt, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
@@ -21,7 +21,7 @@ use tollgate_policy::Decision;
 use tollgate_resp::{Command, Frame};
 
 use super::local::{self, Local, Protocol};
-use super::pending::{Class, Pending};
+use super::pending::{Class, InOrder, Pending};
 use super::subscriptions::{self, Subscriptions};
 use super::{blocking, replies, FrontDoor};
 use crate::server::peer::{peer_credentials, user_name};
@@ -73,7 +73,7 @@ struct Session {
     script: Option<Channel>,
     transaction: Option<Transaction>,
     subscriptions: Subscriptions,
-    pending: FuturesOrdered<Pending>,
+    pending: InOrder,
     /// In-flight commands per class, to decide when a barrier is needed.
     in_flight: Vec<(Class, usize)>,
     /// An admitted command waiting for a barrier.
@@ -108,7 +108,7 @@ pub async fn run(stream: UnixStream, front: Arc<FrontDoor>, stop: CancellationTo
         regular: None,
         script: None,
         transaction: None,
-        pending: FuturesOrdered::new(),
+        pending: InOrder::default(),
         in_flight: Vec::new(),
         parked: None,
         out: BytesMut::new(),
@@ -160,6 +160,15 @@ impl Session {
                 Some((class, reply)) = self.pending.next(), if !self.pending.is_empty() => {
                     self.settle(class);
                     self.out.extend_from_slice(&reply);
+                    // Replies of a pipeline arrive together: take every one already here in this
+                    // turn. Polling without a waker is safe: the select polls again with one.
+                    while let Some(Some((class, reply))) = self.pending.next().now_or_never() {
+                        self.settle(class);
+                        self.out.extend_from_slice(&reply);
+                        if self.out.len() >= FLUSH_AT {
+                            break;
+                        }
+                    }
                 }
                 read = reader.read_buf(&mut input), if may_read => {
                     match read {
@@ -541,7 +550,7 @@ impl Session {
 
     /// After the client is gone: an open transaction is discarded and its connection returned clean.
     async fn finish(&mut self) {
-        self.pending = FuturesOrdered::new();
+        self.pending = InOrder::default();
         self.subscriptions.clear();
         if let Some(transaction) = self.transaction.take() {
             transaction.conn.release().await;
