@@ -7,6 +7,10 @@ rounds interleaved across the three targets; reports the median of the rounds an
 direct Redis. Then measures Tollgate's RSS idle, with 1,000 idle clients and with 100 subscribers.
 
     python3 benches/e2e.py [--requests N] [--rounds R] [--write BENCHMARKS.md] [--no-build]
+                           [--baseline path/to/older/tollgate]
+
+--baseline runs a second Tollgate binary (an earlier build) as one more target in the same rounds, so
+a change is measured before and after under the same load.
 """
 
 import argparse
@@ -83,6 +87,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--write", help="replace the '## End to end' section of this Markdown file")
     parser.add_argument("--no-build", action="store_true", help="use target/release/tollgate as it is")
+    parser.add_argument("--baseline", help="another tollgate binary to measure in the same rounds")
     args = parser.parse_args()
     for tool in ("redis-server", "redis-benchmark", "nutcracker"):
         if not shutil.which(tool):
@@ -111,16 +116,23 @@ def main():
         procs.append(nutcracker)
         wait_for_socket(nut_sock)
 
-        tollgate_sock = os.path.join(work, "resp.sock")
-        config = os.path.join(work, "tollgate.yaml")
-        with open(config, "w") as conf:
-            conf.write(f"runtime_dir: {work}/tollgate\nredis:\n  address: unix:{redis_sock}\n"
-                       f"listen:\n  resp: {tollgate_sock}\n  http: {work}/http.sock\nlogging:\n  level: warn\n")
-        tollgate = subprocess.Popen([tollgate_bin, "serve", "--config", config], preexec_fn=raise_nofile)
-        procs.append(tollgate)
-        wait_for_socket(tollgate_sock)
+        def start_tollgate(binary, name):
+            sock = os.path.join(work, f"{name}.sock")
+            config = os.path.join(work, f"{name}.yaml")
+            with open(config, "w") as conf:
+                conf.write(f"runtime_dir: {work}/{name}\nredis:\n  address: unix:{redis_sock}\n"
+                           f"listen:\n  resp: {sock}\n  http: {work}/{name}-http.sock\nlogging:\n  level: warn\n")
+            proc = subprocess.Popen([binary, "serve", "--config", config], preexec_fn=raise_nofile)
+            procs.append(proc)
+            wait_for_socket(sock)
+            return proc, sock
 
+        tollgate, tollgate_sock = start_tollgate(tollgate_bin, "tollgate")
         targets = [("redis", redis_sock), ("twemproxy", nut_sock), ("tollgate", tollgate_sock)]
+        if args.baseline:
+            _, baseline_sock = start_tollgate(os.path.abspath(args.baseline), "baseline")
+            targets.append(("baseline", baseline_sock))
+        load_before = os.getloadavg()
         results = {}  # (target, pipeline, test) -> [(rps, p50, p99)]
         for round_no in range(args.rounds):
             for pipeline in (1, 16):
@@ -129,14 +141,21 @@ def main():
                         results.setdefault((name, pipeline, test), []).append(row)
             print(f"round {round_no + 1}/{args.rounds} done", file=sys.stderr)
 
-        lines = [f"Command: `python3 benches/e2e.py --requests {args.requests} --rounds {args.rounds}` "
+        load_after = os.getloadavg()
+        baseline_flag = " --baseline <older tollgate>" if args.baseline else ""
+        lines = [f"Command: `python3 benches/e2e.py --requests {args.requests} --rounds {args.rounds}{baseline_flag}` "
                  f"(redis-benchmark -c 50 -n {args.requests}, Unix sockets, median of {args.rounds} interleaved rounds; "
-                 f"{os.cpu_count()} cores shared by redis-server, the proxy and redis-benchmark).", ""]
+                 f"{os.cpu_count()} cores shared by redis-server, the proxy and redis-benchmark; load average "
+                 f"{load_before[0]:.2f} at the start, {load_after[0]:.2f} at the end).", ""]
+        names = [name for name, _ in targets]
+        ratios = [("twemproxy", "redis"), ("tollgate", "redis"), ("tollgate", "twemproxy")]
+        if args.baseline:
+            ratios.append(("tollgate", "baseline"))
         for pipeline in (1, 16):
-            lines.append(f"**{'unpipelined' if pipeline == 1 else '-P 16'}** — requests/s (p50 / p99 ms); ratios against direct Redis")
+            lines.append(f"**{'unpipelined' if pipeline == 1 else '-P 16'}** — requests/s (p50 / p99 ms); ratios")
             lines.append("")
-            lines.append("| test | redis | twemproxy | tollgate | twemproxy/redis | tollgate/redis | tollgate/twemproxy |")
-            lines.append("|---|---|---|---|---|---|---|")
+            lines.append("| test | " + " | ".join(names) + " | " + " | ".join(f"{a}/{b}" for a, b in ratios) + " |")
+            lines.append("|---|" + "---|" * (len(names) + len(ratios)))
             tests = sorted({t for (n, p, t) in results if p == pipeline})
             for test in tests:
                 med = {}
@@ -148,9 +167,8 @@ def main():
                     p99 = statistics.median(r[2] for r in rows)
                     med[name] = rps
                     cells.append(f"{rps:,.0f} ({p50:.3f} / {p99:.3f})")
-                lines.append(f"| {test} | " + " | ".join(cells) +
-                             f" | {med['twemproxy'] / med['redis']:.2f} | {med['tollgate'] / med['redis']:.2f}"
-                             f" | {med['tollgate'] / med['twemproxy']:.2f} |")
+                lines.append(f"| {test} | " + " | ".join(cells) + " | " +
+                             " | ".join(f"{med[a] / med[b]:.2f}" for a, b in ratios) + " |")
             lines.append("")
 
         # Memory: idle, 1,000 idle clients, 100 subscribers.
