@@ -152,6 +152,64 @@ fn held(outcome: &AcquireOutcome) -> (u64, Duration) {
     }
 }
 
+/// A lease `alice` holds with a watchdog bound to a `sleep` process that the test controls.
+struct Watched {
+    holder: std::process::Child,
+    fence: u64,
+    events: tokio::sync::broadcast::Receiver<LeaseEvent>,
+}
+
+impl Watched {
+    async fn start(fx: &Fixture, attempt: &Attempt, ttl_ms: u64) -> Watched {
+        let holder = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let mut request = request(attempt, ttl_ms, 0);
+        request.watchdog = true;
+        let bound = Holder::process(holder.id()).unwrap();
+        let outcome = fx
+            .leases
+            .acquire("alice", &resource(), &request, Some(bound))
+            .await
+            .unwrap();
+        let (fence, _) = held(&outcome);
+        let events = fx
+            .leases
+            .events("alice", &resource(), attempt)
+            .unwrap()
+            .expect("watched");
+        Watched {
+            holder,
+            fence,
+            events,
+        }
+    }
+
+    /// The next event that is not a routine renewal (within 5 s).
+    async fn next_news(&mut self) -> Option<LeaseEvent> {
+        loop {
+            match tokio::time::timeout(Duration::from_secs(5), self.events.recv()).await {
+                Ok(Ok(LeaseEvent::Renewed { .. })) => continue,
+                Ok(Ok(event)) => return Some(event),
+                _ => return None,
+            }
+        }
+    }
+
+    fn kill_holder(&mut self) {
+        self.holder.kill().unwrap();
+        self.holder.wait().unwrap();
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        let _ = self.holder.kill();
+        let _ = self.holder.wait();
+    }
+}
+
 #[tokio::test]
 async fn every_outcome_of_the_four_calls() {
     let fx = Fixture::start();
@@ -494,24 +552,7 @@ async fn unconfirmed_replicas_undo_the_acquisition() {
 async fn the_watchdog_renews_while_the_holder_lives_and_releases_when_it_dies() {
     let fx = Fixture::start();
     let a = attempt("alice-token", "op-1");
-    let mut child = std::process::Command::new("sleep")
-        .arg("30")
-        .spawn()
-        .unwrap();
-    let mut request = request(&a, 600, 0);
-    request.watchdog = true;
-    let holder = Holder::process(child.id()).unwrap();
-    let outcome = fx
-        .leases
-        .acquire("alice", &resource(), &request, Some(holder))
-        .await
-        .unwrap();
-    let (fence, _) = held(&outcome);
-    let mut events = fx
-        .leases
-        .events("alice", &resource(), &a)
-        .unwrap()
-        .expect("watched");
+    let mut watched = Watched::start(&fx, &a, 600).await;
 
     // Three TTLs later the lease is still held: the watchdog renewed it.
     tokio::time::sleep(Duration::from_millis(1_800)).await;
@@ -520,21 +561,15 @@ async fn the_watchdog_renews_while_the_holder_lives_and_releases_when_it_dies() 
         InspectOutcome::Held { yours: true, .. }
     ));
     assert!(matches!(
-        events.recv().await.unwrap(),
+        watched.events.recv().await.unwrap(),
         LeaseEvent::Renewed { .. }
     ));
 
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let released = loop {
-        match tokio::time::timeout(Duration::from_secs(5), events.recv()).await {
-            Ok(Ok(LeaseEvent::Renewed { .. })) => continue,
-            other => break other,
-        }
-    };
-    assert!(
-        matches!(released, Ok(Ok(LeaseEvent::Released { fence: f })) if f == fence),
-        "{released:?}"
+    watched.kill_holder();
+    let fence = watched.fence;
+    assert_eq!(
+        watched.next_news().await,
+        Some(LeaseEvent::Released { fence })
     );
     assert_eq!(fx.inspect("alice", None).await, InspectOutcome::Free);
 }
@@ -543,40 +578,15 @@ async fn the_watchdog_renews_while_the_holder_lives_and_releases_when_it_dies() 
 async fn the_watchdog_reports_a_lost_lease_and_stops() {
     let fx = Fixture::start();
     let a = attempt("alice-token", "op-1");
-    let mut child = std::process::Command::new("sleep")
-        .arg("30")
-        .spawn()
-        .unwrap();
-    let mut request = request(&a, 600, 0);
-    request.watchdog = true;
-    let holder = Holder::process(child.id()).unwrap();
-    held(
-        &fx.leases
-            .acquire("alice", &resource(), &request, Some(holder))
-            .await
-            .unwrap(),
-    );
-    let mut events = fx
-        .leases
-        .events("alice", &resource(), &a)
-        .unwrap()
-        .expect("watched");
+    let mut watched = Watched::start(&fx, &a, 600).await;
     fx.redis.inline(&format!("DEL {}", resource().keys().lease));
-    let lost = loop {
-        match tokio::time::timeout(Duration::from_secs(5), events.recv()).await {
-            Ok(Ok(LeaseEvent::Renewed { .. })) => continue,
-            other => break other,
-        }
-    };
-    assert!(
-        matches!(
-            lost,
-            Ok(Ok(LeaseEvent::Lost {
-                reason: LostReason::Absent,
-                ..
-            }))
-        ),
-        "{lost:?}"
+    let fence = watched.fence;
+    assert_eq!(
+        watched.next_news().await,
+        Some(LeaseEvent::Lost {
+            fence,
+            reason: LostReason::Absent
+        })
     );
     assert!(
         fx.leases
@@ -585,8 +595,6 @@ async fn the_watchdog_reports_a_lost_lease_and_stops() {
             .is_none(),
         "the watchdog ended"
     );
-    child.kill().unwrap();
-    child.wait().unwrap();
 }
 
 #[tokio::test]
@@ -599,38 +607,13 @@ async fn the_watchdog_stops_at_the_maximum_hold_time() {
             ..LeaseConfig::default()
         },
     );
-    let a = attempt("alice-token", "op-1");
-    let mut child = std::process::Command::new("sleep")
-        .arg("30")
-        .spawn()
-        .unwrap();
-    let mut request = request(&a, 400, 0);
-    request.watchdog = true;
-    let holder = Holder::process(child.id()).unwrap();
-    held(
-        &fx.leases
-            .acquire("alice", &resource(), &request, Some(holder))
-            .await
-            .unwrap(),
-    );
-    let mut events = fx
-        .leases
-        .events("alice", &resource(), &a)
-        .unwrap()
-        .expect("watched");
-    let last = loop {
-        match tokio::time::timeout(Duration::from_secs(5), events.recv()).await {
-            Ok(Ok(LeaseEvent::Renewed { .. })) => continue,
-            other => break other,
-        }
-    };
-    assert!(
-        matches!(last, Ok(Ok(LeaseEvent::MaxHoldReached { .. }))),
-        "{last:?}"
+    let mut watched = Watched::start(&fx, &attempt("alice-token", "op-1"), 400).await;
+    let fence = watched.fence;
+    assert_eq!(
+        watched.next_news().await,
+        Some(LeaseEvent::MaxHoldReached { fence })
     );
     // Nobody renews any more, so the lease runs out by its TTL although the holder lives on.
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(fx.inspect("alice", None).await, InspectOutcome::Free);
-    child.kill().unwrap();
-    child.wait().unwrap();
 }

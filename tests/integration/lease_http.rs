@@ -6,12 +6,11 @@ use std::time::Duration;
 
 use serde_json::json;
 use tollgate_lease_client::{
-    AcquireRequest, Acquisition, ClientError, LeaseClient, LeaseState, LostReason, RenewOutcome,
-    Resource,
+    Acquisition, ClientError, LeaseClient, LeaseState, LostReason, RenewOutcome, Resource,
 };
 use tollgate_testkit::RedisServer;
 
-use crate::lease::{attempt, command_calls, resource};
+use crate::lease::{attempt, command_calls, request, resource};
 use crate::support::daemon::TestDaemon;
 
 /// The policy of the lease tests: everyone is `local` and may take leases on `orders:*` and
@@ -227,13 +226,7 @@ async fn the_client_retries_an_indeterminate_call_with_the_same_attempt() {
     let daemon = lease_daemon(&redis).await;
     let client = LeaseClient::new(&daemon.http_socket()).with_retries(5);
     warm_up(&daemon).await;
-    let request = AcquireRequest {
-        attempt: LeaseClient::new_attempt(),
-        ttl: Duration::from_secs(10),
-        wait: Duration::ZERO,
-        watchdog: false,
-        replicas: 0,
-    };
+    let request = request(&LeaseClient::new_attempt(), 10_000, 0);
     let resource = resource();
     redis.inline("CLIENT PAUSE 400 WRITE");
     let (acquired, ()) = tokio::join!(
@@ -252,13 +245,7 @@ async fn renew_after_lost_sends_nothing() {
     let redis = RedisServer::start();
     let daemon = lease_daemon(&redis).await;
     let client = LeaseClient::new(&daemon.http_socket());
-    let request = AcquireRequest {
-        attempt: attempt("alice", "op-1"),
-        ttl: Duration::from_secs(10),
-        wait: Duration::ZERO,
-        watchdog: false,
-        replicas: 0,
-    };
+    let request = request(&attempt("alice", "op-1"), 10_000, 0);
     let Acquisition::Held(mut lease) = client.acquire(&resource(), &request).await.unwrap() else {
         panic!("free resource");
     };
@@ -292,13 +279,8 @@ async fn the_events_stream_reports_the_watchdogs_renewals_and_a_loss() {
     let redis = RedisServer::start();
     let daemon = lease_daemon(&redis).await;
     let client = LeaseClient::new(&daemon.http_socket());
-    let request = AcquireRequest {
-        attempt: attempt("alice", "op-1"),
-        ttl: Duration::from_millis(600),
-        wait: Duration::ZERO,
-        watchdog: true,
-        replicas: 0,
-    };
+    let mut request = request(&attempt("alice", "op-1"), 600, 0);
+    request.watchdog = true;
     let Acquisition::Held(lease) = client.acquire(&resource(), &request).await.unwrap() else {
         panic!("free resource");
     };

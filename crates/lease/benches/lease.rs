@@ -105,61 +105,49 @@ fn benches(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(5));
     group.bench_function("daemon", |b| {
         b.to_async(&runtime).iter_custom(|iters| {
-            let (client, resource, latencies) = (&client, &resource, &latencies);
-            async move {
-                let mut total = Duration::ZERO;
-                for _ in 0..iters {
-                    let request = request(Duration::from_secs(10), Duration::ZERO);
-                    let started = Instant::now();
-                    let acquired = client.acquire_raw(resource, &request).await.unwrap();
-                    assert!(matches!(acquired.outcome, AcquireOutcome::Acquired { .. }));
-                    client
-                        .release_raw(resource, &release_of(&request))
-                        .await
-                        .unwrap();
-                    let took = started.elapsed();
-                    latencies.lock().unwrap().push(took);
-                    total += took;
-                }
-                total
-            }
+            let (client, resource) = (&client, &resource);
+            timed(iters, &latencies, move || async move {
+                let request = request(Duration::from_secs(10), Duration::ZERO);
+                let started = Instant::now();
+                let acquired = client.acquire_raw(resource, &request).await.unwrap();
+                assert!(matches!(acquired.outcome, AcquireOutcome::Acquired { .. }));
+                client
+                    .release_raw(resource, &release_of(&request))
+                    .await
+                    .unwrap();
+                started.elapsed()
+            })
         })
     });
     report("acquire_release/daemon", &latencies);
     group.bench_function("redis_rs_direct", |b| {
         b.to_async(&runtime).iter_custom(|iters| {
-            let mut connection = direct.clone();
-            let (keys, acquire_script, release_script, latencies) =
-                (&keys, &acquire_script, &release_script, &latencies);
-            async move {
-                let mut total = Duration::ZERO;
-                for _ in 0..iters {
-                    let attempt = LeaseClient::new_attempt();
-                    let started = Instant::now();
-                    let reply: Vec<i64> = acquire_script
-                        .key(&keys.lease)
-                        .key(&keys.fence)
-                        .arg(&attempt.owner)
-                        .arg(&attempt.operation_id)
-                        .arg(10_000)
-                        .invoke_async(&mut connection)
-                        .await
-                        .unwrap();
-                    assert_eq!(reply[0], 1);
-                    let _: i64 = release_script
-                        .key(&keys.lease)
-                        .key(&keys.channel)
-                        .arg(&attempt.owner)
-                        .arg(&attempt.operation_id)
-                        .invoke_async(&mut connection)
-                        .await
-                        .unwrap();
-                    let took = started.elapsed();
-                    latencies.lock().unwrap().push(took);
-                    total += took;
-                }
-                total
-            }
+            let (direct, keys, acquire_script, release_script) =
+                (&direct, &keys, &acquire_script, &release_script);
+            timed(iters, &latencies, move || async move {
+                let mut connection = direct.clone();
+                let attempt = LeaseClient::new_attempt();
+                let started = Instant::now();
+                let reply: Vec<i64> = acquire_script
+                    .key(&keys.lease)
+                    .key(&keys.fence)
+                    .arg(&attempt.owner)
+                    .arg(&attempt.operation_id)
+                    .arg(10_000)
+                    .invoke_async(&mut connection)
+                    .await
+                    .unwrap();
+                assert_eq!(reply[0], 1);
+                let _: i64 = release_script
+                    .key(&keys.lease)
+                    .key(&keys.channel)
+                    .arg(&attempt.owner)
+                    .arg(&attempt.operation_id)
+                    .invoke_async(&mut connection)
+                    .await
+                    .unwrap();
+                started.elapsed()
+            })
         })
     });
     report("acquire_release/redis_rs_direct", &latencies);
@@ -173,22 +161,31 @@ fn benches(c: &mut Criterion) {
     for (name, polling) in [("daemon_waiting", false), ("polling_client_10ms", true)] {
         group.bench_function(name, |b| {
             b.to_async(&runtime).iter_custom(|iters| {
-                let (client, contested, latencies) = (&client, &contested, &latencies);
-                async move {
-                    let mut total = Duration::ZERO;
-                    for _ in 0..iters {
-                        let took = handoff(client, contested, polling).await;
-                        latencies.lock().unwrap().push(took);
-                        total += took;
-                    }
-                    total
-                }
+                let (client, contested) = (&client, &contested);
+                timed(iters, &latencies, move || {
+                    handoff(client, contested, polling)
+                })
             })
         });
         report(&format!("handoff/{name}"), &latencies);
     }
     group.finish();
     runtime.block_on(daemon.shutdown());
+}
+
+/// Runs `one` `iters` times; each call measures itself. Records every sample for [`report`].
+async fn timed<F, Fut>(iters: u64, latencies: &Mutex<Vec<Duration>>, mut one: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Duration>,
+{
+    let mut total = Duration::ZERO;
+    for _ in 0..iters {
+        let took = one().await;
+        latencies.lock().unwrap().push(took);
+        total += took;
+    }
+    total
 }
 
 /// One hand-off: a holder releases while a waiter waits; returns release → waiter holds.
