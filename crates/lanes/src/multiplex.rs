@@ -362,6 +362,12 @@ async fn write_loop(
                 continue;
             }
         }
+        // A caller's send wakes this driver, which would then run at once and write that one
+        // command alone. Letting the other callers that are ready to run go first gathers their
+        // commands into the same write: one syscall and one wake-up of Redis for many commands.
+        if queue.is_empty() {
+            tokio::task::yield_now().await;
+        }
         // Gather what is already queued into the same write, while permits are free.
         while batch.len() < MAX_BATCH {
             let Ok(request) = queue.try_recv() else { break };
