@@ -363,9 +363,10 @@ async fn write_loop(
             }
         }
         // A caller's send wakes this driver, which would then run at once and write that one
-        // command alone. Letting the other callers that are ready to run go first gathers their
-        // commands into the same write: one syscall and one wake-up of Redis for many commands.
-        if queue.is_empty() {
+        // command alone. When other commands of the lane are in flight (callers are busy), letting
+        // the callers that are ready to run go first gathers their commands into the same write:
+        // one syscall and one wake-up of Redis for many. A lone command is written at once.
+        if queue.is_empty() && lane.outstanding.load(Ordering::Relaxed) > 1 {
             tokio::task::yield_now().await;
         }
         // Gather what is already queued into the same write, while permits are free.
