@@ -14,7 +14,7 @@ use crate::lease::{attempt, command_calls, request, resource};
 use crate::support::daemon::TestDaemon;
 
 /// The policy of the lease tests: everyone is `local` and may take leases on `orders:*` and
-/// `warm-up`, nothing else (the default policy has no `lease` rule, so it admits none).
+/// `warm-up`, nothing else, so the tests also see what a policy refuses.
 const LEASE_POLICY: &str = r#"
 principals:
   local: { any: true }
@@ -47,6 +47,21 @@ fn acquire_body(owner: &str, ttl_ms: u64) -> String {
 }
 
 const ACQUIRE: &str = "/v1/leases/orders:nightly/acquire";
+
+/// The embedded default (no config at all) serves leases: its policy admits them for local users.
+#[tokio::test]
+async fn the_embedded_default_admits_leases() {
+    let daemon = TestDaemon::start_embedded().await;
+    let first = daemon
+        .post(
+            "/v1/leases/nightly-report/acquire",
+            &acquire_body("cron", 10_000),
+        )
+        .await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(first.json()["outcome"], "acquired");
+    daemon.stop().await;
+}
 
 #[tokio::test]
 async fn outcomes_map_to_status_codes() {
