@@ -3,7 +3,6 @@
 
 mod foundation;
 mod front_door;
-mod support;
 mod lanes;
 mod lanes_ceiling;
 mod lanes_daemon;
@@ -22,3 +21,4 @@ mod policy_daemon;
 mod policy_sandbox;
 mod policy_snapshots;
 mod policy_support;
+mod support;

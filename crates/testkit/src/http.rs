@@ -74,7 +74,11 @@ fn parse(raw: &[u8]) -> Option<HttpReply> {
     let chunked = headers.iter().any(|(k, v)| {
         k.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked")
     });
-    let body = if chunked { dechunk(rest)? } else { rest.to_owned() };
+    let body = if chunked {
+        dechunk(rest)?
+    } else {
+        rest.to_owned()
+    };
     Some(HttpReply {
         status,
         headers,

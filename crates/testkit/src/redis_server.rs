@@ -143,22 +143,36 @@ impl RedisServer {
     fn wait_ready(&mut self) {
         let deadline = Instant::now() + READY_TIMEOUT;
         while Instant::now() < deadline {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                panic!("redis-server exited with {status} before it was ready:\n{}", self.log());
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "redis-server exited with {status} before it was ready:\n{}",
+                    self.log()
+                );
             }
             if answers_ping(&self.socket) {
                 return;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        panic!("redis-server did not answer within {READY_TIMEOUT:?}:\n{}", self.log());
+        panic!(
+            "redis-server did not answer within {READY_TIMEOUT:?}:\n{}",
+            self.log()
+        );
     }
 }
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!("--- redis-server log ({}) ---\n{}", self.log.display(), self.log());
+            eprintln!(
+                "--- redis-server log ({}) ---\n{}",
+                self.log.display(),
+                self.log()
+            );
         }
         self.kill();
     }

@@ -33,7 +33,10 @@ pub enum ApiError {
     #[error("rule {rule} denies this: {reason}")]
     Denied { rule: String, reason: String },
     #[error("{reason}")]
-    Unavailable { reason: String, retry_after_secs: u64 },
+    Unavailable {
+        reason: String,
+        retry_after_secs: u64,
+    },
     #[error("internal error: {0}")]
     Internal(String),
 }
