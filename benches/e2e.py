@@ -42,7 +42,7 @@ def wait_for_socket(path, timeout=20.0):
             s = socket.socket(socket.AF_UNIX)
             s.connect(path)
             # GET rather than PING: twemproxy forwards only keyed commands.
-            s.sendall(b"*2\r\n$3\r\nGET\r\n$5\r\nprobe\r\n")
+            s.sendall(PROBE)
             if s.recv(64).startswith(b"$"):
                 s.close()
                 return
@@ -51,6 +51,24 @@ def wait_for_socket(path, timeout=20.0):
             pass
         time.sleep(0.05)
     raise SystemExit(f"{path} did not answer GET within {timeout}s")
+
+
+PROBE = b"*2\r\n$3\r\nGET\r\n$5\r\nprobe\r\n"
+
+
+def open_clients(path, count, first_command):
+    """`count` connections that have each sent `first_command` and read its reply, so every
+    proxy has fully set each client up before its memory is read."""
+    clients = []
+    for _ in range(count):
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(path)
+        clients.append(s)
+    for s in clients:
+        s.sendall(first_command)
+    for s in clients:
+        s.recv(64)
+    return clients
 
 
 def free_port():
@@ -173,32 +191,13 @@ def main():
 
         # Memory: idle, 1,000 idle clients, 100 subscribers.
         idle = rss_kib(tollgate.pid)
-        clients = []
-        for _ in range(1000):
-            s = socket.socket(socket.AF_UNIX)
-            s.connect(tollgate_sock)
-            clients.append(s)
-        for s in clients:
-            s.sendall(b"*2\r\n$3\r\nGET\r\n$5\r\nprobe\r\n")
-        for s in clients:
-            s.recv(16)
+        clients = open_clients(tollgate_sock, 1000, PROBE)
         with_clients = rss_kib(tollgate.pid)
-        nut_clients = []
-        for _ in range(1000):
-            s = socket.socket(socket.AF_UNIX)
-            s.connect(nut_sock)
-            nut_clients.append(s)
-        time.sleep(0.5)
+        nut_clients = open_clients(nut_sock, 1000, PROBE)
         nut_rss = rss_kib(nutcracker.pid)
         for s in clients + nut_clients:
             s.close()
-        subscribers = []
-        for _ in range(100):
-            s = socket.socket(socket.AF_UNIX)
-            s.connect(tollgate_sock)
-            s.sendall(b"SUBSCRIBE news\r\n")
-            s.recv(64)
-            subscribers.append(s)
+        subscribers = open_clients(tollgate_sock, 100, b"SUBSCRIBE news\r\n")
         with_subscribers = rss_kib(tollgate.pid)
         for s in subscribers:
             s.close()
