@@ -28,19 +28,7 @@ impl Fixture {
         let provisioned = tollgate_lanes::provision(&endpoint, dir.path(), &base)
             .await
             .expect("provision lane users");
-        let mut registry = Registry::default();
-        let lanes = Lanes::open(
-            &Topology::Standalone(endpoint),
-            &provisioned.config,
-            &mut registry,
-        )
-        .expect("open lanes");
-        Fixture {
-            redis,
-            lanes,
-            registry,
-            _dir: dir,
-        }
+        Fixture::open(redis, dir, &provisioned.config)
     }
 
     /// Like [`Fixture::start`], but the lane users are part of the server's command line, so they
@@ -66,11 +54,15 @@ impl Fixture {
                 builder = builder.arg(*rule);
             }
         }
-        let redis = builder.start();
+        Fixture::open(builder.start(), dir, &config)
+    }
+
+    /// Opens the lanes on `redis` with `config` (lane users already in place).
+    fn open(redis: RedisServer, dir: tempfile::TempDir, config: &LanesConfig) -> Fixture {
         let mut registry = Registry::default();
         let lanes = Lanes::open(
             &Topology::Standalone(endpoint(redis.socket())),
-            &config,
+            config,
             &mut registry,
         )
         .expect("open lanes");
@@ -80,6 +72,13 @@ impl Fixture {
             registry,
             _dir: dir,
         }
+    }
+
+    /// True once Redis lists no connection of any lane user.
+    pub fn no_lane_connections(&self) -> bool {
+        client_list(&self.redis)
+            .iter()
+            .all(|c| !c.user.starts_with("tollgate-"))
     }
 
     /// Ids of the connections Redis has from `user`, from `CLIENT LIST`.

@@ -228,12 +228,7 @@ async fn close_cuts_off_a_stuck_borrower_at_the_deadline() {
         Err(CallError::Indeterminate { .. })
     ));
     assert!(
-        eventually(Duration::from_secs(5), || crate::lanes::client_list(
-            &fixture.redis
-        )
-        .iter()
-        .all(|c| !c.user.starts_with("tollgate-")))
-        .await,
+        eventually(Duration::from_secs(5), || fixture.no_lane_connections()).await,
         "every lane connection is closed"
     );
 }
@@ -295,12 +290,7 @@ async fn every_connection_is_closed_exactly_once_and_a_second_close_is_a_no_op()
         );
     }
     assert!(
-        eventually(Duration::from_secs(5), || crate::lanes::client_list(
-            &fixture.redis
-        )
-        .iter()
-        .all(|c| !c.user.starts_with("tollgate-")))
-        .await,
+        eventually(Duration::from_secs(5), || fixture.no_lane_connections()).await,
         "redis still lists lane connections after close"
     );
     let text = fixture.metrics_text();
