@@ -11,6 +11,7 @@ const INPUTS: &[&str] = &[
     "crates/policy/rules/src",
     "policies/modules/Cargo.toml",
     "policies/modules/Cargo.lock",
+    "policies/modules/kit/src",
     "policies/modules/catalog/src",
     "policies/modules/yaml-guard/src",
     "policies/modules/hostile/src",

@@ -141,7 +141,11 @@ fn a_large_value_crosses_into_the_sandbox_as_a_bounded_prefix() {
     let argv = vec![Bytes::from_static(b"SET"), Bytes::from_static(b"k"), value];
     let denial = denial(admission.admit(&caller("local"), &argv));
     assert_eq!(denial.rule, "echo");
-    assert_eq!(denial.reason, format!("keys=1 args=64/{}", 1 << 20));
+    // Everything that crossed: "SET", "k" and the value's first 64 bytes.
+    assert_eq!(
+        denial.reason,
+        format!("keys=1 args=64/{} bytes={}", 1 << 20, 3 + 1 + 64)
+    );
 }
 
 #[test]

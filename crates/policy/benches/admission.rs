@@ -93,35 +93,60 @@ fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
     )
 }
 
+/// Decisions timed per command and side; `ADMISSION_SAMPLES` lowers it for runs under valgrind.
+fn samples() -> usize {
+    std::env::var("ADMISSION_SAMPLES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200_000)
+}
+
+/// Timing is split into rounds that visit every command and both sides in turn, so a slow
+/// stretch of a shared machine lands on all of them alike instead of on one command's block.
+const ROUNDS: usize = 20;
+
 fn print_percentiles(admission: &Admission, native: &Native, caller: &Caller) {
-    const N: usize = 200_000;
-    println!(
-        "{:<16} {:>12} {:>12} {:>12} {:>12} {:>8}",
-        "command", "sandbox p50", "sandbox p99", "native p50", "native p99", "p50 x"
-    );
-    for (name, parts) in COMMANDS {
-        let argv = argv(parts);
-        let sandboxed = native.admit(caller, &argv);
-        let decided = matches!(admission.admit(caller, &argv), Decision::Admitted { .. });
+    let per_round = samples().div_ceil(ROUNDS);
+    let commands: Vec<(&str, Vec<Bytes>)> = COMMANDS
+        .iter()
+        // `ADMISSION_ONLY=GET` times one command (for runs under valgrind).
+        .filter(|(name, _)| std::env::var("ADMISSION_ONLY").map_or(true, |only| only == *name))
+        .map(|(name, parts)| (*name, argv(parts)))
+        .collect();
+    for (name, argv) in &commands {
+        let sandboxed = native.admit(caller, argv);
+        let decided = matches!(admission.admit(caller, argv), Decision::Admitted { .. });
         assert_eq!(
             sandboxed, decided,
             "{name}: the sandbox and the native evaluation disagree"
         );
-        let time = |f: &dyn Fn()| {
-            (0..N)
-                .map(|_| {
-                    let start = Instant::now();
-                    f();
-                    start.elapsed()
-                })
-                .collect::<Vec<_>>()
-        };
-        let (sp50, sp99) = percentiles(time(&|| {
-            black_box(admission.admit(caller, black_box(&argv)));
-        }));
-        let (np50, np99) = percentiles(time(&|| {
-            black_box(native.admit(caller, black_box(&argv)));
-        }));
+    }
+    let time = |samples: &mut Vec<Duration>, f: &dyn Fn()| {
+        samples.extend((0..per_round).map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed()
+        }))
+    };
+    let mut sandbox = vec![Vec::new(); commands.len()];
+    let mut natively = vec![Vec::new(); commands.len()];
+    for _ in 0..ROUNDS {
+        for (i, (_, argv)) in commands.iter().enumerate() {
+            time(&mut sandbox[i], &|| {
+                black_box(admission.admit(caller, black_box(argv)));
+            });
+            time(&mut natively[i], &|| {
+                black_box(native.admit(caller, black_box(argv)));
+            });
+        }
+    }
+    println!(
+        "{:<16} {:>12} {:>12} {:>12} {:>12} {:>8}",
+        "command", "sandbox p50", "sandbox p99", "native p50", "native p99", "p50 x"
+    );
+    for (i, (name, _)) in commands.iter().enumerate() {
+        let (sp50, sp99) = percentiles(std::mem::take(&mut sandbox[i]));
+        let (np50, np99) = percentiles(std::mem::take(&mut natively[i]));
         println!(
             "{name:<16} {sp50:>12?} {sp99:>12?} {np50:>12?} {np99:>12?} {:>8.1}",
             sp50.as_nanos() as f64 / np50.as_nanos().max(1) as f64

@@ -192,8 +192,8 @@ impl From<&bindings::Descriptor> for Descriptor {
                 .iter()
                 .map(|k| KeyAccess {
                     position: k.position as usize,
-                    read: k.read,
-                    write: k.write,
+                    read: k.access.contains(bindings::Access::READ),
+                    write: k.access.contains(bindings::Access::WRITE),
                 })
                 .collect(),
         }

@@ -1,12 +1,13 @@
-//! Reuse of catalog answers the catalog marks `fixed` (they depend only on the name, subcommand
-//! and argc), so a `GET` does not ask the catalog module again for every key. Per generation, and
-//! bounded: past [`CAPACITY`] entries new answers are simply not kept.
+//! Reuse of catalog answers as each answer's `reuse` allows: for later calls with the same name,
+//! subcommand and argc, and equal arguments at the positions it names (EVAL's numkeys), so a
+//! `GET` or an `EVAL` does not ask the catalog module again for every call. Per generation, and
+//! bounded: past [`CAPACITY`] answers new ones are simply not kept.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use parking_lot::RwLock;
+use rustc_hash::FxHashMap;
 
 use crate::decision::Descriptor;
 use crate::sandbox::bindings;
@@ -14,6 +15,9 @@ use crate::sandbox::bindings;
 const CAPACITY: usize = 4096;
 /// Longest name or subcommand cached; longer ones are always described afresh.
 const WORD: usize = 24;
+/// Room for the values an answer depends on, each with a length byte (numkeys values are short;
+/// calls with longer ones are described afresh).
+const VALUES: usize = 16;
 
 /// A catalog answer in both forms: for the guards (WIT) and for the caller (native).
 pub struct Described {
@@ -39,44 +43,80 @@ impl Described {
     }
 }
 
+/// Which command: name and subcommand, upper case.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-struct Key {
+struct CommandKey {
     name: [u8; WORD],
     sub: [u8; WORD],
+}
+
+/// Which call of a command: argc and the values at the command's reuse positions.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct CallKey {
     argc: u32,
+    values: [u8; VALUES],
+}
+
+/// The answers kept for one command, and the positions its calls are told apart by.
+struct Known {
+    positions: Vec<u32>,
+    answers: FxHashMap<CallKey, Arc<Described>>,
 }
 
 #[derive(Default)]
 pub struct DescribedCache {
-    entries: RwLock<HashMap<Key, Arc<Described>>>,
+    inner: RwLock<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    commands: FxHashMap<CommandKey, Known>,
+    answers: usize,
 }
 
 impl DescribedCache {
-    /// A cached answer for `argv`: first as a plain command, then as `PARENT|SUB`.
+    /// A kept answer for `argv`: first as a plain command, then as `PARENT|SUB`.
     pub fn get(&self, argv: &[Bytes]) -> Option<Arc<Described>> {
-        let entries = self.entries.read();
-        let plain = key(argv, false)?;
-        if let Some(found) = entries.get(&plain) {
-            return Some(found.clone());
-        }
-        entries.get(&key(argv, true)?).cloned()
+        let inner = self.inner.read();
+        let known = match inner.commands.get(&command_key(argv, false)?) {
+            Some(known) => known,
+            None => inner.commands.get(&command_key(argv, true)?)?,
+        };
+        known
+            .answers
+            .get(&call_key(argv, &known.positions)?)
+            .cloned()
     }
 
     pub fn offer(&self, argv: &[Bytes], described: &Arc<Described>) {
-        if !described.wit.fixed {
-            return;
-        }
-        let Some(key) = key(argv, described.wit.name.contains('|')) else {
+        let Some(positions) = &described.wit.reuse else {
             return;
         };
-        let mut entries = self.entries.write();
-        if entries.len() < CAPACITY {
-            entries.insert(key, described.clone());
+        let with_sub = described.wit.name.contains('|');
+        let (Some(command), Some(call)) = (command_key(argv, with_sub), call_key(argv, positions))
+        else {
+            return;
+        };
+        let mut inner = self.inner.write();
+        if inner.answers >= CAPACITY {
+            return;
+        }
+        let known = inner.commands.entry(command).or_insert_with(|| Known {
+            positions: positions.clone(),
+            answers: FxHashMap::default(),
+        });
+        // A catalog names the same positions for every call of a command; if one did not, the
+        // first answer's positions stay and this answer is not kept.
+        if known.positions != *positions {
+            return;
+        }
+        if known.answers.insert(call, described.clone()).is_none() {
+            inner.answers += 1;
         }
     }
 }
 
-fn key(argv: &[Bytes], with_sub: bool) -> Option<Key> {
+fn command_key(argv: &[Bytes], with_sub: bool) -> Option<CommandKey> {
     let word = |bytes: &[u8]| -> Option<[u8; WORD]> {
         let mut out = [0u8; WORD];
         out.get_mut(..bytes.len())?.copy_from_slice(bytes);
@@ -88,9 +128,83 @@ fn key(argv: &[Bytes], with_sub: bool) -> Option<Key> {
         (true, None) => return None,
         (false, _) => [0u8; WORD],
     };
-    Some(Key {
+    Some(CommandKey {
         name: word(argv.first()?)?,
         sub,
-        argc: u32::try_from(argv.len()).ok()?,
     })
+}
+
+/// Length-prefixed, so `["1", "23"]` and `["12", "3"]` differ.
+fn call_key(argv: &[Bytes], positions: &[u32]) -> Option<CallKey> {
+    let mut values = [0u8; VALUES];
+    let mut at = 0;
+    for &position in positions {
+        let value = argv.get(position as usize)?;
+        let end = at + 1 + value.len();
+        values.get_mut(at + 1..end)?.copy_from_slice(value);
+        values[at] = value.len() as u8;
+        at = end;
+    }
+    Some(CallKey {
+        argc: u32::try_from(argv.len()).ok()?,
+        values,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::bindings::{Categories, CommandFlags, Lane};
+
+    fn argv(parts: &[&str]) -> Vec<Bytes> {
+        parts
+            .iter()
+            .map(|p| Bytes::copy_from_slice(p.as_bytes()))
+            .collect()
+    }
+
+    fn answer(name: &str, reuse: Option<Vec<u32>>) -> Arc<Described> {
+        Arc::new(Described::new(bindings::Descriptor {
+            name: name.into(),
+            lane: Lane::Regular,
+            categories: Categories::empty(),
+            traits: CommandFlags::empty(),
+            arity: -1,
+            keys: Vec::new(),
+            reuse,
+        }))
+    }
+
+    #[test]
+    fn an_answer_is_reused_for_calls_equal_at_its_positions_only() {
+        let cache = DescribedCache::default();
+        let eval = answer("EVAL", Some(vec![2]));
+        cache.offer(&argv(&["EVAL", "return 1", "2", "a", "b"]), &eval);
+        let hit = cache.get(&argv(&["eval", "return 2", "2", "c", "d"]));
+        assert!(hit.is_some_and(|hit| Arc::ptr_eq(&hit, &eval)));
+        // Another numkeys, or another argc, is another call.
+        assert!(cache
+            .get(&argv(&["EVAL", "return 1", "1", "a", "b"]))
+            .is_none());
+        assert!(cache.get(&argv(&["EVAL", "return 1", "2", "a"])).is_none());
+    }
+
+    #[test]
+    fn an_answer_without_reuse_is_not_kept() {
+        let cache = DescribedCache::default();
+        let xread = argv(&["XREAD", "STREAMS", "s", "0"]);
+        cache.offer(&xread, &answer("XREAD", None));
+        assert!(cache.get(&xread).is_none());
+    }
+
+    #[test]
+    fn subcommands_are_told_apart() {
+        let cache = DescribedCache::default();
+        cache.offer(
+            &argv(&["CLIENT", "LIST"]),
+            &answer("CLIENT|LIST", Some(vec![])),
+        );
+        assert!(cache.get(&argv(&["client", "list"])).is_some());
+        assert!(cache.get(&argv(&["CLIENT", "KILL"])).is_none());
+    }
 }

@@ -17,8 +17,10 @@ use crate::config::PolicyConfig;
 use crate::decision::{Decision, Denial, DenyCause, Descriptor};
 use crate::described::{Described, DescribedCache};
 use crate::error::PolicyError;
-use crate::sandbox::bindings::{self, Arg, Categories, Command, CommandFlags, KeyAccess, Verdict};
-use crate::sandbox::{Allocator, Catalog, Fault, Guard, Sandbox, ARG_PREFIX};
+use crate::sandbox::bindings::{
+    self, Access, Argv, Categories, Command, CommandFlags, KeyAccess, Verdict,
+};
+use crate::sandbox::{Allocator, Catalog, Fault, Guard, Lowered, Sandbox};
 
 const BUILTIN_CATALOG: &[u8] =
     include_bytes!(concat!(env!("TOLLGATE_COMPONENTS"), "/catalog.wasm"));
@@ -211,13 +213,10 @@ impl Generation {
             for test in &file.tests {
                 let who = caller(&test.principal);
                 let decision = match test.argv.as_slice() {
-                    [lease, resource] if lease.eq_ignore_ascii_case("LEASE") => self.judge(
-                        guard,
-                        &wit_caller(&who),
-                        &lease_command(resource),
-                        &lease_descriptor(),
-                        None,
-                    ),
+                    [lease, resource] if lease.eq_ignore_ascii_case("LEASE") => {
+                        let (described, argv) = lease_command(resource);
+                        self.judge_argv(guard, &who, &described, &argv, None)
+                    }
                     argv => {
                         let argv: Vec<Bytes> =
                             argv.iter().map(|a| Bytes::from(a.clone())).collect();
@@ -281,13 +280,8 @@ impl Generation {
 
     /// A lease request, judged as the pseudo-command `TOLLGATE|LEASE <resource>`.
     pub fn admit_lease(&self, caller: &Caller, resource: &str) -> Decision {
-        self.judge(
-            &self.guards,
-            &wit_caller(caller),
-            &lease_command(resource),
-            &lease_descriptor(),
-            None,
-        )
+        let (described, argv) = lease_command(resource);
+        self.judge_argv(&self.guards, caller, &described, &argv, None)
     }
 
     /// Every module's answer for one command, and the decision.
@@ -304,18 +298,24 @@ impl Generation {
         descriptor: &bindings::Descriptor,
         keys: Vec<Vec<u8>>,
     ) -> Decision {
-        let command = Command {
-            keys,
-            args: Vec::new(),
-        };
-        let described = Described::new(descriptor.clone());
-        self.judge(
-            &self.guards,
-            &wit_caller(caller),
-            &command,
-            &described,
-            None,
-        )
+        let argv: Vec<Bytes> = std::iter::once(Bytes::from(descriptor.name.clone()))
+            .chain(keys.into_iter().map(Bytes::from))
+            .collect();
+        // The sample keys stand where the descriptor's keys are, in order, with their access.
+        let marks: Vec<KeyAccess> = (1..argv.len())
+            .map(|position| KeyAccess {
+                position: position as u32,
+                access: descriptor
+                    .keys
+                    .get(position - 1)
+                    .map_or(Access::READ | Access::WRITE, |key| key.access),
+            })
+            .collect();
+        let described = Described::new(bindings::Descriptor {
+            keys: marks,
+            ..descriptor.clone()
+        });
+        self.judge_argv(&self.guards, caller, &described, &argv, None)
     }
 
     pub fn descriptors(&self) -> &[bindings::Descriptor] {
@@ -340,7 +340,7 @@ impl Generation {
         };
         let described = match self.described.get(argv) {
             Some(cached) => cached,
-            None => match self.describe(&argv.iter().map(bound).collect::<Vec<_>>()) {
+            None => match Lowered::with(|lowered| self.describe(lowered.bounded(argv))) {
                 Ok(Some(described)) => {
                     let described = Arc::new(described);
                     self.described.offer(argv, &described);
@@ -375,26 +375,11 @@ impl Generation {
                 reason: None,
             });
         }
-        let is_key = |i: usize| descriptor.keys.iter().any(|k| k.position as usize == i);
-        let command = Command {
-            keys: descriptor
-                .keys
-                .iter()
-                .map(|k| argv[k.position as usize].to_vec())
-                .collect(),
-            args: argv
-                .iter()
-                .enumerate()
-                .skip(1)
-                .filter(|(i, _)| !is_key(*i))
-                .map(|(_, arg)| bound(arg))
-                .collect(),
-        };
-        self.judge(guards, &wit_caller(caller), &command, &described, steps)
+        self.judge_argv(guards, caller, &described, argv, steps)
     }
 
     /// The first catalog's answer that knows the command; a faulting catalog ends the search.
-    fn describe(&self, argv: &[Arg]) -> Result<Option<Described>, (&str, Fault)> {
+    fn describe(&self, argv: &Argv) -> Result<Option<Described>, (&str, Fault)> {
         for (index, catalog) in self.catalogs.iter().enumerate() {
             match catalog.describe(argv) {
                 Ok(Some(descriptor)) => return Ok(Some(Described::by(index, descriptor))),
@@ -403,6 +388,21 @@ impl Generation {
             }
         }
         Ok(None)
+    }
+
+    /// Lowers `caller` and `argv` as `described` says and runs the guard chain on them.
+    fn judge_argv(
+        &self,
+        guards: &[Guard],
+        caller: &Caller,
+        described: &Described,
+        argv: &[Bytes],
+        steps: Option<&mut Vec<Step>>,
+    ) -> Decision {
+        Lowered::with(|lowered| {
+            let (who, command) = lowered.for_guard(caller, &described.wit, argv);
+            self.judge(guards, who, command, described, steps)
+        })
     }
 
     /// The guard chain: the first deny wins; admitted only if some guard allows.
@@ -418,7 +418,7 @@ impl Generation {
         let mut allowed: Option<String> = None;
         let mut denial = None;
         for guard in guards {
-            let verdict = guard.admit(who, command, descriptor);
+            let verdict = guard.admit(who, command, &descriptor.keys);
             if let Some(steps) = steps.as_deref_mut() {
                 steps.push(step(guard.name(), &verdict));
             }
@@ -516,22 +516,6 @@ fn file_name(path: &Path) -> String {
     )
 }
 
-fn bound(arg: &Bytes) -> Arg {
-    Arg {
-        prefix: arg[..arg.len().min(ARG_PREFIX)].to_vec(),
-        len: u32::try_from(arg.len()).unwrap_or(u32::MAX),
-    }
-}
-
-fn wit_caller(caller: &Caller) -> bindings::Caller {
-    bindings::Caller {
-        principal: caller.principal.clone(),
-        uid: caller.uid,
-        gid: caller.gid,
-        pid: caller.pid,
-    }
-}
-
 fn caller(principal: &str) -> Caller {
     Caller {
         principal: principal.to_owned(),
@@ -541,27 +525,26 @@ fn caller(principal: &str) -> Caller {
     }
 }
 
-fn lease_command(resource: &str) -> Command {
-    Command {
-        keys: vec![resource.as_bytes().to_vec()],
-        args: Vec::new(),
-    }
-}
-
-fn lease_descriptor() -> Described {
-    Described::new(bindings::Descriptor {
+/// A lease request as the guards see it: `TOLLGATE|LEASE <resource>`, the resource its key.
+fn lease_command(resource: &str) -> (Described, [Bytes; 2]) {
+    let key = KeyAccess {
+        position: 1,
+        access: Access::READ | Access::WRITE,
+    };
+    let described = Described::new(bindings::Descriptor {
         name: LEASE_COMMAND.to_owned(),
         lane: bindings::Lane::Script,
         categories: Categories::empty(),
         traits: CommandFlags::WRITE | CommandFlags::SCRIPTING,
         arity: 2,
-        keys: vec![KeyAccess {
-            position: 1,
-            read: true,
-            write: true,
-        }],
-        fixed: false,
-    })
+        keys: vec![key],
+        reuse: None,
+    });
+    let argv = [
+        Bytes::from_static(LEASE_COMMAND.as_bytes()),
+        Bytes::copy_from_slice(resource.as_bytes()),
+    ];
+    (described, argv)
 }
 
 fn denied(module: &str, rule: &str, reason: &str, cause: DenyCause, command: String) -> Decision {

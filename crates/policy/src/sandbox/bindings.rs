@@ -19,5 +19,5 @@ pub mod guard {
 }
 
 pub use catalog::tollgate::policy::types::{
-    Arg, Caller, Categories, Command, CommandFlags, Descriptor, KeyAccess, Lane, Verdict,
+    Access, Argv, Caller, Categories, Command, CommandFlags, Descriptor, KeyAccess, Lane, Verdict,
 };

@@ -3,14 +3,14 @@
 
 use std::sync::Arc;
 
-use super::bindings::{Arg, Caller, Command, Descriptor, Verdict};
+use super::bindings::{Argv, Caller, Command, Descriptor, KeyAccess, Verdict};
 use super::engine::Sandbox;
 use super::module::{CatalogKind, Fault, GuardKind, Module};
 
-/// How many leading bytes of a non-key argument cross into the sandbox.
-pub const ARG_PREFIX: usize = 64;
 /// Longest command name, rule id or reason a module may answer with.
 const MAX_TEXT: usize = 1024;
+/// Most argument positions an answer's reuse may depend on (key counts: one per key spec).
+const MAX_REUSE: usize = 4;
 
 pub struct Catalog {
     module: Module<CatalogKind>,
@@ -27,12 +27,12 @@ impl Catalog {
     }
 
     /// The descriptor of `argv` (bounded arguments, the name first); `None` for an unknown command.
-    pub fn describe(&self, argv: &[Arg]) -> Result<Option<Descriptor>, Fault> {
+    pub fn describe(&self, argv: &Argv) -> Result<Option<Descriptor>, Fault> {
         let answer = self
             .module
             .call(|catalog, store| catalog.tollgate_policy_catalog().call_describe(store, argv))?;
         if let Some(descriptor) = &answer {
-            check_descriptor(descriptor, Some(argv.len()))?;
+            check_descriptor(descriptor, Some(argv.ends.len()))?;
         }
         Ok(answer)
     }
@@ -54,6 +54,12 @@ fn check_descriptor(descriptor: &Descriptor, argc: Option<usize>) -> Result<(), 
         )));
     }
     let argc = argc.unwrap_or(usize::MAX);
+    let reuse = descriptor.reuse.as_deref().unwrap_or_default();
+    if reuse.len() > MAX_REUSE || reuse.iter().any(|&at| at == 0 || at as usize >= argc) {
+        return Err(Fault::malformed(format!(
+            "reuse positions {reuse:?} outside argv of {argc} (at most {MAX_REUSE})"
+        )));
+    }
     if let Some(key) = descriptor
         .keys
         .iter()
@@ -90,12 +96,12 @@ impl Guard {
         &self,
         who: &Caller,
         command: &Command,
-        descriptor: &Descriptor,
+        keys: &[KeyAccess],
     ) -> Result<Verdict, Fault> {
         let verdict = self.module.call(|guard, store| {
             guard
                 .tollgate_policy_guard()
-                .call_admit(store, who, command, descriptor)
+                .call_admit(store, who, command, keys)
         })?;
         let longest = match &verdict {
             Verdict::Allow(rule) => rule.len(),

@@ -5,7 +5,9 @@ pub mod bindings;
 mod calls;
 mod engine;
 mod module;
+mod packing;
 
-pub use calls::{Catalog, Guard, ARG_PREFIX};
+pub use calls::{Catalog, Guard};
 pub use engine::{Allocator, Sandbox};
 pub use module::Fault;
+pub use packing::Lowered;

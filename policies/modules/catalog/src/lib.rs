@@ -3,16 +3,19 @@
 
 wit_bindgen::generate!({ world: "catalog-module", path: "../../../wit" });
 
+#[global_allocator]
+static ALLOCATOR: guest_kit::SizeClasses = guest_kit::SizeClasses::new();
+
 mod commands;
 mod table;
 
 use exports::tollgate::policy::catalog::Guest;
-use tollgate::policy::types::{Arg, Descriptor};
+use tollgate::policy::types::{Argv, Descriptor};
 
 struct Catalog;
 
 impl Guest for Catalog {
-    fn describe(argv: Vec<Arg>) -> Option<Descriptor> {
+    fn describe(argv: Argv) -> Option<Descriptor> {
         table::describe(commands::COMMANDS, &argv)
     }
 

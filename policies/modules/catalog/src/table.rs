@@ -4,7 +4,11 @@
 use std::cmp::Ordering;
 
 pub use crate::tollgate::policy::types::Lane;
-use crate::tollgate::policy::types::{Arg, Categories, CommandFlags, Descriptor, KeyAccess};
+use guest_kit::Args;
+
+use crate::tollgate::policy::types::{
+    Access, Argv, Categories, CommandFlags, Descriptor, KeyAccess,
+};
 
 pub struct Entry {
     pub name: &'static str,
@@ -46,9 +50,12 @@ pub enum Find {
     Keynum { index: i32, first: i32, step: i32 },
 }
 
-pub fn describe(table: &'static [Entry], argv: &[Arg]) -> Option<Descriptor> {
-    let entry = lookup(table, argv)?;
-    Some(descriptor(entry, argv.len(), |i| argv.get(i).map(whole)))
+pub fn describe(table: &'static [Entry], argv: &Argv) -> Option<Descriptor> {
+    let args = Args::new(&argv.bytes, &argv.ends, &argv.lens);
+    // An argument only a prefix of which crossed is no keyword or number: it reads as empty.
+    let arg = |i: usize| (i < args.count()).then(|| args.whole(i).unwrap_or_default());
+    let entry = lookup(table, args.count(), arg)?;
+    Some(descriptor(entry, args.count(), arg))
 }
 
 pub fn all(table: &'static [Entry]) -> Vec<Descriptor> {
@@ -68,7 +75,7 @@ pub fn all(table: &'static [Entry]) -> Vec<Descriptor> {
 /// and each search keyword followed by one key (and its partner argument, as XREAD's ID).
 fn sample(entry: &Entry) -> Vec<Vec<u8>> {
     let mut argv = vec![b"x".to_vec(); (entry.arity.unsigned_abs() as usize).max(1)];
-    let mut grow = |argv: &mut Vec<Vec<u8>>, len: usize| {
+    let grow = |argv: &mut Vec<Vec<u8>>, len: usize| {
         if argv.len() < len {
             argv.resize(len, b"x".to_vec());
         }
@@ -90,25 +97,20 @@ fn sample(entry: &Entry) -> Vec<Vec<u8>> {
     argv
 }
 
-/// An argument's bytes if the prefix is all of it; keywords and numbers always fit.
-fn whole(arg: &Arg) -> &[u8] {
-    if arg.prefix.len() == arg.len as usize {
-        &arg.prefix
-    } else {
-        &[]
-    }
-}
-
-fn lookup(table: &'static [Entry], argv: &[Arg]) -> Option<&'static Entry> {
-    let name = whole(argv.first()?);
+fn lookup<'a>(
+    table: &'static [Entry],
+    argc: usize,
+    arg: impl Fn(usize) -> Option<&'a [u8]>,
+) -> Option<&'static Entry> {
+    let name = arg(0)?;
     let index = table
         .binary_search_by(|entry| cmp_ignore_case(entry.name.as_bytes(), name))
         .ok()?;
     let entry = &table[index];
-    if entry.subcommands.is_empty() || argv.len() < 2 {
+    if entry.subcommands.is_empty() || argc < 2 {
         return Some(entry);
     }
-    let sub = whole(&argv[1]);
+    let sub = arg(1)?;
     entry.subcommands.iter().find(|candidate| {
         let (_, sub_name) = candidate
             .name
@@ -132,16 +134,12 @@ fn descriptor<'a>(
     let mut keys: Vec<KeyAccess> = Vec::new();
     for spec in entry.keys {
         for position in positions(spec, argc, &arg) {
+            let mut access = Access::empty();
+            access.set(Access::READ, spec.read);
+            access.set(Access::WRITE, spec.write);
             match keys.iter_mut().find(|k| k.position == position) {
-                Some(known) => {
-                    known.read |= spec.read;
-                    known.write |= spec.write;
-                }
-                None => keys.push(KeyAccess {
-                    position,
-                    read: spec.read,
-                    write: spec.write,
-                }),
+                Some(known) => known.access |= access,
+                None => keys.push(KeyAccess { position, access }),
             }
         }
     }
@@ -162,19 +160,27 @@ fn descriptor<'a>(
         traits: CommandFlags::from_bits_retain(entry.traits),
         arity: entry.arity,
         keys,
-        fixed: is_fixed(entry),
+        reuse: reuse(entry),
     }
 }
 
-/// Whether key positions and lane follow from argc alone: no keyword or key count to look at.
-fn is_fixed(entry: &Entry) -> bool {
-    entry.blocks_only_with.is_none()
-        && entry.keys.iter().all(|spec| {
-            matches!(
-                (&spec.begin, &spec.find),
-                (Begin::Index(_), Find::Range { .. })
-            )
-        })
+/// What besides argc decides key positions and lane: the positions of key counts (EVAL's
+/// numkeys); `None` when a keyword does (XREAD's STREAMS, XREAD's BLOCK for the lane).
+fn reuse(entry: &Entry) -> Option<Vec<u32>> {
+    if entry.blocks_only_with.is_some() {
+        return None;
+    }
+    let mut counts = Vec::new();
+    for spec in entry.keys {
+        match (&spec.begin, &spec.find) {
+            (Begin::Index(_), Find::Range { .. }) => {}
+            (Begin::Index(at), Find::Keynum { index, .. }) => {
+                counts.push(u32::try_from(at + index).ok()?);
+            }
+            _ => return None,
+        }
+    }
+    Some(counts)
 }
 
 /// Key positions of one spec for this argv; positions past the end are dropped (Redis itself

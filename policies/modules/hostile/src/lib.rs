@@ -10,25 +10,37 @@ use std::hint::black_box;
 
 use exports::tollgate::policy::guard::Guest;
 use tollgate::policy::config;
-use tollgate::policy::types::{Caller, Command, Denial, Descriptor, Verdict};
+use guest_kit::Args;
+use tollgate::policy::types::{Caller, Command, Denial, KeyAccess, Verdict};
 
 struct Hostile;
 
 impl Guest for Hostile {
-    fn admit(_who: Caller, cmd: Command, _desc: Descriptor) -> Verdict {
+    fn admit(_who: Caller, cmd: Command, keys: Vec<KeyAccess>) -> Verdict {
+        let args = Args::new(&cmd.argv.bytes, &cmd.argv.ends, &cmd.argv.lens);
+        let is_key = |i: usize| keys.iter().any(|key| key.position as usize == i);
         if config::get() == b"echo" {
-            let args: Vec<String> = cmd
-                .args
-                .iter()
-                .map(|arg| format!("{}/{}", arg.prefix.len(), arg.len))
+            // Arguments after the name that are not keys: what crossed of each, and its length.
+            let others: Vec<String> = (1..args.count())
+                .filter(|&i| !is_key(i))
+                .map(|i| {
+                    let crossed = args.get(i).unwrap_or_default().len();
+                    format!("{crossed}/{}", args.len(i).unwrap_or_default())
+                })
                 .collect();
             return Verdict::Deny(Denial {
                 rule: "echo".into(),
-                reason: format!("keys={} args={}", cmd.keys.len(), args.join(",")),
+                reason: format!(
+                    "keys={} args={} bytes={}",
+                    keys.len(),
+                    others.join(","),
+                    cmd.argv.bytes.len()
+                ),
             });
         }
         // Misbehave only for the key `hostile`, so the same instance pool also serves clean calls.
-        if cmd.keys.first().map(Vec::as_slice) != Some(b"hostile") {
+        let first_key = keys.first().and_then(|key| args.get(key.position as usize));
+        if first_key != Some(b"hostile") {
             return Verdict::Allow("hostile-behaves".into());
         }
         match config::get().as_slice() {

@@ -3,11 +3,15 @@
 
 wit_bindgen::generate!({ world: "guard-module", path: "../../../wit" });
 
+#[global_allocator]
+static ALLOCATOR: guest_kit::SizeClasses = guest_kit::SizeClasses::new();
+
 use std::sync::OnceLock;
 
 use exports::tollgate::policy::guard::Guest;
 use tollgate::policy::config;
-use tollgate::policy::types::{Caller, Command, Denial, Descriptor, Lane, Verdict};
+use guest_kit::Args;
+use tollgate::policy::types::{Caller, Command, Denial, KeyAccess, Lane, Verdict};
 use tollgate_policy_rules::{
     CategorySet, CompiledPolicy, Outcome, Request, Subject, LEASE_COMMAND,
 };
@@ -17,7 +21,7 @@ struct YamlGuard;
 static POLICY: OnceLock<Result<CompiledPolicy, String>> = OnceLock::new();
 
 impl Guest for YamlGuard {
-    fn admit(who: Caller, cmd: Command, desc: Descriptor) -> Verdict {
+    fn admit(who: Caller, cmd: Command, keys: Vec<KeyAccess>) -> Verdict {
         let policy = POLICY.get_or_init(|| {
             CompiledPolicy::from_bytes(&config::get()).map_err(|error| error.to_string())
         });
@@ -30,16 +34,35 @@ impl Guest for YamlGuard {
                 })
             }
         };
-        let subject = if desc.name == LEASE_COMMAND {
+        let args = Args::new(&cmd.argv.bytes, &cmd.argv.ends, &cmd.argv.lens);
+        let name = args
+            .get(0)
+            .and_then(|name| std::str::from_utf8(name).ok())
+            .unwrap_or_default();
+        let mut few = [&[][..]; 8];
+        let many: Vec<&[u8]>;
+        let keys: &[&[u8]] = if keys.len() <= few.len() {
+            for (slot, key) in few.iter_mut().zip(&keys) {
+                *slot = args.get(key.position as usize).unwrap_or_default();
+            }
+            &few[..keys.len()]
+        } else {
+            many = keys
+                .iter()
+                .map(|key| args.get(key.position as usize).unwrap_or_default())
+                .collect();
+            &many
+        };
+        let subject = if name == LEASE_COMMAND {
             Subject::Lease {
-                resource: cmd.keys.first().map_or(&[][..], Vec::as_slice),
+                resource: keys.first().copied().unwrap_or_default(),
             }
         } else {
             Subject::Command {
-                name: &desc.name,
-                categories: CategorySet(desc.categories.bits()),
-                lane: lane_index(desc.lane),
-                keys: &cmd.keys,
+                name,
+                categories: CategorySet(cmd.categories.bits()),
+                lane: lane_index(cmd.lane),
+                keys,
             }
         };
         let request = Request {

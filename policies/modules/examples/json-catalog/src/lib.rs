@@ -5,7 +5,10 @@
 wit_bindgen::generate!({ world: "catalog-module", path: "../../../../wit" });
 
 use exports::tollgate::policy::catalog::Guest;
-use tollgate::policy::types::{Arg, Categories, CommandFlags, Descriptor, KeyAccess, Lane};
+use guest_kit::Args;
+use tollgate::policy::types::{
+    Access, Argv, Categories, CommandFlags, Descriptor, KeyAccess, Lane,
+};
 
 struct JsonCatalog;
 
@@ -34,24 +37,24 @@ fn descriptor(&(name, arity, categories, writes): &(&str, i32, Categories, bool)
         arity,
         keys: vec![KeyAccess {
             position: 1,
-            read: !writes,
-            write: writes,
+            access: if writes { Access::WRITE } else { Access::READ },
         }],
-        fixed: true,
+        reuse: Some(Vec::new()),
     }
 }
 
 impl Guest for JsonCatalog {
-    fn describe(argv: Vec<Arg>) -> Option<Descriptor> {
-        let name = argv.first()?;
+    fn describe(argv: Argv) -> Option<Descriptor> {
+        let args = Args::new(&argv.bytes, &argv.ends, &argv.lens);
+        let name = args.whole(0)?;
         let command = COMMANDS
             .iter()
-            .find(|(known, ..)| known.as_bytes().eq_ignore_ascii_case(&name.prefix))?;
+            .find(|(known, ..)| known.as_bytes().eq_ignore_ascii_case(name))?;
         // Without its key the call is malformed; let Redis say so, but name no impossible key.
         let mut described = descriptor(command);
         described
             .keys
-            .retain(|key| (key.position as usize) < argv.len());
+            .retain(|key| (key.position as usize) < args.count());
         Some(described)
     }
 

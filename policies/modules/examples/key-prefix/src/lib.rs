@@ -8,14 +8,15 @@ use std::sync::OnceLock;
 
 use exports::tollgate::policy::guard::Guest;
 use tollgate::policy::config;
-use tollgate::policy::types::{Caller, Command, Denial, Descriptor, Verdict};
+use guest_kit::Args;
+use tollgate::policy::types::{Caller, Command, Denial, KeyAccess, Verdict};
 
 struct KeyPrefix;
 
 static SEPARATOR: OnceLock<Vec<u8>> = OnceLock::new();
 
 impl Guest for KeyPrefix {
-    fn admit(who: Caller, cmd: Command, _desc: Descriptor) -> Verdict {
+    fn admit(who: Caller, cmd: Command, keys: Vec<KeyAccess>) -> Verdict {
         let separator = SEPARATOR.get_or_init(|| {
             let configured = config::get();
             if configured.is_empty() {
@@ -26,7 +27,11 @@ impl Guest for KeyPrefix {
         });
         let mut prefix = who.principal.into_bytes();
         prefix.extend_from_slice(separator);
-        match cmd.keys.iter().find(|key| !key.starts_with(&prefix)) {
+        let args = Args::new(&cmd.argv.bytes, &cmd.argv.ends, &cmd.argv.lens);
+        let mut keys = keys
+            .iter()
+            .map(|key| args.get(key.position as usize).unwrap_or_default());
+        match keys.find(|key| !key.starts_with(&prefix)) {
             None => Verdict::Abstain,
             Some(key) => Verdict::Deny(Denial {
                 rule: "key-prefix".into(),
