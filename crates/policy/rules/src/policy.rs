@@ -135,10 +135,13 @@ impl Rule {
             ) => {
                 (*any || categories.intersects(*command_categories) || names_cover(names, name))
                     && lanes.is_none_or(|mask| mask & (1 << lane) != 0)
+                    // A key glob cannot vouch for a command that names no key (SCAN, DBSIZE, EXEC):
+                    // a rule with `keys` matches only commands with keys, all of them matching.
                     && keys.as_ref().is_none_or(|globs| {
-                        command_keys
-                            .iter()
-                            .all(|key| globs_match(globs, key.as_ref()))
+                        !command_keys.is_empty()
+                            && command_keys
+                                .iter()
+                                .all(|key| globs_match(globs, key.as_ref()))
                     })
             }
             (Target::Leases { resources }, Subject::Lease { resource }) => {
@@ -244,6 +247,8 @@ mod tests {
             id(policy.evaluate(&command("bob", "GET", &["acme:1"]))),
             "none"
         );
+        // A keyless command in the rule's categories is not the tenant rule's to allow.
+        assert_eq!(id(policy.evaluate(&command("acme", "DBSIZE", &[]))), "none");
         assert_eq!(
             id(policy.evaluate(&command("bob", "FLUSHALL", &[]))),
             "deny no-flush"
