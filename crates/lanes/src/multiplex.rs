@@ -24,6 +24,7 @@ use crate::error::{CallError, Saturation};
 use crate::gate::{Gate, Permit, Queue};
 use crate::life::Life;
 use crate::metrics::{LaneMetrics, Rejection};
+use crate::quiet::Quiet;
 use crate::reply::{reply_limits, Reply};
 use crate::stream::Stream;
 
@@ -335,11 +336,11 @@ async fn write_loop(
     let life = &lane.life;
     let mut batch = BytesMut::with_capacity(16 * 1024);
     let mut next = Some(first);
-    // Made once: each new wait on a token locks it to register and again to deregister.
-    let gone = lost.cancelled();
-    let killed = life.killed().cancelled();
-    let draining = life.draining().cancelled();
-    tokio::pin!(gone, killed, draining);
+    // Made once (each new wait on a token locks it to register and again to deregister), and
+    // quiet: polled only when they fire, not on every turn of the loop.
+    let mut gone = Quiet::new(lost.cancelled());
+    let mut killed = Quiet::new(life.killed().cancelled());
+    let mut draining = Quiet::new(life.draining().cancelled());
     loop {
         let request = match next.take() {
             Some(request) => request,
@@ -420,11 +421,10 @@ async fn read_loop(
     let limits = reply_limits();
     let mut current: Option<InFlight> = None;
     let mut scanner = Scanner::default();
-    // Created once: the loop below runs per reply.
-    let gone = lost.cancelled();
-    let killed = lane.life.killed().cancelled();
-    let moved = lane.connector.moved(generation);
-    tokio::pin!(gone, killed, moved);
+    // Created once (the loop below runs per reply) and quiet: polled only when they fire.
+    let mut gone = Quiet::new(lost.cancelled());
+    let mut killed = Quiet::new(lane.life.killed().cancelled());
+    let mut moved = Quiet::new(lane.connector.moved(generation));
     let failure = loop {
         if let Err(error) = hand_out(&mut read, &mut scanner, &mut current, &mut owed, &limits) {
             break format!("redis sent an unreadable reply: {error}");

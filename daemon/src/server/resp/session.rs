@@ -15,7 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
-use tollgate_lanes::{Borrowed, Channel, SubscriptionKind};
+use tollgate_lanes::{Borrowed, Channel, Quiet, SubscriptionKind};
 use tollgate_model::{Caller, Lane};
 use tollgate_policy::Decision;
 use tollgate_resp::{Command, Frame};
@@ -130,11 +130,10 @@ impl Session {
         let mut input = BytesMut::with_capacity(READ_CHUNK);
         let mut stopping = false;
         // Made once, not per turn of the loop (which turns per reply): each new wait on a token
-        // locks it to register and again to deregister.
+        // locks it to register and again to deregister. Quiet: polled only when they fire.
         let eviction = self.subscriptions.eviction();
-        let evicted = eviction.cancelled();
-        let stopped = stop.cancelled();
-        tokio::pin!(evicted, stopped);
+        let mut evicted = Quiet::new(eviction.cancelled());
+        let mut stopped = Quiet::new(stop.cancelled());
         loop {
             if !stopping {
                 if let Some(close) = self.dispatch(&mut input).await {
