@@ -68,12 +68,20 @@ impl DecisionLog {
             .create(true)
             .append(true)
             .open(&config.path)?;
+        DecisionLog::start(file, config.path.clone(), config.keys, dropped)
+    }
+
+    /// The writer thread on `out`; `path` only names it in warnings.
+    fn start(
+        out: impl Write + Send + 'static,
+        path: PathBuf,
+        keys: KeyRendering,
+        dropped: Counter,
+    ) -> std::io::Result<DecisionLog> {
         let (queue, lines) = sync_channel::<Entry>(QUEUE);
-        let keys = config.keys;
-        let path = config.path.clone();
         std::thread::Builder::new()
             .name("tollgate-decision-log".into())
-            .spawn(move || write_lines(file, &path, keys, lines))?;
+            .spawn(move || write_lines(out, &path, keys, lines))?;
         Ok(DecisionLog { queue, dropped })
     }
 
@@ -87,12 +95,12 @@ impl DecisionLog {
 }
 
 fn write_lines(
-    file: std::fs::File,
+    out: impl Write,
     path: &Path,
     keys: KeyRendering,
     lines: std::sync::mpsc::Receiver<Entry>,
 ) {
-    let mut out = std::io::BufWriter::new(file);
+    let mut out = std::io::BufWriter::new(out);
     while let Ok(first) = lines.recv() {
         // Write whatever is queued, then flush once: one syscall per burst, not per line.
         for entry in std::iter::once(first).chain(lines.try_iter()) {
@@ -145,5 +153,72 @@ fn render(entry: &Entry, keys: KeyRendering) -> Line<'_> {
         cause,
         generation: entry.generation,
         latency_ns: entry.latency.as_nanos(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc::{channel, Receiver, Sender};
+
+    use super::*;
+    use crate::decision::{Denial, DenyCause};
+
+    /// A disk that never finishes a write: reports that a write began, then blocks until dropped.
+    struct Stalled {
+        began: Sender<()>,
+        release: Receiver<()>,
+    }
+
+    impl Write for Stalled {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let _ = self.began.send(());
+            let _ = self.release.recv();
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn entry() -> Entry {
+        Entry {
+            principal: "app".into(),
+            argv: vec![Bytes::from_static(b"FLUSHALL")],
+            decision: Decision::Denied(Denial {
+                rule: "no-wipe".into(),
+                module: "yaml-guard".into(),
+                reason: "no".into(),
+                cause: DenyCause::Rule,
+                command: "FLUSHALL".into(),
+            }),
+            generation: 1,
+            latency: Duration::from_micros(1),
+        }
+    }
+
+    #[test]
+    fn a_stalled_writer_drops_and_counts_lines_instead_of_blocking_admission() {
+        let (began, writing) = channel();
+        let (release, stalled) = channel();
+        let dropped = Counter::default();
+        let log = DecisionLog::start(
+            Stalled {
+                began,
+                release: stalled,
+            },
+            PathBuf::from("<stalled>"),
+            KeyRendering::Digest,
+            dropped.clone(),
+        )
+        .unwrap();
+        // The writer takes the first line and blocks writing it; the queue is empty again.
+        log.record(entry());
+        writing.recv().unwrap();
+        for _ in 0..QUEUE + 5 {
+            log.record(entry());
+        }
+        assert_eq!(dropped.get(), 5);
+        drop(release);
     }
 }
