@@ -26,6 +26,9 @@ pub struct Config {
     pub leases: LeaseConfig,
     pub logging: LoggingConfig,
     pub shutdown: ShutdownConfig,
+    /// Threads that serve clients and Redis. Default: half the CPUs, at least one, because the
+    /// daemon shares its machine with Redis (one busy thread) and with the applications it serves.
+    pub worker_threads: Option<usize>,
 }
 
 /// The Unix sockets applications reach the daemon on.
@@ -264,6 +267,9 @@ impl Config {
         self.leases
             .validate()
             .map_err(|message| ("leases".to_owned(), message))?;
+        if self.worker_threads == Some(0) {
+            return Err(("worker_threads".to_owned(), "must be at least 1".to_owned()));
+        }
         if self.shutdown.drain_timeout.is_zero() {
             return Err((
                 "shutdown.drain_timeout".to_owned(),
@@ -271,6 +277,14 @@ impl Config {
             ));
         }
         Ok(())
+    }
+
+    /// How many threads serve clients and Redis (see `worker_threads`).
+    pub fn worker_threads(&self) -> usize {
+        self.worker_threads.unwrap_or_else(|| {
+            let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+            (cpus / 2).max(1)
+        })
     }
 
     /// The directory for sockets and the embedded Redis.
@@ -349,6 +363,30 @@ mod tests {
         let error = parse("lanes:\n  admin:\n    connections: 0\n").unwrap_err();
         assert!(
             error.contains("lanes.admin.connections must be at least 1"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn worker_threads_are_configured_or_half_the_cpus() {
+        assert_eq!(
+            parse(
+                "worker_threads: 3
+"
+            )
+            .unwrap()
+            .worker_threads(),
+            3
+        );
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        assert_eq!(Config::default().worker_threads(), (cpus / 2).max(1));
+        let error = parse(
+            "worker_threads: 0
+",
+        )
+        .unwrap_err();
+        assert!(
+            error.contains("key `worker_threads`: must be at least 1"),
             "{error}"
         );
     }

@@ -30,7 +30,11 @@ pub fn run(config_path: Option<PathBuf>, log_format: Option<LogFormat>) -> ExitC
         &config.logging.level,
     );
     raise_open_files_limit();
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.worker_threads())
+        .enable_all()
+        .build();
+    let runtime = match runtime {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("tollgate: cannot start the async runtime: {error}");
