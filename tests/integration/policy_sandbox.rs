@@ -16,7 +16,13 @@ fn hostile(mode: &str) -> ModuleConfig {
 
 /// The hostile module misbehaves on the key `hostile` and allows anything else.
 fn assert_fault_then_recovery(config: &PolicyConfig, cause: DenyCause) {
+    assert_fault_then_recovery_after(config, cause, Duration::ZERO);
+}
+
+/// The same, after `quiet` without calls (long enough for the epoch ticker to go to sleep).
+fn assert_fault_then_recovery_after(config: &PolicyConfig, cause: DenyCause, quiet: Duration) {
     let admission = admission(config);
+    std::thread::sleep(quiet);
     let who = caller("local");
     for _ in 0..2 {
         let denial = denial(admission.admit(&who, &argv("GET hostile")));
@@ -51,6 +57,28 @@ fn an_infinite_loop_hits_the_epoch_deadline() {
         ..PolicyConfig::default()
     };
     assert_fault_then_recovery(&config, DenyCause::Deadline);
+}
+
+#[test]
+fn an_infinite_loop_hits_the_epoch_deadline_after_the_ticker_slept() {
+    let config = PolicyConfig {
+        modules: vec![hostile("spin")],
+        limits: SandboxLimits {
+            deadline: Duration::from_millis(20),
+            ..SandboxLimits::default()
+        },
+        ..PolicyConfig::default()
+    };
+    // The ticker sleeps after 100 ms without calls; the first call must wake it. Were it not
+    // woken, the loop would spin forever: a watchdog turns that into a failure.
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        assert_fault_then_recovery_after(&config, DenyCause::Deadline, Duration::from_millis(400));
+        let _ = done.send(());
+    });
+    finished
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the spinning module was stopped and the next command served");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The one wasmtime `Engine` of the process and how a call is bounded: an epoch deadline (a
-//! ticker thread advances the epoch every millisecond) or, in tests, fuel; plus a memory cap per
-//! instance. The pooling allocator is used where the machine grants its address-space reservation.
+//! ticker thread advances the epoch every millisecond while calls are being made, and sleeps when
+//! none are) or, in tests, fuel; plus a memory cap per instance. The pooling allocator is used
+//! where the machine grants its address-space reservation.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -14,6 +15,8 @@ use crate::config::{Budget, SandboxLimits};
 
 /// How often the epoch advances; a deadline is rounded up to whole ticks.
 const TICK: Duration = Duration::from_millis(1);
+/// With no call for this long (and at least two deadlines), the ticker sleeps until the next call.
+const IDLE_AFTER: Duration = Duration::from_millis(100);
 /// Instances the pooling allocator reserves room for, across all modules and generations.
 const POOLED_INSTANCES: u32 = 256;
 
@@ -41,8 +44,10 @@ impl Sandbox {
                 (Engine::new(&config(limits, false))?, Allocator::OnDemand)
             }
         };
-        let ticker =
-            matches!(limits.budget(), Budget::Deadline(_)).then(|| Ticker::start(engine.clone()));
+        let ticker = match limits.budget() {
+            Budget::Deadline(deadline) => Some(Ticker::start(engine.clone(), deadline)),
+            Budget::Fuel(_) => None,
+        };
         Ok(Sandbox {
             engine,
             allocator,
@@ -53,6 +58,9 @@ impl Sandbox {
 
     /// Arms a store for one call.
     pub fn arm<T>(&self, store: &mut wasmtime::Store<T>) {
+        if let Some(ticker) = &self.ticker {
+            ticker.calling();
+        }
         match self.limits.budget() {
             Budget::Deadline(deadline) => {
                 // +1: the current tick may be about to end.
@@ -93,30 +101,114 @@ fn config(limits: &SandboxLimits, pooling: bool) -> Config {
     config
 }
 
-/// Advances the engine's epoch every [`TICK`] until stopped.
+/// Advances the engine's epoch every [`TICK`] until stopped, and sleeps while no call is made, so
+/// an idle daemon does not wake a thousand times a second.
 struct Ticker {
-    stop: Arc<AtomicBool>,
+    shared: Arc<TickerState>,
     thread: JoinHandle<()>,
 }
 
+struct TickerState {
+    stop: AtomicBool,
+    /// A call was armed since the ticker last looked.
+    busy: AtomicBool,
+    /// The ticker sleeps until a call unparks it.
+    idle: AtomicBool,
+}
+
 impl Ticker {
-    fn start(engine: Engine) -> Ticker {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+    fn start(engine: Engine, deadline: Duration) -> Ticker {
+        let shared = Arc::new(TickerState {
+            stop: AtomicBool::new(false),
+            busy: AtomicBool::new(false),
+            idle: AtomicBool::new(false),
+        });
+        let state = shared.clone();
+        // A call armed before a look at `busy` has run past its deadline by the next look: the
+        // ticker keeps ticking at least that long after the last call.
+        let window = IDLE_AFTER.max(deadline * 2);
+        let ticks_per_look = (window.as_millis() / TICK.as_millis()).max(1) as u64;
         let thread = std::thread::Builder::new()
             .name("tollgate-epoch".into())
             .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
+                let mut ticks = 0u64;
+                while !state.stop.load(Ordering::SeqCst) {
                     std::thread::sleep(TICK);
                     engine.increment_epoch();
+                    ticks += 1;
+                    if ticks.is_multiple_of(ticks_per_look)
+                        && !state.busy.swap(false, Ordering::SeqCst)
+                    {
+                        state.idle.store(true, Ordering::SeqCst);
+                        // A call between the swap and `idle` set `busy` without unparking.
+                        if !state.busy.load(Ordering::SeqCst) && !state.stop.load(Ordering::SeqCst)
+                        {
+                            std::thread::park();
+                        }
+                        state.idle.store(false, Ordering::SeqCst);
+                    }
                 }
             })
             .expect("the epoch ticker thread starts");
-        Ticker { stop, thread }
+        Ticker { shared, thread }
+    }
+
+    /// Called as a call is armed: marks the ticker busy, waking it if it sleeps. After the first
+    /// call of a window this is one load of a flag that stays set.
+    fn calling(&self) {
+        let state = &self.shared;
+        if !state.busy.load(Ordering::SeqCst) {
+            state.busy.store(true, Ordering::SeqCst);
+            if state.idle.load(Ordering::SeqCst) {
+                self.thread.thread().unpark();
+            }
+        }
+    }
+
+    #[cfg(test)]
+    fn is_idle(&self) -> bool {
+        self.shared.idle.load(Ordering::SeqCst)
     }
 
     fn stop(self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.thread.thread().unpark();
         let _ = self.thread.join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ticker_sleeps_without_calls_and_wakes_for_the_next() {
+        let limits = SandboxLimits {
+            deadline: Duration::from_millis(5),
+            ..SandboxLimits::default()
+        };
+        let sandbox = Sandbox::new(&limits).unwrap();
+        let ticker = sandbox
+            .ticker
+            .as_ref()
+            .expect("a deadline budget has a ticker");
+        let waited = std::time::Instant::now();
+        while !ticker.is_idle() {
+            assert!(
+                waited.elapsed() < Duration::from_secs(10),
+                "never went idle"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut store = wasmtime::Store::new(&sandbox.engine, ());
+        sandbox.arm(&mut store);
+        let waited = std::time::Instant::now();
+        while ticker.is_idle() {
+            assert!(
+                waited.elapsed() < Duration::from_secs(10),
+                "a call did not wake it"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }
