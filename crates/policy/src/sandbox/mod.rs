@@ -1,5 +1,6 @@
 //! The wasmtime host: the engine and call budget ([`engine`]), compiled modules with pools of
-//! ready instances ([`module`]), and the typed catalog and guard calls built on them.
+//! ready instances ([`module`]), how arguments cross into guests ([`packing`]), and the typed
+//! catalog and guard calls built on them.
 
 pub mod bindings;
 mod calls;

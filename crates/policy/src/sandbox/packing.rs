@@ -1,6 +1,7 @@
-//! How a command's arguments cross into the sandbox: packed into the WIT `argv` record, all bytes
-//! in one buffer and one span per argument, so a call lowers two lists however many arguments
-//! there are. Keys cross in full (guards match them); every other argument as a bounded prefix.
+//! How a caller and a command cross into the sandbox: the arguments packed into the WIT `argv`
+//! record (all bytes in one buffer, where each ends and how long it was in two more lists), so a
+//! call lowers three lists however many arguments there are. Keys cross in full (guards match
+//! them); every other argument as a bounded prefix. The buffers are reused per thread.
 
 use std::cell::RefCell;
 
