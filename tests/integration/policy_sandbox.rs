@@ -46,29 +46,26 @@ fn an_infinite_loop_runs_out_of_fuel() {
     assert_fault_then_recovery(&config(&[], vec![hostile("spin")]), DenyCause::Deadline);
 }
 
-#[test]
-fn an_infinite_loop_hits_the_epoch_deadline() {
-    let config = PolicyConfig {
+/// A spinning guard under a 20 ms epoch deadline (production's budget) rather than fuel.
+fn spin_under_a_deadline() -> PolicyConfig {
+    PolicyConfig {
         modules: vec![hostile("spin")],
         limits: SandboxLimits {
             deadline: Duration::from_millis(20),
             ..SandboxLimits::default()
         },
         ..PolicyConfig::default()
-    };
-    assert_fault_then_recovery(&config, DenyCause::Deadline);
+    }
+}
+
+#[test]
+fn an_infinite_loop_hits_the_epoch_deadline() {
+    assert_fault_then_recovery(&spin_under_a_deadline(), DenyCause::Deadline);
 }
 
 #[test]
 fn an_infinite_loop_hits_the_epoch_deadline_after_the_ticker_slept() {
-    let config = PolicyConfig {
-        modules: vec![hostile("spin")],
-        limits: SandboxLimits {
-            deadline: Duration::from_millis(20),
-            ..SandboxLimits::default()
-        },
-        ..PolicyConfig::default()
-    };
+    let config = spin_under_a_deadline();
     // The ticker sleeps after 100 ms without calls; the first call must wake it. Were it not
     // woken, the loop would spin forever: a watchdog turns that into a failure.
     let (done, finished) = std::sync::mpsc::channel();

@@ -39,20 +39,10 @@ impl Guest for YamlGuard {
             .get(0)
             .and_then(|name| std::str::from_utf8(name).ok())
             .unwrap_or_default();
-        let mut few = [&[][..]; 8];
-        let many: Vec<&[u8]>;
-        let keys: &[&[u8]] = if keys.len() <= few.len() {
-            for (slot, key) in few.iter_mut().zip(&keys) {
-                *slot = args.get(key.position as usize).unwrap_or_default();
-            }
-            &few[..keys.len()]
-        } else {
-            many = keys
-                .iter()
-                .map(|key| args.get(key.position as usize).unwrap_or_default())
-                .collect();
-            &many
-        };
+        let keys: Vec<&[u8]> = keys
+            .iter()
+            .map(|key| args.get(key.position as usize).unwrap_or_default())
+            .collect();
         let subject = if name == LEASE_COMMAND {
             Subject::Lease {
                 resource: keys.first().copied().unwrap_or_default(),
@@ -62,7 +52,7 @@ impl Guest for YamlGuard {
                 name,
                 categories: CategorySet(cmd.categories.bits()),
                 lane: lane_index(cmd.lane),
-                keys,
+                keys: &keys,
             }
         };
         let request = Request {
