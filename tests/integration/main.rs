@@ -4,6 +4,7 @@
 mod foundation;
 mod front_door;
 mod lanes;
+mod lanes_batching;
 mod lanes_ceiling;
 mod lanes_daemon;
 mod lanes_lifecycle;

@@ -147,7 +147,8 @@ impl Lanes {
         })))
     }
 
-    /// A channel on the least loaded connection of a multiplexed lane (REGULAR or SCRIPT).
+    /// A channel on a multiplexed lane (REGULAR or SCRIPT), on the connection the lane picks: the
+    /// first with room, so work is packed on few connections and batched.
     pub fn multiplexed(&self, lane: Lane) -> Result<Channel, LaneError> {
         let pool = match lane {
             Lane::Regular => &self.0.regular,

@@ -54,6 +54,7 @@ pub(crate) struct Families {
     reconnects: Family<LaneLabel, Counter>,
     opened: Family<LaneLabel, Counter>,
     closed: Family<LaneLabel, Counter>,
+    writes: Family<LaneLabel, Counter>,
 }
 
 fn wait_histogram() -> Histogram {
@@ -73,6 +74,7 @@ impl Families {
             reconnects: Family::default(),
             opened: Family::default(),
             closed: Family::default(),
+            writes: Family::default(),
         };
         let r = registry;
         r.register(
@@ -120,6 +122,11 @@ impl Families {
             "Connections to Redis closed",
             families.closed.clone(),
         );
+        r.register(
+            "lane_writes",
+            "Writes to Redis on multiplexed lanes; each carries every command queued for it",
+            families.writes.clone(),
+        );
         families
     }
 
@@ -148,6 +155,7 @@ impl Families {
             reconnects: self.reconnects.get_or_create(&label).clone(),
             opened: self.opened.get_or_create(&label).clone(),
             closed: self.closed.get_or_create(&label).clone(),
+            writes: self.writes.get_or_create(&label).clone(),
         }
     }
 }
@@ -167,6 +175,7 @@ pub(crate) struct LaneMetrics {
     pub(crate) reconnects: Counter,
     pub(crate) opened: Counter,
     pub(crate) closed: Counter,
+    pub(crate) writes: Counter,
 }
 
 impl LaneMetrics {

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
+use futures::task::AtomicWaker;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -30,6 +31,12 @@ use crate::stream::Stream;
 
 /// How many bytes of queued commands one write may gather.
 const MAX_BATCH: usize = 64 * 1024;
+/// Commands outstanding on one connection past which new work goes to the lane's next connection.
+/// Work is packed rather than spread: a connection batches what arrives while its last write is
+/// being answered, so fewer, busier connections make bigger batches. Measured with 50 unpipelined
+/// clients on 2 cores, spreading them over REGULAR's 4 connections served 25-35% fewer requests
+/// per second than packing them on one.
+const SPILL_AT: usize = 128;
 
 type ReplySender = oneshot::Sender<Result<Reply, CallError>>;
 
@@ -40,7 +47,6 @@ pub(crate) struct MultiplexedLane {
     outstanding: AtomicUsize,
     outstanding_cap: usize,
     slots: Vec<Arc<Slot>>,
-    cursor: AtomicUsize,
     pub(crate) connector: Arc<Connector>,
     pub(crate) metrics: LaneMetrics,
     life: Arc<Life>,
@@ -187,7 +193,6 @@ impl MultiplexedLane {
             outstanding: AtomicUsize::new(0),
             outstanding_cap: settings.in_flight.saturating_add(settings.queue_length),
             slots,
-            cursor: AtomicUsize::new(0),
             connector,
             metrics,
             life,
@@ -198,19 +203,23 @@ impl MultiplexedLane {
         this
     }
 
-    /// The least loaded connection, starting the search at a rotating position so that sessions opened
-    /// while the lane is idle spread over all connections.
+    /// A channel on the connection [`MultiplexedLane::pick`] names.
     pub(crate) fn channel(self: &Arc<Self>) -> Channel {
-        let start = self.cursor.fetch_add(1, Ordering::Relaxed);
-        let n = self.slots.len();
-        let slot = (0..n)
-            .map(|i| &self.slots[(start + i) % n])
-            .min_by_key(|slot| slot.load.load(Ordering::Relaxed))
-            .expect("a lane has at least one connection");
         Channel {
-            slot: slot.clone(),
+            slot: self.pick().clone(),
             lane: self.clone(),
         }
+    }
+
+    /// The first connection with fewer than [`SPILL_AT`] commands outstanding, or, when every one
+    /// is that busy, the least loaded. Connections past the first open only when work spills.
+    fn pick(&self) -> &Arc<Slot> {
+        let load = |slot: &&Arc<Slot>| slot.load.load(Ordering::Relaxed);
+        self.slots
+            .iter()
+            .find(|slot| load(slot) < SPILL_AT)
+            .or_else(|| self.slots.iter().min_by_key(load))
+            .expect("a lane has at least one connection")
     }
 
     pub(crate) fn close_gate(&self) {
@@ -221,6 +230,15 @@ impl MultiplexedLane {
 impl Channel {
     pub fn lane(&self) -> Lane {
         self.lane.lane
+    }
+
+    /// Moves the channel to the connection a new channel would get. Only for a caller with nothing
+    /// in flight on it: commands sent on different connections may be answered out of order.
+    pub fn repick(&mut self) {
+        let slot = self.lane.pick();
+        if !Arc::ptr_eq(slot, &self.slot) {
+            self.slot = slot.clone();
+        }
     }
 
     /// Queues `command` (one encoded command) for writing now; the future resolves to its reply.
@@ -315,9 +333,10 @@ async fn pipeline(
     let (reader, writer) = tokio::io::split(stream);
     let (in_flight, owed) = mpsc::unbounded_channel();
     let lost = CancellationToken::new();
+    let unanswered = Unanswered::default();
     let (unsent, ()) = tokio::join!(
-        write_loop(lane, writer, first, queue, in_flight, &lost),
-        read_loop(lane, reader, read, owed, &lost, generation),
+        write_loop(lane, writer, first, queue, in_flight, &unanswered, &lost),
+        read_loop(lane, reader, read, owed, &unanswered, &lost, generation),
     );
     if lost.is_cancelled() {
         lane.connector.note_lost();
@@ -331,6 +350,7 @@ async fn write_loop(
     first: Request,
     queue: &mut mpsc::UnboundedReceiver<Request>,
     in_flight: mpsc::UnboundedSender<InFlight>,
+    owed: &Unanswered,
     lost: &CancellationToken,
 ) -> Option<Request> {
     let life = &lane.life;
@@ -363,24 +383,35 @@ async fn write_loop(
                 continue;
             }
         }
-        // A caller's send wakes this driver, which would then run at once and write that one
-        // command alone. When other commands of the lane are in flight (callers are busy), letting
-        // the callers that are ready to run go first gathers their commands into the same write:
-        // one syscall and one wake-up of Redis for many. A lone command is written at once.
-        if queue.is_empty() && lane.outstanding.load(Ordering::Relaxed) > 1 {
-            tokio::task::yield_now().await;
-        }
+        let mut staged = 1;
         // Gather what is already queued into the same write, while permits are free.
-        while batch.len() < MAX_BATCH {
+        while next.is_none() && batch.len() < MAX_BATCH {
             let Ok(request) = queue.try_recv() else { break };
-            match lane.gate.try_enter() {
-                Some(permit) => stage(request, permit, &mut batch, &in_flight),
-                None => {
-                    next = Some(request);
-                    break;
-                }
+            next = stage_if_permitted(lane, request, &mut batch, &in_flight);
+            staged += usize::from(next.is_none());
+        }
+        // One write in flight: while Redis still owes replies to the previous write, commands
+        // that arrive join this one. Redis runs commands one at a time anyway, so they wait no
+        // longer; but a batch costs Redis, the daemon and the kernel one read, one write and one
+        // wake-up for many commands instead of one each. Without this, 50 unpipelined clients
+        // settled as often as not into writes of one command, and Redis spent 3x the CPU per
+        // command. A command that finds the connection idle is written at once.
+        while next.is_none() && batch.len() < MAX_BATCH && owed.unanswered() > 0 {
+            tokio::select! {
+                biased;
+                _ = &mut gone => return None,
+                () = owed.settled() => {}
+                request = queue.recv() => match request {
+                    Some(request) => {
+                        next = stage_if_permitted(lane, request, &mut batch, &in_flight);
+                        staged += usize::from(next.is_none());
+                    }
+                    None => break,
+                },
             }
         }
+        owed.written(staged);
+        lane.metrics.writes.inc();
         let written = tokio::select! {
             written = writer.write_all(&batch) => written,
             _ = &mut gone => return next,
@@ -391,6 +422,22 @@ async fn write_loop(
             lost.cancel();
             return next;
         }
+    }
+}
+
+/// Stages `request` if the lane has an in-flight permit free; otherwise hands it back.
+fn stage_if_permitted(
+    lane: &MultiplexedLane,
+    request: Request,
+    batch: &mut BytesMut,
+    in_flight: &mpsc::UnboundedSender<InFlight>,
+) -> Option<Request> {
+    match lane.gate.try_enter() {
+        Some(permit) => {
+            stage(request, permit, batch, in_flight);
+            None
+        }
+        None => Some(request),
     }
 }
 
@@ -415,6 +462,7 @@ async fn read_loop(
     mut reader: ReadHalf<Stream>,
     mut read: BytesMut,
     mut owed: mpsc::UnboundedReceiver<InFlight>,
+    unanswered: &Unanswered,
     lost: &CancellationToken,
     generation: u64,
 ) {
@@ -426,8 +474,9 @@ async fn read_loop(
     let mut killed = Quiet::new(lane.life.killed().cancelled());
     let mut moved = Quiet::new(lane.connector.moved(generation));
     let failure = loop {
-        if let Err(error) = hand_out(&mut read, &mut scanner, &mut current, &mut owed, &limits) {
-            break format!("redis sent an unreadable reply: {error}");
+        match hand_out(&mut read, &mut scanner, &mut current, &mut owed, &limits) {
+            Ok(answered) => unanswered.answered(answered),
+            Err(error) => break format!("redis sent an unreadable reply: {error}"),
         }
         if read.capacity() - read.len() < 4096 {
             read.reserve(16 * 1024);
@@ -460,14 +509,16 @@ async fn read_loop(
     }
 }
 
-/// Hands every complete reply already buffered to the command that owes it, oldest first.
+/// Hands every complete reply already buffered to the command that owes it, oldest first; returns
+/// how many.
 fn hand_out(
     read: &mut BytesMut,
     scanner: &mut Scanner,
     current: &mut Option<InFlight>,
     owed: &mut mpsc::UnboundedReceiver<InFlight>,
     limits: &tollgate_resp::Limits,
-) -> Result<(), tollgate_resp::ProtocolError> {
+) -> Result<usize, tollgate_resp::ProtocolError> {
+    let mut answered = 0;
     while current.is_some() {
         let Some(len) = scanner.scan(read, limits)? else {
             break;
@@ -477,6 +528,45 @@ fn hand_out(
             waiting.answer(Ok(reply));
         }
         *current = owed.try_recv().ok();
+        answered += 1;
     }
-    Ok(())
+    Ok(answered)
+}
+
+/// Commands one connection has written and Redis has not yet answered, shared by its writer and
+/// reader, so that the writer can hold the next batch while a write is still being answered.
+#[derive(Default)]
+struct Unanswered {
+    count: AtomicUsize,
+    /// The writer, waiting for the count to reach zero.
+    writer: AtomicWaker,
+}
+
+impl Unanswered {
+    fn written(&self, commands: usize) {
+        self.count.fetch_add(commands, Ordering::Relaxed);
+    }
+
+    fn answered(&self, commands: usize) {
+        if commands > 0 && self.count.fetch_sub(commands, Ordering::Relaxed) == commands {
+            self.writer.wake();
+        }
+    }
+
+    fn unanswered(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Resolves once every written command is answered.
+    async fn settled(&self) {
+        std::future::poll_fn(|cx| {
+            self.writer.register(cx.waker());
+            if self.unanswered() == 0 {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await
+    }
 }

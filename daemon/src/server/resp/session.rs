@@ -395,7 +395,15 @@ impl Session {
                 }
             }
         }
-        let channel = slot.as_ref().expect("channel opened above");
+        let channel = slot.as_mut().expect("channel opened above");
+        // Between commands, follow the lane's choice of connection (it packs work on few).
+        if !self
+            .in_flight
+            .iter()
+            .any(|(class, count)| *class == Class::Multiplexed(lane) && *count > 0)
+        {
+            channel.repick();
+        }
         Pending::Multiplexed(lane, channel.send(encoded))
     }
 

@@ -1,0 +1,76 @@
+//! How a multiplexed lane uses its connections, against a real Redis: commands that arrive while a
+//! connection's last write is being answered go out together in its next write, and work is packed
+//! on as few connections as carry it.
+
+use std::time::Duration;
+
+use tollgate_lanes::Lane;
+
+use crate::lanes::{cmd, Fixture};
+
+/// `lane_writes_total` of the REGULAR lane.
+fn regular_writes(fixture: &Fixture) -> u64 {
+    let text = fixture.metrics_text();
+    text.lines()
+        .find_map(|line| line.strip_prefix("lane_writes_total{lane=\"regular\"} "))
+        .unwrap_or_else(|| panic!("no REGULAR write counter in:\n{text}"))
+        .parse()
+        .expect("a numeric counter")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_sent_while_a_write_is_unanswered_go_out_in_one_write() {
+    let fixture = Fixture::start(|config| config.regular.connections = Some(1)).await;
+    let channel = fixture.lanes.multiplexed(Lane::Regular).unwrap();
+    channel.send(cmd(&["PING"])).await.unwrap();
+    let before = regular_writes(&fixture);
+
+    // Redis holds every reply for the pause, so the first command stays unanswered while the
+    // others arrive one by one.
+    fixture.redis.inline("CLIENT PAUSE 300 ALL");
+    let first = channel.send(cmd(&["INCR", "n"]));
+    let mut later = Vec::new();
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        later.push(channel.send(cmd(&["INCR", "n"])));
+    }
+    assert_eq!(&first.await.unwrap().bytes()[..], b":1\r\n");
+    for (i, reply) in later.into_iter().enumerate() {
+        assert_eq!(reply.await.unwrap().bytes(), &format!(":{}\r\n", i + 2));
+    }
+    assert_eq!(
+        regular_writes(&fixture) - before,
+        2,
+        "the first command alone, then the 20 sent while it was unanswered together"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_is_packed_on_one_connection_until_it_spills_over() {
+    let fixture = Fixture::start(|config| config.regular.connections = Some(4)).await;
+    let user = tollgate_lanes::user_name(Lane::Regular);
+    for _ in 0..20 {
+        let channel = fixture.lanes.multiplexed(Lane::Regular).unwrap();
+        channel.send(cmd(&["PING"])).await.unwrap();
+    }
+    assert_eq!(
+        fixture.client_ids(&user).len(),
+        1,
+        "twenty callers one after another share one connection"
+    );
+
+    // 200 commands outstanding on the first connection (past its 128) send the next caller to
+    // the second.
+    fixture.redis.inline("CLIENT PAUSE 300 ALL");
+    let busy = fixture.lanes.multiplexed(Lane::Regular).unwrap();
+    let outstanding: Vec<_> = (0..200).map(|_| busy.send(cmd(&["PING"]))).collect();
+    let spilled = fixture.lanes.multiplexed(Lane::Regular).unwrap();
+    assert_eq!(
+        &spilled.send(cmd(&["PING"])).await.unwrap().bytes()[..],
+        b"+PONG\r\n"
+    );
+    for reply in outstanding {
+        assert_eq!(&reply.await.unwrap().bytes()[..], b"+PONG\r\n");
+    }
+    assert_eq!(fixture.client_ids(&user).len(), 2);
+}
