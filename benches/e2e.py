@@ -7,10 +7,15 @@ rounds interleaved across the three targets; reports the median of the rounds an
 direct Redis. Then measures Tollgate's RSS idle, with 1,000 idle clients and with 100 subscribers.
 
     python3 benches/e2e.py [--requests N] [--rounds R] [--write BENCHMARKS.md] [--no-build]
-                           [--baseline path/to/older/tollgate]
+                           [--baseline path/to/older/tollgate] [--pin]
 
 --baseline runs a second Tollgate binary (an earlier build) as one more target in the same rounds, so
 a change is measured before and after under the same load.
+
+--pin puts redis-server and the proxies on the last CPU and redis-benchmark on the others. Left to
+the scheduler, the three busy processes on two cores land differently from run to run and every
+target swings between a fast and a slow regime; pinned, the runs repeat, and the figure answers
+"what does the proxy cost on the core Redis runs on".
 """
 
 import argparse
@@ -86,9 +91,21 @@ def rss_kib(pid):
     return 0
 
 
-def benchmark(sock, pipeline, requests):
+def pin(pid, cpus):
+    """Pins every thread of `pid` to `cpus` (a taskset list)."""
+    subprocess.run(["taskset", "-a", "-p", "-c", cpus, str(pid)], check=True, capture_output=True)
+
+
+def cpu_split():
+    """(servers' CPU, clients' CPUs) for --pin: the last CPU for the servers, the rest for clients."""
+    last = os.cpu_count() - 1
+    return str(last), f"0-{last - 1}" if last > 1 else "0"
+
+
+def benchmark(sock, pipeline, requests, client_cpus=None):
+    taskset = ["taskset", "-c", client_cpus] if client_cpus else []
     out = subprocess.run(
-        ["redis-benchmark", "-s", sock, "-c", "50", "-n", str(requests), "-P", str(pipeline),
+        taskset + ["redis-benchmark", "-s", sock, "-c", "50", "-n", str(requests), "-P", str(pipeline),
          "-t", TESTS, "--csv"],
         capture_output=True, text=True, check=True,
     ).stdout
@@ -106,7 +123,12 @@ def main():
     parser.add_argument("--write", help="replace the '## End to end' section of this Markdown file")
     parser.add_argument("--no-build", action="store_true", help="use target/release/tollgate as it is")
     parser.add_argument("--baseline", help="another tollgate binary to measure in the same rounds")
+    parser.add_argument("--pin", action="store_true",
+                        help="servers on the last CPU, redis-benchmark on the others")
     args = parser.parse_args()
+    if args.pin and os.cpu_count() < 2:
+        raise SystemExit("--pin needs at least two CPUs")
+    server_cpus, client_cpus = cpu_split() if args.pin else (None, None)
     for tool in ("redis-server", "redis-benchmark", "nutcracker"):
         if not shutil.which(tool):
             raise SystemExit(f"{tool} not found: run scripts/setup.sh")
@@ -150,20 +172,25 @@ def main():
         if args.baseline:
             _, baseline_sock = start_tollgate(os.path.abspath(args.baseline), "baseline")
             targets.append(("baseline", baseline_sock))
+        if args.pin:
+            for proc in procs:
+                pin(proc.pid, server_cpus)
         load_before = os.getloadavg()
         results = {}  # (target, pipeline, test) -> [(rps, p50, p99)]
         for round_no in range(args.rounds):
             for pipeline in (1, 16):
                 for name, sock in targets:
-                    for test, row in benchmark(sock, pipeline, args.requests).items():
+                    for test, row in benchmark(sock, pipeline, args.requests, client_cpus).items():
                         results.setdefault((name, pipeline, test), []).append(row)
             print(f"round {round_no + 1}/{args.rounds} done", file=sys.stderr)
 
         load_after = os.getloadavg()
         baseline_flag = " --baseline <older tollgate>" if args.baseline else ""
+        baseline_flag += " --pin" if args.pin else ""
         lines = [f"Command: `python3 benches/e2e.py --requests {args.requests} --rounds {args.rounds}{baseline_flag}` "
                  f"(redis-benchmark -c 50 -n {args.requests}, Unix sockets, median of {args.rounds} interleaved rounds; "
-                 f"{os.cpu_count()} cores shared by redis-server, the proxy and redis-benchmark; load average "
+                 f"{os.cpu_count()} cores shared by redis-server, the proxy and redis-benchmark"
+                 f"{f' (servers pinned to CPU {server_cpus}, redis-benchmark to {client_cpus})' if args.pin else ''}; load average "
                  f"{load_before[0]:.2f} at the start, {load_after[0]:.2f} at the end).", ""]
         names = [name for name, _ in targets]
         ratios = [("twemproxy", "redis"), ("tollgate", "redis"), ("tollgate", "twemproxy")]
