@@ -34,7 +34,7 @@ const MAX_BATCH: usize = 64 * 1024;
 /// Commands outstanding on one connection past which new work goes to the lane's next connection.
 /// Work is packed rather than spread: a connection batches what arrives while its last write is
 /// being answered, so fewer, busier connections make bigger batches. Measured with 50 unpipelined
-/// clients on 2 cores, spreading them over REGULAR's 4 connections served 25-35% fewer requests
+/// clients on 2 cores, spreading them over REGULAR's 4 connections served 25-33% fewer requests
 /// per second than packing them on one.
 const SPILL_AT: usize = 128;
 
