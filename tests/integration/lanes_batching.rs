@@ -1,10 +1,10 @@
 //! How a multiplexed lane uses its connections, against a real Redis: commands that arrive while a
 //! connection's last write is being answered go out together in its next write, and work is packed
-//! on as few connections as carry it.
+//! on as few connections as carry it; held commands that never left are reported as not sent.
 
 use std::time::Duration;
 
-use tollgate_lanes::Lane;
+use tollgate_lanes::{CallError, Lane};
 
 use crate::lanes::{cmd, Fixture};
 
@@ -73,4 +73,27 @@ async fn work_is_packed_on_one_connection_until_it_spills_over() {
         assert_eq!(&reply.await.unwrap().bytes()[..], b"+PONG\r\n");
     }
     assert_eq!(fixture.client_ids(&user).len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_held_for_the_next_write_are_not_sent_when_the_connection_is_lost() {
+    let mut fixture = Fixture::start(|config| config.regular.connections = Some(1)).await;
+    let channel = fixture.lanes.multiplexed(Lane::Regular).unwrap();
+    channel.send(cmd(&["PING"])).await.unwrap();
+
+    fixture.redis.inline("CLIENT PAUSE 5000 ALL");
+    let written = channel.send(cmd(&["INCR", "n"]));
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let held = channel.send(cmd(&["INCR", "n"]));
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    fixture.redis.kill();
+
+    match written.await {
+        Err(CallError::Indeterminate { .. }) => {}
+        other => panic!("the written command may have run: expected Indeterminate, got {other:?}"),
+    }
+    match held.await {
+        Err(CallError::Unavailable { .. }) => {}
+        other => panic!("the held command never left: expected Unavailable, got {other:?}"),
+    }
 }

@@ -499,12 +499,19 @@ async fn read_loop(
     };
     lost.cancel();
     owed.close();
+    // Oldest first: the written ones (counted before their write began), then those the writer
+    // was still holding for its next write, which never left the daemon.
+    let mut written = unanswered.unanswered();
     for waiting in current
         .into_iter()
         .chain(std::iter::from_fn(|| owed.try_recv().ok()))
     {
-        waiting.answer(Err(CallError::Indeterminate {
-            reason: failure.clone(),
+        let reason = failure.clone();
+        waiting.answer(Err(if written > 0 {
+            written -= 1;
+            CallError::Indeterminate { reason }
+        } else {
+            CallError::Unavailable { reason }
         }));
     }
 }
