@@ -37,6 +37,13 @@ pub struct EmbeddedRedis {
 impl EmbeddedRedis {
     /// Starts `redis-server` with its socket, log and (optional) data in `dir`, and waits until it answers.
     pub async fn start(config: &EmbeddedConfig, dir: &Path) -> Result<Self, EmbeddedError> {
+        // Absolute: redis-server changes into `--dir` before it opens `--logfile`, so a relative
+        // runtime directory (the default `.tollgate`) would send it looking for
+        // `.tollgate/.tollgate/redis.log`, and it would exit.
+        let dir = &std::path::absolute(dir).map_err(|source| EmbeddedError::Spawn {
+            binary: config.binary.clone(),
+            source,
+        })?;
         let socket = dir.join("redis.sock");
         let log = dir.join("redis.log");
         let _ = std::fs::remove_file(&socket);

@@ -189,18 +189,20 @@ async fn embedded_redis_starts_with_the_daemon_and_stops_with_it() {
 }
 
 /// The README's run command, end to end: the real binary on the embedded default, `/readyz` 200,
-/// then SIGTERM exits 0 and leaves no socket file and no redis-server behind.
+/// then SIGTERM exits 0 and leaves no socket file and no redis-server behind. Without
+/// `XDG_RUNTIME_DIR` (root on a fresh machine), so the runtime directory is the relative `.tollgate`.
 #[tokio::test]
 async fn the_binary_serves_on_the_embedded_default_and_sigterm_cleans_up() {
     let dir = tempdir();
     let mut child = tollgate()
         .arg("serve")
-        .env("XDG_RUNTIME_DIR", dir.path())
+        .env_remove("XDG_RUNTIME_DIR")
+        .current_dir(dir.path())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let runtime = dir.path().join("tollgate");
+    let runtime = dir.path().join(".tollgate");
     let http_socket = runtime.join("http.sock");
     let ready = wait_for_status(&http_socket, "/readyz", 200).await;
     assert_eq!(ready.json()["outcome"], "ready");
