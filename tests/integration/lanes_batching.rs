@@ -26,8 +26,8 @@ async fn commands_sent_while_a_write_is_unanswered_go_out_in_one_write() {
     let before = regular_writes(&fixture);
 
     // Redis holds every reply for the pause, so the first command stays unanswered while the
-    // others arrive one by one.
-    fixture.redis.inline("CLIENT PAUSE 300 ALL");
+    // others arrive one by one (the pause is long enough for a slow machine's 20 short sleeps).
+    fixture.redis.inline("CLIENT PAUSE 1500 ALL");
     let first = channel.send(cmd(&["INCR", "n"]));
     let mut later = Vec::new();
     for _ in 0..20 {
