@@ -83,9 +83,10 @@ async fn commands_held_for_the_next_write_are_not_sent_when_the_connection_is_lo
 
     fixture.redis.inline("CLIENT PAUSE 5000 ALL");
     let written = channel.send(cmd(&["INCR", "n"]));
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Time for the driver to write it, then for the next to be taken up and held.
+    tokio::time::sleep(Duration::from_millis(100)).await;
     let held = channel.send(cmd(&["INCR", "n"]));
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
     fixture.redis.kill();
 
     match written.await {
