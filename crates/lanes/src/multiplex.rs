@@ -1,7 +1,9 @@
 //! REGULAR and SCRIPT: commands from many callers pipelined over a few long-lived connections. Each
 //! connection has a driver task; `Channel::send` queues the command for that driver synchronously, so
-//! the commands one caller sends in order are written in order. Commands in flight per lane are capped
-//! by the lane's gate; the number queued behind the cap is bounded too.
+//! the commands one caller sends in order are written in order. A connection keeps one write
+//! unanswered at a time and gathers what arrives meanwhile into the next; callers are packed on the
+//! first connections with room. Commands in flight per lane are capped by the lane's gate; the number
+//! queued behind the cap is bounded too.
 
 use std::future::Future;
 use std::pin::Pin;
