@@ -46,7 +46,7 @@ fn an_infinite_loop_runs_out_of_fuel() {
     assert_fault_then_recovery(&config(&[], vec![hostile("spin")]), DenyCause::Deadline);
 }
 
-/// A spinning guard under a 20 ms epoch deadline (production's budget) rather than fuel.
+/// A spinning guard under a 20 ms epoch deadline (production's kind of budget) rather than fuel.
 fn spin_under_a_deadline() -> PolicyConfig {
     PolicyConfig {
         modules: vec![hostile("spin")],

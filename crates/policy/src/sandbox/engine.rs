@@ -111,8 +111,8 @@ fn tick_for(deadline: Duration) -> Duration {
     (deadline / TICKS_PER_DEADLINE).max(MIN_TICK)
 }
 
-/// Advances the engine's epoch every [`tick_for`] the deadline until stopped, and sleeps while no call is made, so
-/// an idle daemon does not wake a thousand times a second.
+/// Advances the engine's epoch every [`tick_for`] the deadline until stopped, and sleeps while
+/// no call is made, so an idle daemon does not wake at all for it.
 struct Ticker {
     shared: Arc<TickerState>,
     thread: JoinHandle<()>,

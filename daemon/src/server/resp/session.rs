@@ -355,6 +355,13 @@ impl Session {
         self.pending.push_back(future);
     }
 
+    fn in_flight_count(&self, class: Class) -> usize {
+        self.in_flight
+            .iter()
+            .find(|(c, _)| *c == class)
+            .map_or(0, |(_, count)| *count)
+    }
+
     fn settle(&mut self, class: Class) {
         if let Some((_, count)) = self.in_flight.iter_mut().find(|(c, _)| *c == class) {
             *count -= 1;
@@ -382,28 +389,25 @@ impl Session {
     }
 
     fn send_multiplexed(&mut self, lane: Lane, encoded: Bytes) -> Pending {
+        // Between commands, follow the lane's choice of connection (it packs work on few); with
+        // commands in flight, stay, so that their replies keep their order.
+        let between_commands = self.in_flight_count(Class::Multiplexed(lane)) == 0;
         let slot = match lane {
             Lane::Script => &mut self.script,
             _ => &mut self.regular,
         };
-        if slot.is_none() {
-            match self.front.lanes.multiplexed(lane) {
+        match slot {
+            Some(channel) if between_commands => channel.repick(),
+            Some(_) => {}
+            None => match self.front.lanes.multiplexed(lane) {
                 Ok(channel) => *slot = Some(channel),
                 Err(error) => {
                     let reply = replies::lane_failed(&error);
                     return Pending::Ready(Some((Class::Multiplexed(lane), reply)));
                 }
-            }
+            },
         }
-        let channel = slot.as_mut().expect("channel opened above");
-        // Between commands, follow the lane's choice of connection (it packs work on few).
-        if !self
-            .in_flight
-            .iter()
-            .any(|(class, count)| *class == Class::Multiplexed(lane) && *count > 0)
-        {
-            channel.repick();
-        }
+        let channel = slot.as_ref().expect("channel opened above");
         Pending::Multiplexed(lane, channel.send(encoded))
     }
 
