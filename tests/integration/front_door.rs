@@ -112,6 +112,50 @@ async fn a_denied_command_answers_in_its_own_slot_and_the_pipeline_goes_on() {
 }
 
 #[tokio::test]
+async fn a_pipeline_that_subscribes_midway_refuses_what_follows_in_resp2() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    client
+        .pipeline(&[
+            &["SET", "k", "1"],
+            &["GET", "k"],
+            &["SUBSCRIBE", "ch"],
+            &["GET", "k"],
+        ])
+        .await;
+    assert_eq!(text(&client.read().await), "OK");
+    assert_eq!(client.read().await, bulk("1"));
+    assert_eq!(
+        client.read().await,
+        Frame::Array(vec![bulk("subscribe"), bulk("ch"), Frame::Integer(1)])
+    );
+    let refused = client.read().await;
+    assert!(
+        is_error_starting(&refused, "ERR Can't execute 'get'"),
+        "{refused:?}"
+    );
+    daemon.stop().await;
+}
+
+#[tokio::test]
+async fn commands_before_malformed_input_are_answered_before_it_closes() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    client
+        .write(b"*3\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\n1\r\n*2\r\n$3\r\nGET\r\n$1\r\na\r\n*1\r\n$abc\r\n")
+        .await;
+    let frames = client.read_until_closed(Duration::from_secs(5)).await;
+    assert!(
+        matches!(frames.as_slice(), [ok, one, error]
+            if text(ok) == "OK" && *one == bulk("1") && is_error_starting(error, "ERR protocol error")),
+        "{frames:?}"
+    );
+    daemon.stop().await;
+}
+
+#[tokio::test]
 async fn long_pipelines_keep_their_order() {
     let redis = RedisServer::start();
     let daemon = TestDaemon::start(&redis).await;

@@ -219,6 +219,43 @@ fn an_operator_guard_runs_after_the_yaml_guard_and_its_deny_wins() {
 }
 
 #[test]
+fn a_pipeline_admitted_together_is_decided_as_each_command_alone() {
+    let prefix = ModuleConfig::Path(tollgate_policy::built_component("key-prefix"));
+    let admission = admission(&config(&[], vec![prefix]));
+    let alice = caller("alice");
+    // Allowed, denied by each guard, unknown, empty, keys at moving positions: every way through.
+    let lines = [
+        "SET alice:1 v",
+        "SET bob:1 v",
+        "FLUSHALL",
+        "MSET alice:a 1 alice:b 2",
+        "NOSUCHCOMMAND x",
+        "",
+        "EVAL return 2 alice:k bob:k",
+        "GET alice:1",
+    ];
+    let argvs: Vec<Vec<Bytes>> = lines.iter().map(|line| argv(line)).collect();
+    let refs: Vec<&[Bytes]> = argvs.iter().map(Vec::as_slice).collect();
+    let together = admission.admit_all(&alice, &refs);
+    assert_eq!(together.len(), lines.len());
+    let summary = |decision: &Decision| match decision {
+        Decision::Admitted { rule, lane, .. } => format!("admitted by {rule} on {lane:?}"),
+        Decision::Denied(denial) => format!("denied: {denial}"),
+    };
+    for ((line, argv), decided) in lines.iter().zip(&argvs).zip(&together) {
+        assert_eq!(
+            summary(decided),
+            summary(&admission.admit(&alice, argv)),
+            "{line}"
+        );
+    }
+    assert!(matches!(together[0], Decision::Admitted { .. }));
+    assert_eq!(denial(together[1].clone()).rule, "key-prefix");
+    assert_eq!(denial(together[2].clone()).rule, "no-wipe");
+    assert_eq!(denial(together[6].clone()).rule, "key-prefix");
+}
+
+#[test]
 fn explain_shows_every_modules_answer() {
     let prefix = ModuleConfig::Path(tollgate_policy::built_component("key-prefix"));
     let admission = admission(&config(&[], vec![prefix]));

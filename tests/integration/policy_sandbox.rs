@@ -94,6 +94,25 @@ fn a_huge_answer_is_malformed() {
 }
 
 #[test]
+fn a_fault_in_a_pipeline_refuses_only_the_command_that_caused_it() {
+    let admission = admission(&config(&[], vec![hostile("trap")]));
+    let commands = [argv("GET fine"), argv("GET hostile"), argv("SET other v")];
+    let refs: Vec<&[bytes::Bytes]> = commands.iter().map(Vec::as_slice).collect();
+    let decisions = admission.admit_all(&caller("local"), &refs);
+    assert!(
+        matches!(decisions[0], Decision::Admitted { .. }),
+        "{:?}",
+        decisions[0]
+    );
+    assert_eq!(denial(decisions[1].clone()).cause, DenyCause::Trap);
+    assert!(
+        matches!(decisions[2], Decision::Admitted { .. }),
+        "{:?}",
+        decisions[2]
+    );
+}
+
+#[test]
 fn faults_and_decisions_are_counted_in_metrics() {
     let mut registry = prometheus_client::registry::Registry::default();
     let admission =

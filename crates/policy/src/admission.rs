@@ -2,7 +2,7 @@
 //! decision is a lock-free load plus the generation's module calls, and a reload swaps atomically.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -78,16 +78,52 @@ impl Admission {
         let started = Instant::now();
         let generation = self.inner.current.load();
         let decision = generation.admit(caller, argv);
-        let latency = started.elapsed();
-        self.inner.metrics.decided(&decision);
+        self.record(
+            log,
+            caller,
+            argv,
+            &decision,
+            generation.info.number,
+            started.elapsed(),
+        );
+        decision
+    }
+
+    /// Decides several commands of one caller (a pipeline), each as [`Admission::admit`] would,
+    /// entering each guard once for all of them. Each is counted and logged on its own; a logged
+    /// latency is the batch's, shared out evenly.
+    pub fn admit_all(&self, caller: &Caller, argvs: &[&[Bytes]]) -> Vec<Decision> {
+        let started = Instant::now();
+        let generation = self.inner.current.load();
+        let decisions = generation.admit_all(caller, argvs);
+        let Some(log) = &self.inner.log else {
+            decisions.iter().for_each(|d| self.inner.metrics.decided(d));
+            return decisions;
+        };
+        let share = started.elapsed() / argvs.len().max(1) as u32;
+        for (argv, decision) in argvs.iter().zip(&decisions) {
+            self.record(log, caller, argv, decision, generation.info.number, share);
+        }
+        decisions
+    }
+
+    fn record(
+        &self,
+        log: &DecisionLog,
+        caller: &Caller,
+        argv: &[Bytes],
+        decision: &Decision,
+        generation: u64,
+        latency: Duration,
+    ) {
+        self.inner.metrics.decided(decision);
         log.record(Entry {
             principal: caller.principal.clone(),
             argv: argv.to_vec(),
             decision: decision.clone(),
-            generation: generation.info.number,
+            generation,
             latency,
         });
-        decision
     }
 
     /// Decides a lease request on `resource` (the policy's `leases:` rules).

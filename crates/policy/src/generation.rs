@@ -17,9 +17,7 @@ use crate::config::PolicyConfig;
 use crate::decision::{Decision, Denial, DenyCause, Descriptor};
 use crate::described::{Described, DescribedCache};
 use crate::error::PolicyError;
-use crate::sandbox::bindings::{
-    self, Access, Argv, Categories, Command, CommandFlags, KeyAccess, Verdict,
-};
+use crate::sandbox::bindings::{self, Access, Argv, Categories, CommandFlags, KeyAccess, Verdict};
 use crate::sandbox::{Allocator, Catalog, Fault, Guard, Lowered, Sandbox};
 
 const BUILTIN_CATALOG: &[u8] =
@@ -278,6 +276,36 @@ impl Generation {
         self.decide(&self.guards, caller, argv, None)
     }
 
+    /// Decides several commands of one caller, as [`Generation::admit`] decides each, with one
+    /// call into each guard for all of them.
+    pub fn admit_all(&self, caller: &Caller, argvs: &[&[Bytes]]) -> Vec<Decision> {
+        let mut decisions: Vec<Option<Decision>> = Vec::with_capacity(argvs.len());
+        let mut described = Vec::with_capacity(argvs.len());
+        for argv in argvs {
+            match self.catalogued(argv, None) {
+                Ok(known) => {
+                    described.push(known);
+                    decisions.push(None);
+                }
+                Err(refused) => decisions.push(Some(refused)),
+            }
+        }
+        let commands: Vec<(&Described, &[Bytes])> = decisions
+            .iter()
+            .zip(argvs)
+            .filter(|(decision, _)| decision.is_none())
+            .zip(&described)
+            .map(|((_, argv), known)| (&**known, *argv))
+            .collect();
+        let mut judged = self
+            .judge(&self.guards, caller, &commands, None)
+            .into_iter();
+        decisions
+            .into_iter()
+            .map(|decision| decision.unwrap_or_else(|| judged.next().expect("one per command")))
+            .collect()
+    }
+
     /// A lease request, judged as the pseudo-command `TOLLGATE|LEASE <resource>`.
     pub fn admit_lease(&self, caller: &Caller, resource: &str) -> Decision {
         let (described, argv) = lease_command(resource);
@@ -329,14 +357,27 @@ impl Generation {
         argv: &[Bytes],
         mut steps: Option<&mut Vec<Step>>,
     ) -> Decision {
+        match self.catalogued(argv, steps.as_deref_mut()) {
+            Ok(described) => self.judge_argv(guards, caller, &described, argv, steps),
+            Err(refused) => refused,
+        }
+    }
+
+    /// What the catalogs say `argv` is (a cached answer when one applies), or the decision that
+    /// refuses it: empty, unknown to every catalog, or a catalog fault.
+    fn catalogued(
+        &self,
+        argv: &[Bytes],
+        steps: Option<&mut Vec<Step>>,
+    ) -> Result<Arc<Described>, Decision> {
         let Some(name) = argv.first() else {
-            return denied(
+            return Err(denied(
                 HOST,
                 "argv",
                 "an empty command",
                 DenyCause::Malformed,
                 String::new(),
-            );
+            ));
         };
         let described = match self.described.get(argv) {
             Some(cached) => cached,
@@ -349,33 +390,32 @@ impl Generation {
                 Ok(None) => {
                     let command = String::from_utf8_lossy(name).to_ascii_uppercase();
                     let reason = "no catalog knows this command";
-                    return denied(
+                    return Err(denied(
                         self.catalogs[0].name(),
                         "catalog",
                         reason,
                         DenyCause::UnknownCommand,
                         command,
-                    );
+                    ));
                 }
                 Err((catalog, fault)) => {
-                    return faulted(
+                    return Err(faulted(
                         catalog,
                         fault,
                         String::from_utf8_lossy(name).to_ascii_uppercase(),
-                    )
+                    ))
                 }
             },
         };
-        let descriptor = &described.wit;
-        if let Some(steps) = steps.as_deref_mut() {
+        if let Some(steps) = steps {
             steps.push(Step {
                 module: self.catalogs[described.catalog].name().to_owned(),
                 verdict: "describe".into(),
-                rule: Some(descriptor.name.clone()),
+                rule: Some(described.wit.name.clone()),
                 reason: None,
             });
         }
-        self.judge_argv(guards, caller, &described, argv, steps)
+        Ok(described)
     }
 
     /// The first catalog's answer that knows the command; a faulting catalog ends the search.
@@ -390,7 +430,7 @@ impl Generation {
         Ok(None)
     }
 
-    /// Lowers `caller` and `argv` as `described` says and runs the guard chain on them.
+    /// Runs the guard chain on one described command.
     fn judge_argv(
         &self,
         guards: &[Guard],
@@ -399,51 +439,74 @@ impl Generation {
         argv: &[Bytes],
         steps: Option<&mut Vec<Step>>,
     ) -> Decision {
-        Lowered::with(|lowered| {
-            let (who, command) = lowered.for_guard(caller, &described.wit, argv);
-            self.judge(guards, who, command, described, steps)
-        })
+        let mut decisions = self.judge(guards, caller, &[(described, argv)], steps);
+        decisions.pop().expect("one decision per command")
     }
 
-    /// The guard chain: the first deny wins; admitted only if some guard allows.
+    /// The guard chain over described commands, each judged on its own: for each, the first deny
+    /// wins, and it is admitted only if some guard allows. Each guard sees the commands still
+    /// open in one call.
     fn judge(
         &self,
         guards: &[Guard],
-        who: &bindings::Caller,
-        command: &Command,
-        described: &Described,
+        caller: &Caller,
+        commands: &[(&Described, &[Bytes])],
         mut steps: Option<&mut Vec<Step>>,
-    ) -> Decision {
-        let descriptor = &described.wit;
-        let mut allowed: Option<String> = None;
-        let mut denial = None;
+    ) -> Vec<Decision> {
+        let mut chains: Vec<Chain> = commands.iter().map(|_| Chain::default()).collect();
         for guard in guards {
-            let verdict = guard.admit(who, command, &descriptor.keys);
-            if let Some(steps) = steps.as_deref_mut() {
-                steps.push(step(guard.name(), &verdict));
-            }
-            let refusal = match verdict {
-                Ok(Verdict::Allow(rule)) => {
-                    allowed.get_or_insert(rule);
-                    continue;
-                }
-                Ok(Verdict::Abstain) => continue,
-                Ok(Verdict::Deny(d)) => denied(
-                    guard.name(),
-                    &d.rule,
-                    &d.reason,
-                    DenyCause::Rule,
-                    descriptor.name.clone(),
-                ),
-                Err(fault) => faulted(guard.name(), fault, descriptor.name.clone()),
-            };
-            denial.get_or_insert(refusal);
             // Explaining shows every module's answer; deciding stops at the first refusal.
-            if steps.is_none() {
+            let open: Vec<usize> = (0..commands.len())
+                .filter(|&at| steps.is_some() || chains[at].denial.is_none())
+                .collect();
+            if open.is_empty() {
                 break;
             }
+            for (at, verdict) in open.iter().zip(ask(guard, caller, commands, &open)) {
+                if let Some(steps) = steps.as_deref_mut() {
+                    steps.push(step(guard.name(), &verdict));
+                }
+                let name = &commands[*at].0.wit.name;
+                chains[*at].hear(guard.name(), verdict, name);
+            }
         }
-        match (denial, allowed) {
+        chains
+            .into_iter()
+            .zip(commands)
+            .map(|(chain, (described, _))| chain.decision(described))
+            .collect()
+    }
+}
+
+/// One command's way through the guard chain so far.
+#[derive(Default)]
+struct Chain {
+    allowed: Option<String>,
+    denial: Option<Decision>,
+}
+
+impl Chain {
+    fn hear(&mut self, guard: &str, verdict: Result<Verdict, Fault>, command: &str) {
+        let refusal = match verdict {
+            Ok(Verdict::Allow(rule)) => {
+                self.allowed.get_or_insert(rule);
+                return;
+            }
+            Ok(Verdict::Abstain) => return,
+            Ok(Verdict::Deny(d)) => denied(
+                guard,
+                &d.rule,
+                &d.reason,
+                DenyCause::Rule,
+                command.to_owned(),
+            ),
+            Err(fault) => faulted(guard, fault, command.to_owned()),
+        };
+        self.denial.get_or_insert(refusal);
+    }
+
+    fn decision(self, described: &Described) -> Decision {
+        match (self.denial, self.allowed) {
             (Some(denial), _) => denial,
             (None, Some(rule)) => Decision::Admitted {
                 descriptor: described.native.clone(),
@@ -455,9 +518,41 @@ impl Generation {
                 compile::DEFAULT_DENY,
                 "no rule allows it (policies are default-deny)",
                 DenyCause::NoRule,
-                descriptor.name.clone(),
+                described.wit.name.clone(),
             ),
         }
+    }
+}
+
+/// One guard's verdicts on the commands at `open`, in one call. After a fault, one call per
+/// command, so that only a command that makes the guard trap or run out of time or memory is
+/// refused for it.
+fn ask(
+    guard: &Guard,
+    caller: &Caller,
+    commands: &[(&Described, &[Bytes])],
+    open: &[usize],
+) -> Vec<Result<Verdict, Fault>> {
+    let call = |batch: &[usize]| {
+        Lowered::with(|lowered| {
+            lowered.start(caller);
+            for &at in batch {
+                let (described, argv) = commands[at];
+                lowered.push(&described.wit, argv);
+            }
+            let (who, batch) = lowered.batch();
+            guard.admit(who, batch)
+        })
+    };
+    match call(open) {
+        Ok(verdicts) => verdicts.into_iter().map(Ok).collect(),
+        Err(fault) if open.len() == 1 => vec![Err(fault)],
+        Err(_) => open
+            .iter()
+            .map(|&at| {
+                call(&[at]).map(|verdicts| verdicts.into_iter().next().expect("one verdict"))
+            })
+            .collect(),
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::bindings::{Argv, Caller, Command, Descriptor, KeyAccess, Verdict};
+use super::bindings::{Argv, Batch, Caller, Descriptor, Verdict};
 use super::engine::Sandbox;
 use super::module::{CatalogKind, Fault, GuardKind, Module};
 
@@ -92,27 +92,32 @@ impl Guard {
         &self.module.name
     }
 
-    pub fn admit(
-        &self,
-        who: &Caller,
-        command: &Command,
-        keys: &[KeyAccess],
-    ) -> Result<Verdict, Fault> {
-        let verdict = self.module.call(|guard, store| {
-            guard
-                .tollgate_policy_guard()
-                .call_admit(store, who, command, keys)
-        })?;
-        let longest = match &verdict {
-            Verdict::Allow(rule) => rule.len(),
-            Verdict::Deny(denial) => denial.rule.len().max(denial.reason.len()),
-            Verdict::Abstain => 0,
-        };
+    /// One verdict per command of `batch`, in order.
+    pub fn admit(&self, who: &Caller, batch: &Batch) -> Result<Vec<Verdict>, Fault> {
+        let verdicts = self
+            .module
+            .call(|guard, store| guard.tollgate_policy_guard().call_admit(store, who, batch))?;
+        if verdicts.len() != batch.commands.len() {
+            return Err(Fault::malformed(format!(
+                "{} verdicts for {} commands",
+                verdicts.len(),
+                batch.commands.len()
+            )));
+        }
+        let longest = verdicts
+            .iter()
+            .map(|verdict| match verdict {
+                Verdict::Allow(rule) => rule.len(),
+                Verdict::Deny(denial) => denial.rule.len().max(denial.reason.len()),
+                Verdict::Abstain => 0,
+            })
+            .max()
+            .unwrap_or_default();
         if longest > MAX_TEXT {
             return Err(Fault::malformed(format!(
                 "answer of {longest} bytes (at most {MAX_TEXT})"
             )));
         }
-        Ok(verdict)
+        Ok(verdicts)
     }
 }

@@ -1,14 +1,15 @@
-//! How a caller and a command cross into the sandbox: the arguments packed into the WIT `argv`
-//! record (all bytes in one buffer, where each ends and how long it was in two more lists), so a
-//! call lowers three lists however many arguments there are. Keys cross in full (guards match
-//! them); every other argument as a bounded prefix. The buffers are reused per thread.
+//! How a caller and commands cross into the sandbox: arguments packed into the WIT `argv` record
+//! (all bytes in one buffer, where each ends and how long it was in two more lists), so a call
+//! lowers three lists however many arguments there are; a guard's batch packs several commands
+//! the same way, one after another. Keys cross in full (guards match them); every other argument
+//! as a bounded prefix. The buffers are reused per thread.
 
 use std::cell::RefCell;
 
 use bytes::Bytes;
 use tollgate_model::Caller;
 
-use super::bindings::{self, Argv, Categories, Command, CommandFlags, Descriptor, Lane};
+use super::bindings::{self, Argv, Batch, Command, Descriptor};
 
 /// How many leading bytes of a non-key argument cross into the sandbox.
 pub const ARG_PREFIX: usize = 64;
@@ -17,71 +18,70 @@ thread_local! {
     static SCRATCH: RefCell<Lowered> = RefCell::new(Lowered::new());
 }
 
-/// A decision's caller and command in their WIT form. One per thread, refilled in place: after a
-/// thread's first decision, lowering allocates nothing on the host (the buffers keep their size).
+/// A decision's caller and commands in their WIT form. One per thread, refilled in place: after a
+/// thread's first decisions, lowering allocates nothing on the host (the buffers keep their size).
 pub struct Lowered {
+    /// One command's arguments, all bounded, for a catalog.
+    described: Argv,
     caller: bindings::Caller,
-    command: Command,
-    /// Per argument of the last command: whether it is a key (and so crosses whole).
+    batch: Batch,
+    /// Per argument of the command being added: whether it is a key (and so crosses whole).
     whole: Vec<bool>,
 }
 
 impl Lowered {
     fn new() -> Lowered {
+        let argv = || Argv {
+            bytes: Vec::new(),
+            ends: Vec::new(),
+            lens: Vec::new(),
+        };
         Lowered {
+            described: argv(),
             caller: bindings::Caller {
                 principal: String::new(),
                 uid: 0,
                 gid: 0,
                 pid: 0,
             },
-            command: Command {
-                lane: Lane::Regular,
-                categories: Categories::empty(),
-                traits: CommandFlags::empty(),
-                argv: Argv {
-                    bytes: Vec::new(),
-                    ends: Vec::new(),
-                    lens: Vec::new(),
-                },
+            batch: Batch {
+                argv: argv(),
+                commands: Vec::new(),
+                keys: Vec::new(),
             },
             whole: Vec::new(),
         }
     }
 
-    /// Runs `f` with this thread's buffers. Not re-entrant: `f` must not call `with` again.
+    /// Runs `f` with this thread's buffers.
     pub fn with<R>(f: impl FnOnce(&mut Lowered) -> R) -> R {
         SCRATCH.with_borrow_mut(f)
     }
 
-    /// `argv` as a catalog sees it: every argument bounded.
+    /// `argv` for a catalog: every argument bounded, the name as the client sent it.
     pub fn bounded(&mut self, argv: &[Bytes]) -> &Argv {
+        clear(&mut self.described);
         pack(
-            &mut self.command.argv,
+            &mut self.described,
             argv.iter().map(|arg| (&arg[..], false)),
         );
-        &self.command.argv
+        &self.described
     }
 
-    /// `caller` and `argv` as a guard sees them under `descriptor`: the canonical name in place of
-    /// argument 0, the arguments at the descriptor's key positions in full, every other one
-    /// bounded.
-    pub fn for_guard(
-        &mut self,
-        caller: &Caller,
-        descriptor: &Descriptor,
-        argv: &[Bytes],
-    ) -> (&bindings::Caller, &Command) {
+    /// Starts an empty guard batch for `caller`.
+    pub fn start(&mut self, caller: &Caller) {
         let who = &mut self.caller;
         if who.principal != caller.principal {
             who.principal.clone_from(&caller.principal);
         }
         (who.uid, who.gid, who.pid) = (caller.uid, caller.gid, caller.pid);
-        let command = &mut self.command;
-        command.lane = descriptor.lane;
-        command.categories = descriptor.categories;
-        command.traits = descriptor.traits;
-        // Marked in one pass over the keys: MSET with a thousand keys stays linear.
+        clear(&mut self.batch.argv);
+        self.batch.commands.clear();
+        self.batch.keys.clear();
+    }
+
+    /// Adds `argv` to the batch as `descriptor` describes it: named canonically, its keys whole.
+    pub fn push(&mut self, descriptor: &Descriptor, argv: &[Bytes]) {
         self.whole.clear();
         self.whole.resize(argv.len(), false);
         for key in &descriptor.keys {
@@ -95,17 +95,32 @@ impl Lowered {
             .skip(1)
             .map(|(arg, &whole)| (&arg[..], whole));
         let name = std::iter::once((descriptor.name.as_bytes(), true));
-        pack(&mut command.argv, name.chain(rest));
-        (&self.caller, &self.command)
+        pack(&mut self.batch.argv, name.chain(rest));
+        self.batch.commands.push(Command {
+            lane: descriptor.lane,
+            categories: descriptor.categories,
+            traits: descriptor.traits,
+            // The name always crosses, even for an empty argv.
+            args: wire_len(argv.len().max(1)),
+            keys: wire_len(descriptor.keys.len()),
+        });
+        self.batch.keys.extend_from_slice(&descriptor.keys);
+    }
+
+    /// The caller and the batch, as [`Lowered::start`] and [`Lowered::push`] left them.
+    pub fn batch(&self) -> (&bindings::Caller, &Batch) {
+        (&self.caller, &self.batch)
     }
 }
 
-/// Packs `(argument, whole)` pairs into `out`: a `whole` argument crosses in full, any other
-/// bounded.
+fn clear(argv: &mut Argv) {
+    argv.bytes.clear();
+    argv.ends.clear();
+    argv.lens.clear();
+}
+
+/// Appends `args` to `out`, each whole or cut to its prefix.
 fn pack<'a>(out: &mut Argv, args: impl Iterator<Item = (&'a [u8], bool)>) {
-    out.bytes.clear();
-    out.ends.clear();
-    out.lens.clear();
     for (arg, whole) in args {
         let crossing = if whole {
             arg.len()
@@ -127,7 +142,7 @@ fn wire_len(len: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::bindings::{Access, KeyAccess};
+    use crate::sandbox::bindings::{Access, Categories, CommandFlags, KeyAccess, Lane};
 
     fn argv(parts: &[&[u8]]) -> Vec<Bytes> {
         parts.iter().map(|p| Bytes::copy_from_slice(p)).collect()
@@ -154,7 +169,7 @@ mod tests {
     }
 
     #[test]
-    fn for_guard_names_the_command_canonically_and_sends_keys_whole() {
+    fn a_batch_names_each_command_canonically_and_sends_keys_whole() {
         let key = vec![b'k'; 100];
         let value = vec![b'v'; 100];
         let descriptor = Descriptor {
@@ -176,17 +191,31 @@ mod tests {
             pid: 9,
         };
         Lowered::with(|lowered| {
-            // A previous, longer command must leave nothing behind.
-            lowered.bounded(&argv(&[b"mset", b"a", b"1", b"b", b"2"]));
-            let (who, command) =
-                lowered.for_guard(&caller, &descriptor, &argv(&[b"set", &key, &value]));
+            // A previous, longer batch must leave nothing behind.
+            lowered.start(&caller);
+            lowered.push(&descriptor, &argv(&[b"set", b"a", b"1", b"2"]));
+            lowered.start(&caller);
+            lowered.push(&descriptor, &argv(&[b"set", &key, &value]));
+            lowered.push(&descriptor, &argv(&[b"set", b"k2", b"v2"]));
+            let (who, batch) = lowered.batch();
             assert_eq!((who.principal.as_str(), who.uid, who.pid), ("app", 7, 9));
-            assert_eq!(command.categories, Categories::WRITE);
+            assert_eq!(batch.commands.len(), 2);
+            assert_eq!(batch.commands[0].categories, Categories::WRITE);
+            assert_eq!((batch.commands[0].args, batch.commands[0].keys), (3, 1));
             assert_eq!(
-                crossed(&command.argv),
-                [&b"SET"[..], &key[..], &value[..ARG_PREFIX]]
+                crossed(&batch.argv),
+                [
+                    &b"SET"[..],
+                    &key[..],
+                    &value[..ARG_PREFIX],
+                    b"SET",
+                    b"k2",
+                    b"v2"
+                ]
             );
-            assert_eq!(command.argv.lens, [3, 100, 100]);
+            assert_eq!(batch.argv.lens, [3, 100, 100, 3, 2, 2]);
+            let keys: Vec<u32> = batch.keys.iter().map(|key| key.position).collect();
+            assert_eq!(keys, [1, 1]);
         });
     }
 }

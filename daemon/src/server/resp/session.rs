@@ -7,6 +7,7 @@
 //! PUBSUB lane. A client that vanishes drops its in-flight work: a borrowed connection with a reply
 //! still owed is closed by the lane, never reused.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -18,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tollgate_lanes::{Borrowed, Channel, Quiet, SubscriptionKind};
 use tollgate_model::{Caller, Lane};
 use tollgate_policy::Decision;
-use tollgate_resp::{Command, Frame};
+use tollgate_resp::{Command, Frame, ProtocolError};
 
 use super::local::{self, Local, Protocol};
 use super::pending::{Class, InOrder, Pending};
@@ -30,6 +31,8 @@ use crate::server::peer::{peer_credentials, user_name};
 const FLUSH_AT: usize = 64 * 1024;
 /// Read in chunks of this size.
 const READ_CHUNK: usize = 16 * 1024;
+/// The most commands of a pipeline admitted together.
+const ADMIT_TOGETHER: usize = 64;
 /// How much a client may send ahead while its next command waits for a barrier.
 const PARKED_INPUT_CAP: usize = 1024 * 1024;
 
@@ -78,7 +81,19 @@ struct Session {
     in_flight: Vec<(Class, usize)>,
     /// An admitted command waiting for a barrier.
     parked: Option<Step>,
+    /// Commands read from the input ahead of their turn, oldest first.
+    ahead: VecDeque<Ahead>,
     out: BytesMut,
+}
+
+/// A command read ahead of its turn (see [`Session::read_ahead`]).
+enum Ahead {
+    /// Admitted already, together with the rest of its run.
+    Decided(Command, Decision),
+    /// Planned, and admitted if it needs to be, when its turn comes.
+    Parsed(Command),
+    /// Unreadable input: the connection closes when its turn comes.
+    Invalid(ProtocolError),
 }
 
 pub async fn run(stream: UnixStream, front: Arc<FrontDoor>, stop: CancellationToken, id: u64) {
@@ -111,6 +126,7 @@ pub async fn run(stream: UnixStream, front: Arc<FrontDoor>, stop: CancellationTo
         pending: InOrder::default(),
         in_flight: Vec::new(),
         parked: None,
+        ahead: VecDeque::new(),
         out: BytesMut::new(),
     };
     let outcome = session.serve(reader, writer, stop).await;
@@ -200,10 +216,13 @@ impl Session {
             }
             let step = match self.parked.take() {
                 Some(step) => step,
-                None => match tollgate_resp::parse_command(input, &self.front.limits) {
-                    Ok(Some(command)) => self.plan(command),
-                    Ok(None) => return None,
-                    Err(error) => return Some(replies::error(format!("ERR {error}"))),
+                None => match self.next_command(input) {
+                    Some(Ahead::Decided(command, decision)) => self.plan(command, Some(decision)),
+                    Some(Ahead::Parsed(command)) => self.plan(command, None),
+                    Some(Ahead::Invalid(error)) => {
+                        return Some(replies::error(format!("ERR {error}")))
+                    }
+                    None => return None,
                 },
             };
             match step {
@@ -239,9 +258,54 @@ impl Session {
         }
     }
 
+    /// The next command to plan, read ahead when nothing is left from the last read.
+    fn next_command(&mut self, input: &mut BytesMut) -> Option<Ahead> {
+        if self.ahead.is_empty() {
+            self.read_ahead(input);
+        }
+        self.ahead.pop_front()
+    }
+
+    /// Reads the run of ordinary commands at the front of `input` (a pipeline: up to
+    /// [`ADMIT_TOGETHER`]) and admits them together, which enters each guard once for the run
+    /// instead of once per command; the command that ended the run, if any, is kept as read.
+    fn read_ahead(&mut self, input: &mut BytesMut) {
+        let mut run = Vec::new();
+        let ended = loop {
+            if run.len() == ADMIT_TOGETHER {
+                break None;
+            }
+            match tollgate_resp::parse_command(input, &self.front.limits) {
+                Ok(Some(command)) if self.admits_ahead(&command) => run.push(command),
+                Ok(Some(command)) => break Some(Ahead::Parsed(command)),
+                Ok(None) => break None,
+                Err(error) => break Some(Ahead::Invalid(error)),
+            }
+        };
+        if run.len() == 1 {
+            self.ahead.extend(run.pop().map(Ahead::Parsed));
+        } else if !run.is_empty() {
+            let argvs: Vec<&[Bytes]> = run.iter().map(|command| &command.argv[..]).collect();
+            let decisions = self.front.admission.admit_all(&self.caller, &argvs);
+            let decided = run.into_iter().zip(decisions);
+            self.ahead
+                .extend(decided.map(|(command, decision)| Ahead::Decided(command, decision)));
+        }
+        self.ahead.extend(ended);
+    }
+
+    /// Whether `command` may be admitted before the commands read before it have run: admission
+    /// depends only on the caller and the command, but a connection-scoped command is the
+    /// session's own, and a subscription changes which commands RESP2 accepts afterwards.
+    fn admits_ahead(&self, command: &Command) -> bool {
+        self.subscriptions.is_empty()
+            && Local::of(&command.argv).is_none()
+            && subscription_command(&command.argv).is_none()
+    }
+
     /// Decides what `argv` becomes: connection-scoped commands are answered here; everything else
-    /// is admitted by the policy and routed by the lane it names.
-    fn plan(&mut self, command: Command) -> Step {
+    /// is admitted by the policy (unless `decided` ahead) and routed by the lane it names.
+    fn plan(&mut self, command: Command, decided: Option<Decision>) -> Step {
         let argv = &command.argv;
         let local = Local::of(argv);
         if self.protocol == Protocol::Resp2
@@ -257,7 +321,7 @@ impl Session {
         if let Some(local) = local.filter(|l| !l.needs_admission()) {
             return self.local(local, argv);
         }
-        let decision = self.front.admission.admit(&self.caller, argv);
+        let decision = decided.unwrap_or_else(|| self.front.admission.admit(&self.caller, argv));
         let lane = match decision {
             Decision::Admitted { lane, .. } => lane,
             Decision::Denied(denial) => {

@@ -9,57 +9,65 @@ wit_bindgen::generate!({ world: "guard-module", path: "../../../wit" });
 use std::hint::black_box;
 
 use exports::tollgate::policy::guard::Guest;
-use tollgate::policy::config;
 use guest_kit::Args;
-use tollgate::policy::types::{Caller, Command, Denial, KeyAccess, Verdict};
+use tollgate::policy::config;
+use tollgate::policy::types::{Batch, Caller, Denial, KeyAccess, Verdict};
 
 struct Hostile;
 
 impl Guest for Hostile {
-    fn admit(_who: Caller, cmd: Command, keys: Vec<KeyAccess>) -> Verdict {
-        let args = Args::new(&cmd.argv.bytes, &cmd.argv.ends, &cmd.argv.lens);
-        let is_key = |i: usize| keys.iter().any(|key| key.position as usize == i);
-        if config::get() == b"echo" {
-            // Arguments after the name that are not keys: what crossed of each, and its length.
-            let others: Vec<String> = (1..args.count())
-                .filter(|&i| !is_key(i))
-                .map(|i| {
-                    let crossed = args.get(i).unwrap_or_default().len();
-                    format!("{crossed}/{}", args.len(i).unwrap_or_default())
-                })
-                .collect();
-            return Verdict::Deny(Denial {
-                rule: "echo".into(),
-                reason: format!(
-                    "keys={} args={} bytes={}",
-                    keys.len(),
-                    others.join(","),
-                    cmd.argv.bytes.len()
-                ),
-            });
-        }
-        // Misbehave only for the key `hostile`, so the same instance pool also serves clean calls.
-        let first_key = keys.first().and_then(|key| args.get(key.position as usize));
-        if first_key != Some(b"hostile") {
-            return Verdict::Allow("hostile-behaves".into());
-        }
-        match config::get().as_slice() {
-            b"spin" => {
-                let mut n: u64 = 0;
-                loop {
-                    n = black_box(n.wrapping_add(1));
-                }
+    fn admit(_who: Caller, batch: Batch) -> Vec<Verdict> {
+        let all = Args::new(&batch.argv.bytes, &batch.argv.ends, &batch.argv.lens);
+        all.split(batch.commands.iter().map(|cmd| (cmd.args, cmd.keys)))
+            .map(|(args, keys)| judge(args, &batch.keys[keys]))
+            .collect()
+    }
+}
+
+fn judge(args: Args, keys: &[KeyAccess]) -> Verdict {
+    let is_key = |i: usize| keys.iter().any(|key| key.position as usize == i);
+    if config::get() == b"echo" {
+        // Arguments after the name that are not keys: what crossed of each, and its length.
+        let others: Vec<String> = (1..args.count())
+            .filter(|&i| !is_key(i))
+            .map(|i| {
+                let crossed = args.get(i).unwrap_or_default().len();
+                format!("{crossed}/{}", args.len(i).unwrap_or_default())
+            })
+            .collect();
+        let crossed: usize = (0..args.count())
+            .map(|i| args.get(i).unwrap_or_default().len())
+            .sum();
+        return Verdict::Deny(Denial {
+            rule: "echo".into(),
+            reason: format!(
+                "keys={} args={} bytes={crossed}",
+                keys.len(),
+                others.join(","),
+            ),
+        });
+    }
+    // Misbehave only for the key `hostile`, so the same instance pool also serves clean calls.
+    let first_key = keys.first().and_then(|key| args.get(key.position as usize));
+    if first_key != Some(b"hostile") {
+        return Verdict::Allow("hostile-behaves".into());
+    }
+    match config::get().as_slice() {
+        b"spin" => {
+            let mut n: u64 = 0;
+            loop {
+                n = black_box(n.wrapping_add(1));
             }
-            b"bomb" => {
-                let mut hoard: Vec<Vec<u8>> = Vec::new();
-                loop {
-                    hoard.push(black_box(vec![1u8; 1 << 20]));
-                }
-            }
-            b"trap" => panic!("hostile guard traps"),
-            b"huge" => Verdict::Allow("x".repeat(4 << 20)),
-            _ => Verdict::Allow("hostile-behaves".into()),
         }
+        b"bomb" => {
+            let mut hoard: Vec<Vec<u8>> = Vec::new();
+            loop {
+                hoard.push(black_box(vec![1u8; 1 << 20]));
+            }
+        }
+        b"trap" => panic!("hostile guard traps"),
+        b"huge" => Verdict::Allow("x".repeat(4 << 20)),
+        _ => Verdict::Allow("hostile-behaves".into()),
     }
 }
 

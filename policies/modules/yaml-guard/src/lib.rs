@@ -9,9 +9,9 @@ static ALLOCATOR: guest_kit::SizeClasses = guest_kit::SizeClasses::new();
 use std::sync::OnceLock;
 
 use exports::tollgate::policy::guard::Guest;
-use tollgate::policy::config;
 use guest_kit::Args;
-use tollgate::policy::types::{Caller, Command, Denial, KeyAccess, Lane, Verdict};
+use tollgate::policy::config;
+use tollgate::policy::types::{Batch, Caller, Command, Denial, KeyAccess, Lane, Verdict};
 use tollgate_policy_rules::{
     CategorySet, CompiledPolicy, Outcome, Request, Subject, LEASE_COMMAND,
 };
@@ -21,53 +21,57 @@ struct YamlGuard;
 static POLICY: OnceLock<Result<CompiledPolicy, String>> = OnceLock::new();
 
 impl Guest for YamlGuard {
-    fn admit(who: Caller, cmd: Command, keys: Vec<KeyAccess>) -> Verdict {
+    fn admit(who: Caller, batch: Batch) -> Vec<Verdict> {
         let policy = POLICY.get_or_init(|| {
             CompiledPolicy::from_bytes(&config::get()).map_err(|error| error.to_string())
         });
-        let policy = match policy {
-            Ok(policy) => policy,
-            Err(error) => {
-                return Verdict::Deny(Denial {
+        let all = Args::new(&batch.argv.bytes, &batch.argv.ends, &batch.argv.lens);
+        all.split(batch.commands.iter().map(|cmd| (cmd.args, cmd.keys)))
+            .zip(&batch.commands)
+            .map(|((args, keys), cmd)| match policy {
+                Ok(policy) => judge(policy, &who, cmd, args, &batch.keys[keys]),
+                Err(error) => Verdict::Deny(Denial {
                     rule: "yaml-guard".into(),
                     reason: format!("the compiled policy is unreadable: {error}"),
-                })
-            }
-        };
-        let args = Args::new(&cmd.argv.bytes, &cmd.argv.ends, &cmd.argv.lens);
-        let name = args
-            .get(0)
-            .and_then(|name| std::str::from_utf8(name).ok())
-            .unwrap_or_default();
-        let keys: Vec<&[u8]> = keys
-            .iter()
-            .map(|key| args.get(key.position as usize).unwrap_or_default())
-            .collect();
-        let subject = if name == LEASE_COMMAND {
-            Subject::Lease {
-                resource: keys.first().copied().unwrap_or_default(),
-            }
-        } else {
-            Subject::Command {
-                name,
-                categories: CategorySet(cmd.categories.bits()),
-                lane: lane_index(cmd.lane),
-                keys: &keys,
-            }
-        };
-        let request = Request {
-            principal: &who.principal,
-            subject,
-        };
-        match policy.evaluate(&request) {
-            Outcome::Allow(rule) => Verdict::Allow(rule.id.clone()),
-            Outcome::AuditDeny(rule) => Verdict::Allow(format!("audit:{}", rule.id)),
-            Outcome::Deny(rule) => Verdict::Deny(Denial {
-                rule: rule.id.clone(),
-                reason: rule.reason.clone(),
-            }),
-            Outcome::NoMatch => Verdict::Abstain,
+                }),
+            })
+            .collect()
+    }
+}
+
+fn judge(policy: &CompiledPolicy, who: &Caller, cmd: &Command, args: Args, keys: &[KeyAccess]) -> Verdict {
+    let name = args
+        .get(0)
+        .and_then(|name| std::str::from_utf8(name).ok())
+        .unwrap_or_default();
+    let keys: Vec<&[u8]> = keys
+        .iter()
+        .map(|key| args.get(key.position as usize).unwrap_or_default())
+        .collect();
+    let subject = if name == LEASE_COMMAND {
+        Subject::Lease {
+            resource: keys.first().copied().unwrap_or_default(),
         }
+    } else {
+        Subject::Command {
+            name,
+            categories: CategorySet(cmd.categories.bits()),
+            lane: lane_index(cmd.lane),
+            keys: &keys,
+        }
+    };
+    let request = Request {
+        principal: &who.principal,
+        subject,
+    };
+    match policy.evaluate(&request) {
+        Outcome::Allow(rule) => Verdict::Allow(rule.id.clone()),
+        Outcome::AuditDeny(rule) => Verdict::Allow(format!("audit:{}", rule.id)),
+        Outcome::Deny(rule) => Verdict::Deny(Denial {
+            rule: rule.id.clone(),
+            reason: rule.reason.clone(),
+        }),
+        Outcome::NoMatch => Verdict::Abstain,
     }
 }
 

@@ -7,16 +7,16 @@ wit_bindgen::generate!({ world: "guard-module", path: "../../../../wit" });
 use std::sync::OnceLock;
 
 use exports::tollgate::policy::guard::Guest;
-use tollgate::policy::config;
 use guest_kit::Args;
-use tollgate::policy::types::{Caller, Command, Denial, KeyAccess, Verdict};
+use tollgate::policy::config;
+use tollgate::policy::types::{Batch, Caller, Denial, KeyAccess, Verdict};
 
 struct KeyPrefix;
 
 static SEPARATOR: OnceLock<Vec<u8>> = OnceLock::new();
 
 impl Guest for KeyPrefix {
-    fn admit(who: Caller, cmd: Command, keys: Vec<KeyAccess>) -> Verdict {
+    fn admit(who: Caller, batch: Batch) -> Vec<Verdict> {
         let separator = SEPARATOR.get_or_init(|| {
             let configured = config::get();
             if configured.is_empty() {
@@ -27,21 +27,27 @@ impl Guest for KeyPrefix {
         });
         let mut prefix = who.principal.into_bytes();
         prefix.extend_from_slice(separator);
-        let args = Args::new(&cmd.argv.bytes, &cmd.argv.ends, &cmd.argv.lens);
-        let mut keys = keys
-            .iter()
-            .map(|key| args.get(key.position as usize).unwrap_or_default());
-        match keys.find(|key| !key.starts_with(&prefix)) {
-            None => Verdict::Abstain,
-            Some(key) => Verdict::Deny(Denial {
-                rule: "key-prefix".into(),
-                reason: format!(
-                    "key `{}` is outside `{}*`",
-                    String::from_utf8_lossy(key),
-                    String::from_utf8_lossy(&prefix)
-                ),
-            }),
-        }
+        let all = Args::new(&batch.argv.bytes, &batch.argv.ends, &batch.argv.lens);
+        all.split(batch.commands.iter().map(|cmd| (cmd.args, cmd.keys)))
+            .map(|(args, keys)| judge(&prefix, args, &batch.keys[keys]))
+            .collect()
+    }
+}
+
+fn judge(prefix: &[u8], args: Args, keys: &[KeyAccess]) -> Verdict {
+    let mut keys = keys
+        .iter()
+        .map(|key| args.get(key.position as usize).unwrap_or_default());
+    match keys.find(|key| !key.starts_with(prefix)) {
+        None => Verdict::Abstain,
+        Some(key) => Verdict::Deny(Denial {
+            rule: "key-prefix".into(),
+            reason: format!(
+                "key `{}` is outside `{}*`",
+                String::from_utf8_lossy(key),
+                String::from_utf8_lossy(prefix)
+            ),
+        }),
     }
 }
 
