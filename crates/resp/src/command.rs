@@ -2,6 +2,7 @@
 //! (`PING\r\n`, as telnet and `redis-cli` in some modes send), both bounded by [`Limits`].
 
 use bytes::{Buf, Bytes, BytesMut};
+use smallvec::SmallVec;
 
 use crate::encode::{command_len, encode_command};
 use crate::parse::{lossy, Walker};
@@ -70,7 +71,8 @@ fn multibulk(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Command>, Pro
             limit: limits.max_elements,
         });
     }
-    let mut spans = Vec::with_capacity(count.clamp(0, 64) as usize);
+    // On the stack for the usual handful of arguments: one heap allocation fewer per command.
+    let mut spans: SmallVec<[(usize, usize); 8]> = SmallVec::new();
     for _ in 0..count.max(0) {
         let Some(tag) = walker.peek() else {
             return Ok(None);

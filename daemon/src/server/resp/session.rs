@@ -276,6 +276,10 @@ impl Session {
                 break None;
             }
             match tollgate_resp::parse_command(input, &self.front.limits) {
+                // A lone command (unpipelined) is planned as it is.
+                Ok(Some(command)) if run.is_empty() && input.is_empty() => {
+                    break Some(Ahead::Parsed(command))
+                }
                 Ok(Some(command)) if self.admits_ahead(&command) => run.push(command),
                 Ok(Some(command)) => break Some(Ahead::Parsed(command)),
                 Ok(None) => break None,
@@ -635,16 +639,20 @@ impl Session {
 
 /// `(kind, true)` for the subscribe commands, `(kind, false)` for the unsubscribes.
 fn subscription_command(argv: &[Bytes]) -> Option<(SubscriptionKind, bool)> {
-    let name = argv.first()?.to_ascii_uppercase();
-    Some(match name.as_slice() {
-        b"SUBSCRIBE" => (SubscriptionKind::Channel, true),
-        b"PSUBSCRIBE" => (SubscriptionKind::Pattern, true),
-        b"SSUBSCRIBE" => (SubscriptionKind::Shard, true),
-        b"UNSUBSCRIBE" => (SubscriptionKind::Channel, false),
-        b"PUNSUBSCRIBE" => (SubscriptionKind::Pattern, false),
-        b"SUNSUBSCRIBE" => (SubscriptionKind::Shard, false),
-        _ => return None,
-    })
+    const COMMANDS: [(&[u8], SubscriptionKind, bool); 6] = [
+        (b"SUBSCRIBE", SubscriptionKind::Channel, true),
+        (b"PSUBSCRIBE", SubscriptionKind::Pattern, true),
+        (b"SSUBSCRIBE", SubscriptionKind::Shard, true),
+        (b"UNSUBSCRIBE", SubscriptionKind::Channel, false),
+        (b"PUNSUBSCRIBE", SubscriptionKind::Pattern, false),
+        (b"SUNSUBSCRIBE", SubscriptionKind::Shard, false),
+    ];
+    // Asked of every command: compared in place rather than upper-cased into a new buffer.
+    let name = argv.first()?;
+    COMMANDS
+        .iter()
+        .find(|(word, ..)| name.eq_ignore_ascii_case(word))
+        .map(|&(_, kind, subscribe)| (kind, subscribe))
 }
 
 fn confirmation_word(kind: SubscriptionKind, subscribe: bool) -> &'static str {
