@@ -297,9 +297,7 @@ impl Generation {
             .zip(&described)
             .map(|((_, argv), known)| (&**known, *argv))
             .collect();
-        let mut judged = self
-            .judge(&self.guards, caller, &commands, None)
-            .into_iter();
+        let mut judged = self.judge_all(&self.guards, caller, &commands).into_iter();
         decisions
             .into_iter()
             .map(|decision| decision.unwrap_or_else(|| judged.next().expect("one per command")))
@@ -430,44 +428,52 @@ impl Generation {
         Ok(None)
     }
 
-    /// Runs the guard chain on one described command.
+    /// The guard chain on one described command: the first deny wins, and it is admitted only if
+    /// some guard allows.
     fn judge_argv(
         &self,
         guards: &[Guard],
         caller: &Caller,
         described: &Described,
         argv: &[Bytes],
-        steps: Option<&mut Vec<Step>>,
+        mut steps: Option<&mut Vec<Step>>,
     ) -> Decision {
-        let mut decisions = self.judge(guards, caller, &[(described, argv)], steps);
-        decisions.pop().expect("one decision per command")
+        let mut chain = Chain::default();
+        for guard in guards {
+            let verdict = judge_alone(guard, caller, described, argv);
+            if let Some(steps) = steps.as_deref_mut() {
+                steps.push(step(guard.name(), &verdict));
+            }
+            chain.hear(guard.name(), verdict, &described.wit.name);
+            // Explaining shows every module's answer; deciding stops at the first refusal.
+            if chain.denial.is_some() && steps.is_none() {
+                break;
+            }
+        }
+        chain.decision(described)
     }
 
-    /// The guard chain over described commands, each judged on its own: for each, the first deny
-    /// wins, and it is admitted only if some guard allows. Each guard sees the commands still
-    /// open in one call.
-    fn judge(
+    /// The guard chain on several described commands, each decided as [`Generation::judge_argv`]
+    /// decides it alone; each guard sees the commands still open in one call.
+    fn judge_all(
         &self,
         guards: &[Guard],
         caller: &Caller,
         commands: &[(&Described, &[Bytes])],
-        mut steps: Option<&mut Vec<Step>>,
     ) -> Vec<Decision> {
+        if let [(described, argv)] = commands {
+            return vec![self.judge_argv(guards, caller, described, argv, None)];
+        }
         let mut chains: Vec<Chain> = commands.iter().map(|_| Chain::default()).collect();
         for guard in guards {
-            // Explaining shows every module's answer; deciding stops at the first refusal.
             let open: Vec<usize> = (0..commands.len())
-                .filter(|&at| steps.is_some() || chains[at].denial.is_none())
+                .filter(|&at| chains[at].denial.is_none())
                 .collect();
             if open.is_empty() {
                 break;
             }
-            for (at, verdict) in open.iter().zip(ask(guard, caller, commands, &open)) {
-                if let Some(steps) = steps.as_deref_mut() {
-                    steps.push(step(guard.name(), &verdict));
-                }
-                let name = &commands[*at].0.wit.name;
-                chains[*at].hear(guard.name(), verdict, name);
+            for (at, verdict) in open.iter().zip(judge_batch(guard, caller, commands, &open)) {
+                chains[*at].hear(guard.name(), verdict, &commands[*at].0.wit.name);
             }
         }
         chains
@@ -524,34 +530,42 @@ impl Chain {
     }
 }
 
-/// One guard's verdicts on the commands at `open`, in one call. After a fault, one call per
-/// command, so that only a command that makes the guard trap or run out of time or memory is
-/// refused for it.
-fn ask(
+/// One guard's verdict on one command, through its `admit`.
+fn judge_alone(
+    guard: &Guard,
+    caller: &Caller,
+    described: &Described,
+    argv: &[Bytes],
+) -> Result<Verdict, Fault> {
+    Lowered::with(|lowered| {
+        let (who, command) = lowered.for_guard(caller, &described.wit, argv);
+        guard.admit(who, command, &described.wit.keys)
+    })
+}
+
+/// One guard's verdicts on the commands at `open`, in one `admit-batch` call. After a fault, one
+/// call per command, so that only a command that makes the guard trap or run out of time or
+/// memory is refused for it.
+fn judge_batch(
     guard: &Guard,
     caller: &Caller,
     commands: &[(&Described, &[Bytes])],
     open: &[usize],
 ) -> Vec<Result<Verdict, Fault>> {
-    let call = |batch: &[usize]| {
-        Lowered::with(|lowered| {
-            lowered.start(caller);
-            for &at in batch {
-                let (described, argv) = commands[at];
-                lowered.push(&described.wit, argv);
-            }
-            let (who, batch) = lowered.batch();
-            guard.admit(who, batch)
-        })
-    };
-    match call(open) {
+    let batched = Lowered::with(|lowered| {
+        lowered.start(caller);
+        for &at in open {
+            let (described, argv) = commands[at];
+            lowered.push(&described.wit, argv);
+        }
+        let (who, batch) = lowered.batch();
+        guard.admit_batch(who, batch)
+    });
+    match batched {
         Ok(verdicts) => verdicts.into_iter().map(Ok).collect(),
-        Err(fault) if open.len() == 1 => vec![Err(fault)],
         Err(_) => open
             .iter()
-            .map(|&at| {
-                call(&[at]).map(|verdicts| verdicts.into_iter().next().expect("one verdict"))
-            })
+            .map(|&at| judge_alone(guard, caller, commands[at].0, commands[at].1))
             .collect(),
     }
 }

@@ -19,6 +19,6 @@ pub mod guard {
 }
 
 pub use catalog::tollgate::policy::types::{
-    Access, Argv, Batch, Caller, Categories, Command, CommandFlags, Descriptor, KeyAccess, Lane,
-    Verdict,
+    Access, Argv, Batch, Batched, Caller, Categories, Command, CommandFlags, Descriptor, KeyAccess,
+    Lane, Verdict,
 };

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::bindings::{Argv, Batch, Caller, Descriptor, Verdict};
+use super::bindings::{Argv, Batch, Caller, Command, Descriptor, KeyAccess, Verdict};
 use super::engine::Sandbox;
 use super::module::{CatalogKind, Fault, GuardKind, Module};
 
@@ -92,11 +92,28 @@ impl Guard {
         &self.module.name
     }
 
+    pub fn admit(
+        &self,
+        who: &Caller,
+        command: &Command,
+        keys: &[KeyAccess],
+    ) -> Result<Verdict, Fault> {
+        let verdict = self.module.call(|guard, store| {
+            guard
+                .tollgate_policy_guard()
+                .call_admit(store, who, command, keys)
+        })?;
+        check_verdict(&verdict)?;
+        Ok(verdict)
+    }
+
     /// One verdict per command of `batch`, in order.
-    pub fn admit(&self, who: &Caller, batch: &Batch) -> Result<Vec<Verdict>, Fault> {
-        let verdicts = self
-            .module
-            .call(|guard, store| guard.tollgate_policy_guard().call_admit(store, who, batch))?;
+    pub fn admit_batch(&self, who: &Caller, batch: &Batch) -> Result<Vec<Verdict>, Fault> {
+        let verdicts = self.module.call(|guard, store| {
+            guard
+                .tollgate_policy_guard()
+                .call_admit_batch(store, who, batch)
+        })?;
         if verdicts.len() != batch.commands.len() {
             return Err(Fault::malformed(format!(
                 "{} verdicts for {} commands",
@@ -104,20 +121,22 @@ impl Guard {
                 batch.commands.len()
             )));
         }
-        let longest = verdicts
-            .iter()
-            .map(|verdict| match verdict {
-                Verdict::Allow(rule) => rule.len(),
-                Verdict::Deny(denial) => denial.rule.len().max(denial.reason.len()),
-                Verdict::Abstain => 0,
-            })
-            .max()
-            .unwrap_or_default();
-        if longest > MAX_TEXT {
-            return Err(Fault::malformed(format!(
-                "answer of {longest} bytes (at most {MAX_TEXT})"
-            )));
-        }
+        verdicts.iter().try_for_each(check_verdict)?;
         Ok(verdicts)
     }
+}
+
+/// Rule ids and reasons end up in replies and logs: a guard may not make them arbitrarily long.
+fn check_verdict(verdict: &Verdict) -> Result<(), Fault> {
+    let longest = match verdict {
+        Verdict::Allow(rule) => rule.len(),
+        Verdict::Deny(denial) => denial.rule.len().max(denial.reason.len()),
+        Verdict::Abstain => 0,
+    };
+    if longest > MAX_TEXT {
+        return Err(Fault::malformed(format!(
+            "answer of {longest} bytes (at most {MAX_TEXT})"
+        )));
+    }
+    Ok(())
 }

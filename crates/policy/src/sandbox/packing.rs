@@ -9,7 +9,9 @@ use std::cell::RefCell;
 use bytes::Bytes;
 use tollgate_model::Caller;
 
-use super::bindings::{self, Argv, Batch, Command, Descriptor};
+use super::bindings::{
+    self, Argv, Batch, Batched, Categories, Command, CommandFlags, Descriptor, Lane,
+};
 
 /// How many leading bytes of a non-key argument cross into the sandbox.
 pub const ARG_PREFIX: usize = 64;
@@ -24,6 +26,9 @@ pub struct Lowered {
     /// One command's arguments, all bounded, for a catalog.
     described: Argv,
     caller: bindings::Caller,
+    /// One command for a guard's `admit`.
+    command: Command,
+    /// Several commands for a guard's `admit-batch`.
     batch: Batch,
     /// Per argument of the command being added: whether it is a key (and so crosses whole).
     whole: Vec<bool>,
@@ -43,6 +48,12 @@ impl Lowered {
                 uid: 0,
                 gid: 0,
                 pid: 0,
+            },
+            command: Command {
+                lane: Lane::Regular,
+                categories: Categories::empty(),
+                traits: CommandFlags::empty(),
+                argv: argv(),
             },
             batch: Batch {
                 argv: argv(),
@@ -68,40 +79,40 @@ impl Lowered {
         &self.described
     }
 
-    /// Starts an empty guard batch for `caller`.
+    /// `argv` for a guard's `admit`, as `descriptor` describes it: named canonically, its keys
+    /// whole.
+    pub fn for_guard(
+        &mut self,
+        caller: &Caller,
+        descriptor: &Descriptor,
+        argv: &[Bytes],
+    ) -> (&bindings::Caller, &Command) {
+        self.set_caller(caller);
+        let command = &mut self.command;
+        command.lane = descriptor.lane;
+        command.categories = descriptor.categories;
+        command.traits = descriptor.traits;
+        clear(&mut command.argv);
+        pack_command(&mut command.argv, &mut self.whole, descriptor, argv);
+        (&self.caller, &self.command)
+    }
+
+    /// Starts an empty batch for a guard's `admit-batch`.
     pub fn start(&mut self, caller: &Caller) {
-        let who = &mut self.caller;
-        if who.principal != caller.principal {
-            who.principal.clone_from(&caller.principal);
-        }
-        (who.uid, who.gid, who.pid) = (caller.uid, caller.gid, caller.pid);
+        self.set_caller(caller);
         clear(&mut self.batch.argv);
         self.batch.commands.clear();
         self.batch.keys.clear();
     }
 
-    /// Adds `argv` to the batch as `descriptor` describes it: named canonically, its keys whole.
+    /// Adds `argv` to the batch as [`Lowered::for_guard`] lowers one command.
     pub fn push(&mut self, descriptor: &Descriptor, argv: &[Bytes]) {
-        self.whole.clear();
-        self.whole.resize(argv.len(), false);
-        for key in &descriptor.keys {
-            if let Some(whole) = self.whole.get_mut(key.position as usize) {
-                *whole = true;
-            }
-        }
-        let rest = argv
-            .iter()
-            .zip(&self.whole)
-            .skip(1)
-            .map(|(arg, &whole)| (&arg[..], whole));
-        let name = std::iter::once((descriptor.name.as_bytes(), true));
-        pack(&mut self.batch.argv, name.chain(rest));
-        self.batch.commands.push(Command {
+        let args = pack_command(&mut self.batch.argv, &mut self.whole, descriptor, argv);
+        self.batch.commands.push(Batched {
             lane: descriptor.lane,
             categories: descriptor.categories,
             traits: descriptor.traits,
-            // The name always crosses, even for an empty argv.
-            args: wire_len(argv.len().max(1)),
+            args,
             keys: wire_len(descriptor.keys.len()),
         });
         self.batch.keys.extend_from_slice(&descriptor.keys);
@@ -111,6 +122,40 @@ impl Lowered {
     pub fn batch(&self) -> (&bindings::Caller, &Batch) {
         (&self.caller, &self.batch)
     }
+
+    fn set_caller(&mut self, caller: &Caller) {
+        let who = &mut self.caller;
+        if who.principal != caller.principal {
+            who.principal.clone_from(&caller.principal);
+        }
+        (who.uid, who.gid, who.pid) = (caller.uid, caller.gid, caller.pid);
+    }
+}
+
+/// Appends one command to `out` for a guard: its canonical name, its keys whole (`whole` is
+/// scratch), the rest bounded. Returns how many arguments it took.
+fn pack_command(
+    out: &mut Argv,
+    whole: &mut Vec<bool>,
+    descriptor: &Descriptor,
+    argv: &[Bytes],
+) -> u32 {
+    whole.clear();
+    whole.resize(argv.len(), false);
+    for key in &descriptor.keys {
+        if let Some(whole) = whole.get_mut(key.position as usize) {
+            *whole = true;
+        }
+    }
+    let rest = argv
+        .iter()
+        .zip(whole.iter())
+        .skip(1)
+        .map(|(arg, &whole)| (&arg[..], whole));
+    let name = std::iter::once((descriptor.name.as_bytes(), true));
+    let before = out.ends.len();
+    pack(out, name.chain(rest));
+    wire_len(out.ends.len() - before)
 }
 
 fn clear(argv: &mut Argv) {
@@ -169,7 +214,7 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_names_each_command_canonically_and_sends_keys_whole() {
+    fn guards_see_canonical_names_and_whole_keys_alone_and_in_batches() {
         let key = vec![b'k'; 100];
         let value = vec![b'v'; 100];
         let descriptor = Descriptor {
@@ -191,6 +236,18 @@ mod tests {
             pid: 9,
         };
         Lowered::with(|lowered| {
+            // A previous, longer command must leave nothing behind.
+            lowered.for_guard(&caller, &descriptor, &argv(&[b"set", b"a", b"1", b"2"]));
+            let (who, command) =
+                lowered.for_guard(&caller, &descriptor, &argv(&[b"set", &key, &value]));
+            assert_eq!((who.principal.as_str(), who.uid, who.pid), ("app", 7, 9));
+            assert_eq!(command.categories, Categories::WRITE);
+            assert_eq!(
+                crossed(&command.argv),
+                [&b"SET"[..], &key[..], &value[..ARG_PREFIX]]
+            );
+            assert_eq!(command.argv.lens, [3, 100, 100]);
+            // A batch packs each command the same way, one after another.
             // A previous, longer batch must leave nothing behind.
             lowered.start(&caller);
             lowered.push(&descriptor, &argv(&[b"set", b"a", b"1", b"2"]));

@@ -11,12 +11,16 @@ use std::hint::black_box;
 use exports::tollgate::policy::guard::Guest;
 use guest_kit::Args;
 use tollgate::policy::config;
-use tollgate::policy::types::{Batch, Caller, Denial, KeyAccess, Verdict};
+use tollgate::policy::types::{Batch, Caller, Command, Denial, KeyAccess, Verdict};
 
 struct Hostile;
 
 impl Guest for Hostile {
-    fn admit(_who: Caller, batch: Batch) -> Vec<Verdict> {
+    fn admit(_who: Caller, cmd: Command, keys: Vec<KeyAccess>) -> Verdict {
+        judge(Args::new(&cmd.argv.bytes, &cmd.argv.ends, &cmd.argv.lens), &keys)
+    }
+
+    fn admit_batch(_who: Caller, batch: Batch) -> Vec<Verdict> {
         let all = Args::new(&batch.argv.bytes, &batch.argv.ends, &batch.argv.lens);
         all.split(batch.commands.iter().map(|cmd| (cmd.args, cmd.keys)))
             .map(|(args, keys)| judge(args, &batch.keys[keys]))

@@ -11,7 +11,9 @@ use std::sync::OnceLock;
 use exports::tollgate::policy::guard::Guest;
 use guest_kit::Args;
 use tollgate::policy::config;
-use tollgate::policy::types::{Batch, Caller, Command, Denial, KeyAccess, Lane, Verdict};
+use tollgate::policy::types::{
+    Batch, Caller, Categories, Command, Denial, KeyAccess, Lane, Verdict,
+};
 use tollgate_policy_rules::{
     CategorySet, CompiledPolicy, Outcome, Request, Subject, LEASE_COMMAND,
 };
@@ -21,25 +23,35 @@ struct YamlGuard;
 static POLICY: OnceLock<Result<CompiledPolicy, String>> = OnceLock::new();
 
 impl Guest for YamlGuard {
-    fn admit(who: Caller, batch: Batch) -> Vec<Verdict> {
-        let policy = POLICY.get_or_init(|| {
-            CompiledPolicy::from_bytes(&config::get()).map_err(|error| error.to_string())
-        });
+    fn admit(who: Caller, cmd: Command, keys: Vec<KeyAccess>) -> Verdict {
+        let args = Args::new(&cmd.argv.bytes, &cmd.argv.ends, &cmd.argv.lens);
+        judge(&who, cmd.lane, cmd.categories, args, &keys)
+    }
+
+    fn admit_batch(who: Caller, batch: Batch) -> Vec<Verdict> {
         let all = Args::new(&batch.argv.bytes, &batch.argv.ends, &batch.argv.lens);
         all.split(batch.commands.iter().map(|cmd| (cmd.args, cmd.keys)))
             .zip(&batch.commands)
-            .map(|((args, keys), cmd)| match policy {
-                Ok(policy) => judge(policy, &who, cmd, args, &batch.keys[keys]),
-                Err(error) => Verdict::Deny(Denial {
-                    rule: "yaml-guard".into(),
-                    reason: format!("the compiled policy is unreadable: {error}"),
-                }),
-            })
+            .map(|((args, keys), cmd)| judge(&who, cmd.lane, cmd.categories, args, &batch.keys[keys]))
             .collect()
     }
 }
 
-fn judge(policy: &CompiledPolicy, who: &Caller, cmd: &Command, args: Args, keys: &[KeyAccess]) -> Verdict {
+/// The compiled policy, read from the host's bytes on the instance's first call.
+fn policy() -> &'static Result<CompiledPolicy, String> {
+    POLICY.get_or_init(|| CompiledPolicy::from_bytes(&config::get()).map_err(|error| error.to_string()))
+}
+
+fn judge(who: &Caller, lane: Lane, categories: Categories, args: Args, keys: &[KeyAccess]) -> Verdict {
+    let policy = match policy() {
+        Ok(policy) => policy,
+        Err(error) => {
+            return Verdict::Deny(Denial {
+                rule: "yaml-guard".into(),
+                reason: format!("the compiled policy is unreadable: {error}"),
+            })
+        }
+    };
     let name = args
         .get(0)
         .and_then(|name| std::str::from_utf8(name).ok())
@@ -55,8 +67,8 @@ fn judge(policy: &CompiledPolicy, who: &Caller, cmd: &Command, args: Args, keys:
     } else {
         Subject::Command {
             name,
-            categories: CategorySet(cmd.categories.bits()),
-            lane: lane_index(cmd.lane),
+            categories: CategorySet(categories.bits()),
+            lane: lane_index(lane),
             keys: &keys,
         }
     };

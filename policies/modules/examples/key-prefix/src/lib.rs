@@ -9,29 +9,40 @@ use std::sync::OnceLock;
 use exports::tollgate::policy::guard::Guest;
 use guest_kit::Args;
 use tollgate::policy::config;
-use tollgate::policy::types::{Batch, Caller, Denial, KeyAccess, Verdict};
+use tollgate::policy::types::{Batch, Caller, Command, Denial, KeyAccess, Verdict};
 
 struct KeyPrefix;
 
 static SEPARATOR: OnceLock<Vec<u8>> = OnceLock::new();
 
 impl Guest for KeyPrefix {
-    fn admit(who: Caller, batch: Batch) -> Vec<Verdict> {
-        let separator = SEPARATOR.get_or_init(|| {
-            let configured = config::get();
-            if configured.is_empty() {
-                b":".to_vec()
-            } else {
-                configured
-            }
-        });
-        let mut prefix = who.principal.into_bytes();
-        prefix.extend_from_slice(separator);
+    fn admit(who: Caller, cmd: Command, keys: Vec<KeyAccess>) -> Verdict {
+        let args = Args::new(&cmd.argv.bytes, &cmd.argv.ends, &cmd.argv.lens);
+        judge(&prefix(who), args, &keys)
+    }
+
+    fn admit_batch(who: Caller, batch: Batch) -> Vec<Verdict> {
+        let prefix = prefix(who);
         let all = Args::new(&batch.argv.bytes, &batch.argv.ends, &batch.argv.lens);
         all.split(batch.commands.iter().map(|cmd| (cmd.args, cmd.keys)))
             .map(|(args, keys)| judge(&prefix, args, &batch.keys[keys]))
             .collect()
     }
+}
+
+/// The caller's principal followed by the separator (`:` unless the config says otherwise).
+fn prefix(who: Caller) -> Vec<u8> {
+    let separator = SEPARATOR.get_or_init(|| {
+        let configured = config::get();
+        if configured.is_empty() {
+            b":".to_vec()
+        } else {
+            configured
+        }
+    });
+    let mut prefix = who.principal.into_bytes();
+    prefix.extend_from_slice(separator);
+    prefix
 }
 
 fn judge(prefix: &[u8], args: Args, keys: &[KeyAccess]) -> Verdict {
