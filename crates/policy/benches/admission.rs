@@ -2,6 +2,10 @@
 //! side with the same compiled policy evaluated natively in Rust (a hash-map catalog and
 //! `CompiledPolicy::evaluate`), so the sandbox's cost reads as a ratio.
 //!
+//! A second group decides a pipeline of sixteen GETs: in one `admit_all` (one call into the guard
+//! for all of them, as the RESP front door does for a pipeline), one `admit` at a time, and
+//! natively.
+//!
 //! `cargo bench -p tollgate-policy --bench admission` prints p50/p99 per command first (timed one
 //! decision at a time, so each sample includes ~20 ns of `Instant::now`), then criterion's runs.
 
@@ -10,7 +14,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use criterion::{BenchmarkId, Criterion};
+use criterion::{BenchmarkId, Criterion, Throughput};
 use prometheus_client::registry::Registry;
 use tollgate_model::{Caller, Lane};
 use tollgate_policy::{Admission, Decision, Descriptor, PolicyConfig};
@@ -23,6 +27,9 @@ const COMMANDS: &[(&str, &[&[u8]])] = &[
     ("EVAL", &[b"EVAL", b"return 1", b"2", b"k1", b"k2", b"arg"]),
     ("FLUSHALL-denied", &[b"FLUSHALL"]),
 ];
+
+/// Commands in the pipeline group.
+const PIPELINE: usize = 16;
 
 /// The native baseline: the same catalog data in a hash map and the same compiled policy.
 struct Native {
@@ -168,6 +175,31 @@ fn main() {
             b.iter(|| native.admit(&caller, black_box(argv)))
         });
     }
+    group.finish();
+
+    let pipeline: Vec<Vec<Bytes>> = (0..PIPELINE)
+        .map(|i| argv(&[b"GET", format!("user:{i}").as_bytes()]))
+        .collect();
+    let argvs: Vec<&[Bytes]> = pipeline.iter().map(Vec::as_slice).collect();
+    let mut group = criterion.benchmark_group("pipeline_of_16_gets");
+    group.throughput(Throughput::Elements(PIPELINE as u64));
+    group.bench_function("sandbox_together", |b| {
+        b.iter(|| admission.admit_all(&caller, black_box(&argvs)))
+    });
+    group.bench_function("sandbox_one_by_one", |b| {
+        b.iter(|| {
+            for argv in &argvs {
+                black_box(admission.admit(&caller, black_box(argv)));
+            }
+        })
+    });
+    group.bench_function("native", |b| {
+        b.iter(|| {
+            for argv in &argvs {
+                black_box(native.admit(&caller, black_box(argv)));
+            }
+        })
+    });
     group.finish();
     criterion.final_summary();
 }
