@@ -71,8 +71,9 @@ fn multibulk(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Command>, Pro
             limit: limits.max_elements,
         });
     }
-    // On the stack for the usual handful of arguments: one heap allocation fewer per command.
-    let mut spans: SmallVec<[(usize, usize); 8]> = SmallVec::new();
+    // On the stack for all but long commands (MSET of ten pairs is 21 arguments): one heap
+    // allocation fewer per command.
+    let mut spans: SmallVec<[(usize, usize); 24]> = SmallVec::new();
     for _ in 0..count.max(0) {
         let Some(tag) = walker.peek() else {
             return Ok(None);
