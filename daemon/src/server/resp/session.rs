@@ -169,7 +169,7 @@ impl Session {
             // While a command waits for a barrier, keep reading (boundedly) only to notice a client
             // that hangs up during a long blocking command.
             let may_read = !stopping
-                && self.pending.len() < self.front.config.max_pipeline
+                && self.pending.len() + self.ahead.len() < self.front.config.max_pipeline
                 && (self.parked.is_none() || input.len() < PARKED_INPUT_CAP);
             tokio::select! {
                 Some((class, reply)) = self.pending.next(), if !self.pending.is_empty() => {
