@@ -113,6 +113,19 @@ fn a_fault_in_a_pipeline_refuses_only_the_command_that_caused_it() {
 }
 
 #[test]
+fn a_batch_answered_with_too_few_verdicts_is_judged_again_one_by_one() {
+    let admission = admission(&config(&[], vec![hostile("short")]));
+    let commands = [argv("GET a"), argv("GET b"), argv("SET c v")];
+    let refs: Vec<&[bytes::Bytes]> = commands.iter().map(Vec::as_slice).collect();
+    for decision in admission.admit_all(&caller("local"), &refs) {
+        match decision {
+            Decision::Admitted { rule, .. } => assert_eq!(rule, "data"),
+            Decision::Denied(denial) => panic!("the retry one by one was not made: {denial}"),
+        }
+    }
+}
+
+#[test]
 fn faults_and_decisions_are_counted_in_metrics() {
     let mut registry = prometheus_client::registry::Registry::default();
     let admission =

@@ -563,10 +563,12 @@ fn judge_batch(
     });
     match batched {
         Ok(verdicts) => verdicts.into_iter().map(Ok).collect(),
-        Err(_) => open
-            .iter()
-            .map(|&at| judge_alone(guard, caller, commands[at].0, commands[at].1))
-            .collect(),
+        Err(fault) => {
+            tracing::warn!(module = guard.name(), cause = fault.cause.as_str(), detail = %fault.detail, commands = open.len(), "policy module fault on a batch; judging its commands one at a time");
+            open.iter()
+                .map(|&at| judge_alone(guard, caller, commands[at].0, commands[at].1))
+                .collect()
+        }
     }
 }
 

@@ -1,8 +1,9 @@
 //! A hostile guard for the sandbox tests. Its config picks the misbehaviour: `spin` loops forever,
 //! `bomb` allocates until memory runs out, `trap` panics (an `unreachable` trap), `huge` answers
 //! with a 4 MiB rule name, `echo` denies with a reason that reports what crossed into the sandbox
-//! (so a test can check that a large value arrives as a bounded prefix). Any other config behaves:
-//! it allows, so a test can see the next command served normally by a fresh instance.
+//! (so a test can check that a large value arrives as a bounded prefix), `short` answers a batch
+//! with one verdict too few. Any other config behaves: it allows, so a test can see the next
+//! command served normally by a fresh instance.
 
 wit_bindgen::generate!({ world: "guard-module", path: "../../../wit" });
 
@@ -22,9 +23,14 @@ impl Guest for Hostile {
 
     fn admit_batch(_who: Caller, batch: Batch) -> Vec<Verdict> {
         let all = Args::new(&batch.argv.bytes, &batch.argv.ends, &batch.argv.lens);
-        all.split(batch.commands.iter().map(|cmd| (cmd.args, cmd.keys)))
+        let mut verdicts: Vec<Verdict> = all
+            .split(batch.commands.iter().map(|cmd| (cmd.args, cmd.keys)))
             .map(|(args, keys)| judge(args, &batch.keys[keys]))
-            .collect()
+            .collect();
+        if config::get() == b"short" {
+            verdicts.pop();
+        }
+        verdicts
     }
 }
 
