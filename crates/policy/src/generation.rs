@@ -279,28 +279,23 @@ impl Generation {
     /// Decides several commands of one caller, as [`Generation::admit`] decides each, with one
     /// call into each guard for all of them.
     pub fn admit_all(&self, caller: &Caller, argvs: &[&[Bytes]]) -> Vec<Decision> {
-        let mut decisions: Vec<Option<Decision>> = Vec::with_capacity(argvs.len());
-        let mut described = Vec::with_capacity(argvs.len());
-        for argv in argvs {
-            match self.catalogued(argv, None) {
-                Ok(known) => {
-                    described.push(known);
-                    decisions.push(None);
-                }
-                Err(refused) => decisions.push(Some(refused)),
-            }
-        }
-        let commands: Vec<(&Described, &[Bytes])> = decisions
+        let catalogued: Vec<Result<Arc<Described>, Decision>> = argvs
+            .iter()
+            .map(|argv| self.catalogued(argv, None))
+            .collect();
+        // The commands the catalogs know go to the guards; the others are refused already.
+        let known: Vec<(&Described, &[Bytes])> = catalogued
             .iter()
             .zip(argvs)
-            .filter(|(decision, _)| decision.is_none())
-            .zip(&described)
-            .map(|((_, argv), known)| (&**known, *argv))
+            .filter_map(|(described, argv)| Some((&**described.as_ref().ok()?, *argv)))
             .collect();
-        let mut judged = self.judge_all(&self.guards, caller, &commands).into_iter();
-        decisions
+        let mut judged = self.judge_all(&self.guards, caller, &known).into_iter();
+        catalogued
             .into_iter()
-            .map(|decision| decision.unwrap_or_else(|| judged.next().expect("one per command")))
+            .map(|described| match described {
+                Ok(_) => judged.next().expect("one decision per known command"),
+                Err(refused) => refused,
+            })
             .collect()
     }
 
@@ -564,7 +559,13 @@ fn judge_batch(
     match batched {
         Ok(verdicts) => verdicts.into_iter().map(Ok).collect(),
         Err(fault) => {
-            tracing::warn!(module = guard.name(), cause = fault.cause.as_str(), detail = %fault.detail, commands = open.len(), "policy module fault on a batch; judging its commands one at a time");
+            tracing::warn!(
+                module = guard.name(),
+                cause = fault.cause.as_str(),
+                detail = %fault.detail,
+                commands = open.len(),
+                "policy module fault on a batch; judging its commands one at a time"
+            );
             open.iter()
                 .map(|&at| judge_alone(guard, caller, commands[at].0, commands[at].1))
                 .collect()
