@@ -310,12 +310,17 @@ impl Session {
     /// Decides what `argv` becomes: connection-scoped commands are answered here; everything else
     /// is admitted by the policy (unless `decided` ahead) and routed by the lane it names.
     fn plan(&mut self, command: Command, decided: Option<Decision>) -> Step {
+        if let Some(decision) = decided {
+            // Read ahead only if neither connection-scoped nor a subscription command.
+            return self.route(command, decision, None, None);
+        }
         let argv = &command.argv;
         let local = Local::of(argv);
+        let subscription = subscription_command(argv);
         if self.protocol == Protocol::Resp2
             && !self.subscriptions.is_empty()
             && !local.is_some_and(Local::allowed_while_subscribed)
-            && subscription_command(argv).is_none()
+            && subscription.is_none()
         {
             return Step::Reply(replies::error(format!(
                 "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
@@ -325,7 +330,19 @@ impl Session {
         if let Some(local) = local.filter(|l| !l.needs_admission()) {
             return self.local(local, argv);
         }
-        let decision = decided.unwrap_or_else(|| self.front.admission.admit(&self.caller, argv));
+        let decision = self.front.admission.admit(&self.caller, argv);
+        self.route(command, decision, local, subscription)
+    }
+
+    /// What an admitted (or refused) command becomes, given what [`Session::plan`] found it to be.
+    fn route(
+        &mut self,
+        command: Command,
+        decision: Decision,
+        local: Option<Local>,
+        subscription: Option<(SubscriptionKind, bool)>,
+    ) -> Step {
+        let argv = &command.argv;
         let lane = match decision {
             Decision::Admitted { lane, .. } => lane,
             Decision::Denied(denial) => {
@@ -343,7 +360,7 @@ impl Session {
             Some(Local::ConfigGet) => return Step::Reply(wrong_arity("config|get")),
             _ => {}
         }
-        if let Some((kind, subscribe)) = subscription_command(argv) {
+        if let Some((kind, subscribe)) = subscription {
             return Step::InPlace(if subscribe {
                 InPlace::Subscribe(kind, command.argv)
             } else {

@@ -24,8 +24,8 @@ impl Guest for Hostile {
     fn admit_batch(_who: Caller, batch: Batch) -> Vec<Verdict> {
         let all = Args::new(&batch.argv.bytes, &batch.argv.ends, &batch.argv.lens);
         let mut verdicts: Vec<Verdict> = all
-            .split(batch.commands.iter().map(|cmd| (cmd.args, cmd.keys)))
-            .map(|(args, keys)| judge(args, &batch.keys[keys]))
+            .split(batch.commands.iter().map(|cmd| (cmd.args, cmd.keys)), &batch.keys)
+            .map(|(args, keys)| judge(args, keys))
             .collect();
         if config::get() == b"short" {
             verdicts.pop();

@@ -3,8 +3,6 @@
 //! packs the arguments of several commands one after another; [`Args::split`] gives each its own
 //! view, numbered from its name.
 
-use std::ops::Range;
-
 /// The packed arguments of one command (or of a whole batch), borrowed from the generated `Argv`.
 #[derive(Clone, Copy)]
 pub struct Args<'a> {
@@ -26,17 +24,18 @@ impl<'a> Args<'a> {
         }
     }
 
-    /// Splits a batch's arguments and keys by command: `counts` gives, per command, how many
-    /// arguments and keys are its own (the WIT `command`'s `args` and `keys`). Yields each
-    /// command's arguments and its range of the batch's keys; stops early at counts that overrun
-    /// the batch, so a guard answering one verdict per item gives the host a count it rejects.
-    pub fn split(
+    /// Splits a batch's arguments and `keys` by command: `counts` gives, per command, how many
+    /// arguments and keys are its own (the WIT `batched` record's `args` and `keys`). Yields each
+    /// command's arguments and keys; stops early at counts that overrun the batch, so a guard
+    /// answering one verdict per item gives the host a count it rejects.
+    pub fn split<K>(
         self,
         counts: impl IntoIterator<Item = (u32, u32)>,
-    ) -> impl Iterator<Item = (Args<'a>, Range<usize>)> {
+        keys: &'a [K],
+    ) -> impl Iterator<Item = (Args<'a>, &'a [K])> {
         let (mut arg, mut key) = (0usize, 0usize);
-        counts.into_iter().map_while(move |(args, keys)| {
-            let (args, keys) = (args as usize, keys as usize);
+        counts.into_iter().map_while(move |(args, count)| {
+            let (args, count) = (args as usize, count as usize);
             let start = match arg {
                 0 => self.start,
                 _ => *self.ends.get(arg - 1)? as usize,
@@ -47,9 +46,9 @@ impl<'a> Args<'a> {
                 ends: self.ends.get(arg..arg + args)?,
                 lens: self.lens.get(arg..arg + args)?,
             };
-            let range = key..key + keys;
-            (arg, key) = (arg + args, key + keys);
-            Some((view, range))
+            let own = keys.get(key..key + count)?;
+            (arg, key) = (arg + args, key + count);
+            Some((view, own))
         })
     }
 

@@ -30,9 +30,9 @@ impl Guest for YamlGuard {
 
     fn admit_batch(who: Caller, batch: Batch) -> Vec<Verdict> {
         let all = Args::new(&batch.argv.bytes, &batch.argv.ends, &batch.argv.lens);
-        all.split(batch.commands.iter().map(|cmd| (cmd.args, cmd.keys)))
+        all.split(batch.commands.iter().map(|cmd| (cmd.args, cmd.keys)), &batch.keys)
             .zip(&batch.commands)
-            .map(|((args, keys), cmd)| judge(&who, cmd.lane, cmd.categories, args, &batch.keys[keys]))
+            .map(|((args, keys), cmd)| judge(&who, cmd.lane, cmd.categories, args, keys))
             .collect()
     }
 }

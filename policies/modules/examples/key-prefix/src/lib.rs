@@ -24,8 +24,8 @@ impl Guest for KeyPrefix {
     fn admit_batch(who: Caller, batch: Batch) -> Vec<Verdict> {
         let prefix = prefix(who);
         let all = Args::new(&batch.argv.bytes, &batch.argv.ends, &batch.argv.lens);
-        all.split(batch.commands.iter().map(|cmd| (cmd.args, cmd.keys)))
-            .map(|(args, keys)| judge(&prefix, args, &batch.keys[keys]))
+        all.split(batch.commands.iter().map(|cmd| (cmd.args, cmd.keys)), &batch.keys)
+            .map(|(args, keys)| judge(&prefix, args, keys))
             .collect()
     }
 }
