@@ -126,7 +126,7 @@ fn unknown_commands_and_subcommands_are_denied_by_the_catalog() {
         assert_eq!(denial.cause, DenyCause::UnknownCommand, "{line}");
         assert_eq!(denial.module, "catalog");
     }
-    let empty = denial(admission.admit(&caller("local"), &[]));
+    let empty = denial(admission.admit(&caller("local"), &[] as &[&[u8]]));
     assert_eq!(empty.cause, DenyCause::Malformed);
 }
 

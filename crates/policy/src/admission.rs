@@ -69,7 +69,7 @@ impl Admission {
     }
 
     /// Decides one command (`argv[0]` is its name).
-    pub fn admit(&self, caller: &Caller, argv: &[Bytes]) -> Decision {
+    pub fn admit<A: AsRef<[u8]>>(&self, caller: &Caller, argv: &[A]) -> Decision {
         let Some(log) = &self.inner.log else {
             let decision = self.inner.current.load().admit(caller, argv);
             self.inner.metrics.decided(&decision);
@@ -92,7 +92,7 @@ impl Admission {
     /// Decides several commands of one caller (a pipeline), each as [`Admission::admit`] would,
     /// entering each guard once for all of them. Each is counted and logged on its own; a logged
     /// latency is the batch's, shared out evenly.
-    pub fn admit_all(&self, caller: &Caller, argvs: &[&[Bytes]]) -> Vec<Decision> {
+    pub fn admit_all<A: AsRef<[u8]>>(&self, caller: &Caller, argvs: &[&[A]]) -> Vec<Decision> {
         let started = Instant::now();
         let generation = self.inner.current.load();
         let decisions = generation.admit_all(caller, argvs);
@@ -107,11 +107,11 @@ impl Admission {
         decisions
     }
 
-    fn record(
+    fn record<A: AsRef<[u8]>>(
         &self,
         log: &DecisionLog,
         caller: &Caller,
-        argv: &[Bytes],
+        argv: &[A],
         decision: &Decision,
         generation: u64,
         latency: Duration,
@@ -119,7 +119,10 @@ impl Admission {
         self.inner.metrics.decided(decision);
         log.record(Entry {
             principal: caller.principal.clone(),
-            argv: argv.to_vec(),
+            argv: argv
+                .iter()
+                .map(|arg| Bytes::copy_from_slice(arg.as_ref()))
+                .collect(),
             decision: decision.clone(),
             generation,
             latency,
@@ -134,7 +137,7 @@ impl Admission {
     }
 
     /// Every module's answer for one command, and the decision (not counted in metrics).
-    pub fn explain(&self, caller: &Caller, argv: &[Bytes]) -> (Decision, Vec<Step>) {
+    pub fn explain<A: AsRef<[u8]>>(&self, caller: &Caller, argv: &[A]) -> (Decision, Vec<Step>) {
         self.inner.current.load().explain(caller, argv)
     }
 

@@ -5,7 +5,6 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use parking_lot::RwLock;
 use rustc_hash::FxHashMap;
 
@@ -76,7 +75,7 @@ struct Inner {
 
 impl DescribedCache {
     /// A kept answer for `argv`: first as a plain command, then as `PARENT|SUB`.
-    pub fn get(&self, argv: &[Bytes]) -> Option<Arc<Described>> {
+    pub fn get<A: AsRef<[u8]>>(&self, argv: &[A]) -> Option<Arc<Described>> {
         let inner = self.inner.read();
         let known = match inner.commands.get(&command_key(argv, false)?) {
             Some(known) => known,
@@ -88,7 +87,7 @@ impl DescribedCache {
             .cloned()
     }
 
-    pub fn offer(&self, argv: &[Bytes], described: &Arc<Described>) {
+    pub fn offer<A: AsRef<[u8]>>(&self, argv: &[A], described: &Arc<Described>) {
         let Some(positions) = &described.wit.reuse else {
             return;
         };
@@ -116,7 +115,7 @@ impl DescribedCache {
     }
 }
 
-fn command_key(argv: &[Bytes], with_sub: bool) -> Option<CommandKey> {
+fn command_key<A: AsRef<[u8]>>(argv: &[A], with_sub: bool) -> Option<CommandKey> {
     let word = |bytes: &[u8]| -> Option<[u8; WORD]> {
         let mut out = [0u8; WORD];
         out.get_mut(..bytes.len())?.copy_from_slice(bytes);
@@ -124,22 +123,22 @@ fn command_key(argv: &[Bytes], with_sub: bool) -> Option<CommandKey> {
         Some(out)
     };
     let sub = match (with_sub, argv.get(1)) {
-        (true, Some(sub)) => word(sub)?,
+        (true, Some(sub)) => word(sub.as_ref())?,
         (true, None) => return None,
         (false, _) => [0u8; WORD],
     };
     Some(CommandKey {
-        name: word(argv.first()?)?,
+        name: word(argv.first()?.as_ref())?,
         sub,
     })
 }
 
 /// Length-prefixed, so `["1", "23"]` and `["12", "3"]` differ.
-fn call_key(argv: &[Bytes], positions: &[u32]) -> Option<CallKey> {
+fn call_key<A: AsRef<[u8]>>(argv: &[A], positions: &[u32]) -> Option<CallKey> {
     let mut values = [0u8; VALUES];
     let mut at = 0;
     for &position in positions {
-        let value = argv.get(position as usize)?;
+        let value = argv.get(position as usize)?.as_ref();
         let end = at + 1 + value.len();
         values.get_mut(at + 1..end)?.copy_from_slice(value);
         values[at] = value.len() as u8;
@@ -153,6 +152,8 @@ fn call_key(argv: &[Bytes], positions: &[u32]) -> Option<CallKey> {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
     use super::*;
     use crate::sandbox::bindings::{Categories, CommandFlags, Lane};
 

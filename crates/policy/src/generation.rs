@@ -272,19 +272,19 @@ impl Generation {
             .map(|p| p.name.clone())
     }
 
-    pub fn admit(&self, caller: &Caller, argv: &[Bytes]) -> Decision {
+    pub fn admit<A: AsRef<[u8]>>(&self, caller: &Caller, argv: &[A]) -> Decision {
         self.decide(&self.guards, caller, argv, None)
     }
 
     /// Decides several commands of one caller, as [`Generation::admit`] decides each, with one
     /// call into each guard for all of them.
-    pub fn admit_all(&self, caller: &Caller, argvs: &[&[Bytes]]) -> Vec<Decision> {
+    pub fn admit_all<A: AsRef<[u8]>>(&self, caller: &Caller, argvs: &[&[A]]) -> Vec<Decision> {
         let catalogued: Vec<Result<Arc<Described>, Decision>> = argvs
             .iter()
             .map(|argv| self.catalogued(argv, None))
             .collect();
         // The commands the catalogs know go to the guards; the others are refused already.
-        let known: Vec<(&Described, &[Bytes])> = catalogued
+        let known: Vec<(&Described, &[A])> = catalogued
             .iter()
             .zip(argvs)
             .filter_map(|(described, argv)| Some((&**described.as_ref().ok()?, *argv)))
@@ -306,7 +306,7 @@ impl Generation {
     }
 
     /// Every module's answer for one command, and the decision.
-    pub fn explain(&self, caller: &Caller, argv: &[Bytes]) -> (Decision, Vec<Step>) {
+    pub fn explain<A: AsRef<[u8]>>(&self, caller: &Caller, argv: &[A]) -> (Decision, Vec<Step>) {
         let mut steps = Vec::new();
         let decision = self.decide(&self.guards, caller, argv, Some(&mut steps));
         (decision, steps)
@@ -343,11 +343,11 @@ impl Generation {
         &self.descriptors
     }
 
-    fn decide(
+    fn decide<A: AsRef<[u8]>>(
         &self,
         guards: &[Guard],
         caller: &Caller,
-        argv: &[Bytes],
+        argv: &[A],
         mut steps: Option<&mut Vec<Step>>,
     ) -> Decision {
         match self.catalogued(argv, steps.as_deref_mut()) {
@@ -358,9 +358,9 @@ impl Generation {
 
     /// What the catalogs say `argv` is (a cached answer when one applies), or the decision that
     /// refuses it: empty, unknown to every catalog, or a catalog fault.
-    fn catalogued(
+    fn catalogued<A: AsRef<[u8]>>(
         &self,
-        argv: &[Bytes],
+        argv: &[A],
         steps: Option<&mut Vec<Step>>,
     ) -> Result<Arc<Described>, Decision> {
         let Some(name) = argv.first() else {
@@ -381,7 +381,7 @@ impl Generation {
                     described
                 }
                 Ok(None) => {
-                    let command = String::from_utf8_lossy(name).to_ascii_uppercase();
+                    let command = String::from_utf8_lossy(name.as_ref()).to_ascii_uppercase();
                     let reason = "no catalog knows this command";
                     return Err(denied(
                         self.catalogs[0].name(),
@@ -395,7 +395,7 @@ impl Generation {
                     return Err(faulted(
                         catalog,
                         fault,
-                        String::from_utf8_lossy(name).to_ascii_uppercase(),
+                        String::from_utf8_lossy(name.as_ref()).to_ascii_uppercase(),
                     ))
                 }
             },
@@ -425,12 +425,12 @@ impl Generation {
 
     /// The guard chain on one described command: the first deny wins, and it is admitted only if
     /// some guard allows.
-    fn judge_argv(
+    fn judge_argv<A: AsRef<[u8]>>(
         &self,
         guards: &[Guard],
         caller: &Caller,
         described: &Described,
-        argv: &[Bytes],
+        argv: &[A],
         mut steps: Option<&mut Vec<Step>>,
     ) -> Decision {
         let mut chain = Chain::default();
@@ -450,11 +450,11 @@ impl Generation {
 
     /// The guard chain on several described commands, each decided as [`Generation::judge_argv`]
     /// decides it alone; each guard sees the commands still open in one call.
-    fn judge_all(
+    fn judge_all<A: AsRef<[u8]>>(
         &self,
         guards: &[Guard],
         caller: &Caller,
-        commands: &[(&Described, &[Bytes])],
+        commands: &[(&Described, &[A])],
     ) -> Vec<Decision> {
         if let [(described, argv)] = commands {
             return vec![self.judge_argv(guards, caller, described, argv, None)];
@@ -526,11 +526,11 @@ impl Chain {
 }
 
 /// One guard's verdict on one command, through its `admit`.
-fn judge_alone(
+fn judge_alone<A: AsRef<[u8]>>(
     guard: &Guard,
     caller: &Caller,
     described: &Described,
-    argv: &[Bytes],
+    argv: &[A],
 ) -> Result<Verdict, Fault> {
     Lowered::with(|lowered| {
         let (who, command) = lowered.for_guard(caller, &described.wit, argv);
@@ -541,10 +541,10 @@ fn judge_alone(
 /// One guard's verdicts on the commands at `open`, in one `admit-batch` call. After a fault, one
 /// call per command, so that only a command that makes the guard trap or run out of time or
 /// memory is refused for it.
-fn judge_batch(
+fn judge_batch<A: AsRef<[u8]>>(
     guard: &Guard,
     caller: &Caller,
-    commands: &[(&Described, &[Bytes])],
+    commands: &[(&Described, &[A])],
     open: &[usize],
 ) -> Vec<Result<Verdict, Fault>> {
     let batched = Lowered::with(|lowered| {

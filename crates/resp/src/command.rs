@@ -1,6 +1,8 @@
 //! What a server reads from a client: a RESP array of bulk strings, or an inline command line
 //! (`PING\r\n`, as telnet and `redis-cli` in some modes send), both bounded by [`Limits`].
 
+use std::fmt;
+
 use bytes::{Buf, Bytes, BytesMut};
 use smallvec::SmallVec;
 
@@ -8,28 +10,94 @@ use crate::encode::{command_len, encode_command};
 use crate::parse::{lossy, Walker};
 use crate::{Limits, ProtocolError};
 
-/// One command as a client sent it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A command's words, borrowed from it; on the stack for all but long commands (MSET of ten pairs
+/// is 21 words).
+pub type Argv<'a> = SmallVec<[&'a [u8]; 24]>;
+
+/// One command as a client sent it: its words stay where they arrived, in the client's frame.
+///
+/// The words are spans into one shared buffer rather than a refcounted slice each: a command is
+/// read, admitted and forwarded on every request, and twenty refcount increments and decrements
+/// (MSET of ten pairs) cost more than the rest of the parse.
+#[derive(Clone)]
 pub struct Command {
-    /// The name and the arguments.
-    pub argv: Vec<Bytes>,
-    /// The client's own bytes, when they are exactly what [`encode_command`] would write.
-    canonical: Option<Bytes>,
+    /// The client's frame, or for an inline command its words unescaped, one after another.
+    bytes: Bytes,
+    /// Where each word (the name, then the arguments) lies in `bytes`; never empty.
+    words: SmallVec<[(usize, usize); 5]>,
+    /// `bytes` is exactly what [`encode_command`] would write for the words.
+    canonical: bool,
 }
 
 impl Command {
+    /// How many words: the name and its arguments.
+    pub fn len(&self) -> usize {
+        self.words.len()
+    }
+
+    /// Never true: empty commands are skipped as they are read.
+    pub fn is_empty(&self) -> bool {
+        self.words.is_empty()
+    }
+
+    /// The command's name as the client spelled it.
+    pub fn name(&self) -> &[u8] {
+        self.word(0).unwrap_or_default()
+    }
+
+    /// Word `at`; 0 is the name.
+    pub fn word(&self, at: usize) -> Option<&[u8]> {
+        self.words
+            .get(at)
+            .map(|&(start, end)| &self.bytes[start..end])
+    }
+
+    /// Every word in order, borrowed.
+    pub fn words(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
+        self.words
+            .iter()
+            .map(|&(start, end)| &self.bytes[start..end])
+    }
+
+    /// Every word, borrowed, as a slice for callers that take one.
+    pub fn argv(&self) -> Argv<'_> {
+        self.words().collect()
+    }
+
+    /// Every word as its own [`Bytes`] sharing the command's buffer, for words kept beyond the
+    /// command (channel names).
+    pub fn shared_argv(&self) -> Vec<Bytes> {
+        self.words
+            .iter()
+            .map(|&(start, end)| self.bytes.slice(start..end))
+            .collect()
+    }
+
     /// The command as a RESP array of bulk strings, the form every Redis server accepts: the client's
     /// own bytes when they are already that (as from every client library), so forwarding a command
     /// costs no copy; encoded afresh otherwise (inline commands, lengths written as `$05`).
     pub fn encoded(&self) -> Bytes {
-        match &self.canonical {
-            Some(bytes) => bytes.clone(),
-            None => {
-                let mut out = BytesMut::with_capacity(command_len(&self.argv));
-                encode_command(&self.argv, &mut out);
-                out.freeze()
-            }
+        if self.canonical {
+            return self.bytes.clone();
         }
+        let argv = self.argv();
+        let mut out = BytesMut::with_capacity(command_len(argv.iter().map(|word| word.len())));
+        encode_command(&argv, &mut out);
+        out.freeze()
+    }
+}
+
+impl PartialEq for Command {
+    fn eq(&self, other: &Command) -> bool {
+        self.words().eq(other.words())
+    }
+}
+
+impl Eq for Command {}
+
+impl fmt::Debug for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.words().map(lossy)).finish()
     }
 }
 
@@ -45,14 +113,11 @@ pub fn parse_command(
         let parsed = if first == b'*' {
             multibulk(buf, limits)?
         } else {
-            inline(buf, limits)?.map(|argv| Command {
-                argv,
-                canonical: None,
-            })
+            inline(buf, limits)?
         };
         match parsed {
             None => return Ok(None),
-            Some(command) if command.argv.is_empty() => continue,
+            Some(command) if command.is_empty() => continue,
             Some(command) => return Ok(Some(command)),
         }
     }
@@ -71,9 +136,7 @@ fn multibulk(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Command>, Pro
             limit: limits.max_elements,
         });
     }
-    // On the stack for all but long commands (MSET of ten pairs is 21 arguments): one heap
-    // allocation fewer per command.
-    let mut spans: SmallVec<[(usize, usize); 24]> = SmallVec::new();
+    let mut words = SmallVec::new();
     for _ in 0..count.max(0) {
         let Some(tag) = walker.peek() else {
             return Ok(None);
@@ -97,18 +160,20 @@ fn multibulk(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Command>, Pro
                 limit: limits.max_frame_bytes,
             });
         }
-        spans.push(span);
+        words.push(span);
     }
     let consumed = walker.pos;
-    let frame = buf.split_to(consumed).freeze();
-    let argv: Vec<Bytes> = spans.into_iter().map(|(s, e)| frame.slice(s..e)).collect();
     // Lengths have one shortest spelling (no sign, no leading zero), so a frame of the encoded
     // length is byte for byte the encoding.
-    let canonical = (frame.len() == command_len(&argv)).then_some(frame);
-    Ok(Some(Command { argv, canonical }))
+    let canonical = consumed == command_len(words.iter().map(|&(start, end)| end - start));
+    Ok(Some(Command {
+        bytes: buf.split_to(consumed).freeze(),
+        words,
+        canonical,
+    }))
 }
 
-fn inline(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+fn inline(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Command>, ProtocolError> {
     let window = &buf[..buf.len().min(limits.max_inline_bytes + 1)];
     let Some(newline) = window.iter().position(|&b| b == b'\n') else {
         if window.len() > limits.max_inline_bytes {
@@ -120,15 +185,16 @@ fn inline(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<Bytes>>, Pro
     };
     let line = &buf[..newline];
     let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let argv = split_inline(line)?;
+    let command = split_inline(line)?;
     buf.advance(newline + 1);
-    Ok(Some(argv))
+    Ok(Some(command))
 }
 
 /// Splits on whitespace; double quotes (with `\"`, `\\`, `\n`, `\r`, `\t` escapes) and single quotes
 /// group words, as `redis-cli` and telnet users expect.
-fn split_inline(line: &[u8]) -> Result<Vec<Bytes>, ProtocolError> {
-    let mut argv = Vec::new();
+fn split_inline(line: &[u8]) -> Result<Command, ProtocolError> {
+    let mut bytes = Vec::with_capacity(line.len());
+    let mut words = SmallVec::new();
     let mut i = 0;
     while i < line.len() {
         while i < line.len() && line[i].is_ascii_whitespace() {
@@ -137,7 +203,8 @@ fn split_inline(line: &[u8]) -> Result<Vec<Bytes>, ProtocolError> {
         if i == line.len() {
             break;
         }
-        let mut word = Vec::new();
+        let start = bytes.len();
+        let word = &mut bytes;
         match line[i] {
             quote @ (b'"' | b'\'') => {
                 i += 1;
@@ -175,9 +242,13 @@ fn split_inline(line: &[u8]) -> Result<Vec<Bytes>, ProtocolError> {
                 }
             }
         }
-        argv.push(Bytes::from(word));
+        words.push((start, bytes.len()));
     }
-    Ok(argv)
+    Ok(Command {
+        bytes: Bytes::from(bytes),
+        words,
+        canonical: false,
+    })
 }
 
 #[cfg(test)]
@@ -189,13 +260,13 @@ mod tests {
         let mut out = Vec::new();
         while let Some(command) = parse_command(&mut buf, &Limits::default())? {
             let mut again = BytesMut::new();
-            encode_command(&command.argv, &mut again);
+            encode_command(&command.argv(), &mut again);
             assert_eq!(
                 &command.encoded()[..],
                 &again[..],
                 "encoded() is the canonical encoding"
             );
-            out.push(command.argv);
+            out.push(command.shared_argv());
         }
         assert!(buf.is_empty(), "left over: {buf:?}");
         Ok(out)

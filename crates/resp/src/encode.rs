@@ -53,12 +53,12 @@ pub fn encode_command<A: AsRef<[u8]>>(argv: &[A], out: &mut BytesMut) {
     }
 }
 
-/// How many bytes [`encode_command`] writes for `argv`.
-pub(crate) fn command_len<A: AsRef<[u8]>>(argv: &[A]) -> usize {
+/// How many bytes [`encode_command`] writes for arguments of these lengths.
+pub(crate) fn command_len(lens: impl ExactSizeIterator<Item = usize>) -> usize {
     // Tag, digits and CRLF of a header; then each argument's bytes and CRLF.
     let header_len = |n: usize| 3 + n.checked_ilog10().unwrap_or(0) as usize + 1;
-    argv.iter().fold(header_len(argv.len()), |total, arg| {
-        let len = arg.as_ref().len();
+    let count = lens.len();
+    lens.fold(header_len(count), |total, len| {
         total + header_len(len) + len + 2
     })
 }

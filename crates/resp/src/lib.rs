@@ -6,7 +6,7 @@ mod encode;
 mod frame;
 mod parse;
 
-pub use command::{parse_command, Command};
+pub use command::{parse_command, Argv, Command};
 pub use encode::{encode, encode_command};
 pub use frame::Frame;
 pub use parse::{frame_len, parse, Limits, ProtocolError, Scanner};

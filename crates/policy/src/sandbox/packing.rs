@@ -6,7 +6,6 @@
 
 use std::cell::RefCell;
 
-use bytes::Bytes;
 use tollgate_model::Caller;
 
 use super::bindings::{
@@ -70,22 +69,22 @@ impl Lowered {
     }
 
     /// `argv` for a catalog: every argument bounded, the name as the client sent it.
-    pub fn bounded(&mut self, argv: &[Bytes]) -> &Argv {
+    pub fn bounded<A: AsRef<[u8]>>(&mut self, argv: &[A]) -> &Argv {
         clear(&mut self.described);
         pack(
             &mut self.described,
-            argv.iter().map(|arg| (&arg[..], false)),
+            argv.iter().map(|arg| (arg.as_ref(), false)),
         );
         &self.described
     }
 
     /// `argv` for a guard's `admit`, as `descriptor` describes it: named canonically, its keys
     /// whole.
-    pub fn for_guard(
+    pub fn for_guard<A: AsRef<[u8]>>(
         &mut self,
         caller: &Caller,
         descriptor: &Descriptor,
-        argv: &[Bytes],
+        argv: &[A],
     ) -> (&bindings::Caller, &Command) {
         self.set_caller(caller);
         let command = &mut self.command;
@@ -106,7 +105,7 @@ impl Lowered {
     }
 
     /// Adds `argv` to the batch as [`Lowered::for_guard`] lowers one command.
-    pub fn push(&mut self, descriptor: &Descriptor, argv: &[Bytes]) {
+    pub fn push<A: AsRef<[u8]>>(&mut self, descriptor: &Descriptor, argv: &[A]) {
         let args = pack_command(&mut self.batch.argv, &mut self.whole, descriptor, argv);
         self.batch.commands.push(Batched {
             lane: descriptor.lane,
@@ -134,11 +133,11 @@ impl Lowered {
 
 /// Appends one command to `out` for a guard: its canonical name, its keys whole (`whole` is
 /// scratch), the rest bounded. Returns how many arguments it took.
-fn pack_command(
+fn pack_command<A: AsRef<[u8]>>(
     out: &mut Argv,
     whole: &mut Vec<bool>,
     descriptor: &Descriptor,
-    argv: &[Bytes],
+    argv: &[A],
 ) -> u32 {
     // Marked in one pass over the keys: MSET with a thousand keys stays linear.
     whole.clear();
@@ -152,7 +151,7 @@ fn pack_command(
         .iter()
         .zip(whole.iter())
         .skip(1)
-        .map(|(arg, &whole)| (&arg[..], whole));
+        .map(|(arg, &whole)| (arg.as_ref(), whole));
     let name = std::iter::once((descriptor.name.as_bytes(), true));
     let before = out.ends.len();
     pack(out, name.chain(rest));
@@ -187,6 +186,8 @@ fn wire_len(len: usize) -> u32 {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
     use super::*;
     use crate::sandbox::bindings::{Access, Categories, CommandFlags, KeyAccess, Lane};
 

@@ -3,13 +3,11 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
-
 /// Extra time past the command's own timeout before the daemon gives up on the reply.
 pub const GRACE: Duration = Duration::from_secs(2);
 
 /// The deadline for `argv`'s reply; `None` when the command may block forever.
-pub fn deadline(argv: &[Bytes]) -> Option<Duration> {
+pub fn deadline(argv: &[&[u8]]) -> Option<Duration> {
     let name = argv.first()?.to_ascii_uppercase();
     let timeout = match name.as_slice() {
         // Timeout in seconds, last argument.
@@ -36,7 +34,7 @@ pub fn deadline(argv: &[Bytes]) -> Option<Duration> {
 }
 
 /// A zero timeout means "forever" for the blocking family, but "do not block" for the rest.
-fn blocks_forever(name: &[u8], argv: &[Bytes]) -> bool {
+fn blocks_forever(name: &[u8], argv: &[&[u8]]) -> bool {
     match name {
         b"XREAD" | b"XREADGROUP" => block_option(argv).is_some(),
         b"BLPOP" | b"BRPOP" | b"BRPOPLPUSH" | b"BLMOVE" | b"BZPOPMIN" | b"BZPOPMAX" | b"BLMPOP"
@@ -45,19 +43,19 @@ fn blocks_forever(name: &[u8], argv: &[Bytes]) -> bool {
     }
 }
 
-fn block_option(argv: &[Bytes]) -> Option<&Bytes> {
+fn block_option<'a>(argv: &[&'a [u8]]) -> Option<&'a [u8]> {
     let position = argv
         .iter()
         .position(|arg| arg.eq_ignore_ascii_case(b"BLOCK"))?;
-    argv.get(position + 1)
+    argv.get(position + 1).copied()
 }
 
-fn seconds(arg: &Bytes) -> Option<Duration> {
+fn seconds(arg: &[u8]) -> Option<Duration> {
     let value: f64 = std::str::from_utf8(arg).ok()?.parse().ok()?;
     (value.is_finite() && value >= 0.0).then(|| Duration::from_secs_f64(value))
 }
 
-fn millis(arg: &Bytes) -> Option<Duration> {
+fn millis(arg: &[u8]) -> Option<Duration> {
     let value: u64 = std::str::from_utf8(arg).ok()?.parse().ok()?;
     Some(Duration::from_millis(value))
 }

@@ -55,9 +55,6 @@ pub async fn serve(listener: UnixListener, front: Arc<FrontDoor>, stop: Cancella
 
 /// A command from its words, for unit tests.
 #[cfg(test)]
-fn argv(words: &str) -> Vec<bytes::Bytes> {
-    words
-        .split_whitespace()
-        .map(|w| bytes::Bytes::copy_from_slice(w.as_bytes()))
-        .collect()
+fn argv(words: &str) -> Vec<&[u8]> {
+    words.split_whitespace().map(str::as_bytes).collect()
 }

@@ -52,7 +52,7 @@ enum Step {
 
 enum InPlace {
     /// A command while a transaction connection is pinned, or one that pins it (WATCH, MULTI).
-    Transaction(Vec<Bytes>),
+    Transaction(Command),
     Subscribe(SubscriptionKind, Vec<Bytes>),
     Unsubscribe(SubscriptionKind, Vec<Bytes>),
     Reset,
@@ -289,7 +289,17 @@ impl Session {
         if run.len() == 1 {
             self.ahead.extend(run.pop().map(Ahead::Parsed));
         } else if !run.is_empty() {
-            let argvs: Vec<&[Bytes]> = run.iter().map(|command| &command.argv[..]).collect();
+            // Every command's words in one buffer, and each command's share of it.
+            let words: Vec<&[u8]> = run.iter().flat_map(Command::words).collect();
+            let mut rest = &words[..];
+            let argvs: Vec<&[&[u8]]> = run
+                .iter()
+                .map(|command| {
+                    let (argv, after) = rest.split_at(command.len());
+                    rest = after;
+                    argv
+                })
+                .collect();
             let decisions = self.front.admission.admit_all(&self.caller, &argvs);
             let decided = run.into_iter().zip(decisions);
             self.ahead
@@ -303,8 +313,8 @@ impl Session {
     /// session's own, and a subscription changes which commands RESP2 accepts afterwards.
     fn admits_ahead(&self, command: &Command) -> bool {
         self.subscriptions.is_empty()
-            && Local::of(&command.argv).is_none()
-            && subscription_command(&command.argv).is_none()
+            && Local::of(command.name(), command.word(1)).is_none()
+            && subscription_command(command.name()).is_none()
     }
 
     /// Decides what `argv` becomes: connection-scoped commands are answered here; everything else
@@ -314,9 +324,8 @@ impl Session {
             // Read ahead only if neither connection-scoped nor a subscription command.
             return self.route(command, decision, None, None);
         }
-        let argv = &command.argv;
-        let local = Local::of(argv);
-        let subscription = subscription_command(argv);
+        let local = Local::of(command.name(), command.word(1));
+        let subscription = subscription_command(command.name());
         if self.protocol == Protocol::Resp2
             && !self.subscriptions.is_empty()
             && !local.is_some_and(Local::allowed_while_subscribed)
@@ -324,13 +333,13 @@ impl Session {
         {
             return Step::Reply(replies::error(format!(
                 "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
-                String::from_utf8_lossy(&argv[0]).to_lowercase()
+                String::from_utf8_lossy(command.name()).to_lowercase()
             )));
         }
         if let Some(local) = local.filter(|l| !l.needs_admission()) {
-            return self.local(local, argv);
+            return self.local(local, &command.argv());
         }
-        let decision = self.front.admission.admit(&self.caller, argv);
+        let decision = self.front.admission.admit(&self.caller, &command.argv());
         self.route(command, decision, local, subscription)
     }
 
@@ -342,33 +351,33 @@ impl Session {
         local: Option<Local>,
         subscription: Option<(SubscriptionKind, bool)>,
     ) -> Step {
-        let argv = &command.argv;
         let lane = match decision {
             Decision::Admitted { lane, .. } => lane,
             Decision::Denied(denial) => {
                 if let Some(transaction) = self.transaction.as_mut().filter(|t| t.in_multi) {
                     transaction.poisoned = true;
                 }
-                return Step::Reply(replies::denied(&argv[0], &denial));
+                return Step::Reply(replies::denied(command.name(), &denial));
             }
         };
         match local {
-            Some(Local::Select) => return Step::Reply(select(argv)),
-            Some(Local::ConfigGet) if argv.len() >= 3 => {
-                return Step::Reply(replies::encode(&local::config_get(argv, self.protocol)))
+            Some(Local::Select) => return Step::Reply(select(&command.argv())),
+            Some(Local::ConfigGet) if command.len() >= 3 => {
+                let reply = local::config_get(&command.argv(), self.protocol);
+                return Step::Reply(replies::encode(&reply));
             }
             Some(Local::ConfigGet) => return Step::Reply(wrong_arity("config|get")),
             _ => {}
         }
         if let Some((kind, subscribe)) = subscription {
             return Step::InPlace(if subscribe {
-                InPlace::Subscribe(kind, command.argv)
+                InPlace::Subscribe(kind, command.shared_argv())
             } else {
-                InPlace::Unsubscribe(kind, command.argv)
+                InPlace::Unsubscribe(kind, command.shared_argv())
             });
         }
         if self.transaction.is_some() || lane == Lane::Transaction {
-            return Step::InPlace(InPlace::Transaction(command.argv));
+            return Step::InPlace(InPlace::Transaction(command));
         }
         match lane {
             Lane::Regular | Lane::Script => Step::Multiplexed(lane, command.encoded()),
@@ -378,33 +387,33 @@ impl Session {
         }
     }
 
-    fn local(&mut self, local: Local, argv: &[Bytes]) -> Step {
+    fn local(&mut self, local: Local, argv: &[&[u8]]) -> Step {
         let subscribed_resp2 = self.protocol == Protocol::Resp2 && !self.subscriptions.is_empty();
-        let frame =
-            match local {
-                Local::Ping => local::ping(argv, subscribed_resp2),
-                Local::Echo => match argv.get(1) {
-                    Some(message) if argv.len() == 2 => Frame::Bulk(message.clone()),
-                    _ => return Step::Reply(wrong_arity("echo")),
-                },
-                Local::Quit => return Step::Close(replies::ok()),
-                Local::Reset => return Step::InPlace(InPlace::Reset),
-                Local::Auth => return Step::Reply(replies::ok()),
-                Local::Hello => match local::parse_hello(argv) {
-                    Ok(hello) => {
-                        if let Some(protocol) = hello.protocol {
-                            self.protocol = protocol;
-                        }
-                        if hello.name.is_some() {
-                            self.name = hello.name;
-                        }
-                        local::hello_reply(self.protocol, self.id)
+        let frame = match local {
+            Local::Ping => local::ping(argv, subscribed_resp2),
+            Local::Echo => match argv.get(1) {
+                Some(message) if argv.len() == 2 => Frame::Bulk(Bytes::copy_from_slice(message)),
+                _ => return Step::Reply(wrong_arity("echo")),
+            },
+            Local::Quit => return Step::Close(replies::ok()),
+            Local::Reset => return Step::InPlace(InPlace::Reset),
+            Local::Auth => return Step::Reply(replies::ok()),
+            Local::Hello => match local::parse_hello(argv) {
+                Ok(hello) => {
+                    if let Some(protocol) = hello.protocol {
+                        self.protocol = protocol;
                     }
-                    Err(error) => return Step::Reply(replies::error(error)),
-                },
-                Local::ClientSetName => match argv.get(2) {
+                    if hello.name.is_some() {
+                        self.name = hello.name;
+                    }
+                    local::hello_reply(self.protocol, self.id)
+                }
+                Err(error) => return Step::Reply(replies::error(error)),
+            },
+            Local::ClientSetName => {
+                match argv.get(2) {
                     Some(name) if argv.len() == 3 && local::valid_client_name(name) => {
-                        self.name = (!name.is_empty()).then(|| name.clone());
+                        self.name = (!name.is_empty()).then(|| Bytes::copy_from_slice(name));
                         return Step::Reply(replies::ok());
                     }
                     Some(_) if argv.len() == 3 => return Step::Reply(replies::error(
@@ -412,17 +421,18 @@ impl Session {
                             .to_owned(),
                     )),
                     _ => return Step::Reply(wrong_arity("client|setname")),
-                },
-                Local::ClientGetName => match &self.name {
-                    Some(name) => Frame::Bulk(name.clone()),
-                    None => Frame::Null,
-                },
-                Local::ClientId => Frame::Integer(self.id as i64),
-                Local::ClientSetInfo => return Step::Reply(replies::ok()),
-                Local::Select | Local::ConfigGet => {
-                    unreachable!("the policy admits {local:?} before it is answered")
                 }
-            };
+            }
+            Local::ClientGetName => match &self.name {
+                Some(name) => Frame::Bulk(name.clone()),
+                None => Frame::Null,
+            },
+            Local::ClientId => Frame::Integer(self.id as i64),
+            Local::ClientSetInfo => return Step::Reply(replies::ok()),
+            Local::Select | Local::ConfigGet => {
+                unreachable!("the policy admits {local:?} before it is answered")
+            }
+        };
         Step::Reply(replies::encode(&frame))
     }
 
@@ -504,7 +514,7 @@ impl Session {
                 Err(error) => return replies::lane_failed(&error),
             };
             let encoded = command.encoded();
-            let outcome = match blocking::deadline(&command.argv) {
+            let outcome = match blocking::deadline(&command.argv()) {
                 Some(deadline) => conn.send_with_timeout(encoded, deadline).await,
                 None => conn.send(encoded).await,
             };
@@ -519,7 +529,7 @@ impl Session {
 
     async fn in_place(&mut self, work: InPlace) -> Bytes {
         match work {
-            InPlace::Transaction(argv) => self.transaction_command(argv).await,
+            InPlace::Transaction(command) => self.transaction_command(command).await,
             InPlace::Subscribe(kind, argv) => self.subscribe(kind, argv).await,
             InPlace::Unsubscribe(kind, argv) => self.unsubscribe(kind, argv),
             InPlace::Reset => {
@@ -536,8 +546,8 @@ impl Session {
 
     /// WATCH and MULTI pin a TRANSACTION connection; everything until EXEC, DISCARD or an UNWATCH
     /// outside MULTI runs on it; then it goes back to the lane, cleaned.
-    async fn transaction_command(&mut self, argv: Vec<Bytes>) -> Bytes {
-        let name = argv[0].to_ascii_uppercase();
+    async fn transaction_command(&mut self, command: Command) -> Bytes {
+        let name = command.name().to_ascii_uppercase();
         if self.transaction.is_none() {
             match name.as_slice() {
                 b"WATCH" | b"MULTI" => match self.front.lanes.borrow(Lane::Transaction).await {
@@ -565,11 +575,11 @@ impl Session {
         let reply = if name.as_slice() == b"EXEC" && transaction.poisoned {
             let _ = transaction
                 .conn
-                .send(encode_command(&[Bytes::from_static(b"DISCARD")]))
+                .send(Bytes::from_static(b"*1\r\n$7\r\nDISCARD\r\n"))
                 .await;
             replies::error("EXECABORT Transaction discarded because of previous errors.".to_owned())
         } else {
-            match transaction.conn.send(encode_command(&argv)).await {
+            match transaction.conn.send(command.encoded()).await {
                 Ok(reply) => {
                     if name.as_slice() == b"MULTI" && !reply.is_error() {
                         transaction.in_multi = true;
@@ -655,7 +665,7 @@ impl Session {
 }
 
 /// `(kind, true)` for the subscribe commands, `(kind, false)` for the unsubscribes.
-fn subscription_command(argv: &[Bytes]) -> Option<(SubscriptionKind, bool)> {
+fn subscription_command(name: &[u8]) -> Option<(SubscriptionKind, bool)> {
     const COMMANDS: [(&[u8], SubscriptionKind, bool); 6] = [
         (b"SUBSCRIBE", SubscriptionKind::Channel, true),
         (b"PSUBSCRIBE", SubscriptionKind::Pattern, true),
@@ -665,7 +675,6 @@ fn subscription_command(argv: &[Bytes]) -> Option<(SubscriptionKind, bool)> {
         (b"SUNSUBSCRIBE", SubscriptionKind::Shard, false),
     ];
     // Asked of every command: compared in place rather than upper-cased into a new buffer.
-    let name = argv.first()?;
     COMMANDS
         .iter()
         .find(|(word, ..)| name.eq_ignore_ascii_case(word))
@@ -684,8 +693,8 @@ fn confirmation_word(kind: SubscriptionKind, subscribe: bool) -> &'static str {
 }
 
 /// Lanes share their connections between clients, so only database 0 can be served.
-fn select(argv: &[Bytes]) -> Bytes {
-    match argv.get(1).map(|db| db.as_ref()) {
+fn select(argv: &[&[u8]]) -> Bytes {
+    match argv.get(1).copied() {
         Some(b"0") if argv.len() == 2 => replies::ok(),
         Some(_) if argv.len() == 2 => replies::error(
             "ERR tollgate serves database 0 only (lane connections are shared between clients)"
@@ -699,10 +708,4 @@ fn wrong_arity(command: &str) -> Bytes {
     replies::error(format!(
         "ERR wrong number of arguments for '{command}' command"
     ))
-}
-
-fn encode_command(argv: &[Bytes]) -> Bytes {
-    let mut out = BytesMut::new();
-    tollgate_resp::encode_command(argv, &mut out);
-    out.freeze()
 }
