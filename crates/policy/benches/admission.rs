@@ -25,6 +25,13 @@ const COMMANDS: &[(&str, &[&[u8]])] = &[
     ("SET-100B", &[b"SET", b"user:1000", &[b'v'; 100]]),
     ("HSET", &[b"HSET", b"session:42", b"field", b"value"]),
     ("EVAL", &[b"EVAL", b"return 1", b"2", b"k1", b"k2", b"arg"]),
+    (
+        "MSET-10",
+        &[
+            b"MSET", b"k1", b"v", b"k2", b"v", b"k3", b"v", b"k4", b"v", b"k5", b"v", b"k6", b"v",
+            b"k7", b"v", b"k8", b"v", b"k9", b"v", b"k10", b"v",
+        ],
+    ),
     ("FLUSHALL-denied", &[b"FLUSHALL"]),
 ];
 

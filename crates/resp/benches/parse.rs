@@ -5,7 +5,7 @@
 //!   `+OK`, a 100-byte bulk string, and LRANGE's 100 three-byte elements (redis-benchmark's
 //!   LRANGE_100).
 //! - `command`: reading one client command ([`parse_command`]) against redis-rs parsing the same
-//!   array.
+//!   array: GET, SET and redis-benchmark's MSET of ten pairs.
 //!
 //! `cargo bench -p tollgate-resp --bench parse`
 
@@ -53,9 +53,18 @@ fn reply(c: &mut Criterion) {
 fn command(c: &mut Criterion) {
     let limits = Limits::default();
     let mut group = c.benchmark_group("command");
-    let commands: [(&str, &[&str]); 2] = [
+    let commands: [(&str, &[&str]); 3] = [
         ("get", &["GET", "key:000000000001"]),
         ("set", &["SET", "key:000000000001", "xxx"]),
+        // redis-benchmark's MSET: ten pairs.
+        (
+            "mset",
+            &[
+                "MSET", "key:1", "xxx", "key:2", "xxx", "key:3", "xxx", "key:4", "xxx", "key:5",
+                "xxx", "key:6", "xxx", "key:7", "xxx", "key:8", "xxx", "key:9", "xxx", "key:10",
+                "xxx",
+            ],
+        ),
     ];
     for (name, argv) in commands {
         let mut encoded = BytesMut::new();

@@ -7,7 +7,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use smallvec::SmallVec;
 
 use crate::encode::{command_len, encode_command};
-use crate::parse::{lossy, Walker};
+use crate::parse::{bulk_payload, lossy, Walker};
 use crate::{Limits, ProtocolError};
 
 /// A command's words, borrowed from it; on the stack for all but long commands (MSET of ten pairs
@@ -136,24 +136,21 @@ fn multibulk(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Command>, Pro
             limit: limits.max_elements,
         });
     }
-    let mut words = SmallVec::new();
+    // Sized from the header, but not trusting it beyond a typical command: the count is the
+    // client's claim, not yet backed by bytes.
+    let mut words = SmallVec::with_capacity(count.clamp(0, 64) as usize);
     for _ in 0..count.max(0) {
-        let Some(tag) = walker.peek() else {
-            return Ok(None);
-        };
-        if tag != b'$' {
-            return Err(ProtocolError::ExpectedBulk(tag));
-        }
-        walker.pos += 1;
-        let Some(line) = walker.line()? else {
-            return Ok(None);
-        };
-        let len = walker.length(line)?;
-        if len < 0 {
-            return Err(ProtocolError::InvalidLength(lossy(&buf[line.0..line.1])));
-        }
-        let Some(span) = walker.blob(len as usize)? else {
-            return Ok(None);
+        // Nearly every argument is a well-formed bulk string: measured directly. Anything else
+        // (incomplete, malformed) goes the general way, which says what is wrong.
+        let span = match bulk_payload(buf, walker.pos, limits) {
+            Some(span) => {
+                walker.pos = span.1 + 2;
+                span
+            }
+            None => match argument(&mut walker, buf)? {
+                Some(span) => span,
+                None => return Ok(None),
+            },
         };
         if walker.pos > limits.max_frame_bytes {
             return Err(ProtocolError::FrameTooLarge {
@@ -171,6 +168,25 @@ fn multibulk(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Command>, Pro
         words,
         canonical,
     }))
+}
+
+/// One argument through the [`Walker`]: its span, `None` while incomplete, or what is wrong.
+fn argument(walker: &mut Walker, buf: &[u8]) -> Result<Option<(usize, usize)>, ProtocolError> {
+    let Some(tag) = walker.peek() else {
+        return Ok(None);
+    };
+    if tag != b'$' {
+        return Err(ProtocolError::ExpectedBulk(tag));
+    }
+    walker.pos += 1;
+    let Some(line) = walker.line()? else {
+        return Ok(None);
+    };
+    let len = walker.length(line)?;
+    if len < 0 {
+        return Err(ProtocolError::InvalidLength(lossy(&buf[line.0..line.1])));
+    }
+    walker.blob(len as usize)
 }
 
 fn inline(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Command>, ProtocolError> {
@@ -326,6 +342,11 @@ mod tests {
             parse_command(&mut buf, &Limits::default()),
             Err(ProtocolError::UnbalancedQuotes)
         );
+        let mut buf = BytesMut::from(&b"*1\r\n$99999999999\r\n"[..]);
+        assert!(matches!(
+            parse_command(&mut buf, &Limits::default()),
+            Err(ProtocolError::FrameTooLarge { .. })
+        ));
         let mut buf = BytesMut::from(&b"*3\r\n"[..]);
         let small = Limits {
             max_elements: 2,

@@ -142,6 +142,12 @@ impl Scanner {
 /// through the [`Walker`]. `None` for anything else (another type, a null, a bad or incomplete
 /// string): the walker then measures it and says what is wrong.
 fn bulk_end(buf: &[u8], pos: usize, limits: &Limits) -> Option<usize> {
+    bulk_payload(buf, pos, limits).map(|(_, end)| end + 2)
+}
+
+/// Where the payload of a complete and well-formed bulk string at `pos` lies, as [`bulk_end`]
+/// recognises one. Client commands are arrays of such strings.
+pub(crate) fn bulk_payload(buf: &[u8], pos: usize, limits: &Limits) -> Option<(usize, usize)> {
     let header = buf.get(pos..)?.strip_prefix(b"$")?;
     // 18 digits cannot overflow; longer lengths are past any limit and go the general way.
     let digits = header
@@ -159,8 +165,9 @@ fn bulk_end(buf: &[u8], pos: usize, limits: &Limits) -> Option<usize> {
     if len > limits.max_frame_bytes {
         return None;
     }
-    let end = pos + 1 + digits + 2 + len;
-    (buf.get(end..end + 2)? == b"\r\n").then_some(end + 2)
+    let start = pos + 1 + digits + 2;
+    let end = start + len;
+    (buf.get(end..end + 2)? == b"\r\n").then_some((start, end))
 }
 
 /// Walks one frame: [`Walker::element`] checks and measures one element header for the [`Scanner`];

@@ -260,16 +260,17 @@ impl Session {
 
     /// The next command to plan, read ahead when nothing is left from the last read.
     fn next_command(&mut self, input: &mut BytesMut) -> Option<Ahead> {
-        if self.ahead.is_empty() {
-            self.read_ahead(input);
+        match self.ahead.pop_front() {
+            Some(next) => Some(next),
+            None => self.read_ahead(input),
         }
-        self.ahead.pop_front()
     }
 
     /// Reads the run of ordinary commands at the front of `input` (a pipeline: up to
     /// [`ADMIT_TOGETHER`]) and admits them together, which enters each guard once for the run
     /// instead of once per command; the command that ended the run, if any, is kept as read.
-    fn read_ahead(&mut self, input: &mut BytesMut) {
+    /// Returns the first command read; the others wait in `ahead`.
+    fn read_ahead(&mut self, input: &mut BytesMut) -> Option<Ahead> {
         let mut run = Vec::new();
         let ended = loop {
             if run.len() == ADMIT_TOGETHER {
@@ -278,7 +279,7 @@ impl Session {
             match tollgate_resp::parse_command(input, &self.front.limits) {
                 // A lone command (unpipelined) is planned as it is.
                 Ok(Some(command)) if run.is_empty() && input.is_empty() => {
-                    break Some(Ahead::Parsed(command))
+                    return Some(Ahead::Parsed(command))
                 }
                 Ok(Some(command)) if self.admits_ahead(&command) => run.push(command),
                 Ok(Some(command)) => break Some(Ahead::Parsed(command)),
@@ -286,9 +287,7 @@ impl Session {
                 Err(error) => break Some(Ahead::Invalid(error)),
             }
         };
-        if run.len() == 1 {
-            self.ahead.extend(run.pop().map(Ahead::Parsed));
-        } else if !run.is_empty() {
+        if run.len() > 1 {
             // Every command's words in one buffer, and each command's share of it.
             let words: Vec<&[u8]> = run.iter().flat_map(Command::words).collect();
             let mut rest = &words[..];
@@ -304,8 +303,11 @@ impl Session {
             let decided = run.into_iter().zip(decisions);
             self.ahead
                 .extend(decided.map(|(command, decision)| Ahead::Decided(command, decision)));
+        } else {
+            self.ahead.extend(run.pop().map(Ahead::Parsed));
         }
         self.ahead.extend(ended);
+        self.ahead.pop_front()
     }
 
     /// Whether `command` may be admitted before the commands read before it have run: admission
