@@ -534,7 +534,7 @@ fn judge_alone<A: AsRef<[u8]>>(
 ) -> Result<Verdict, Fault> {
     Lowered::with(|lowered| {
         let (who, command) = lowered.for_guard(caller, &described.wit, argv);
-        guard.admit(who, command, &described.wit.keys)
+        guard.admit(who, command)
     })
 }
 

@@ -3,9 +3,10 @@
 
 use std::sync::Arc;
 
-use super::bindings::{Argv, Batch, Caller, Command, Descriptor, KeyAccess, Verdict};
+use super::bindings::{Argv, Batch, Caller, Command, Descriptor, Verdict};
 use super::engine::Sandbox;
 use super::module::{CatalogKind, Fault, GuardKind, Module};
+use super::packing::argc;
 
 /// Longest command name, rule id or reason a module may answer with.
 const MAX_TEXT: usize = 1024;
@@ -32,7 +33,7 @@ impl Catalog {
             .module
             .call(|catalog, store| catalog.tollgate_policy_catalog().call_describe(store, argv))?;
         if let Some(descriptor) = &answer {
-            check_descriptor(descriptor, Some(argv.ends.len()))?;
+            check_descriptor(descriptor, Some(argc(argv)))?;
         }
         Ok(answer)
     }
@@ -92,16 +93,11 @@ impl Guard {
         &self.module.name
     }
 
-    pub fn admit(
-        &self,
-        who: &Caller,
-        command: &Command,
-        keys: &[KeyAccess],
-    ) -> Result<Verdict, Fault> {
+    pub fn admit(&self, who: &Caller, command: &Command) -> Result<Verdict, Fault> {
         let verdict = self.module.call(|guard, store| {
             guard
                 .tollgate_policy_guard()
-                .call_admit(store, who, command, keys)
+                .call_admit(store, who, command)
         })?;
         check_verdict(&verdict)?;
         Ok(verdict)

@@ -1,15 +1,15 @@
 //! How a caller and commands cross into the sandbox: arguments packed into the WIT `argv` record
-//! (all bytes in one buffer, where each ends and how long it was in two more lists), so a call
-//! lowers three lists however many arguments there are; a guard's batch packs several commands
-//! the same way, one after another. Keys cross in full (guards match them); every other argument
-//! as a bounded prefix. The buffers are reused per thread.
+//! (all bytes in one buffer; where each ends, how long it was and whether it is a key in one list
+//! of numbers), so a call lowers two lists however many arguments and keys there are; a guard's
+//! batch packs several commands the same way, one after another. Keys cross in full (guards match
+//! them); every other argument as a bounded prefix. The buffers are reused per thread.
 
 use std::cell::RefCell;
 
 use tollgate_model::Caller;
 
 use super::bindings::{
-    self, Argv, Batch, Batched, Categories, Command, CommandFlags, Descriptor, Lane,
+    self, Access, Argv, Batch, Batched, Categories, Command, CommandFlags, Descriptor, Lane,
 };
 
 /// How many leading bytes of a non-key argument cross into the sandbox.
@@ -29,16 +29,15 @@ pub struct Lowered {
     command: Command,
     /// Several commands for a guard's `admit-batch`.
     batch: Batch,
-    /// Per argument of the command being added: whether it is a key (and so crosses whole).
-    whole: Vec<bool>,
+    /// Per argument of the command being added: its key's access bits, 0 when it is no key.
+    uses: Vec<u32>,
 }
 
 impl Lowered {
     fn new() -> Lowered {
         let argv = || Argv {
             bytes: Vec::new(),
-            ends: Vec::new(),
-            lens: Vec::new(),
+            spans: Vec::new(),
         };
         Lowered {
             described: argv(),
@@ -57,9 +56,8 @@ impl Lowered {
             batch: Batch {
                 argv: argv(),
                 commands: Vec::new(),
-                keys: Vec::new(),
             },
-            whole: Vec::new(),
+            uses: Vec::new(),
         }
     }
 
@@ -70,16 +68,16 @@ impl Lowered {
 
     /// `argv` for a catalog: every argument bounded, the name as the client sent it.
     pub fn bounded<A: AsRef<[u8]>>(&mut self, argv: &[A]) -> &Argv {
-        clear(&mut self.described);
-        pack(
-            &mut self.described,
-            argv.iter().map(|arg| (arg.as_ref(), false)),
-        );
-        &self.described
+        let described = &mut self.described;
+        clear(described);
+        for arg in argv {
+            push_arg(described, arg.as_ref(), NOT_A_KEY);
+        }
+        described
     }
 
     /// `argv` for a guard's `admit`, as `descriptor` describes it: named canonically, its keys
-    /// whole.
+    /// whole and marked.
     pub fn for_guard<A: AsRef<[u8]>>(
         &mut self,
         caller: &Caller,
@@ -92,7 +90,7 @@ impl Lowered {
         command.categories = descriptor.categories;
         command.traits = descriptor.traits;
         clear(&mut command.argv);
-        pack_command(&mut command.argv, &mut self.whole, descriptor, argv);
+        pack_command(&mut command.argv, &mut self.uses, descriptor, argv);
         (&self.caller, &self.command)
     }
 
@@ -101,20 +99,17 @@ impl Lowered {
         self.set_caller(caller);
         clear(&mut self.batch.argv);
         self.batch.commands.clear();
-        self.batch.keys.clear();
     }
 
     /// Adds `argv` to the batch as [`Lowered::for_guard`] lowers one command.
     pub fn push<A: AsRef<[u8]>>(&mut self, descriptor: &Descriptor, argv: &[A]) {
-        let args = pack_command(&mut self.batch.argv, &mut self.whole, descriptor, argv);
+        let args = pack_command(&mut self.batch.argv, &mut self.uses, descriptor, argv);
         self.batch.commands.push(Batched {
             lane: descriptor.lane,
             categories: descriptor.categories,
             traits: descriptor.traits,
             args,
-            keys: wire_len(descriptor.keys.len()),
         });
-        self.batch.keys.extend_from_slice(&descriptor.keys);
     }
 
     /// The caller and the batch, as [`Lowered::start`] and [`Lowered::push`] left them.
@@ -131,51 +126,60 @@ impl Lowered {
     }
 }
 
-/// Appends one command to `out` for a guard: its canonical name, its keys whole (`whole` is
-/// scratch), the rest bounded. Returns how many arguments it took.
+/// Appends one command to `out` for a guard: its canonical name, its keys whole and marked with
+/// their access (`uses` is scratch), the rest bounded. Returns how many arguments it took.
 fn pack_command<A: AsRef<[u8]>>(
     out: &mut Argv,
-    whole: &mut Vec<bool>,
+    uses: &mut Vec<u32>,
     descriptor: &Descriptor,
     argv: &[A],
 ) -> u32 {
     // Marked in one pass over the keys: MSET with a thousand keys stays linear.
-    whole.clear();
-    whole.resize(argv.len(), false);
+    uses.clear();
+    uses.resize(argv.len(), NOT_A_KEY);
     for key in &descriptor.keys {
-        if let Some(whole) = whole.get_mut(key.position as usize) {
-            *whole = true;
+        if let Some(using) = uses.get_mut(key.position as usize) {
+            *using |= access_bits(key.access);
         }
     }
-    let rest = argv
-        .iter()
-        .zip(whole.iter())
-        .skip(1)
-        .map(|(arg, &whole)| (arg.as_ref(), whole));
-    let name = std::iter::once((descriptor.name.as_bytes(), true));
-    let before = out.ends.len();
-    pack(out, name.chain(rest));
-    wire_len(out.ends.len() - before)
+    out.spans.reserve(argv.len().max(1) * SPAN);
+    push_arg(out, descriptor.name.as_bytes(), NOT_A_KEY);
+    for (arg, &using) in argv.iter().zip(uses.iter()).skip(1) {
+        push_arg(out, arg.as_ref(), using);
+    }
+    wire_len(argv.len().max(1))
+}
+
+/// How many arguments `argv` holds.
+pub fn argc(argv: &Argv) -> usize {
+    argv.spans.len() / SPAN
+}
+
+/// Numbers per argument in `argv.spans`: where it ends, its full length, its key's access.
+const SPAN: usize = 3;
+/// The access of an argument that is not a key.
+const NOT_A_KEY: u32 = 0;
+
+/// `access` as `argv.spans` carries it: the flags' bits in WIT order (1 read, 2 write).
+fn access_bits(access: Access) -> u32 {
+    u32::from(access.contains(Access::READ)) | (u32::from(access.contains(Access::WRITE)) << 1)
 }
 
 fn clear(argv: &mut Argv) {
     argv.bytes.clear();
-    argv.ends.clear();
-    argv.lens.clear();
+    argv.spans.clear();
 }
 
-/// Appends `args` to `out`, each whole or cut to its prefix.
-fn pack<'a>(out: &mut Argv, args: impl Iterator<Item = (&'a [u8], bool)>) {
-    for (arg, whole) in args {
-        let crossing = if whole {
-            arg.len()
-        } else {
-            arg.len().min(ARG_PREFIX)
-        };
-        out.bytes.extend_from_slice(&arg[..crossing]);
-        out.ends.push(wire_len(out.bytes.len()));
-        out.lens.push(wire_len(arg.len()));
-    }
+/// Appends `arg` to `out`: whole if it is a key (`using` is its access), else cut to its prefix.
+fn push_arg(out: &mut Argv, arg: &[u8], using: u32) {
+    let crossing = if using == NOT_A_KEY {
+        arg.len().min(ARG_PREFIX)
+    } else {
+        arg.len()
+    };
+    out.bytes.extend_from_slice(&arg[..crossing]);
+    out.spans
+        .extend_from_slice(&[wire_len(out.bytes.len()), wire_len(arg.len()), using]);
 }
 
 /// Lengths cross as u32. Frames are far smaller (the front door bounds them), so saturating
@@ -189,7 +193,7 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::sandbox::bindings::{Access, Categories, CommandFlags, KeyAccess, Lane};
+    use crate::sandbox::bindings::KeyAccess;
 
     fn argv(parts: &[&[u8]]) -> Vec<Bytes> {
         parts.iter().map(|p| Bytes::copy_from_slice(p)).collect()
@@ -197,10 +201,20 @@ mod tests {
 
     /// Argument by argument, what crossed.
     fn crossed(packed: &Argv) -> Vec<&[u8]> {
-        let starts = std::iter::once(0).chain(packed.ends.iter().copied());
+        let ends: Vec<u32> = packed.spans.iter().step_by(SPAN).copied().collect();
+        let starts = std::iter::once(0).chain(ends.iter().copied());
         starts
-            .zip(&packed.ends)
+            .zip(&ends)
             .map(|(start, &end)| &packed.bytes[start as usize..end as usize])
+            .collect()
+    }
+
+    /// Argument by argument, its full length and its key's access.
+    fn lens_and_uses(packed: &Argv) -> Vec<(u32, u32)> {
+        packed
+            .spans
+            .chunks(SPAN)
+            .map(|span| (span[1], span[2]))
             .collect()
     }
 
@@ -210,7 +224,7 @@ mod tests {
         Lowered::with(|lowered| {
             let packed = lowered.bounded(&argv(&[b"set", &long, b"x"]));
             assert_eq!(crossed(packed), [&b"set"[..], &long[..ARG_PREFIX], b"x"]);
-            assert_eq!(packed.lens, [3, 1000, 1]);
+            assert_eq!(lens_and_uses(packed), [(3, 0), (1000, 0), (1, 0)]);
             assert_eq!(packed.bytes.len(), 3 + ARG_PREFIX + 1);
         });
     }
@@ -248,7 +262,11 @@ mod tests {
                 crossed(&command.argv),
                 [&b"SET"[..], &key[..], &value[..ARG_PREFIX]]
             );
-            assert_eq!(command.argv.lens, [3, 100, 100]);
+            let write = access_bits(Access::WRITE);
+            assert_eq!(
+                lens_and_uses(&command.argv),
+                [(3, 0), (100, write), (100, 0)]
+            );
             // A batch packs each command the same way, one after another.
             // A previous, longer batch must leave nothing behind.
             lowered.start(&caller);
@@ -260,7 +278,7 @@ mod tests {
             assert_eq!((who.principal.as_str(), who.uid, who.pid), ("app", 7, 9));
             assert_eq!(batch.commands.len(), 2);
             assert_eq!(batch.commands[0].categories, Categories::WRITE);
-            assert_eq!((batch.commands[0].args, batch.commands[0].keys), (3, 1));
+            assert_eq!(batch.commands[0].args, 3);
             assert_eq!(
                 crossed(&batch.argv),
                 [
@@ -272,9 +290,10 @@ mod tests {
                     b"v2"
                 ]
             );
-            assert_eq!(batch.argv.lens, [3, 100, 100, 3, 2, 2]);
-            let keys: Vec<u32> = batch.keys.iter().map(|key| key.position).collect();
-            assert_eq!(keys, [1, 1]);
+            assert_eq!(
+                lens_and_uses(&batch.argv),
+                [(3, 0), (100, write), (100, 0), (3, 0), (2, write), (2, 0)]
+            );
         });
     }
 }

@@ -51,7 +51,7 @@ pub enum Find {
 }
 
 pub fn describe(table: &'static [Entry], argv: &Argv) -> Option<Descriptor> {
-    let args = Args::new(&argv.bytes, &argv.ends, &argv.lens);
+    let args = Args::new(&argv.bytes, &argv.spans);
     // An argument only a prefix of which crossed is no keyword or number: it reads as empty.
     let arg = |i: usize| (i < args.count()).then(|| args.whole(i).unwrap_or_default());
     let entry = lookup(table, args.count(), arg)?;

@@ -12,20 +12,20 @@ use std::hint::black_box;
 use exports::tollgate::policy::guard::Guest;
 use guest_kit::Args;
 use tollgate::policy::config;
-use tollgate::policy::types::{Batch, Caller, Command, Denial, KeyAccess, Verdict};
+use tollgate::policy::types::{Batch, Caller, Command, Denial, Verdict};
 
 struct Hostile;
 
 impl Guest for Hostile {
-    fn admit(_who: Caller, cmd: Command, keys: Vec<KeyAccess>) -> Verdict {
-        judge(Args::new(&cmd.argv.bytes, &cmd.argv.ends, &cmd.argv.lens), &keys)
+    fn admit(_who: Caller, cmd: Command) -> Verdict {
+        judge(Args::new(&cmd.argv.bytes, &cmd.argv.spans))
     }
 
     fn admit_batch(_who: Caller, batch: Batch) -> Vec<Verdict> {
-        let all = Args::new(&batch.argv.bytes, &batch.argv.ends, &batch.argv.lens);
+        let all = Args::new(&batch.argv.bytes, &batch.argv.spans);
         let mut verdicts: Vec<Verdict> = all
-            .split(batch.commands.iter().map(|cmd| (cmd.args, cmd.keys)), &batch.keys)
-            .map(|(args, keys)| judge(args, keys))
+            .split(batch.commands.iter().map(|cmd| cmd.args))
+            .map(judge)
             .collect();
         if config::get() == b"short" {
             verdicts.pop();
@@ -34,12 +34,11 @@ impl Guest for Hostile {
     }
 }
 
-fn judge(args: Args, keys: &[KeyAccess]) -> Verdict {
-    let is_key = |i: usize| keys.iter().any(|key| key.position as usize == i);
+fn judge(args: Args) -> Verdict {
     if config::get() == b"echo" {
         // Arguments after the name that are not keys: what crossed of each, and its length.
         let others: Vec<String> = (1..args.count())
-            .filter(|&i| !is_key(i))
+            .filter(|&i| args.key_use(i).is_none())
             .map(|i| {
                 let crossed = args.get(i).unwrap_or_default().len();
                 format!("{crossed}/{}", args.len(i).unwrap_or_default())
@@ -52,13 +51,13 @@ fn judge(args: Args, keys: &[KeyAccess]) -> Verdict {
             rule: "echo".into(),
             reason: format!(
                 "keys={} args={} bytes={crossed}",
-                keys.len(),
+                args.keys().count(),
                 others.join(","),
             ),
         });
     }
     // Misbehave only for the key `hostile`, so the same instance pool also serves clean calls.
-    let first_key = keys.first().and_then(|key| args.get(key.position as usize));
+    let first_key = args.keys().next().map(|(_, key, _)| key);
     if first_key != Some(b"hostile") {
         return Verdict::Allow("hostile-behaves".into());
     }

@@ -9,4 +9,4 @@ mod alloc;
 mod args;
 
 pub use alloc::SizeClasses;
-pub use args::Args;
+pub use args::{Args, KeyUse};

@@ -11,9 +11,7 @@ use std::sync::OnceLock;
 use exports::tollgate::policy::guard::Guest;
 use guest_kit::Args;
 use tollgate::policy::config;
-use tollgate::policy::types::{
-    Batch, Caller, Categories, Command, Denial, KeyAccess, Lane, Verdict,
-};
+use tollgate::policy::types::{Batch, Caller, Categories, Command, Denial, Lane, Verdict};
 use tollgate_policy_rules::{
     CategorySet, CompiledPolicy, Outcome, Request, Subject, LEASE_COMMAND,
 };
@@ -23,26 +21,28 @@ struct YamlGuard;
 static POLICY: OnceLock<Result<CompiledPolicy, String>> = OnceLock::new();
 
 impl Guest for YamlGuard {
-    fn admit(who: Caller, cmd: Command, keys: Vec<KeyAccess>) -> Verdict {
-        let args = Args::new(&cmd.argv.bytes, &cmd.argv.ends, &cmd.argv.lens);
-        judge(&who, cmd.lane, cmd.categories, args, &keys)
+    fn admit(who: Caller, cmd: Command) -> Verdict {
+        let args = Args::new(&cmd.argv.bytes, &cmd.argv.spans);
+        judge(&who, cmd.lane, cmd.categories, args)
     }
 
     fn admit_batch(who: Caller, batch: Batch) -> Vec<Verdict> {
-        let all = Args::new(&batch.argv.bytes, &batch.argv.ends, &batch.argv.lens);
-        all.split(batch.commands.iter().map(|cmd| (cmd.args, cmd.keys)), &batch.keys)
+        let all = Args::new(&batch.argv.bytes, &batch.argv.spans);
+        all.split(batch.commands.iter().map(|cmd| cmd.args))
             .zip(&batch.commands)
-            .map(|((args, keys), cmd)| judge(&who, cmd.lane, cmd.categories, args, keys))
+            .map(|(args, cmd)| judge(&who, cmd.lane, cmd.categories, args))
             .collect()
     }
 }
 
 /// The compiled policy, read from the host's bytes on the instance's first call.
 fn policy() -> &'static Result<CompiledPolicy, String> {
-    POLICY.get_or_init(|| CompiledPolicy::from_bytes(&config::get()).map_err(|error| error.to_string()))
+    POLICY.get_or_init(|| {
+        CompiledPolicy::from_bytes(&config::get()).map_err(|error| error.to_string())
+    })
 }
 
-fn judge(who: &Caller, lane: Lane, categories: Categories, args: Args, keys: &[KeyAccess]) -> Verdict {
+fn judge(who: &Caller, lane: Lane, categories: Categories, args: Args) -> Verdict {
     let policy = match policy() {
         Ok(policy) => policy,
         Err(error) => {
@@ -56,10 +56,7 @@ fn judge(who: &Caller, lane: Lane, categories: Categories, args: Args, keys: &[K
         .get(0)
         .and_then(|name| std::str::from_utf8(name).ok())
         .unwrap_or_default();
-    let keys: Vec<&[u8]> = keys
-        .iter()
-        .map(|key| args.get(key.position as usize).unwrap_or_default())
-        .collect();
+    let keys: Vec<&[u8]> = args.keys().map(|(_, key, _)| key).collect();
     let subject = if name == LEASE_COMMAND {
         Subject::Lease {
             resource: keys.first().copied().unwrap_or_default(),

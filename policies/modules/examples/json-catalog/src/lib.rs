@@ -45,7 +45,7 @@ fn descriptor(&(name, arity, categories, writes): &(&str, i32, Categories, bool)
 
 impl Guest for JsonCatalog {
     fn describe(argv: Argv) -> Option<Descriptor> {
-        let args = Args::new(&argv.bytes, &argv.ends, &argv.lens);
+        let args = Args::new(&argv.bytes, &argv.spans);
         let name = args.whole(0)?;
         let command = COMMANDS
             .iter()

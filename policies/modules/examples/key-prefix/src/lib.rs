@@ -9,23 +9,22 @@ use std::sync::OnceLock;
 use exports::tollgate::policy::guard::Guest;
 use guest_kit::Args;
 use tollgate::policy::config;
-use tollgate::policy::types::{Batch, Caller, Command, Denial, KeyAccess, Verdict};
+use tollgate::policy::types::{Batch, Caller, Command, Denial, Verdict};
 
 struct KeyPrefix;
 
 static SEPARATOR: OnceLock<Vec<u8>> = OnceLock::new();
 
 impl Guest for KeyPrefix {
-    fn admit(who: Caller, cmd: Command, keys: Vec<KeyAccess>) -> Verdict {
-        let args = Args::new(&cmd.argv.bytes, &cmd.argv.ends, &cmd.argv.lens);
-        judge(&prefix(who), args, &keys)
+    fn admit(who: Caller, cmd: Command) -> Verdict {
+        judge(&prefix(who), Args::new(&cmd.argv.bytes, &cmd.argv.spans))
     }
 
     fn admit_batch(who: Caller, batch: Batch) -> Vec<Verdict> {
         let prefix = prefix(who);
-        let all = Args::new(&batch.argv.bytes, &batch.argv.ends, &batch.argv.lens);
-        all.split(batch.commands.iter().map(|cmd| (cmd.args, cmd.keys)), &batch.keys)
-            .map(|(args, keys)| judge(&prefix, args, keys))
+        let all = Args::new(&batch.argv.bytes, &batch.argv.spans);
+        all.split(batch.commands.iter().map(|cmd| cmd.args))
+            .map(|args| judge(&prefix, args))
             .collect()
     }
 }
@@ -45,13 +44,10 @@ fn prefix(who: Caller) -> Vec<u8> {
     prefix
 }
 
-fn judge(prefix: &[u8], args: Args, keys: &[KeyAccess]) -> Verdict {
-    let mut keys = keys
-        .iter()
-        .map(|key| args.get(key.position as usize).unwrap_or_default());
-    match keys.find(|key| !key.starts_with(prefix)) {
+fn judge(prefix: &[u8], args: Args) -> Verdict {
+    match args.keys().find(|(_, key, _)| !key.starts_with(prefix)) {
         None => Verdict::Abstain,
-        Some(key) => Verdict::Deny(Denial {
+        Some((_, key, _)) => Verdict::Deny(Denial {
             rule: "key-prefix".into(),
             reason: format!(
                 "key `{}` is outside `{}*`",
