@@ -149,19 +149,22 @@ fn bulk_end(buf: &[u8], pos: usize, limits: &Limits) -> Option<usize> {
 /// recognises one. Client commands are arrays of such strings.
 pub(crate) fn bulk_payload(buf: &[u8], pos: usize, limits: &Limits) -> Option<(usize, usize)> {
     let header = buf.get(pos..)?.strip_prefix(b"$")?;
-    // 18 digits cannot overflow; longer lengths are past any limit and go the general way.
-    let digits = header
-        .iter()
-        .take(18)
-        .take_while(|b| b.is_ascii_digit())
-        .count();
+    // Digits read and summed in one pass; 18 cannot overflow, and longer lengths are past any
+    // limit and go the general way.
+    let mut len = 0usize;
+    let mut digits = 0;
+    while let Some(digit) = header
+        .get(digits)
+        .map(|b| b.wrapping_sub(b'0'))
+        .filter(|&d| d <= 9 && digits < 18)
+    {
+        len = len * 10 + usize::from(digit);
+        digits += 1;
+    }
     if digits == 0 || digits > limits.max_inline_bytes || header.get(digits..digits + 2)? != b"\r\n"
     {
         return None;
     }
-    let len = header[..digits]
-        .iter()
-        .fold(0usize, |len, &digit| len * 10 + usize::from(digit - b'0'));
     if len > limits.max_frame_bytes {
         return None;
     }
