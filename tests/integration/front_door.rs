@@ -112,6 +112,71 @@ async fn a_denied_command_answers_in_its_own_slot_and_the_pipeline_goes_on() {
 }
 
 #[tokio::test]
+async fn client_reply_silences_only_its_own_client() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    let mut quiet = RawClient::connect(&daemon.resp_socket()).await;
+    let mut other = RawClient::connect(&daemon.resp_socket()).await;
+    quiet
+        .pipeline(&[
+            &["CLIENT", "REPLY", "OFF"],
+            &["SET", "k", "1"],
+            &["GET", "k"],
+        ])
+        .await;
+    // Forwarded, CLIENT REPLY OFF would have silenced the REGULAR connection both clients share.
+    assert_eq!(other.call(&["INCR", "k"]).await, Frame::Integer(2));
+    assert_eq!(other.call(&["GET", "k"]).await, bulk("2"));
+    quiet
+        .pipeline(&[
+            &["CLIENT", "REPLY", "ON"],
+            &["GET", "k"],
+            &["CLIENT", "REPLY", "SKIP"],
+            &["INCR", "k"],
+            &["GET", "k"],
+        ])
+        .await;
+    assert_eq!(text(&quiet.read().await), "OK", "ON answers; OFF did not");
+    assert_eq!(quiet.read().await, bulk("2"));
+    assert_eq!(quiet.read().await, bulk("3"), "SKIP silenced exactly INCR");
+    assert_eq!(
+        quiet.read_within(Duration::from_millis(200)).await,
+        Err(()),
+        "nothing else was answered, and the connection stays open"
+    );
+    daemon.stop().await;
+}
+
+#[tokio::test]
+async fn client_side_caching_is_refused_because_connections_are_shared() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    for argv in [
+        &["CLIENT", "TRACKING", "ON"][..],
+        &["CLIENT", "CACHING", "yes"],
+        &["CLIENT", "NO-TOUCH", "ON"],
+    ] {
+        let refused = client.call(argv).await;
+        assert!(
+            is_error_starting(&refused, "ERR tollgate: CLIENT ")
+                && text(&refused).contains("shared"),
+            "{argv:?}: {refused:?}"
+        );
+    }
+    assert_eq!(
+        client.call(&["SET", "k", "v"]).await,
+        Frame::Simple(Bytes::from_static(b"OK"))
+    );
+    let tracking = redis.inline("CLIENT LIST");
+    assert!(
+        !tracking.contains("flags=t"),
+        "no Redis connection has tracking on: {tracking}"
+    );
+    daemon.stop().await;
+}
+
+#[tokio::test]
 async fn a_pipeline_that_subscribes_midway_refuses_what_follows_in_resp2() {
     let redis = RedisServer::start();
     let daemon = TestDaemon::start(&redis).await;

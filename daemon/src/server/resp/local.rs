@@ -4,6 +4,53 @@
 use bytes::Bytes;
 use tollgate_resp::Frame;
 
+/// `CLIENT` subcommands that set state on the connection they run on (see [`Local::Unshareable`]).
+const UNSHAREABLE: [&[u8]; 5] = [
+    b"TRACKING",
+    b"CACHING",
+    b"GETREDIR",
+    b"TRACKINGINFO",
+    b"NO-TOUCH",
+];
+
+/// Which replies a client gets (`CLIENT REPLY`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyMode {
+    On,
+    Off,
+    /// The next command's reply is not sent; then on again.
+    SkipNext,
+}
+
+/// Whether one command's reply reaches the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Voice {
+    Heard,
+    Silent,
+}
+
+impl ReplyMode {
+    /// The voice of the next command's reply, and the mode after it.
+    pub fn next(self) -> (Voice, ReplyMode) {
+        match self {
+            ReplyMode::On => (Voice::Heard, ReplyMode::On),
+            ReplyMode::Off => (Voice::Silent, ReplyMode::Off),
+            ReplyMode::SkipNext => (Voice::Silent, ReplyMode::On),
+        }
+    }
+}
+
+/// `CLIENT REPLY ON|OFF|SKIP`: the new mode, or the error to answer.
+pub fn parse_client_reply(argv: &[&[u8]]) -> Result<ReplyMode, String> {
+    match argv {
+        [_, _, mode] if mode.eq_ignore_ascii_case(b"ON") => Ok(ReplyMode::On),
+        [_, _, mode] if mode.eq_ignore_ascii_case(b"OFF") => Ok(ReplyMode::Off),
+        [_, _, mode] if mode.eq_ignore_ascii_case(b"SKIP") => Ok(ReplyMode::SkipNext),
+        [_, _, _] => Err("ERR syntax error".to_owned()),
+        _ => Err("ERR wrong number of arguments for 'client|reply' command".to_owned()),
+    }
+}
+
 /// The protocol a client asked for with `HELLO`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
@@ -24,6 +71,13 @@ pub enum Local {
     ClientId,
     /// `CLIENT SETINFO lib-name …`, which modern clients send on connect.
     ClientSetInfo,
+    /// `CLIENT REPLY ON|OFF|SKIP`: which replies this client gets, kept by the daemon (forwarded,
+    /// it would silence a Redis connection other clients share).
+    ClientReply,
+    /// Connection state that cannot work over connections shared between clients, refused:
+    /// client-side caching (`CLIENT TRACKING`, `CACHING`, `GETREDIR`, `TRACKINGINFO`: the
+    /// invalidations would reach no one) and `CLIENT NO-TOUCH`.
+    Unshareable,
     /// Admitted by the policy first: which databases a principal may select is policy.
     Select,
     /// Admitted by the policy first, then answered here: Redis's own configuration (passwords
@@ -59,6 +113,10 @@ impl Local {
             Local::ClientId
         } else if is(b"CLIENT") && sub(b"SETINFO") {
             Local::ClientSetInfo
+        } else if is(b"CLIENT") && sub(b"REPLY") {
+            Local::ClientReply
+        } else if is(b"CLIENT") && UNSHAREABLE.iter().any(|word| sub(word)) {
+            Local::Unshareable
         } else if is(b"CONFIG") && sub(b"GET") {
             Local::ConfigGet
         } else {
@@ -200,6 +258,19 @@ mod tests {
     use crate::server::resp::argv;
 
     #[test]
+    fn client_reply_skips_one_reply_or_silences_until_on() {
+        assert_eq!(
+            parse_client_reply(&argv("CLIENT REPLY skip")),
+            Ok(ReplyMode::SkipNext)
+        );
+        assert_eq!(ReplyMode::SkipNext.next(), (Voice::Silent, ReplyMode::On));
+        assert_eq!(ReplyMode::Off.next(), (Voice::Silent, ReplyMode::Off));
+        assert_eq!(ReplyMode::On.next(), (Voice::Heard, ReplyMode::On));
+        assert!(parse_client_reply(&argv("CLIENT REPLY maybe")).is_err());
+        assert!(parse_client_reply(&argv("CLIENT REPLY")).is_err());
+    }
+
+    #[test]
     fn recognises_connection_scoped_commands_case_insensitively() {
         assert_eq!(Local::of(b"ping", None), Some(Local::Ping));
         assert_eq!(
@@ -207,6 +278,14 @@ mod tests {
             Some(Local::ClientSetName)
         );
         assert_eq!(Local::of(b"CLIENT", Some(b"LIST")), None);
+        assert_eq!(
+            Local::of(b"client", Some(b"reply")),
+            Some(Local::ClientReply)
+        );
+        assert_eq!(
+            Local::of(b"CLIENT", Some(b"tracking")),
+            Some(Local::Unshareable)
+        );
         assert_eq!(Local::of(b"GET", Some(b"k")), None);
     }
 

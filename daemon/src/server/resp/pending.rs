@@ -13,6 +13,7 @@ use futures::Stream;
 use tollgate_lanes::SendFuture;
 use tollgate_model::Lane;
 
+use super::local::Voice;
 use super::replies;
 
 /// Where an in-flight command is, which decides what may run beside it.
@@ -57,19 +58,20 @@ impl Future for Pending {
     }
 }
 
-/// A session's in-flight commands, answered strictly in the order sent. Only the oldest is polled:
+/// A session's in-flight commands, answered strictly in the order sent (a silent one, after
+/// `CLIENT REPLY OFF` or `SKIP`, answers with nothing to write). Only the oldest is polled:
 /// no later reply may be written before it, and a multiplexed send needs no polling to progress (the
 /// lane's driver does the work). So a reply that arrives early wakes nobody, and a pipeline costs
 /// one wake-up per batch of replies rather than one per reply. An exclusive borrow, which does need
 /// polling, is only ever queued behind answers already known (the session's barrier sees to that).
 #[derive(Default)]
 pub struct InOrder {
-    queue: VecDeque<Pending>,
+    queue: VecDeque<(Pending, Voice)>,
 }
 
 impl InOrder {
-    pub fn push_back(&mut self, pending: Pending) {
-        self.queue.push_back(pending);
+    pub fn push_back(&mut self, pending: Pending, voice: Voice) {
+        self.queue.push_back((pending, voice));
     }
 
     pub fn len(&self) -> usize {
@@ -86,11 +88,15 @@ impl Stream for InOrder {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let queue = &mut self.get_mut().queue;
-        let Some(oldest) = queue.front_mut() else {
+        let Some((oldest, voice)) = queue.front_mut() else {
             return Poll::Ready(None);
         };
-        let answer = std::task::ready!(Pin::new(oldest).poll(cx));
+        let (class, reply) = std::task::ready!(Pin::new(oldest).poll(cx));
+        let reply = match voice {
+            Voice::Heard => reply,
+            Voice::Silent => Bytes::new(),
+        };
         queue.pop_front();
-        Poll::Ready(Some(answer))
+        Poll::Ready(Some((class, reply)))
     }
 }

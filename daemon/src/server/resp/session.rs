@@ -21,7 +21,7 @@ use tollgate_model::{Caller, Lane};
 use tollgate_policy::Decision;
 use tollgate_resp::{Command, Frame, ProtocolError};
 
-use super::local::{self, Local, Protocol};
+use super::local::{self, Local, Protocol, ReplyMode, Voice};
 use super::pending::{Class, InOrder, Pending};
 use super::subscriptions::{self, Subscriptions};
 use super::{blocking, replies, FrontDoor};
@@ -79,8 +79,10 @@ struct Session {
     pending: InOrder,
     /// In-flight commands per class, to decide when a barrier is needed.
     in_flight: Vec<(Class, usize)>,
-    /// An admitted command waiting for a barrier.
-    parked: Option<Step>,
+    /// An admitted command waiting for a barrier, and whether its reply will be heard.
+    parked: Option<(Step, Voice)>,
+    /// Which replies the client gets (`CLIENT REPLY`).
+    reply_mode: ReplyMode,
     /// Commands read from the input ahead of their turn, oldest first.
     ahead: VecDeque<Ahead>,
     out: BytesMut,
@@ -126,6 +128,7 @@ pub async fn run(stream: UnixStream, front: Arc<FrontDoor>, stop: CancellationTo
         pending: InOrder::default(),
         in_flight: Vec::new(),
         parked: None,
+        reply_mode: ReplyMode::On,
         ahead: VecDeque::new(),
         out: BytesMut::new(),
     };
@@ -193,8 +196,11 @@ impl Session {
                     }
                 }
                 Some(message) = self.subscriptions.next(), if !self.subscriptions.is_empty() => {
-                    let frame = subscriptions::message_frame(message, self.protocol);
-                    tollgate_resp::encode(&frame, &mut self.out);
+                    // `CLIENT REPLY OFF` silences messages too, as in Redis.
+                    if self.reply_mode != ReplyMode::Off {
+                        let frame = subscriptions::message_frame(message, self.protocol);
+                        tollgate_resp::encode(&frame, &mut self.out);
+                    }
                 }
                 _ = &mut evicted => {
                     let reason = self.subscriptions.eviction_reason();
@@ -214,11 +220,17 @@ impl Session {
             if self.pending.len() >= self.front.config.max_pipeline {
                 return None;
             }
-            let step = match self.parked.take() {
-                Some(step) => step,
+            let (step, voice) = match self.parked.take() {
+                Some(parked) => parked,
                 None => match self.next_command(input) {
-                    Some(Ahead::Decided(command, decision)) => self.plan(command, Some(decision)),
-                    Some(Ahead::Parsed(command)) => self.plan(command, None),
+                    Some(Ahead::Decided(command, decision)) => {
+                        let voice = self.voice(&command);
+                        (self.plan(command, Some(decision)), voice)
+                    }
+                    Some(Ahead::Parsed(command)) => {
+                        let voice = self.voice(&command);
+                        (self.plan(command, None), voice)
+                    }
                     Some(Ahead::Invalid(error)) => {
                         return Some(replies::error(format!("ERR {error}")))
                     }
@@ -226,36 +238,58 @@ impl Session {
                 },
             };
             match step {
-                Step::Reply(reply) => {
-                    self.push(Class::Local, Pending::Ready(Some((Class::Local, reply))))
+                Step::Reply(reply) => self.push(
+                    Class::Local,
+                    Pending::Ready(Some((Class::Local, reply))),
+                    voice,
+                ),
+                Step::Close(reply) => {
+                    return Some(match voice {
+                        Voice::Heard => reply,
+                        Voice::Silent => Bytes::new(),
+                    })
                 }
-                Step::Close(reply) => return Some(reply),
                 Step::Multiplexed(lane, encoded) => {
                     if self.needs_barrier(Class::Multiplexed(lane)) {
-                        self.parked = Some(Step::Multiplexed(lane, encoded));
+                        self.parked = Some((Step::Multiplexed(lane, encoded), voice));
                         return None;
                     }
                     let future = self.send_multiplexed(lane, encoded);
-                    self.push(Class::Multiplexed(lane), future);
+                    self.push(Class::Multiplexed(lane), future, voice);
                 }
                 Step::Exclusive(lane, command) => {
                     if self.needs_barrier(Class::Exclusive) {
-                        self.parked = Some(Step::Exclusive(lane, command));
+                        self.parked = Some((Step::Exclusive(lane, command), voice));
                         return None;
                     }
                     let future = self.send_exclusive(lane, command);
-                    self.push(Class::Exclusive, future);
+                    self.push(Class::Exclusive, future, voice);
                 }
                 Step::InPlace(work) => {
                     if !self.pending.is_empty() {
-                        self.parked = Some(Step::InPlace(work));
+                        self.parked = Some((Step::InPlace(work), voice));
                         return None;
                     }
                     let reply = self.in_place(work).await;
-                    self.out.extend_from_slice(&reply);
+                    if voice == Voice::Heard {
+                        self.out.extend_from_slice(&reply);
+                    }
                 }
             }
         }
+    }
+
+    /// Whether `command`'s reply reaches the client, as `CLIENT REPLY` left it; a `SKIP` is used
+    /// up here. `CLIENT REPLY` itself is always heard (only `ON` answers, as in Redis).
+    fn voice(&mut self, command: &Command) -> Voice {
+        if self.reply_mode == ReplyMode::On
+            || Local::of(command.name(), command.word(1)) == Some(Local::ClientReply)
+        {
+            return Voice::Heard;
+        }
+        let (voice, mode) = self.reply_mode.next();
+        self.reply_mode = mode;
+        voice
     }
 
     /// The next command to plan, read ahead when nothing is left from the last read.
@@ -431,6 +465,24 @@ impl Session {
             },
             Local::ClientId => Frame::Integer(self.id as i64),
             Local::ClientSetInfo => return Step::Reply(replies::ok()),
+            Local::ClientReply => {
+                return Step::Reply(match local::parse_client_reply(argv) {
+                    Ok(mode) => {
+                        self.reply_mode = mode;
+                        match mode {
+                            ReplyMode::On => replies::ok(),
+                            ReplyMode::Off | ReplyMode::SkipNext => Bytes::new(),
+                        }
+                    }
+                    Err(error) => replies::error(error),
+                })
+            }
+            Local::Unshareable => {
+                return Step::Reply(replies::error(format!(
+                    "ERR tollgate: CLIENT {} is not available: connections to Redis are shared between clients",
+                    String::from_utf8_lossy(argv.get(1).copied().unwrap_or_default()).to_uppercase()
+                )))
+            }
             Local::Select | Local::ConfigGet => {
                 unreachable!("the policy admits {local:?} before it is answered")
             }
@@ -444,12 +496,12 @@ impl Session {
         })
     }
 
-    fn push(&mut self, class: Class, future: Pending) {
+    fn push(&mut self, class: Class, future: Pending, voice: Voice) {
         match self.in_flight.iter_mut().find(|(c, _)| *c == class) {
             Some((_, count)) => *count += 1,
             None => self.in_flight.push((class, 1)),
         }
-        self.pending.push_back(future);
+        self.pending.push_back(future, voice);
     }
 
     fn in_flight_count(&self, class: Class) -> usize {
@@ -541,6 +593,7 @@ impl Session {
                 }
                 self.protocol = Protocol::Resp2;
                 self.name = None;
+                self.reply_mode = ReplyMode::On;
                 Bytes::from_static(b"+RESET\r\n")
             }
         }
