@@ -531,6 +531,51 @@ async fn resp3_clients_get_maps_and_push_messages() {
 }
 
 #[tokio::test]
+async fn resp3_clients_get_resp3_replies_from_redis_on_every_lane() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    redis.inline("HSET h f v");
+    redis.inline("ZADD z 1.5 m");
+    let mut resp2 = RawClient::connect(&daemon.resp_socket()).await;
+    let mut resp3 = RawClient::connect(&daemon.resp_socket()).await;
+    resp3.call(&["HELLO", "3"]).await;
+    let map = Frame::Map(vec![(bulk("f"), bulk("v"))]);
+    // REGULAR: the same command, side by side, in each client's protocol.
+    assert_eq!(resp3.call(&["HGETALL", "h"]).await, map);
+    assert_eq!(
+        resp2.call(&["HGETALL", "h"]).await,
+        Frame::Array(vec![bulk("f"), bulk("v")])
+    );
+    // BLOCKING: the score is a double in RESP3. The RESP2 client's borrow leaves an idle RESP2
+    // connection, which the RESP3 client's borrow switches rather than opening another.
+    redis.inline("ZADD z2 2.5 n");
+    assert_eq!(
+        resp2.call(&["BZPOPMIN", "z2", "1"]).await,
+        Frame::Array(vec![bulk("z2"), bulk("n"), bulk("2.5")])
+    );
+    assert_eq!(
+        resp3.call(&["BZPOPMIN", "z", "1"]).await,
+        Frame::Array(vec![bulk("z"), bulk("m"), Frame::Double(1.5)])
+    );
+    let blocking = redis_clients(&redis)
+        .into_iter()
+        .filter(|client| client.contains("name=tollgate-blocking"))
+        .count();
+    assert_eq!(blocking, 1, "one BLOCKING connection, switched to RESP3");
+    // TRANSACTION: EXEC's replies too.
+    assert_eq!(text(&resp3.call(&["MULTI"]).await), "OK");
+    assert_eq!(text(&resp3.call(&["HGETALL", "h"]).await), "QUEUED");
+    assert_eq!(resp3.call(&["EXEC"]).await, Frame::Array(vec![map.clone()]));
+    // Back to RESP2 (HELLO 2, as a client that downgrades does): arrays again.
+    resp3.call(&["HELLO", "2"]).await;
+    assert_eq!(
+        resp3.call(&["HGETALL", "h"]).await,
+        Frame::Array(vec![bulk("f"), bulk("v")])
+    );
+    daemon.stop().await;
+}
+
+#[tokio::test]
 async fn malformed_input_closes_only_that_connection() {
     let redis = RedisServer::start();
     let daemon = TestDaemon::start(&redis).await;

@@ -3,9 +3,11 @@
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tollgate_model::Protocol;
 use tollgate_resp::Scanner;
 
 use crate::metrics::LaneMetrics;
+use crate::multiplex::is_push;
 use crate::reply::{reply_limits, Reply};
 use crate::stream::{Probe, Stream};
 
@@ -16,6 +18,7 @@ pub(crate) struct Conn {
     scanner: Scanner,
     /// Which master (see `Locator`) the connection was opened to.
     generation: u64,
+    protocol: Protocol,
     _tracked: Tracked,
 }
 
@@ -48,12 +51,18 @@ pub(crate) enum ConnError {
 }
 
 impl Conn {
-    pub(crate) fn new(stream: Stream, metrics: &LaneMetrics, generation: u64) -> Self {
+    pub(crate) fn new(
+        stream: Stream,
+        metrics: &LaneMetrics,
+        generation: u64,
+        protocol: Protocol,
+    ) -> Self {
         Conn {
             stream,
             read: BytesMut::with_capacity(4096),
             scanner: Scanner::default(),
             generation,
+            protocol,
             _tracked: Tracked::new(metrics),
         }
     }
@@ -68,7 +77,11 @@ impl Conn {
     async fn read_reply(&mut self) -> Result<Reply, ConnError> {
         loop {
             if let Some(len) = self.scanner.scan(&self.read, &reply_limits())? {
-                return Ok(Reply::new(self.read.split_to(len).freeze()));
+                let frame = self.read.split_to(len).freeze();
+                if is_push(&frame) {
+                    continue;
+                }
+                return Ok(Reply::new(frame));
             }
             if self.stream.read_buf(&mut self.read).await? == 0 {
                 return Err(ConnError::Eof);
@@ -78,6 +91,23 @@ impl Conn {
 
     pub(crate) fn generation(&self) -> u64 {
         self.generation
+    }
+
+    pub(crate) fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    /// Makes the connection speak `protocol` (`HELLO 2|3`, which keeps its user and name).
+    pub(crate) async fn switch(&mut self, protocol: Protocol) -> Result<(), String> {
+        let hello = hello(None, None, protocol);
+        match self.call(&hello).await {
+            Ok(reply) if !reply.is_error() => {
+                self.protocol = protocol;
+                Ok(())
+            }
+            Ok(reply) => Err(String::from_utf8_lossy(reply.bytes()).trim().to_owned()),
+            Err(error) => Err(error.to_string()),
+        }
     }
 
     /// Whether an idle connection can be lent again.
@@ -95,14 +125,17 @@ impl Conn {
     }
 }
 
-/// `HELLO 2 [AUTH user password] SETNAME tollgate-<lane>`: one round trip to authenticate, pin the
-/// protocol the lanes parse, and name the connection so `CLIENT LIST` shows whose it is.
-pub(crate) fn hello(user: Option<(&str, &str)>, name: &str) -> Bytes {
-    let mut argv: Vec<&[u8]> = vec![b"HELLO", b"2"];
+/// `HELLO 2|3 [AUTH user password] [SETNAME tollgate-<lane>]`: one round trip to authenticate, set
+/// the protocol of the clients the connection serves, and name the connection so `CLIENT LIST`
+/// shows whose it is.
+pub(crate) fn hello(user: Option<(&str, &str)>, name: Option<&str>, protocol: Protocol) -> Bytes {
+    let mut argv: Vec<&[u8]> = vec![b"HELLO", protocol.version().as_bytes()];
     if let Some((user, password)) = user {
         argv.extend([b"AUTH".as_slice(), user.as_bytes(), password.as_bytes()]);
     }
-    argv.extend([b"SETNAME".as_slice(), name.as_bytes()]);
+    if let Some(name) = name {
+        argv.extend([b"SETNAME".as_slice(), name.as_bytes()]);
+    }
     let mut out = BytesMut::new();
     tollgate_resp::encode_command(&argv, &mut out);
     out.freeze()

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use rand::Rng;
 use tokio::time::Instant;
-use tollgate_model::Lane;
+use tollgate_model::{Lane, Protocol};
 
 use crate::conn::{hello, Conn};
 use crate::locator::Locator;
@@ -31,7 +31,8 @@ pub(crate) struct Credentials {
 
 pub(crate) struct Connector {
     locator: Arc<Locator>,
-    hello: Bytes,
+    /// The handshake per protocol, in [`Protocol::index`] order.
+    hello: [Bytes; 2],
     backoff: Mutex<Backoff>,
     metrics: LaneMetrics,
 }
@@ -58,14 +59,14 @@ impl Connector {
             .map(|c| (c.user.as_str(), c.password.as_str()));
         Connector {
             locator,
-            hello: hello(auth, &name),
+            hello: Protocol::ALL.map(|protocol| hello(auth, Some(&name), protocol)),
             backoff: Mutex::new(Backoff::default()),
             metrics,
         }
     }
 
-    /// A fresh, authenticated connection, or why there is none (not sent).
-    pub(crate) async fn connect(&self) -> Result<Conn, String> {
+    /// A fresh, authenticated connection speaking `protocol`, or why there is none (not sent).
+    pub(crate) async fn connect(&self, protocol: Protocol) -> Result<Conn, String> {
         {
             let backoff = self.backoff.lock();
             if let Some(retry_at) = backoff.retry_at.filter(|at| *at > Instant::now()) {
@@ -77,7 +78,8 @@ impl Connector {
             }
         }
         let (endpoint, generation) = self.locator.current()?;
-        let attempt = tokio::time::timeout(CONNECT_TIMEOUT, self.dial(&endpoint, generation)).await;
+        let attempt =
+            tokio::time::timeout(CONNECT_TIMEOUT, self.dial(&endpoint, generation, protocol)).await;
         let result =
             attempt.unwrap_or_else(|_| Err(format!("no answer within {CONNECT_TIMEOUT:?}")));
         let mut backoff = self.backoff.lock();
@@ -129,10 +131,18 @@ impl Connector {
         self.backoff.lock().broken = true;
     }
 
-    async fn dial(&self, endpoint: &crate::Endpoint, generation: u64) -> Result<Conn, String> {
+    async fn dial(
+        &self,
+        endpoint: &crate::Endpoint,
+        generation: u64,
+        protocol: Protocol,
+    ) -> Result<Conn, String> {
         let stream = Stream::connect(endpoint).await.map_err(|e| e.to_string())?;
-        let mut conn = Conn::new(stream, &self.metrics, generation);
-        let reply = conn.call(&self.hello).await.map_err(|e| e.to_string())?;
+        let mut conn = Conn::new(stream, &self.metrics, generation, protocol);
+        let reply = conn
+            .call(&self.hello[protocol.index()])
+            .await
+            .map_err(|e| e.to_string())?;
         if reply.is_error() {
             let text = String::from_utf8_lossy(reply.bytes().trim_ascii_end()).into_owned();
             return Err(format!("HELLO refused: {}", text.trim_start_matches('-')));

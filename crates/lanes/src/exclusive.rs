@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::time::Instant;
-use tollgate_model::Lane;
+use tollgate_model::{Lane, Protocol};
 
 use crate::config::LaneSettings;
 use crate::conn::Conn;
@@ -64,15 +64,26 @@ impl ExclusiveLane {
         }
     }
 
-    pub(crate) async fn borrow(self: &Arc<Self>) -> Result<Borrowed, LaneError> {
+    /// A connection speaking `protocol`: an idle one (switched with `HELLO` if it spoke the other
+    /// protocol), or a new one.
+    pub(crate) async fn borrow(
+        self: &Arc<Self>,
+        protocol: Protocol,
+    ) -> Result<Borrowed, LaneError> {
         if !self.life.is_open() {
             self.metrics.reject(Rejection::Closed);
             return Err(LaneError::Closed);
         }
         let permit = self.gate.enter(Instant::now()).await?;
-        let conn = match self.take_idle() {
+        let idle = match self.take_idle() {
+            Some(mut conn) if conn.protocol() != protocol => {
+                conn.switch(protocol).await.ok().map(|()| conn)
+            }
+            idle => idle,
+        };
+        let conn = match idle {
             Some(conn) => conn,
-            None => self.connector.connect().await.map_err(|reason| {
+            None => self.connector.connect(protocol).await.map_err(|reason| {
                 self.metrics.reject(Rejection::Unavailable);
                 LaneError::Unavailable { reason }
             })?,

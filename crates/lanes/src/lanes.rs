@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 use prometheus_client::registry::Registry;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tollgate_model::Lane;
+use tollgate_model::{Lane, Protocol};
 
 use crate::config::{LaneSettings, LanesConfig};
 use crate::connector::{Connector, Credentials};
@@ -148,8 +148,17 @@ impl Lanes {
     }
 
     /// A channel on a multiplexed lane (REGULAR or SCRIPT), on the connection the lane picks: the
-    /// first with room, so work is packed on few connections and batched.
+    /// first with room, so work is packed on few connections and batched. RESP2.
     pub fn multiplexed(&self, lane: Lane) -> Result<Channel, LaneError> {
+        self.multiplexed_speaking(lane, Protocol::Resp2)
+    }
+
+    /// [`Lanes::multiplexed`] on a connection speaking `protocol`, for a client that speaks it.
+    pub fn multiplexed_speaking(
+        &self,
+        lane: Lane,
+        protocol: Protocol,
+    ) -> Result<Channel, LaneError> {
         let pool = match lane {
             Lane::Regular => &self.0.regular,
             Lane::Script => &self.0.script,
@@ -164,12 +173,21 @@ impl Lanes {
             pool.metrics.reject(Rejection::Closed);
             return Err(LaneError::Closed);
         }
-        Ok(pool.channel())
+        Ok(pool.channel(protocol))
     }
 
     /// Borrows one connection of an exclusive lane (BLOCKING, TRANSACTION or ADMIN), waiting in line
-    /// up to the lane's acquire timeout.
+    /// up to the lane's acquire timeout. RESP2.
     pub async fn borrow(&self, lane: Lane) -> Result<Borrowed, LaneError> {
+        self.borrow_speaking(lane, Protocol::Resp2).await
+    }
+
+    /// [`Lanes::borrow`], the connection speaking `protocol`, for a client that speaks it.
+    pub async fn borrow_speaking(
+        &self,
+        lane: Lane,
+        protocol: Protocol,
+    ) -> Result<Borrowed, LaneError> {
         let pool = match lane {
             Lane::Blocking => &self.0.blocking,
             Lane::Transaction => &self.0.transaction,
@@ -181,7 +199,7 @@ impl Lanes {
                 })
             }
         };
-        pool.borrow().await
+        pool.borrow(protocol).await
     }
 
     pub fn pubsub(&self) -> PubSub {

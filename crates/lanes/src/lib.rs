@@ -36,5 +36,5 @@ pub use pubsub::{Message, Subscription, SubscriptionEnded, SubscriptionKind};
 pub use quiet::Quiet;
 pub use reply::Reply;
 pub use status::{LaneStatus, LanesStatus, Rejections, Sharing};
-pub use tollgate_model::Lane;
+pub use tollgate_model::{Lane, Protocol};
 pub use topology::{Endpoint, InvalidEndpoint, InvalidRedisConfig, RedisConfig, Topology};

@@ -3,7 +3,8 @@
 //! the commands one caller sends in order are written in order. A connection keeps one write
 //! unanswered at a time and gathers what arrives meanwhile into the next; callers are packed on the
 //! first connections with room. Commands in flight per lane are capped by the lane's gate; the number
-//! queued behind the cap is bounded too.
+//! queued behind the cap is bounded too. Each protocol (RESP2, RESP3) has its own connections, opened
+//! when a client of that protocol first needs one; the lane's ceiling counts both.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -17,7 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tollgate_model::Lane;
+use tollgate_model::{Lane, Protocol};
 use tollgate_resp::Scanner;
 
 use crate::config::LaneSettings;
@@ -48,7 +49,8 @@ pub(crate) struct MultiplexedLane {
     /// Commands accepted and not yet answered; capped at in-flight ceiling plus queue length.
     outstanding: AtomicUsize,
     outstanding_cap: usize,
-    slots: Vec<Arc<Slot>>,
+    /// The connections of each protocol, in [`Protocol::index`] order.
+    slots: [Vec<Arc<Slot>>; 2],
     pub(crate) connector: Arc<Connector>,
     pub(crate) metrics: LaneMetrics,
     life: Arc<Life>,
@@ -58,6 +60,7 @@ pub(crate) struct MultiplexedLane {
 pub(crate) struct Slot {
     queue: mpsc::UnboundedSender<Request>,
     load: AtomicUsize,
+    protocol: Protocol,
 }
 
 /// A handle on one pooled connection of a multiplexed lane; cheap to clone. A client session keeps one
@@ -178,17 +181,20 @@ impl MultiplexedLane {
             settings.acquire_timeout,
             metrics.clone(),
         );
-        let mut receivers = Vec::with_capacity(connections);
-        let slots = (0..connections)
-            .map(|_| {
-                let (queue, receiver) = mpsc::unbounded_channel();
-                receivers.push(receiver);
-                Arc::new(Slot {
-                    queue,
-                    load: AtomicUsize::new(0),
+        let mut receivers = Vec::with_capacity(2 * connections);
+        let slots = Protocol::ALL.map(|protocol| {
+            (0..connections)
+                .map(|_| {
+                    let (queue, receiver) = mpsc::unbounded_channel();
+                    receivers.push((receiver, protocol));
+                    Arc::new(Slot {
+                        queue,
+                        load: AtomicUsize::new(0),
+                        protocol,
+                    })
                 })
-            })
-            .collect();
+                .collect()
+        });
         let this = Arc::new(MultiplexedLane {
             lane,
             gate,
@@ -199,28 +205,30 @@ impl MultiplexedLane {
             metrics,
             life,
         });
-        for receiver in receivers {
-            drivers.spawn(drive(this.clone(), receiver));
+        for (receiver, protocol) in receivers {
+            drivers.spawn(drive(this.clone(), receiver, protocol));
         }
         this
     }
 
-    /// A channel on the connection [`MultiplexedLane::pick`] names.
-    pub(crate) fn channel(self: &Arc<Self>) -> Channel {
+    /// A channel on the connection [`MultiplexedLane::pick`] names for `protocol`.
+    pub(crate) fn channel(self: &Arc<Self>, protocol: Protocol) -> Channel {
         Channel {
-            slot: self.pick().clone(),
+            slot: self.pick(protocol).clone(),
             lane: self.clone(),
         }
     }
 
-    /// The first connection with fewer than [`SPILL_AT`] commands outstanding, or, when every one
-    /// is that busy, the least loaded. Connections past the first open only when work spills.
-    fn pick(&self) -> &Arc<Slot> {
+    /// The first connection of `protocol` with fewer than [`SPILL_AT`] commands outstanding, or,
+    /// when every one is that busy, the least loaded. Connections past the first open only when
+    /// work spills.
+    fn pick(&self, protocol: Protocol) -> &Arc<Slot> {
+        let slots = &self.slots[protocol.index()];
         let load = |slot: &&Arc<Slot>| slot.load.load(Ordering::Relaxed);
-        self.slots
+        slots
             .iter()
             .find(|slot| load(slot) < SPILL_AT)
-            .or_else(|| self.slots.iter().min_by_key(load))
+            .or_else(|| slots.iter().min_by_key(load))
             .expect("a lane has at least one connection")
     }
 
@@ -237,7 +245,7 @@ impl Channel {
     /// Moves the channel to the connection a new channel would get. Only for a caller with nothing
     /// in flight on it: commands sent on different connections may be answered out of order.
     pub fn repick(&mut self) {
-        let slot = self.lane.pick();
+        let slot = self.lane.pick(self.slot.protocol);
         if !Arc::ptr_eq(slot, &self.slot) {
             self.slot = slot.clone();
         }
@@ -285,7 +293,11 @@ impl Request {
 
 /// One connection slot's life: wait for work, connect, pipeline until the connection is lost or the
 /// lanes close, and repeat.
-async fn drive(lane: Arc<MultiplexedLane>, mut queue: mpsc::UnboundedReceiver<Request>) {
+async fn drive(
+    lane: Arc<MultiplexedLane>,
+    mut queue: mpsc::UnboundedReceiver<Request>,
+    protocol: Protocol,
+) {
     let life = lane.life.clone();
     let mut next = None;
     loop {
@@ -301,7 +313,7 @@ async fn drive(lane: Arc<MultiplexedLane>, mut queue: mpsc::UnboundedReceiver<Re
                 _ = life.draining().cancelled(), if queue.is_empty() => break,
             },
         };
-        match lane.connector.connect().await {
+        match lane.connector.connect(protocol).await {
             Ok(conn) => next = pipeline(&lane, conn, first, &mut queue).await,
             Err(reason) => {
                 // Fail fast: everything queued now would meet the same outage.
@@ -532,7 +544,11 @@ fn hand_out(
         let Some(len) = scanner.scan(read, limits)? else {
             break;
         };
-        let reply = Reply::new(read.split_to(len).freeze());
+        let frame = read.split_to(len).freeze();
+        if is_push(&frame) {
+            continue;
+        }
+        let reply = Reply::new(frame);
         if let Some(waiting) = current.take() {
             waiting.answer(Ok(reply));
         }
@@ -540,6 +556,13 @@ fn hand_out(
         answered += 1;
     }
     Ok(answered)
+}
+
+/// Whether `frame` is a RESP3 push (`>`), which answers no command. The front door refuses what
+/// would make Redis send one on a shared connection (client-side caching); should one arrive all
+/// the same, it is dropped rather than taken for the next command's reply.
+pub(crate) fn is_push(frame: &[u8]) -> bool {
+    frame.first() == Some(&b'>')
 }
 
 /// Commands one connection has written and Redis has not yet answered, shared by its writer and

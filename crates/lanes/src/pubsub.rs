@@ -13,6 +13,7 @@ use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, WriteHalf};
 use tokio::sync::{mpsc, oneshot};
+use tollgate_model::Protocol;
 use tollgate_resp::Frame;
 
 use crate::conn::Conn;
@@ -291,7 +292,8 @@ async fn drive(
                 None => break,
             },
         };
-        match connector.connect().await {
+        // The lane reads messages itself and hands them on decoded: RESP2 is its own protocol.
+        match connector.connect(Protocol::Resp2).await {
             Ok(conn) => {
                 let reason = serve(&shard, conn, first, &mut control, &life, &connector).await;
                 if let Some(reason) = reason {

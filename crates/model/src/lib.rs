@@ -1,5 +1,6 @@
 //! The vocabulary every Tollgate crate shares, kept tiny so that the policy engine and the Redis lanes
-//! can agree on it without depending on each other: which lane a command travels on, and who sent it.
+//! can agree on it without depending on each other: which lane a command travels on, who sent it,
+//! and which protocol its replies are in.
 
 use std::fmt;
 use std::str::FromStr;
@@ -71,6 +72,32 @@ impl FromStr for Lane {
             .into_iter()
             .find(|lane| lane.as_str().eq_ignore_ascii_case(s))
             .ok_or_else(|| UnknownLane(s.to_owned()))
+    }
+}
+
+/// The Redis protocol a client speaks (`HELLO 2` or `HELLO 3`), and so the one the lane connection
+/// carrying its commands must speak: RESP3 gives maps, sets and doubles where RESP2 gives arrays and
+/// strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    Resp2,
+    Resp3,
+}
+
+impl Protocol {
+    pub const ALL: [Protocol; 2] = [Protocol::Resp2, Protocol::Resp3];
+
+    /// The version `HELLO` takes.
+    pub fn version(self) -> &'static str {
+        match self {
+            Protocol::Resp2 => "2",
+            Protocol::Resp3 => "3",
+        }
+    }
+
+    /// 0 for RESP2, 1 for RESP3: a place in per-protocol arrays.
+    pub fn index(self) -> usize {
+        self as usize
     }
 }
 

@@ -52,11 +52,7 @@ pub fn parse_client_reply(argv: &[&[u8]]) -> Result<ReplyMode, String> {
 }
 
 /// The protocol a client asked for with `HELLO`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
-    Resp2,
-    Resp3,
-}
+pub use tollgate_model::Protocol;
 
 /// A connection-scoped command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -55,6 +55,9 @@ enum InPlace {
     Transaction(Command),
     Subscribe(SubscriptionKind, Vec<Bytes>),
     Unsubscribe(SubscriptionKind, Vec<Bytes>),
+    /// `HELLO` with another protocol: the lane connections change with it, so it waits for what
+    /// was sent before on the old ones.
+    Hello(local::Hello),
     Reset,
 }
 
@@ -435,15 +438,10 @@ impl Session {
             Local::Reset => return Step::InPlace(InPlace::Reset),
             Local::Auth => return Step::Reply(replies::ok()),
             Local::Hello => match local::parse_hello(argv) {
-                Ok(hello) => {
-                    if let Some(protocol) = hello.protocol {
-                        self.protocol = protocol;
-                    }
-                    if hello.name.is_some() {
-                        self.name = hello.name;
-                    }
-                    local::hello_reply(self.protocol, self.id)
+                Ok(hello) if hello.protocol.is_some_and(|p| p != self.protocol) => {
+                    return Step::InPlace(InPlace::Hello(hello))
                 }
+                Ok(hello) => self.hello(hello),
                 Err(error) => return Step::Reply(replies::error(error)),
             },
             Local::ClientSetName => {
@@ -488,6 +486,28 @@ impl Session {
             }
         };
         Step::Reply(replies::encode(&frame))
+    }
+
+    /// Takes a valid `HELLO`'s protocol and name; the reply describes the server.
+    fn hello(&mut self, hello: local::Hello) -> Frame {
+        if let Some(protocol) = hello.protocol {
+            self.speak(protocol);
+        }
+        if hello.name.is_some() {
+            self.name = hello.name;
+        }
+        local::hello_reply(self.protocol, self.id)
+    }
+
+    /// Switches the client's protocol. Its multiplexed channels are dropped, so that its next
+    /// commands go to connections speaking the new one (a transaction already pinned keeps its
+    /// connection, and protocol, until it ends).
+    fn speak(&mut self, protocol: Protocol) {
+        if protocol != self.protocol {
+            self.protocol = protocol;
+            self.regular = None;
+            self.script = None;
+        }
     }
 
     fn needs_barrier(&self, class: Class) -> bool {
@@ -548,7 +568,7 @@ impl Session {
         match slot {
             Some(channel) if between_commands => channel.repick(),
             Some(_) => {}
-            None => match self.front.lanes.multiplexed(lane) {
+            None => match self.front.lanes.multiplexed_speaking(lane, self.protocol) {
                 Ok(channel) => *slot = Some(channel),
                 Err(error) => {
                     let reply = replies::lane_failed(&error);
@@ -562,8 +582,9 @@ impl Session {
 
     fn send_exclusive(&mut self, lane: Lane, command: Command) -> Pending {
         let lanes = self.front.lanes.clone();
+        let protocol = self.protocol;
         Pending::Exclusive(Box::pin(async move {
-            let mut conn = match lanes.borrow(lane).await {
+            let mut conn = match lanes.borrow_speaking(lane, protocol).await {
                 Ok(conn) => conn,
                 Err(error) => return replies::lane_failed(&error),
             };
@@ -586,12 +607,13 @@ impl Session {
             InPlace::Transaction(command) => self.transaction_command(command).await,
             InPlace::Subscribe(kind, argv) => self.subscribe(kind, argv).await,
             InPlace::Unsubscribe(kind, argv) => self.unsubscribe(kind, argv),
+            InPlace::Hello(hello) => replies::encode(&self.hello(hello)),
             InPlace::Reset => {
                 self.subscriptions.clear();
                 if let Some(transaction) = self.transaction.take() {
                     transaction.conn.release().await;
                 }
-                self.protocol = Protocol::Resp2;
+                self.speak(Protocol::Resp2);
                 self.name = None;
                 self.reply_mode = ReplyMode::On;
                 Bytes::from_static(b"+RESET\r\n")
@@ -605,7 +627,12 @@ impl Session {
         let name = command.name().to_ascii_uppercase();
         if self.transaction.is_none() {
             match name.as_slice() {
-                b"WATCH" | b"MULTI" => match self.front.lanes.borrow(Lane::Transaction).await {
+                b"WATCH" | b"MULTI" => match self
+                    .front
+                    .lanes
+                    .borrow_speaking(Lane::Transaction, self.protocol)
+                    .await
+                {
                     Ok(conn) => {
                         self.transaction = Some(Transaction {
                             conn,
