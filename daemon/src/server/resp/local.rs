@@ -29,6 +29,16 @@ pub enum Voice {
     Silent,
 }
 
+impl Voice {
+    /// What of `reply` the client gets: all of it, or nothing.
+    pub fn say(self, reply: Bytes) -> Bytes {
+        match self {
+            Voice::Heard => reply,
+            Voice::Silent => Bytes::new(),
+        }
+    }
+}
+
 impl ReplyMode {
     /// The voice of the next command's reply, and the mode after it.
     pub fn next(self) -> (Voice, ReplyMode) {

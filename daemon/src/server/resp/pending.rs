@@ -92,10 +92,7 @@ impl Stream for InOrder {
             return Poll::Ready(None);
         };
         let (class, reply) = std::task::ready!(Pin::new(oldest).poll(cx));
-        let reply = match voice {
-            Voice::Heard => reply,
-            Voice::Silent => Bytes::new(),
-        };
+        let reply = voice.say(reply);
         queue.pop_front();
         Poll::Ready(Some((class, reply)))
     }

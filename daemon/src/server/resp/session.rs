@@ -246,12 +246,7 @@ impl Session {
                     Pending::Ready(Some((Class::Local, reply))),
                     voice,
                 ),
-                Step::Close(reply) => {
-                    return Some(match voice {
-                        Voice::Heard => reply,
-                        Voice::Silent => Bytes::new(),
-                    })
-                }
+                Step::Close(reply) => return Some(voice.say(reply)),
                 Step::Multiplexed(lane, encoded) => {
                     if self.needs_barrier(Class::Multiplexed(lane)) {
                         self.parked = Some((Step::Multiplexed(lane, encoded), voice));
@@ -274,9 +269,7 @@ impl Session {
                         return None;
                     }
                     let reply = self.in_place(work).await;
-                    if voice == Voice::Heard {
-                        self.out.extend_from_slice(&reply);
-                    }
+                    self.out.extend_from_slice(&voice.say(reply));
                 }
             }
         }
