@@ -576,6 +576,42 @@ async fn resp3_clients_get_resp3_replies_from_redis_on_every_lane() {
 }
 
 #[tokio::test]
+async fn a_protocol_change_midway_through_a_pipeline_keeps_its_order() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    // The writes go out on a RESP2 connection and the reads after HELLO on a RESP3 one: HELLO
+    // waits for what was sent before it, so the reads see the writes.
+    let writes: Vec<[String; 3]> = (0..50)
+        .map(|i| ["SET".into(), format!("k{i}"), format!("{i}")])
+        .collect();
+    let mut pipeline: Vec<Vec<&str>> = writes
+        .iter()
+        .map(|w| w.iter().map(String::as_str).collect())
+        .collect();
+    pipeline.push(vec!["HSET", "h", "f", "v"]);
+    pipeline.push(vec!["HELLO", "3"]);
+    pipeline.push(vec!["GET", "k49"]);
+    pipeline.push(vec!["HGETALL", "h"]);
+    let commands: Vec<&[&str]> = pipeline.iter().map(Vec::as_slice).collect();
+    client.pipeline(&commands).await;
+    for _ in 0..50 {
+        assert_eq!(text(&client.read().await), "OK");
+    }
+    assert_eq!(client.read().await, Frame::Integer(1));
+    assert!(
+        matches!(client.read().await, Frame::Map(_)),
+        "HELLO 3 answers a map"
+    );
+    assert_eq!(client.read().await, bulk("49"));
+    assert_eq!(
+        client.read().await,
+        Frame::Map(vec![(bulk("f"), bulk("v"))])
+    );
+    daemon.stop().await;
+}
+
+#[tokio::test]
 async fn malformed_input_closes_only_that_connection() {
     let redis = RedisServer::start();
     let daemon = TestDaemon::start(&redis).await;
