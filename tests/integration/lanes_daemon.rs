@@ -72,7 +72,8 @@ async fn embedded_mode_creates_a_private_user_per_lane_and_reports_every_lane() 
         .expect("regular");
     assert_eq!(regular["user"], "tollgate-regular");
     assert_eq!(regular["sharing"], "multiplexed");
-    assert_eq!(regular["max_connections"], 4);
+    // Four per protocol: RESP2 and RESP3 clients each get connections that speak theirs.
+    assert_eq!(regular["max_connections"], 8);
     assert!(regular["open"].as_i64().unwrap() >= 1);
 
     let metrics = daemon.get("/metrics").await.body;

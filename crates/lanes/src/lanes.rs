@@ -248,11 +248,16 @@ impl Lanes {
                     Lane::Admin => (Sharing::Exclusive, &inner.admin.metrics, None),
                     Lane::Pubsub => (Sharing::Shared, &inner.pubsub_metrics, None),
                 };
+                // A multiplexed lane has its `connections` per protocol (see `multiplex`).
+                let max_connections = match sharing {
+                    Sharing::Multiplexed => settings.connections * Protocol::ALL.len(),
+                    Sharing::Exclusive | Sharing::Shared => settings.connections,
+                };
                 LaneStatus::new(LaneFacts {
                     lane: settings.lane,
                     sharing,
                     user: settings.user.as_deref(),
-                    max_connections: settings.connections,
+                    max_connections,
                     max_in_flight,
                     metrics,
                     unavailable: connector.outage(),
