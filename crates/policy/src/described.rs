@@ -118,8 +118,9 @@ impl DescribedCache {
 fn command_key<A: AsRef<[u8]>>(argv: &[A], with_sub: bool) -> Option<CommandKey> {
     let word = |bytes: &[u8]| -> Option<[u8; WORD]> {
         let mut out = [0u8; WORD];
-        out.get_mut(..bytes.len())?.copy_from_slice(bytes);
-        out.make_ascii_uppercase();
+        let word = out.get_mut(..bytes.len())?;
+        word.copy_from_slice(bytes);
+        word.make_ascii_uppercase();
         Some(out)
     };
     let sub = match (with_sub, argv.get(1)) {

@@ -98,6 +98,14 @@ impl CompiledPolicy {
         serde_json::from_slice(bytes)
     }
 
+    /// Whether any command rule matches on keys. When none does, a command's keys cannot change
+    /// a decision, and an evaluator need not gather them.
+    pub fn matches_keys(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|rule| matches!(rule.target, Target::Commands { keys: Some(_), .. }))
+    }
+
     pub fn evaluate<K: AsRef<[u8]>>(&self, request: &Request<'_, K>) -> Outcome<'_> {
         let Some(rule) = self.rules.iter().find(|rule| rule.matches(request)) else {
             return Outcome::NoMatch;
@@ -262,6 +270,28 @@ mod tests {
             id(audit.evaluate(&command("bob", "FLUSHALL", &[]))),
             "audit no-flush"
         );
+    }
+
+    #[test]
+    fn keys_matter_only_when_a_command_rule_has_key_globs() {
+        assert!(sample(Mode::Enforce).matches_keys());
+        let mut without = sample(Mode::Enforce);
+        without.rules.retain(|rule| rule.id != "tenant");
+        assert!(!without.matches_keys());
+        // Without key globs, no set of keys changes the decision.
+        for keys in [&[][..], &["acme:1"], &["x", "y"]] {
+            let id = |policy: &CompiledPolicy| match policy.evaluate(&command(
+                "acme",
+                "CLIENT|LIST",
+                keys,
+            )) {
+                Outcome::Allow(rule) | Outcome::Deny(rule) | Outcome::AuditDeny(rule) => {
+                    Some(rule.id.clone())
+                }
+                Outcome::NoMatch => None,
+            };
+            assert_eq!(id(&without), Some("clients".to_owned()));
+        }
     }
 
     #[test]

@@ -18,7 +18,13 @@ use tollgate_policy_rules::{
 
 struct YamlGuard;
 
-static POLICY: OnceLock<Result<CompiledPolicy, String>> = OnceLock::new();
+/// The compiled policy, and whether any of its command rules matches on keys.
+struct Loaded {
+    policy: CompiledPolicy,
+    matches_keys: bool,
+}
+
+static POLICY: OnceLock<Result<Loaded, String>> = OnceLock::new();
 
 impl Guest for YamlGuard {
     fn admit(who: Caller, cmd: Command) -> Verdict {
@@ -36,9 +42,15 @@ impl Guest for YamlGuard {
 }
 
 /// The compiled policy, read from the host's bytes on the instance's first call.
-fn policy() -> &'static Result<CompiledPolicy, String> {
+fn policy() -> &'static Result<Loaded, String> {
     POLICY.get_or_init(|| {
-        CompiledPolicy::from_bytes(&config::get()).map_err(|error| error.to_string())
+        let policy =
+            CompiledPolicy::from_bytes(&config::get()).map_err(|error| error.to_string())?;
+        let matches_keys = policy.matches_keys();
+        Ok(Loaded {
+            policy,
+            matches_keys,
+        })
     })
 }
 
@@ -56,8 +68,14 @@ fn judge(who: &Caller, lane: Lane, categories: Categories, args: Args) -> Verdic
         .get(0)
         .and_then(|name| std::str::from_utf8(name).ok())
         .unwrap_or_default();
-    let keys: Vec<&[u8]> = args.keys().map(|(_, key, _)| key).collect();
-    let subject = if name == LEASE_COMMAND {
+    let lease = name == LEASE_COMMAND;
+    // Gathered only when they can matter: a lease's resource is its key.
+    let keys: Vec<&[u8]> = if lease || policy.matches_keys {
+        args.keys().map(|(_, key, _)| key).collect()
+    } else {
+        Vec::new()
+    };
+    let subject = if lease {
         Subject::Lease {
             resource: keys.first().copied().unwrap_or_default(),
         }
@@ -73,7 +91,7 @@ fn judge(who: &Caller, lane: Lane, categories: Categories, args: Args) -> Verdic
         principal: &who.principal,
         subject,
     };
-    match policy.evaluate(&request) {
+    match policy.policy.evaluate(&request) {
         Outcome::Allow(rule) => Verdict::Allow(rule.id.clone()),
         Outcome::AuditDeny(rule) => Verdict::Allow(format!("audit:{}", rule.id)),
         Outcome::Deny(rule) => Verdict::Deny(Denial {
