@@ -119,10 +119,13 @@ impl Admission {
         self.inner.metrics.decided(decision);
         log.record(Entry {
             principal: caller.principal.clone(),
-            argv: argv
-                .iter()
-                .map(|arg| Bytes::copy_from_slice(arg.as_ref()))
-                .collect(),
+            keys: match decision {
+                Decision::Admitted { descriptor, .. } => descriptor
+                    .keys(argv)
+                    .map(|key| Bytes::copy_from_slice(key.as_ref()))
+                    .collect(),
+                Decision::Denied(_) => Vec::new(),
+            },
             decision: decision.clone(),
             generation,
             latency,

@@ -3,7 +3,6 @@
 
 use std::fmt;
 
-use bytes::Bytes;
 use serde::Serialize;
 use tollgate_model::Lane;
 use tollgate_policy_rules::{Category, CategorySet};
@@ -121,7 +120,7 @@ pub struct Descriptor {
 
 impl Descriptor {
     /// The arguments of `argv` that are keys, in argv order.
-    pub fn keys<'a>(&'a self, argv: &'a [Bytes]) -> impl Iterator<Item = &'a Bytes> + 'a {
+    pub fn keys<'a, A>(&'a self, argv: &'a [A]) -> impl Iterator<Item = &'a A> + 'a {
         self.keys.iter().filter_map(|key| argv.get(key.position))
     }
 }

@@ -38,7 +38,9 @@ pub enum KeyRendering {
 /// What admission hands over; rendering (digests, JSON) happens on the writer thread.
 pub struct Entry {
     pub principal: String,
-    pub argv: Vec<Bytes>,
+    /// The keys of an admitted command (a denied one is logged without them): only these of its
+    /// arguments are written, so only these are copied.
+    pub keys: Vec<Bytes>,
     pub decision: Decision,
     pub generation: u64,
     pub latency: Duration,
@@ -132,7 +134,7 @@ fn render(entry: &Entry, keys: KeyRendering) -> Line<'_> {
             "",
             None,
             descriptor.name.clone(),
-            descriptor.keys(&entry.argv).map(show).collect(),
+            entry.keys.iter().map(show).collect(),
         ),
         Decision::Denied(denial) => (
             "denied",
@@ -184,7 +186,7 @@ mod tests {
     fn entry() -> Entry {
         Entry {
             principal: "app".into(),
-            argv: vec![Bytes::from_static(b"FLUSHALL")],
+            keys: Vec::new(),
             decision: Decision::Denied(Denial {
                 rule: "no-wipe".into(),
                 module: "yaml-guard".into(),

@@ -5,7 +5,6 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use bytes::Bytes;
 use clap::Subcommand;
 use prometheus_client::registry::Registry;
 use tollgate_model::Caller;
@@ -112,7 +111,6 @@ fn execute(command: PolicyCommand) -> Result<(), PolicyError> {
                 gid: nix::unistd::getgid().as_raw(),
                 pid: std::process::id(),
             };
-            let argv: Vec<Bytes> = argv.into_iter().map(Bytes::from).collect();
             let (decision, steps) = admission.explain(&caller, &argv);
             for step in steps {
                 println!(

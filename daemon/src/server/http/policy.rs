@@ -2,7 +2,6 @@
 //! error (POST `/v1/policy/reload`), and explain (POST `/v1/policy/explain`, the HTTP form of
 //! `tollgate policy explain`).
 
-use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 use serde::Deserialize;
@@ -85,8 +84,7 @@ fn explain(request: ExplainRequest, shared: &Shared) -> Result<HttpResponse, Api
         gid: 0,
         pid: 0,
     };
-    let argv: Vec<Bytes> = request.argv.into_iter().map(Bytes::from).collect();
-    let (decision, steps) = shared.admission.explain(&caller, &argv);
+    let (decision, steps) = shared.admission.explain(&caller, &request.argv);
     let body = match decision {
         Decision::Admitted {
             descriptor,
