@@ -25,7 +25,7 @@ pub struct Shared {
     pub metrics: Metrics,
     /// The only way to Redis (DESIGN.md, "Lanes").
     pub lanes: Lanes,
-    /// Leases on the SCRIPT and PUBSUB lanes (DESIGN.md, "Leases").
+    /// Leases on the lease service's own SCRIPT and PUBSUB lanes (DESIGN.md, "Leases").
     pub leases: LeaseService,
     /// The policy every command and lease passes.
     pub admission: Admission,
@@ -41,6 +41,8 @@ pub enum StartError {
     LaneUsers(#[from] tollgate_lanes::AclError),
     #[error(transparent)]
     Lanes(#[from] tollgate_lanes::OpenError),
+    #[error(transparent)]
+    Reach(#[from] tollgate_lanes::ReachError),
     #[error("policy: {0}")]
     Policy(#[from] tollgate_policy::PolicyError),
     #[error("cannot create runtime directory {path}: {source}")]
@@ -59,6 +61,7 @@ pub struct Daemon {
     resp_socket: socket::SocketFile,
     embedded: Option<EmbeddedRedis>,
     lanes: Lanes,
+    lease_lanes: Lanes,
     admission: Admission,
     config: Config,
 }
@@ -88,18 +91,23 @@ impl Daemon {
         };
 
         let mut registry = Registry::with_prefix("tollgate");
-        // The daemon owns an embedded server, so it gives each lane its own least-privilege user.
+        // The daemon owns an embedded server, so it gives each lane and the lease service its own
+        // least-privilege user.
         let lanes_config = match &embedded {
             Some(embedded) => {
-                tollgate_lanes::provision(&embedded.endpoint(), &runtime_dir, &config.lanes)
+                tollgate_lanes::provision(&[embedded.endpoint()], &runtime_dir, &config.lanes)
                     .await?
                     .config
             }
             None => config.lanes.clone(),
         };
         let lanes = Lanes::open(&topology, &lanes_config, &mut registry)?;
+        let lease_lanes = Lanes::open_leases(&topology, &lanes_config, &mut registry)?;
+        // Before serving anyone: no client lane may reach the daemon's own keys, whoever set the
+        // users up.
+        tollgate_lanes::check_reserved_unreachable(&lease_lanes, &lanes_config).await?;
         let admission = Admission::load(&config.policy, &mut registry)?;
-        let leases = LeaseService::new(&lanes, config.leases.clone(), &mut registry);
+        let leases = LeaseService::new(&lease_lanes, config.leases.clone(), &mut registry);
         let shared = Arc::new(Shared {
             readiness: Readiness::new(lanes.clone()),
             lanes: lanes.clone(),
@@ -140,6 +148,7 @@ impl Daemon {
             resp_socket,
             embedded,
             lanes,
+            lease_lanes,
             admission,
             config,
         })
@@ -189,11 +198,12 @@ impl Daemon {
             self.tasks.shutdown().await;
         }
         // Lanes close after the listeners (their sessions hold lanes) and before the embedded Redis.
-        let lanes = self
-            .lanes
-            .close(drain.saturating_sub(draining_since.elapsed()))
-            .await;
-        tracing::info!(?lanes, "lanes closed");
+        let remaining = drain.saturating_sub(draining_since.elapsed());
+        let (lanes, lease_lanes) = tokio::join!(
+            self.lanes.close(remaining),
+            self.lease_lanes.close(remaining)
+        );
+        tracing::info!(?lanes, ?lease_lanes, "lanes closed");
         if let Some(embedded) = self.embedded.take() {
             embedded.stop().await;
         }

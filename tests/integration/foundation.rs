@@ -10,7 +10,7 @@ use tollgate::server::socket::BindError;
 use tollgate::Daemon;
 use tollgate_testkit::{http, RedisServer};
 
-use crate::support::daemon::{tempdir, TestDaemon};
+use crate::support::daemon::{durable_lane_users, lane_users, tempdir, TestDaemon};
 
 fn tollgate() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tollgate"))
@@ -80,6 +80,7 @@ async fn a_stale_socket_file_is_replaced() {
     config.redis = Some(tollgate_lanes::RedisConfig::standalone(
         tollgate_lanes::Endpoint::Unix(redis.socket().to_owned()),
     ));
+    config.lanes = lane_users(&[&redis], dir.path()).await;
     let daemon = Daemon::start(config).await.expect("stale socket replaced");
     let reply = http::get(&dir.path().join("http.sock"), "/healthz")
         .await
@@ -127,8 +128,15 @@ async fn socket_files_get_the_configured_mode() {
 
 #[tokio::test]
 async fn readyz_follows_redis_down_and_back() {
-    let mut redis = RedisServer::start();
-    let daemon = TestDaemon::start(&redis).await;
+    let dir = tempdir();
+    let (builder, lanes) = durable_lane_users(dir.path());
+    let mut redis = builder.start();
+    let mut config = TestDaemon::config(dir.path());
+    config.redis = Some(tollgate_lanes::RedisConfig::standalone(
+        tollgate_lanes::Endpoint::Unix(redis.socket().to_owned()),
+    ));
+    config.lanes = lanes;
+    let daemon = TestDaemon::start_config(dir, config).await;
     let ready = daemon.get("/readyz").await;
     assert_eq!(ready.status, 200, "{}", ready.body);
     assert_eq!(ready.json()["outcome"], "ready");

@@ -25,7 +25,7 @@ impl Fixture {
         let mut base = LanesConfig::default();
         adjust(&mut base);
         let endpoint = endpoint(redis.socket());
-        let provisioned = tollgate_lanes::provision(&endpoint, dir.path(), &base)
+        let provisioned = tollgate_lanes::provision(&[endpoint], dir.path(), &base)
             .await
             .expect("provision lane users");
         Fixture::open(redis, dir, &provisioned.config)
@@ -35,25 +35,8 @@ impl Fixture {
     /// survive `kill()` / `restart()` the way users in an ACL file would.
     pub async fn start_with_durable_users(adjust: impl FnOnce(&mut LanesConfig)) -> Fixture {
         let dir = tempfile::tempdir().expect("temporary directory");
-        let mut config = LanesConfig::default();
+        let (builder, mut config) = crate::support::daemon::durable_lane_users(dir.path());
         adjust(&mut config);
-        let mut builder = RedisServer::builder();
-        for lane in Lane::ALL {
-            let password = format!("secret-{}", lane.as_str());
-            let file = dir.path().join(format!("{}.password", lane.as_str()));
-            std::fs::write(&file, &password).expect("write password file");
-            let overrides = config.overrides_mut(lane);
-            overrides.user = Some(tollgate_lanes::user_name(lane));
-            overrides.password_file = Some(file);
-            builder = builder
-                .arg("--user")
-                .arg(tollgate_lanes::user_name(lane))
-                .arg("on")
-                .arg(format!(">{password}"));
-            for rule in tollgate_lanes::acl_rules(lane) {
-                builder = builder.arg(*rule);
-            }
-        }
         Fixture::open(builder.start(), dir, &config)
     }
 

@@ -95,3 +95,81 @@ async fn each_lane_user_can_do_its_job_and_nothing_more() {
         );
     }
 }
+
+/// Sends `argv` on a connection of `lane`, whichever kind the lane lends.
+async fn on_lane(
+    lanes: &tollgate_lanes::Lanes,
+    lane: Lane,
+    argv: &[&str],
+) -> tollgate_lanes::Reply {
+    match lane {
+        Lane::Regular | Lane::Script => lanes
+            .multiplexed(lane)
+            .unwrap()
+            .send(cmd(argv))
+            .await
+            .unwrap(),
+        _ => {
+            let mut conn = lanes.borrow(lane).await.unwrap();
+            let reply = conn.send(cmd(argv)).await.unwrap();
+            conn.release().await;
+            reply
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_client_lane_user_reaches_the_reserved_keyspace_whatever_it_sends() {
+    let fixture = Fixture::start(|_| {}).await;
+    let lanes = &fixture.lanes;
+    // Straight to Redis, past admission: only the users' ACL rules stand in the way.
+    let attacks: [&[&str]; 9] = [
+        &["GET", "tollgate:lease:{x}"],
+        &["SET", "tollgate:lease:{x}:fence", "1"],
+        &["DEL", "decoy", "tollgate:lease:{x}"],
+        &["PUBLISH", "tollgate:lease:{x}:released", "x"],
+        &["SPUBLISH", "tollgate:lease:{x}:released", "x"],
+        &["FLUSHALL"],
+        &["SWAPDB", "0", "1"],
+        &["SELECT", "1"],
+        &["EVAL", "return redis.call('SET', 'tollgate:x', 1)", "0"],
+    ];
+    for lane in [
+        Lane::Regular,
+        Lane::Blocking,
+        Lane::Transaction,
+        Lane::Script,
+        Lane::Admin,
+    ] {
+        for attack in attacks {
+            let reply = on_lane(lanes, lane, attack).await;
+            assert!(
+                reply.is_error(),
+                "{lane} ran {attack:?}: {:?}",
+                reply.frame()
+            );
+        }
+    }
+    // The complement is exact: names that only resemble the prefix stay the clients'.
+    for lane in [Lane::Regular, Lane::Blocking, Lane::Transaction] {
+        for key in [
+            "t",
+            "tollgate",
+            "tollgat:x",
+            "tollgatex",
+            "Tollgate:x",
+            "x:tollgate:y",
+            "[^t]",
+        ] {
+            let reply = on_lane(lanes, lane, &["SET", key, "v"]).await;
+            assert_eq!(&reply.bytes()[..], b"+OK\r\n", "{lane} refused key {key:?}");
+        }
+    }
+    let script = on_lane(
+        lanes,
+        Lane::Script,
+        &["EVAL", "return redis.call('GET', 'tollgatex')", "0"],
+    )
+    .await;
+    assert_eq!(&script.bytes()[..], b"$1\r\nv\r\n");
+}

@@ -235,8 +235,11 @@ async fn daemon_configured_with_sentinel_keeps_serving_through_a_failover() {
         replica,
         sentinel,
     } = Deployment::start();
-    let daemon =
-        TestDaemon::start_redis(RedisConfig::sentinel("mymaster", vec![sentinel.endpoint()])).await;
+    let daemon = TestDaemon::start_redis(
+        RedisConfig::sentinel("mymaster", vec![sentinel.endpoint()]),
+        &[&master, &replica],
+    )
+    .await;
     let mut client = RawClient::connect(&daemon.resp_socket()).await;
 
     let set = until_ok(&mut client, &["SET", "before", "1"], Duration::from_secs(5)).await;

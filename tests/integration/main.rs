@@ -22,4 +22,5 @@ mod policy_daemon;
 mod policy_sandbox;
 mod policy_snapshots;
 mod policy_support;
+mod reserved;
 mod support;

@@ -1,6 +1,10 @@
-//! Least-privilege ACL users for the lanes of an embedded Redis, which the daemon owns and therefore
-//! configures itself: one user per lane with a random password, kept in a 0600 file in the runtime
+//! Least-privilege ACL users: what each lane's user and the lease service's user may do, and, for an
+//! embedded Redis (which the daemon owns and therefore configures itself), creating them: one user
+//! per lane plus the lease user, each with a random password kept in a 0600 file in the runtime
 //! directory and handed to the lanes through the usual `user` / `password_file` settings.
+//!
+//! Client lanes' users reach every key and channel except the reserved keyspace
+//! ([`complement_patterns`]); only the lease user reaches it.
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -11,6 +15,8 @@ use rand::Rng;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tollgate_model::Lane;
 use tollgate_resp::Frame;
+
+use tollgate_model::reserved::RESERVED_PREFIX;
 
 use crate::reply::reply_limits;
 use crate::stream::Stream;
@@ -41,50 +47,174 @@ pub fn user_name(lane: Lane) -> String {
     format!("tollgate-{}", lane.as_str())
 }
 
+/// The ACL user of the lease service's own connections: the only user that may reach the reserved
+/// keyspace.
+pub const LEASE_USER: &str = "tollgate-leases";
+
+/// Commands no client lane may run whatever the policy says: they ignore key patterns and would
+/// wipe, swap or open the lease service's database.
+const RESERVED_GUARD: [&str; 3] = ["-flushall", "-swapdb", "-select"];
+
 /// What each lane's user may do, as `ACL SETUSER` rules applied after `reset` (no keys, commands or
-/// channels). Operators of an external Redis can give their lane users the same.
-pub fn acl_rules(lane: Lane) -> &'static [&'static str] {
-    match lane {
-        // Application traffic: data commands, never scripts, admin or dangerous commands.
+/// channels). Operators of an external Redis give their lane users the same (`docs/lanes.md`).
+pub fn acl_rules(lane: Lane) -> Vec<String> {
+    let (outside_reserved, commands): (bool, &[&str]) = match lane {
+        // Application traffic: data commands outside the reserved keyspace, never scripts, admin
+        // or dangerous commands.
         Lane::Regular | Lane::Blocking | Lane::Transaction => {
-            &["~*", "&*", "+@all", "-@scripting", "-@admin", "-@dangerous"]
+            (true, &["+@all", "-@scripting", "-@admin", "-@dangerous"])
         }
-        // Scripts call data commands on the script user's authority.
-        Lane::Script => &["~*", "&*", "+@all", "-@admin", "-@dangerous"],
-        Lane::Pubsub => &["&*", "+@pubsub", "+hello", "+ping"],
+        // Scripts call data commands on the script user's authority, so its key patterns are what
+        // keeps a script's `redis.call` out of the reserved keyspace.
+        Lane::Script => (true, &["+@all", "-@admin", "-@dangerous"]),
+        // Subscribing only. Redis matches a PSUBSCRIBE pattern literally against a user's channel
+        // patterns, so this user keeps every channel; it cannot publish, and the lease service's
+        // release notifications go by SPUBLISH, which no client subscription of another name hears.
+        Lane::Pubsub => (
+            false,
+            &[
+                "&*",
+                "+subscribe",
+                "+psubscribe",
+                "+ssubscribe",
+                "+unsubscribe",
+                "+punsubscribe",
+                "+sunsubscribe",
+                "+ping",
+                "+hello",
+            ],
+        ),
         // Read-only diagnostics; no keys at all.
-        Lane::Admin => &[
-            "+info",
-            "+ping",
-            "+hello",
-            "+client|list",
-            "+client|info",
-            "+slowlog|get",
-            "+slowlog|len",
-            "+latency|latest",
-            "+latency|history",
-            "+latency|doctor",
-            "+memory|stats",
-            "+memory|doctor",
-            "+dbsize",
-            "+command|docs",
-            "+command|info",
-            "+command|count",
-            "+command|list",
-            "+time",
-            "+role",
-            "+lastsave",
-        ],
+        Lane::Admin => (
+            false,
+            &[
+                "+info",
+                "+ping",
+                "+hello",
+                "+client|list",
+                "+client|info",
+                "+slowlog|get",
+                "+slowlog|len",
+                "+latency|latest",
+                "+latency|history",
+                "+latency|doctor",
+                "+memory|stats",
+                "+memory|doctor",
+                "+dbsize",
+                "+command|docs",
+                "+command|info",
+                "+command|count",
+                "+command|list",
+                "+time",
+                "+role",
+                "+lastsave",
+            ],
+        ),
+    };
+    let mut rules = Vec::new();
+    if outside_reserved {
+        let patterns = complement_patterns(RESERVED_PREFIX);
+        rules.extend(patterns.iter().map(|pattern| format!("~{pattern}")));
+        rules.extend(patterns.iter().map(|pattern| format!("&{pattern}")));
     }
+    rules.extend(commands.iter().map(|rule| (*rule).to_owned()));
+    if outside_reserved {
+        rules.extend(RESERVED_GUARD.iter().map(|rule| (*rule).to_owned()));
+    }
+    rules
 }
 
-/// Creates (or resets) one ACL user per lane on the server at `endpoint`, writes each password to
-/// `<dir>/lane-<lane>.password` (0600), and returns `base` pointing every lane at its user.
+/// The lease service's user: the reserved keyspace only, the commands its scripts and waits need,
+/// and `ACL DRYRUN`, with which the daemon checks that no client lane user can reach that keyspace.
+pub fn lease_acl_rules() -> Vec<String> {
+    let prefix = escape_glob(RESERVED_PREFIX);
+    [
+        format!("~{prefix}*"),
+        format!("&{prefix}*"),
+        "+@all".into(),
+        "-@admin".into(),
+        "-@dangerous".into(),
+        "+acl|dryrun".into(),
+    ]
+    .into()
+}
+
+/// Redis glob patterns that together match every name that does not start with `prefix`, and no
+/// name that does: for each proper prefix `p` of `prefix` followed by the byte `c`, the names
+/// `p[^c]*` (they leave the prefix at `c`) and `p` itself (they end inside it).
+pub fn complement_patterns(prefix: &str) -> Vec<String> {
+    let mut patterns = Vec::with_capacity(2 * prefix.len());
+    for (at, next) in prefix.char_indices() {
+        let head = escape_glob(&prefix[..at]);
+        patterns.push(format!(
+            "{head}[^{}]*",
+            escape_glob(next.encode_utf8(&mut [0; 4]))
+        ));
+        // The empty key is left out: `ACL SETUSER` has no way to write an empty pattern.
+        if at > 0 {
+            patterns.push(head);
+        }
+    }
+    patterns
+}
+
+/// `text` with Redis glob's special characters escaped, so that it matches only itself.
+fn escape_glob(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\' | '^' | '-') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+/// Creates (or resets) one ACL user per lane and the lease service's user on every server in
+/// `endpoints` (the same users and passwords on each, since Redis does not replicate ACLs: a
+/// replica promoted by a failover must know them too), writes each password to
+/// `<dir>/lane-<lane>.password` or `<dir>/leases.password` (0600), and returns `base` pointing every
+/// lane and the lease connections at their users.
 pub async fn provision(
-    endpoint: &Endpoint,
+    endpoints: &[Endpoint],
     dir: &Path,
     base: &LanesConfig,
 ) -> Result<Provisioned, AclError> {
+    let mut config = base.clone();
+    let mut users = Vec::new();
+    for lane in Lane::ALL {
+        let path = dir.join(format!("lane-{}.password", lane.as_str()));
+        let overrides = config.overrides_mut(lane);
+        overrides.user = Some(user_name(lane));
+        overrides.password_file = Some(path.clone());
+        users.push((user_name(lane), acl_rules(lane), path));
+    }
+    let path = dir.join("leases.password");
+    config.leases.user = Some(LEASE_USER.to_owned());
+    config.leases.password_file = Some(path.clone());
+    users.push((LEASE_USER.to_owned(), lease_acl_rules(), path));
+
+    let users: Vec<(String, Vec<String>, PathBuf, String)> = users
+        .into_iter()
+        .map(|(user, rules, path)| (user, rules, path, random_password()))
+        .collect();
+    for endpoint in endpoints {
+        set_users(endpoint, &users).await?;
+    }
+    for (_, _, path, password) in &users {
+        write_secret(path, password).map_err(|source| AclError::PasswordFile {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    Ok(Provisioned { config })
+}
+
+/// `ACL SETUSER <user> reset on ><password> <rules…>` for each user, on one server.
+async fn set_users(
+    endpoint: &Endpoint,
+    users: &[(String, Vec<String>, PathBuf, String)],
+) -> Result<(), AclError> {
     let unreachable = |reason: String| AclError::Redis {
         endpoint: endpoint.clone(),
         reason,
@@ -92,37 +222,19 @@ pub async fn provision(
     let mut stream = Stream::connect(endpoint)
         .await
         .map_err(|e| unreachable(e.to_string()))?;
-    let mut config = base.clone();
-    for lane in Lane::ALL {
-        let user = user_name(lane);
-        let password = random_password();
+    for (user, rules, _, password) in users {
         let secret = format!(">{password}");
-        let mut argv = vec![
-            "ACL",
-            "SETUSER",
-            user.as_str(),
-            "reset",
-            "on",
-            secret.as_str(),
-        ];
-        argv.extend_from_slice(acl_rules(lane));
+        let mut argv = vec!["ACL", "SETUSER", user.as_str(), "reset", "on", &secret];
+        argv.extend(rules.iter().map(String::as_str));
         let reply = call(&mut stream, &argv).await.map_err(unreachable)?;
         if let Frame::Error(reason) = reply {
             return Err(AclError::Refused {
-                user,
+                user: user.clone(),
                 reason: String::from_utf8_lossy(&reason).into_owned(),
             });
         }
-        let path = dir.join(format!("lane-{}.password", lane.as_str()));
-        write_secret(&path, &password).map_err(|source| AclError::PasswordFile {
-            path: path.clone(),
-            source,
-        })?;
-        let overrides = config.overrides_mut(lane);
-        overrides.user = Some(user);
-        overrides.password_file = Some(path);
     }
-    Ok(Provisioned { config })
+    Ok(())
 }
 
 fn random_password() -> String {

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
+use tollgate_model::reserved::DEFAULT_LEASE_DATABASE;
 use tollgate_model::Lane;
 
 /// The `lanes:` section of `tollgate.yaml`.
@@ -17,6 +18,32 @@ pub struct LanesConfig {
     pub script: LaneOverrides,
     pub pubsub: LaneOverrides,
     pub admin: LaneOverrides,
+    /// The lease service's own connections, apart from every client lane.
+    pub leases: LeaseConnections,
+}
+
+/// `lanes.leases`: how the lease service reaches Redis. Its user is the only one that may touch the
+/// reserved keyspace (`docs/lanes.md`); its keys live in their own database.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LeaseConnections {
+    /// Redis ACL user of the lease connections.
+    pub user: Option<String>,
+    /// File holding that user's password (first line).
+    pub password_file: Option<PathBuf>,
+    /// The database lease state lives in. Client lanes serve database 0 only and may not
+    /// `SELECT`, so a database of its own keeps lease keys out of clients' `SCAN` and `KEYS`.
+    pub database: u32,
+}
+
+impl Default for LeaseConnections {
+    fn default() -> Self {
+        Self {
+            user: None,
+            password_file: None,
+            database: DEFAULT_LEASE_DATABASE,
+        }
+    }
 }
 
 /// One lane as written in the config; what is left out takes the lane's default.
@@ -85,6 +112,25 @@ impl LanesConfig {
             in_flight: written.in_flight.unwrap_or(in_flight),
             acquire_timeout: written.acquire_timeout.unwrap_or(Duration::from_secs(2)),
             queue_length: written.queue_length.unwrap_or(1024),
+        }
+    }
+
+    /// The lanes the lease service opens for itself: every lane authenticates as the lease user
+    /// (only SCRIPT, PUBSUB and ADMIN are used), with the client lanes' ceilings.
+    pub fn for_leases(&self) -> LanesConfig {
+        let as_lease_user = |lane: &LaneOverrides| LaneOverrides {
+            user: self.leases.user.clone(),
+            password_file: self.leases.password_file.clone(),
+            ..lane.clone()
+        };
+        LanesConfig {
+            regular: as_lease_user(&self.regular),
+            blocking: as_lease_user(&self.blocking),
+            transaction: as_lease_user(&self.transaction),
+            script: as_lease_user(&self.script),
+            pubsub: as_lease_user(&self.pubsub),
+            admin: as_lease_user(&self.admin),
+            leases: self.leases.clone(),
         }
     }
 

@@ -33,6 +33,8 @@ pub(crate) struct Connector {
     locator: Arc<Locator>,
     /// The handshake per protocol, in [`Protocol::index`] order.
     hello: [Bytes; 2],
+    /// `SELECT <database>` after the handshake, for connections outside database 0.
+    select: Option<Bytes>,
     backoff: Mutex<Backoff>,
     metrics: LaneMetrics,
 }
@@ -51,6 +53,7 @@ impl Connector {
         lane: Lane,
         locator: Arc<Locator>,
         credentials: Option<Credentials>,
+        database: Option<u32>,
         metrics: LaneMetrics,
     ) -> Self {
         let name = format!("tollgate-{}", lane.as_str());
@@ -60,6 +63,11 @@ impl Connector {
         Connector {
             locator,
             hello: Protocol::ALL.map(|protocol| hello(auth, Some(&name), protocol)),
+            select: database.map(|database| {
+                let mut out = bytes::BytesMut::new();
+                tollgate_resp::encode_command(&["SELECT", &database.to_string()], &mut out);
+                out.freeze()
+            }),
             backoff: Mutex::new(Backoff::default()),
             metrics,
         }
@@ -144,9 +152,19 @@ impl Connector {
             .await
             .map_err(|e| e.to_string())?;
         if reply.is_error() {
-            let text = String::from_utf8_lossy(reply.bytes().trim_ascii_end()).into_owned();
-            return Err(format!("HELLO refused: {}", text.trim_start_matches('-')));
+            return Err(format!("HELLO refused: {}", error_text(&reply)));
+        }
+        if let Some(select) = &self.select {
+            let reply = conn.call(select).await.map_err(|e| e.to_string())?;
+            if reply.is_error() {
+                return Err(format!("SELECT refused: {}", error_text(&reply)));
+            }
         }
         Ok(conn)
     }
+}
+
+fn error_text(reply: &crate::Reply) -> String {
+    let text = String::from_utf8_lossy(reply.bytes().trim_ascii_end()).into_owned();
+    text.trim_start_matches('-').to_owned()
 }

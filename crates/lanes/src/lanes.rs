@@ -86,6 +86,31 @@ impl Lanes {
         config: &LanesConfig,
         registry: &mut Registry,
     ) -> Result<Lanes, OpenError> {
+        Self::open_in(topology, config, None, registry)
+    }
+
+    /// The lease service's own lanes (`lanes.leases`): authenticated as the lease user, every
+    /// connection in the lease database, metrics under `tollgate_leases_…`.
+    pub fn open_leases(
+        topology: &Topology,
+        config: &LanesConfig,
+        registry: &mut Registry,
+    ) -> Result<Lanes, OpenError> {
+        let database = Some(config.leases.database).filter(|&database| database != 0);
+        Self::open_in(
+            topology,
+            &config.for_leases(),
+            database,
+            registry.sub_registry_with_prefix("leases"),
+        )
+    }
+
+    fn open_in(
+        topology: &Topology,
+        config: &LanesConfig,
+        database: Option<u32>,
+        registry: &mut Registry,
+    ) -> Result<Lanes, OpenError> {
         if let Topology::Sentinel { sentinels, .. } = topology {
             if sentinels.is_empty() {
                 return Err(OpenError::NoSentinels);
@@ -102,7 +127,13 @@ impl Lanes {
             let lane_settings = config.settings(lane);
             let credentials = credentials(&lane_settings)?;
             let metrics = families.lane(lane);
-            let connector = Connector::new(lane, locator.clone(), credentials, metrics.clone());
+            let connector = Connector::new(
+                lane,
+                locator.clone(),
+                credentials,
+                database,
+                metrics.clone(),
+            );
             parts.push((lane_settings.clone(), connector, metrics));
             settings.push(lane_settings);
         }

@@ -20,13 +20,17 @@ mod metrics;
 mod multiplex;
 mod pubsub;
 mod quiet;
+mod reach;
 mod reply;
 mod status;
 mod stream;
 mod topology;
 
-pub use acl::{acl_rules, provision, user_name, AclError, Provisioned};
-pub use config::{LaneOverrides, LaneSettings, LanesConfig};
+pub use acl::{
+    acl_rules, complement_patterns, lease_acl_rules, provision, user_name, AclError, Provisioned,
+    LEASE_USER,
+};
+pub use config::{LaneOverrides, LaneSettings, LanesConfig, LeaseConnections};
 pub use error::{CallError, LaneError, OpenError, Saturation};
 pub use exclusive::Borrowed;
 pub use lanes::{CloseOutcome, Lanes, PubSub};
@@ -34,6 +38,7 @@ pub use life::LifeState;
 pub use multiplex::{Channel, SendFuture};
 pub use pubsub::{Message, Subscription, SubscriptionEnded, SubscriptionKind};
 pub use quiet::Quiet;
+pub use reach::{check_reserved_unreachable, ReachError};
 pub use reply::Reply;
 pub use status::{LaneStatus, LanesStatus, Rejections, Sharing};
 pub use tollgate_model::{Lane, Protocol};

@@ -84,6 +84,12 @@ fn benches(c: &mut Criterion) {
         redis.socket().to_owned(),
     )));
     let (daemon, direct) = runtime.block_on(async {
+        // The lane and lease users, as an operator of an external Redis sets them up.
+        let endpoint = Endpoint::Unix(redis.socket().to_owned());
+        config.lanes = tollgate_lanes::provision(&[endpoint], dir.path(), &config.lanes)
+            .await
+            .expect("create the lane users")
+            .config;
         let daemon = Daemon::start(config).await.expect("daemon starts");
         let client = redis::Client::open(redis.url()).expect("redis-rs client");
         let direct = client

@@ -73,7 +73,18 @@ impl Calls {
                 reason,
             });
         };
-        let fence = u64::try_from(fence).unwrap_or_default();
+        // The script never hands out less than 1; anything else is a corrupt reply, and a fence is
+        // only worth something if a wrong one is never given out.
+        let fence = match u64::try_from(fence) {
+            Ok(fence) if fence >= 1 => fence,
+            _ if status == 1 || status == 2 => {
+                tracing::error!(fence, "acquire script answered an invalid fence");
+                return AcquireOutcome::Indeterminate {
+                    reason: format!("redis answered fence {fence}, which is not a fence"),
+                };
+            }
+            _ => 0,
+        };
         let remaining = Duration::from_millis(u64::try_from(remaining).unwrap_or_default());
         let held = match status {
             1 => AcquireOutcome::Acquired {

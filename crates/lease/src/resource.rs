@@ -5,6 +5,7 @@
 use std::fmt;
 
 use sha2::{Digest, Sha256};
+use tollgate_model::reserved::RESERVED_PREFIX;
 
 /// The longest resource name accepted.
 pub const MAX_RESOURCE_LEN: usize = 200;
@@ -45,13 +46,14 @@ impl Resource {
         &self.0
     }
 
-    /// The Redis names of this resource's lease, fencing counter and release channel.
+    /// The Redis names of this resource's lease, fencing counter and release channel, all in the
+    /// daemon's reserved keyspace.
     pub fn keys(&self) -> LeaseKeys {
         let digest = hex::encode(Sha256::digest(self.0.as_bytes()));
         LeaseKeys {
-            lease: format!("tollgate:lease:{{{digest}}}"),
-            fence: format!("tollgate:lease:{{{digest}}}:fence"),
-            channel: format!("tollgate:lease:{{{digest}}}:released"),
+            lease: format!("{RESERVED_PREFIX}lease:{{{digest}}}"),
+            fence: format!("{RESERVED_PREFIX}lease:{{{digest}}}:fence"),
+            channel: format!("{RESERVED_PREFIX}lease:{{{digest}}}:released"),
         }
     }
 }
@@ -89,6 +91,7 @@ mod tests {
         assert_eq!(hash_tag(&keys.channel), tag);
         for key in [&keys.lease, &keys.fence, &keys.channel] {
             assert!(!key.contains("orders"), "{key} leaks the raw name");
+            assert!(tollgate_model::reserved::is_reserved(key.as_bytes()));
         }
         assert_ne!(keys.lease, keys.fence);
         assert_ne!(Resource::parse("orders:43").unwrap().keys(), keys);

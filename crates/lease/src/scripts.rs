@@ -1,4 +1,5 @@
-//! The four lease scripts and how they reach Redis: EVALSHA on the SCRIPT lane, and on `NOSCRIPT`
+//! The four lease scripts and how they reach Redis: EVALSHA on the SCRIPT lane of the lease
+//! service's own lanes (its own ACL user, the only one that reaches the reserved keyspace), and on `NOSCRIPT`
 //! (a fresh or restarted server, `SCRIPT FLUSH`) one `SCRIPT LOAD` on the same channel and one more
 //! EVALSHA. Failures are sorted by whether the script can have run: "not sent" is safe to report as
 //! unavailable, "sent, reply unknown" is indeterminate.
@@ -51,8 +52,9 @@ pub enum ScriptError {
     Indeterminate(String),
 }
 
-/// Error replies by which Redis says it refused the command before running any of it.
-const REFUSED_UP_FRONT: [&str; 10] = [
+/// Error replies by which Redis says it refused the command before running any of it (`FENCE`: the
+/// acquire script found a corrupt fence counter and wrote nothing).
+const REFUSED_UP_FRONT: [&str; 11] = [
     "NOSCRIPT",
     "LOADING",
     "BUSY",
@@ -63,6 +65,7 @@ const REFUSED_UP_FRONT: [&str; 10] = [
     "CLUSTERDOWN",
     "TRYAGAIN",
     "NOREPLICAS",
+    "FENCE",
 ];
 
 /// Runs lease scripts on the SCRIPT lane.
@@ -173,6 +176,9 @@ fn checked(frame: Frame) -> Result<Frame, ScriptError> {
         return Ok(frame);
     }
     let message = describe(&frame);
+    if error_code(&frame) == Some("FENCE") {
+        tracing::error!(%message, "a fence counter is corrupt; the lease is refused");
+    }
     match error_code(&frame) {
         Some(code) if REFUSED_UP_FRONT.contains(&code) => Err(ScriptError::NotSent(message)),
         _ => Err(ScriptError::Indeterminate(message)),

@@ -1,11 +1,13 @@
 //! The vocabulary every Tollgate crate shares, kept tiny so that the policy engine and the Redis lanes
 //! can agree on it without depending on each other: which lane a command travels on, who sent it,
-//! and which protocol its replies are in.
+//! which protocol its replies are in, and which names the daemon keeps for itself.
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
+
+pub mod reserved;
 
 /// A pool of Redis connections that carries one kind of traffic (see DESIGN.md, "Lanes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

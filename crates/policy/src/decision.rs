@@ -60,6 +60,8 @@ pub enum DenyCause {
     OutOfMemory,
     /// The module's answer was unusable (too large, impossible key positions), or argv was empty.
     Malformed,
+    /// It names the daemon's reserved keyspace, which no policy can grant.
+    Reserved,
 }
 
 impl DenyCause {
@@ -80,6 +82,7 @@ impl DenyCause {
             DenyCause::Deadline => "deadline",
             DenyCause::OutOfMemory => "out-of-memory",
             DenyCause::Malformed => "malformed",
+            DenyCause::Reserved => "reserved",
         }
     }
 }

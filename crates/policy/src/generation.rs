@@ -17,6 +17,7 @@ use crate::config::PolicyConfig;
 use crate::decision::{Decision, Denial, DenyCause, Descriptor};
 use crate::described::{Described, DescribedCache};
 use crate::error::PolicyError;
+use crate::reserved;
 use crate::sandbox::bindings::{self, Access, Argv, Categories, CommandFlags, KeyAccess, Verdict};
 use crate::sandbox::{Allocator, Catalog, Fault, Guard, Lowered, Sandbox};
 
@@ -292,8 +293,11 @@ impl Generation {
         let mut judged = self.judge_all(&self.guards, caller, &known).into_iter();
         catalogued
             .into_iter()
-            .map(|described| match described {
-                Ok(_) => judged.next().expect("one decision per known command"),
+            .zip(argvs)
+            .map(|(described, argv)| match described {
+                Ok(_) => {
+                    outside_reserved(judged.next().expect("one decision per known command"), argv)
+                }
                 Err(refused) => refused,
             })
             .collect()
@@ -351,7 +355,10 @@ impl Generation {
         mut steps: Option<&mut Vec<Step>>,
     ) -> Decision {
         match self.catalogued(argv, steps.as_deref_mut()) {
-            Ok(described) => self.judge_argv(guards, caller, &described, argv, steps),
+            Ok(described) => outside_reserved(
+                self.judge_argv(guards, caller, &described, argv, steps),
+                argv,
+            ),
             Err(refused) => refused,
         }
     }
@@ -657,6 +664,24 @@ fn lease_command(resource: &str) -> (Described, [Bytes; 2]) {
         Bytes::copy_from_slice(resource.as_bytes()),
     ];
     (described, argv)
+}
+
+/// `decision`, unless it admits a command that names the reserved keyspace: whatever the guards
+/// said, that is refused (a policy's own denial stands, so its rule is the one named).
+fn outside_reserved<A: AsRef<[u8]>>(decision: Decision, argv: &[A]) -> Decision {
+    let Decision::Admitted { descriptor, .. } = &decision else {
+        return decision;
+    };
+    match reserved::refusal(descriptor, argv) {
+        Some(reason) => denied(
+            HOST,
+            reserved::RULE,
+            &reason,
+            DenyCause::Reserved,
+            descriptor.name.clone(),
+        ),
+        None => decision,
+    }
 }
 
 fn denied(module: &str, rule: &str, reason: &str, cause: DenyCause, command: String) -> Decision {

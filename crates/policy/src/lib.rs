@@ -12,6 +12,7 @@ mod described;
 mod error;
 mod generation;
 mod metrics;
+mod reserved;
 pub mod review;
 mod sandbox;
 

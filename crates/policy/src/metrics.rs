@@ -27,7 +27,7 @@ struct ReloadLabels {
 }
 
 /// Every cause a denial can have, so their counters exist (and cost no lookup) from the start.
-const CAUSES: [DenyCause; 7] = [
+const CAUSES: [DenyCause; 8] = [
     DenyCause::Rule,
     DenyCause::NoRule,
     DenyCause::UnknownCommand,
@@ -35,6 +35,7 @@ const CAUSES: [DenyCause; 7] = [
     DenyCause::Deadline,
     DenyCause::OutOfMemory,
     DenyCause::Malformed,
+    DenyCause::Reserved,
 ];
 
 #[derive(Clone, Default)]

@@ -7,7 +7,7 @@ use tollgate::config::Config;
 use tollgate::Daemon;
 use tollgate_lanes::{Endpoint, RedisConfig};
 use tollgate_testkit::http::{self, HttpReply};
-use tollgate_testkit::RedisServer;
+use tollgate_testkit::{RedisServer, RedisServerBuilder};
 
 pub struct TestDaemon {
     daemon: Option<Daemon>,
@@ -31,22 +31,24 @@ impl TestDaemon {
         Self::start_with(redis, |_| {}).await
     }
 
-    /// Starts the daemon against `redis` after `adjust` edits the config.
+    /// Starts the daemon against `redis` after `adjust` edits the config. The lane and lease users
+    /// are set up on `redis` first, as an operator of an external Redis does (docs/lanes.md).
     pub async fn start_with(redis: &RedisServer, adjust: impl FnOnce(&mut Config)) -> TestDaemon {
         let dir = tempdir();
         let mut config = Self::config(dir.path());
-        config.redis = Some(RedisConfig::standalone(Endpoint::Unix(
-            redis.socket().to_owned(),
-        )));
+        config.redis = Some(RedisConfig::standalone(endpoint(redis)));
+        config.lanes = lane_users(&[redis], dir.path()).await;
         adjust(&mut config);
         Self::start_config(dir, config).await
     }
 
-    /// Starts the daemon with `redis` as its `redis:` section (a Sentinel group, say).
-    pub async fn start_redis(redis: RedisConfig) -> TestDaemon {
+    /// Starts the daemon with `redis` as its `redis:` section (a Sentinel group, say), with the
+    /// lane and lease users set up on every server in `nodes`.
+    pub async fn start_redis(redis: RedisConfig, nodes: &[&RedisServer]) -> TestDaemon {
         let dir = tempdir();
         let mut config = Self::config(dir.path());
         config.redis = Some(redis);
+        config.lanes = lane_users(nodes, dir.path()).await;
         Self::start_config(dir, config).await
     }
 
@@ -57,7 +59,8 @@ impl TestDaemon {
         Self::start_config(dir, config).await
     }
 
-    async fn start_config(dir: tempfile::TempDir, config: Config) -> TestDaemon {
+    /// Starts the daemon with `config` as it is; `dir` holds its sockets and is removed on drop.
+    pub async fn start_config(dir: tempfile::TempDir, config: Config) -> TestDaemon {
         let daemon = Daemon::start(config).await.expect("daemon starts");
         TestDaemon {
             daemon: Some(daemon),
@@ -95,6 +98,60 @@ impl TestDaemon {
             daemon.shutdown().await;
         }
     }
+}
+
+fn endpoint(redis: &RedisServer) -> Endpoint {
+    Endpoint::Unix(redis.socket().to_owned())
+}
+
+/// The daemon's lane and lease users, created on each of `nodes` with their passwords in `dir`.
+pub async fn lane_users(nodes: &[&RedisServer], dir: &Path) -> tollgate_lanes::LanesConfig {
+    let endpoints: Vec<Endpoint> = nodes.iter().map(|node| endpoint(node)).collect();
+    tollgate_lanes::provision(&endpoints, dir, &Default::default())
+        .await
+        .expect("create the lane users")
+        .config
+}
+
+/// A Redis server whose command line carries the daemon's lane and lease users, so they survive
+/// `kill()` / `restart()` the way users in an ACL file would, and the lanes config that uses them
+/// (passwords in `dir`).
+pub fn durable_lane_users(dir: &Path) -> (RedisServerBuilder, tollgate_lanes::LanesConfig) {
+    let mut config = tollgate_lanes::LanesConfig::default();
+    let mut builder = RedisServer::builder();
+    let mut users: Vec<(String, Vec<String>, PathBuf)> = Vec::new();
+    for lane in tollgate_lanes::Lane::ALL {
+        let file = dir.join(format!("{}.password", lane.as_str()));
+        let overrides = config.overrides_mut(lane);
+        overrides.user = Some(tollgate_lanes::user_name(lane));
+        overrides.password_file = Some(file.clone());
+        users.push((
+            tollgate_lanes::user_name(lane),
+            tollgate_lanes::acl_rules(lane),
+            file,
+        ));
+    }
+    let file = dir.join("leases.password");
+    config.leases.user = Some(tollgate_lanes::LEASE_USER.to_owned());
+    config.leases.password_file = Some(file.clone());
+    users.push((
+        tollgate_lanes::LEASE_USER.to_owned(),
+        tollgate_lanes::lease_acl_rules(),
+        file,
+    ));
+    for (user, rules, file) in users {
+        let password = format!("secret-{user}");
+        std::fs::write(&file, &password).expect("write password file");
+        builder = builder
+            .arg("--user")
+            .arg(user)
+            .arg("on")
+            .arg(format!(">{password}"));
+        for rule in rules {
+            builder = builder.arg(rule);
+        }
+    }
+    (builder, config)
 }
 
 pub fn tempdir() -> tempfile::TempDir {

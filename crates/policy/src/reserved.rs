@@ -1,0 +1,43 @@
+//! What no client may do whatever the policy says: name a key or channel in the daemon's reserved
+//! keyspace, or run a server-wide command that would reach it around key patterns. Checked by the
+//! host on every command before any guard runs, so the refusal is the same under every policy and
+//! module, and a client learns why before Redis (whose ACL refuses the same) is asked.
+
+use tollgate_model::reserved::{is_reserved, RESERVED_PREFIX};
+
+use crate::decision::Descriptor;
+
+/// The rule a refusal names.
+pub const RULE: &str = "reserved";
+
+/// Why `argv`, described by `descriptor`, may not run; `None` when it may go on to the guards.
+pub fn refusal<A: AsRef<[u8]>>(descriptor: &Descriptor, argv: &[A]) -> Option<String> {
+    if let Some(key) = descriptor.keys(argv).find(|key| is_reserved(key.as_ref())) {
+        return Some(format!(
+            "key {} is in the daemon's reserved keyspace {RESERVED_PREFIX}*",
+            String::from_utf8_lossy(key.as_ref())
+        ));
+    }
+    let channels = match descriptor.name.as_str() {
+        "PUBLISH" | "SPUBLISH" => argv.get(1..2),
+        "SUBSCRIBE" | "SSUBSCRIBE" | "PSUBSCRIBE" => argv.get(1..),
+        // They ignore key patterns: FLUSHALL would wipe the lease database's fence counters, SWAPDB
+        // would trade it for one a client can write.
+        "FLUSHALL" | "SWAPDB" => {
+            return Some(format!(
+                "it reaches every database, the daemon's reserved keyspace {RESERVED_PREFIX}* \
+                 among them (FLUSHDB clears the clients' database)"
+            ))
+        }
+        _ => None,
+    };
+    channels?
+        .iter()
+        .find(|channel| is_reserved(channel.as_ref()))
+        .map(|channel| {
+            format!(
+                "channel {} is in the daemon's reserved keyspace {RESERVED_PREFIX}*",
+                String::from_utf8_lossy(channel.as_ref())
+            )
+        })
+}
