@@ -105,7 +105,12 @@ impl Daemon {
         let lease_lanes = Lanes::open_leases(&topology, &lanes_config, &mut registry)?;
         // Before serving anyone: no client lane may reach the daemon's own keys, whoever set the
         // users up.
-        tollgate_lanes::check_reserved_unreachable(&lease_lanes, &lanes_config).await?;
+        tollgate_lanes::check_reserved_unreachable(
+            &lease_lanes,
+            &lanes_config,
+            tollgate_lanes::CHECK_PATIENCE,
+        )
+        .await?;
         let admission = Admission::load(&config.policy, &mut registry)?;
         let leases = LeaseService::new(&lease_lanes, config.leases.clone(), &mut registry);
         let shared = Arc::new(Shared {

@@ -44,9 +44,12 @@ async fn cmd_gets_the_fencing_token_and_its_exit_code_comes_through() {
         .await
         .unwrap();
     assert_eq!(status.code(), Some(7));
+    // The token is the fence this acquisition was handed: the counter's value in the lease database.
+    let counter = redis.inline_in(1, &format!("GET {}", resource().keys().fence));
+    let fence = counter.lines().nth(1).expect("a fence counter");
     assert_eq!(
         std::fs::read_to_string(&out).unwrap().trim(),
-        "1 orders:nightly"
+        format!("{fence} orders:nightly")
     );
     let client = LeaseClient::new(&daemon.http_socket());
     assert_eq!(
@@ -86,7 +89,7 @@ async fn losing_the_lease_stops_cmd_and_exits_lost() {
     wait_until_held(&client).await;
     let cmd_pid = read_pid(&pid_file).await;
 
-    redis.inline(&format!("DEL {}", resource().keys().lease));
+    redis.inline_in(1, &format!("DEL {}", resource().keys().lease));
     let output = tokio::time::timeout(Duration::from_secs(10), run.wait_with_output())
         .await
         .expect("lease run ends once the lease is lost")

@@ -245,3 +245,171 @@ async fn a_corrupt_fence_counter_fails_closed_and_a_lost_one_restarts_above_ever
     assert!(again["fence"].as_u64().unwrap() > first_fence, "{again}");
     daemon.stop().await;
 }
+
+/// A small deterministic generator, so a failing interleaving of the property test can be replayed.
+struct Xorshift(u64);
+
+impl Xorshift {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len() as u64) as usize]
+    }
+}
+
+/// Everything a hostile client might throw at one resource's lease state, with the real names.
+fn hostile_commands(keys: &tollgate_lease::LeaseKeys) -> Vec<Vec<String>> {
+    let digest = keys.lease["tollgate:lease:".len()..].to_owned();
+    let owned = |argv: &[&str]| argv.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
+    vec![
+        owned(&["DEL", &keys.lease]),
+        owned(&["DEL", "decoy", &keys.fence]),
+        owned(&["INCRBY", &keys.fence, "-1"]),
+        owned(&["DECR", &keys.fence]),
+        owned(&["SET", &keys.fence, "1"]),
+        owned(&["GETDEL", &keys.fence]),
+        owned(&["HSET", &keys.lease, "owner", "x", "fence", "1"]),
+        owned(&["HDEL", &keys.lease, "owner"]),
+        owned(&["PEXPIRE", &keys.lease, "1"]),
+        owned(&["RENAME", "decoy", &keys.fence]),
+        owned(&["MSET", "decoy", "1", &keys.fence, "1"]),
+        owned(&["SPUBLISH", &keys.channel, "released"]),
+        owned(&["FLUSHALL"]),
+        owned(&["FLUSHDB"]),
+        owned(&["SWAPDB", "0", "1"]),
+        owned(&["SCAN", "0", "MATCH", "tollgate:*"]),
+        owned(&[
+            "EVAL",
+            "return redis.call('DEL', 'tollgate:lease:' .. ARGV[1])",
+            "0",
+            &digest,
+        ]),
+        owned(&[
+            "EVAL",
+            "return redis.call('SET', ARGV[1], '1')",
+            "0",
+            &keys.fence,
+        ]),
+        owned(&[
+            "EVAL",
+            "redis.call('SELECT', 1) return redis.call('FLUSHDB')",
+            "0",
+        ]),
+        owned(&["EVAL", "return redis.call('FLUSHALL')", "0"]),
+        owned(&["FCALL", "wipe", "0", &keys.fence]),
+        owned(&["SET", "ordinary", "value"]),
+        owned(&["INCR", "ordinary:counter"]),
+    ]
+}
+
+/// Random interleavings of hostile clients and lease holders on one resource, for a fixed budget
+/// (`TOLLGATE_FENCE_STEPS` holder steps, default 120): every fence handed out is larger than every
+/// fence handed out before that acquire began, and none repeats.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_strictly_increase_whatever_clients_do_meanwhile() {
+    let steps: u64 = std::env::var("TOLLGATE_FENCE_STEPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(120);
+    let redis = RedisServer::start();
+    let daemon = std::sync::Arc::new(TestDaemon::start(&redis).await);
+    let keys = Resource::parse("contested").unwrap().keys();
+    let attacks = std::sync::Arc::new(hostile_commands(&keys));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+
+    let mut attackers = Vec::new();
+    for seed in [0x9e37_79b9_7f4a_7c15_u64, 0xd1b5_4a32_d192_ed03] {
+        let (daemon, attacks, done) = (daemon.clone(), attacks.clone(), done.clone());
+        attackers.push(tokio::spawn(async move {
+            let mut rng = Xorshift(seed);
+            let mut client = RawClient::connect(&daemon.resp_socket()).await;
+            let library = "#!lua name=attack\nredis.register_function('wipe', function(keys, args) return redis.call('DEL', args[1]) end)";
+            client.call(&["FUNCTION", "LOAD", "REPLACE", library]).await;
+            let mut sent = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let argv = rng.pick(&attacks);
+                let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+                client.call(&argv).await;
+                sent += 1;
+            }
+            sent
+        }));
+    }
+
+    let record = std::sync::Arc::new(std::sync::Mutex::new((0u64, Vec::<u64>::new())));
+    let mut holders = Vec::new();
+    for (holder, seed) in [
+        (0u64, 0x2545_f491_4f6c_dd1d_u64),
+        (1, 0x1234_5678_9abc_def1),
+        (2, 7),
+    ] {
+        let (daemon, record) = (daemon.clone(), record.clone());
+        holders.push(tokio::spawn(async move {
+            let mut rng = Xorshift(seed);
+            for step in 0..steps / 3 {
+                // A fresh owner each time: a lease left to run out is another owner's, to wait for.
+                let owner = format!("holder-{holder}-{step}");
+                let attempt =
+                    serde_json::json!({"owner": owner, "operation_id": format!("op-{step}")});
+                let floor = record.lock().unwrap().0;
+                let body = serde_json::json!({"attempt": attempt, "ttl_ms": 150, "wait_ms": 300});
+                let reply = daemon
+                    .post("/v1/leases/contested/acquire", &body.to_string())
+                    .await
+                    .json();
+                if reply["outcome"] != "acquired" {
+                    continue;
+                }
+                let fence = reply["fence"].as_u64().expect("a fence");
+                {
+                    let mut record = record.lock().unwrap();
+                    assert!(
+                        fence > floor,
+                        "fence {fence} not above {floor}, handed out before this acquire began"
+                    );
+                    record.0 = record.0.max(fence);
+                    record.1.push(fence);
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(rng.below(10))).await;
+                // Now and then the holder forgets to release and the lease runs out instead.
+                if rng.below(8) != 0 {
+                    let body = serde_json::json!({"attempt": attempt});
+                    daemon
+                        .post("/v1/leases/contested/release", &body.to_string())
+                        .await;
+                }
+            }
+        }));
+    }
+    for holder in holders {
+        holder.await.expect("a holder panicked");
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut attacks_sent = 0;
+    for attacker in attackers {
+        attacks_sent += attacker.await.expect("an attacker panicked");
+    }
+    let fences = record.lock().unwrap().1.clone();
+    let mut distinct = fences.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(
+        distinct.len(),
+        fences.len(),
+        "a fence was handed out twice: {fences:?}"
+    );
+    assert!(
+        fences.len() as u64 >= steps / 4,
+        "too few acquisitions to say anything: {}",
+        fences.len()
+    );
+    println!(
+        "{} acquisitions, fences strictly increasing, with {attacks_sent} hostile commands in between",
+        fences.len()
+    );
+}

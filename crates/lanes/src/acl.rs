@@ -170,51 +170,111 @@ fn escape_glob(text: &str) -> String {
     escaped
 }
 
-/// Creates (or resets) one ACL user per lane and the lease service's user on every server in
-/// `endpoints` (the same users and passwords on each, since Redis does not replicate ACLs: a
-/// replica promoted by a failover must know them too), writes each password to
-/// `<dir>/lane-<lane>.password` or `<dir>/leases.password` (0600), and returns `base` pointing every
-/// lane and the lease connections at their users.
+/// One ACL user the daemon needs: a lane's, or (`lane: None`) the lease service's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DaemonUser {
+    pub lane: Option<Lane>,
+    pub name: String,
+    /// `ACL SETUSER` rules, applied after `reset`.
+    pub rules: Vec<String>,
+    /// Where its password is kept: `<dir>/lane-<lane>.password` or `<dir>/leases.password`.
+    pub password_file: PathBuf,
+}
+
+impl DaemonUser {
+    /// `ACL SETUSER <name> reset on ><password> <rules…>`, as arguments.
+    pub fn setuser(&self, password: &str) -> Vec<String> {
+        let mut argv = vec![
+            "ACL".to_owned(),
+            "SETUSER".to_owned(),
+            self.name.clone(),
+            "reset".to_owned(),
+            "on".to_owned(),
+            format!(">{password}"),
+        ];
+        argv.extend(self.rules.iter().cloned());
+        argv
+    }
+}
+
+/// Every user the daemon connects as, with its password file in `dir`.
+pub fn daemon_users(dir: &Path) -> Vec<DaemonUser> {
+    let lanes = Lane::ALL.into_iter().map(|lane| DaemonUser {
+        lane: Some(lane),
+        name: user_name(lane),
+        rules: acl_rules(lane),
+        password_file: dir.join(format!("lane-{}.password", lane.as_str())),
+    });
+    lanes
+        .chain(std::iter::once(DaemonUser {
+            lane: None,
+            name: LEASE_USER.to_owned(),
+            rules: lease_acl_rules(),
+            password_file: dir.join("leases.password"),
+        }))
+        .collect()
+}
+
+/// `base` with every lane and the lease connections pointed at their user in `users`.
+pub fn configured(base: &LanesConfig, users: &[DaemonUser]) -> LanesConfig {
+    let mut config = base.clone();
+    for user in users {
+        let (name, file) = match user.lane {
+            Some(lane) => {
+                let overrides = config.overrides_mut(lane);
+                (&mut overrides.user, &mut overrides.password_file)
+            }
+            None => (&mut config.leases.user, &mut config.leases.password_file),
+        };
+        *name = Some(user.name.clone());
+        *file = Some(user.password_file.clone());
+    }
+    config
+}
+
+/// Creates (or resets) [`daemon_users`] on every server in `endpoints` (the same users and
+/// passwords on each, since Redis does not replicate ACLs: a replica promoted by a failover must
+/// know them too), writes each random password to its file in `dir` (0600), and returns `base`
+/// pointing every lane and the lease connections at their users.
 pub async fn provision(
     endpoints: &[Endpoint],
     dir: &Path,
     base: &LanesConfig,
 ) -> Result<Provisioned, AclError> {
-    let mut config = base.clone();
-    let mut users = Vec::new();
-    for lane in Lane::ALL {
-        let path = dir.join(format!("lane-{}.password", lane.as_str()));
-        let overrides = config.overrides_mut(lane);
-        overrides.user = Some(user_name(lane));
-        overrides.password_file = Some(path.clone());
-        users.push((user_name(lane), acl_rules(lane), path));
-    }
-    let path = dir.join("leases.password");
-    config.leases.user = Some(LEASE_USER.to_owned());
-    config.leases.password_file = Some(path.clone());
-    users.push((LEASE_USER.to_owned(), lease_acl_rules(), path));
-
-    let users: Vec<(String, Vec<String>, PathBuf, String)> = users
+    let users: Vec<(DaemonUser, String)> = daemon_users(dir)
         .into_iter()
-        .map(|(user, rules, path)| (user, rules, path, random_password()))
+        .map(|user| (user, random_password()))
         .collect();
     for endpoint in endpoints {
         set_users(endpoint, &users).await?;
     }
-    for (_, _, path, password) in &users {
-        write_secret(path, password).map_err(|source| AclError::PasswordFile {
-            path: path.clone(),
+    for (user, password) in &users {
+        write_secret(&user.password_file, password).map_err(|source| AclError::PasswordFile {
+            path: user.password_file.clone(),
             source,
         })?;
     }
-    Ok(Provisioned { config })
+    let users: Vec<DaemonUser> = users.into_iter().map(|(user, _)| user).collect();
+    Ok(Provisioned {
+        config: configured(base, &users),
+    })
 }
 
-/// `ACL SETUSER <user> reset on ><password> <rules…>` for each user, on one server.
-async fn set_users(
-    endpoint: &Endpoint,
-    users: &[(String, Vec<String>, PathBuf, String)],
-) -> Result<(), AclError> {
+/// The password kept in `path`, or a new random one written there (0600) when there is none.
+pub fn password_in(path: &Path) -> std::io::Result<String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(text.lines().next().unwrap_or_default().to_owned()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            let password = random_password();
+            write_secret(path, &password)?;
+            Ok(password)
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// `ACL SETUSER` for each user, on one server.
+async fn set_users(endpoint: &Endpoint, users: &[(DaemonUser, String)]) -> Result<(), AclError> {
     let unreachable = |reason: String| AclError::Redis {
         endpoint: endpoint.clone(),
         reason,
@@ -222,14 +282,13 @@ async fn set_users(
     let mut stream = Stream::connect(endpoint)
         .await
         .map_err(|e| unreachable(e.to_string()))?;
-    for (user, rules, _, password) in users {
-        let secret = format!(">{password}");
-        let mut argv = vec!["ACL", "SETUSER", user.as_str(), "reset", "on", &secret];
-        argv.extend(rules.iter().map(String::as_str));
+    for (user, password) in users {
+        let argv = user.setuser(password);
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
         let reply = call(&mut stream, &argv).await.map_err(unreachable)?;
         if let Frame::Error(reason) = reply {
             return Err(AclError::Refused {
-                user: user.clone(),
+                user: user.name.clone(),
                 reason: String::from_utf8_lossy(&reason).into_owned(),
             });
         }

@@ -27,8 +27,8 @@ mod stream;
 mod topology;
 
 pub use acl::{
-    acl_rules, complement_patterns, lease_acl_rules, provision, user_name, AclError, Provisioned,
-    LEASE_USER,
+    acl_rules, complement_patterns, configured, daemon_users, lease_acl_rules, password_in,
+    provision, user_name, AclError, DaemonUser, Provisioned, LEASE_USER,
 };
 pub use config::{LaneOverrides, LaneSettings, LanesConfig, LeaseConnections};
 pub use error::{CallError, LaneError, OpenError, Saturation};
@@ -38,7 +38,7 @@ pub use life::LifeState;
 pub use multiplex::{Channel, SendFuture};
 pub use pubsub::{Message, Subscription, SubscriptionEnded, SubscriptionKind};
 pub use quiet::Quiet;
-pub use reach::{check_reserved_unreachable, ReachError};
+pub use reach::{check_reserved_unreachable, ReachError, CHECK_PATIENCE};
 pub use reply::Reply;
 pub use status::{LaneStatus, LanesStatus, Rejections, Sharing};
 pub use tollgate_model::{Lane, Protocol};

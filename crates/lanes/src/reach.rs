@@ -4,6 +4,8 @@
 //! patterns; `SELECT` of the lease database). Nothing is executed. An external Redis whose operator
 //! gave the lanes broader users than `docs/lanes.md` says is refused with the user and the probe.
 
+use std::time::Duration;
+
 use bytes::{Bytes, BytesMut};
 use tollgate_model::reserved::RESERVED_PREFIX;
 use tollgate_model::Lane;
@@ -29,18 +31,51 @@ pub enum ReachError {
          user needs `+acl|dryrun`; see docs/lanes.md)"
     )]
     CannotCheck { reason: String },
+    #[error("cannot check the lane users: redis did not answer within {waited:?}: {reason}")]
+    Unavailable { waited: Duration, reason: String },
 }
 
-/// Checks every client lane's user in `clients` through a connection of `leases`.
+/// How long start-up waits for Redis to answer the check (a Sentinel group may not have named
+/// its master yet).
+pub const CHECK_PATIENCE: Duration = Duration::from_secs(10);
+
+/// [`check_once`], again every 100 ms while Redis cannot be reached, for up to `patience`.
 pub async fn check_reserved_unreachable(
     leases: &Lanes,
     clients: &LanesConfig,
+    patience: Duration,
 ) -> Result<(), ReachError> {
+    let started = tokio::time::Instant::now();
+    loop {
+        match check_once(leases, clients).await {
+            Err(Unanswered(reason)) if started.elapsed() < patience => {
+                tracing::debug!(%reason, "redis not answering the keyspace check yet");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(Unanswered(reason)) => {
+                return Err(ReachError::Unavailable {
+                    waited: started.elapsed(),
+                    reason,
+                })
+            }
+            Ok(result) => return result,
+        }
+    }
+}
+
+/// The lanes could not reach Redis at all: worth trying again.
+struct Unanswered(String);
+
+/// Checks every client lane's user in `clients` through a connection of `leases`.
+async fn check_once(
+    leases: &Lanes,
+    clients: &LanesConfig,
+) -> Result<Result<(), ReachError>, Unanswered> {
     let cannot = |reason: String| ReachError::CannotCheck { reason };
     let mut conn = leases
         .borrow(Lane::Admin)
         .await
-        .map_err(|error| cannot(error.to_string()))?;
+        .map_err(|error| Unanswered(error.to_string()))?;
     let result = async {
         for lane in Lane::ALL {
             // A lane without a user of its own connects as Redis's `default` user.
@@ -51,25 +86,25 @@ pub async fn check_reserved_unreachable(
             for probe in probes(clients.leases.database) {
                 let mut argv = vec!["ACL".to_owned(), "DRYRUN".to_owned(), user.clone()];
                 argv.extend(probe.iter().cloned());
-                let reply = conn
-                    .send(command(&argv))
-                    .await
-                    .map_err(|error| cannot(error.to_string()))?;
+                let reply = match conn.send(command(&argv)).await {
+                    Ok(reply) => reply,
+                    Err(error) => return Err(Unanswered(error.to_string())),
+                };
                 match reply.frame() {
                     Frame::Simple(ok) if ok.as_ref() == b"OK" => {
-                        return Err(ReachError::Reachable {
+                        return Ok(Err(ReachError::Reachable {
                             lane,
                             user,
                             probe: probe.join(" "),
-                        })
+                        }))
                     }
                     // Redis says why the user may not: that is the answer wanted.
                     Frame::Bulk(_) => {}
-                    other => return Err(cannot(describe(&other))),
+                    other => return Ok(Err(cannot(describe(&other)))),
                 }
             }
         }
-        Ok(())
+        Ok(Ok(()))
     }
     .await;
     conn.release().await;

@@ -107,6 +107,30 @@ impl RedisServer {
         String::from_utf8_lossy(&buf[..n]).into_owned()
     }
 
+    /// [`RedisServer::inline`] in database `db` (the daemon keeps lease state in database 1).
+    pub fn inline_in(&self, db: u32, command: &str) -> String {
+        let mut stream = UnixStream::connect(&self.socket).expect("connect to redis-server");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("set read timeout");
+        stream
+            .write_all(format!("SELECT {db}\r\n{command}\r\n").as_bytes())
+            .expect("write to redis-server");
+        let mut reply = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        // SELECT's `+OK` first, then the command's reply.
+        while reply.len() <= b"+OK\r\n".len() {
+            let n = stream.read(&mut buf).expect("read from redis-server");
+            assert!(n > 0, "redis-server hung up");
+            reply.extend_from_slice(&buf[..n]);
+        }
+        let reply = String::from_utf8_lossy(&reply).into_owned();
+        match reply.strip_prefix("+OK\r\n") {
+            Some(rest) => rest.to_owned(),
+            None => panic!("SELECT {db} refused: {reply}"),
+        }
+    }
+
     /// The server's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

@@ -2,6 +2,7 @@
 
 mod lease;
 mod policy;
+mod redis_acl;
 mod serve;
 
 use std::path::PathBuf;
@@ -37,6 +38,9 @@ enum Command {
     /// Compile, review, diff, test and explain YAML policies.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Print the Redis ACL users an external Redis needs (or, with --lanes-yaml, the config that
+    /// uses them).
+    RedisAcl(redis_acl::RedisAclArgs),
     /// Validate a configuration file without starting anything; exits non-zero on error.
     CheckConfig {
         /// The configuration file to check.
@@ -65,6 +69,7 @@ pub fn main() -> ExitCode {
         Command::Serve { config, log_format } => serve::run(config, log_format.map(Into::into)),
         Command::Lease(command) => lease::run(command),
         Command::Policy(command) => policy::run(command),
+        Command::RedisAcl(args) => redis_acl::run(args),
         Command::CheckConfig { file } => match Config::load(&file) {
             Ok(_) => {
                 println!("{}: ok", file.display());

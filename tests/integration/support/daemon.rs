@@ -117,40 +117,21 @@ pub async fn lane_users(nodes: &[&RedisServer], dir: &Path) -> tollgate_lanes::L
 /// `kill()` / `restart()` the way users in an ACL file would, and the lanes config that uses them
 /// (passwords in `dir`).
 pub fn durable_lane_users(dir: &Path) -> (RedisServerBuilder, tollgate_lanes::LanesConfig) {
-    let mut config = tollgate_lanes::LanesConfig::default();
+    let users = tollgate_lanes::daemon_users(dir);
     let mut builder = RedisServer::builder();
-    let mut users: Vec<(String, Vec<String>, PathBuf)> = Vec::new();
-    for lane in tollgate_lanes::Lane::ALL {
-        let file = dir.join(format!("{}.password", lane.as_str()));
-        let overrides = config.overrides_mut(lane);
-        overrides.user = Some(tollgate_lanes::user_name(lane));
-        overrides.password_file = Some(file.clone());
-        users.push((
-            tollgate_lanes::user_name(lane),
-            tollgate_lanes::acl_rules(lane),
-            file,
-        ));
-    }
-    let file = dir.join("leases.password");
-    config.leases.user = Some(tollgate_lanes::LEASE_USER.to_owned());
-    config.leases.password_file = Some(file.clone());
-    users.push((
-        tollgate_lanes::LEASE_USER.to_owned(),
-        tollgate_lanes::lease_acl_rules(),
-        file,
-    ));
-    for (user, rules, file) in users {
-        let password = format!("secret-{user}");
-        std::fs::write(&file, &password).expect("write password file");
+    for user in &users {
+        let password = format!("secret-{}", user.name);
+        std::fs::write(&user.password_file, &password).expect("write password file");
         builder = builder
             .arg("--user")
-            .arg(user)
+            .arg(user.name.clone())
             .arg("on")
             .arg(format!(">{password}"));
-        for rule in rules {
-            builder = builder.arg(rule);
+        for rule in &user.rules {
+            builder = builder.arg(rule.clone());
         }
     }
+    let config = tollgate_lanes::configured(&Default::default(), &users);
     (builder, config)
 }
 

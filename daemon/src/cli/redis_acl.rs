@@ -1,0 +1,85 @@
+//! `tollgate redis-acl`: the Redis ACL users an external Redis needs for the daemon, as
+//! `ACL SETUSER` lines to pipe into `redis-cli` (on every server of a Sentinel group: Redis does not
+//! replicate ACLs), with passwords kept in files in a directory of the operator's choosing; and,
+//! with `--lanes-yaml`, the `lanes:` section of `tollgate.yaml` that points at those users.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use tollgate_lanes::{daemon_users, password_in, DaemonUser};
+
+#[derive(Debug, clap::Args)]
+pub struct RedisAclArgs {
+    /// Directory of the password files (`lane-<lane>.password`, `leases.password`); a missing one
+    /// is created with a random password, mode 0600.
+    #[arg(long)]
+    passwords: PathBuf,
+    /// Print the `lanes:` section of the config instead of the ACL commands.
+    #[arg(long)]
+    lanes_yaml: bool,
+}
+
+pub fn run(args: RedisAclArgs) -> ExitCode {
+    let users = daemon_users(&args.passwords);
+    let printed = if args.lanes_yaml {
+        lanes_yaml(&users)
+    } else {
+        setuser_lines(&users)
+    };
+    match printed {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("tollgate: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn setuser_lines(users: &[DaemonUser]) -> Result<String, String> {
+    let mut out = String::new();
+    for user in users {
+        let password = password_in(&user.password_file)
+            .map_err(|error| format!("{}: {error}", user.password_file.display()))?;
+        let line: Vec<String> = user.setuser(&password).iter().map(|a| quoted(a)).collect();
+        out.push_str(&line.join(" "));
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+fn lanes_yaml(users: &[DaemonUser]) -> Result<String, String> {
+    let mut out = String::from("lanes:\n");
+    for user in users {
+        let section = user.lane.map_or("leases", |lane| lane.as_str());
+        let file = absolute(&user.password_file)?;
+        out.push_str(&format!(
+            "  {section}: {{ user: {}, password_file: {:?} }}\n",
+            user.name,
+            file.display().to_string()
+        ));
+    }
+    Ok(out)
+}
+
+fn absolute(path: &Path) -> Result<PathBuf, String> {
+    std::path::absolute(path).map_err(|error| format!("{}: {error}", path.display()))
+}
+
+/// An argument as `redis-cli` reads it from a line: in double quotes with `"` and `\` escaped.
+fn quoted(arg: &str) -> String {
+    format!("\"{}\"", arg.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_are_quoted_for_redis_cli() {
+        assert_eq!(quoted("~[^t]*"), "\"~[^t]*\"");
+        assert_eq!(quoted(r#"a"b\c"#), r#""a\"b\\c""#);
+    }
+}
