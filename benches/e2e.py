@@ -156,12 +156,24 @@ def main():
         procs.append(nutcracker)
         wait_for_socket(nut_sock)
 
+        # The daemon's ACL users, as an operator of an external Redis sets them up (docs/lanes.md).
+        passwords = os.path.join(work, "acl")
+        acl = subprocess.run([tollgate_bin, "redis-acl", "--passwords", passwords],
+                             check=True, capture_output=True, text=True).stdout
+        subprocess.run(["redis-cli", "-s", redis_sock], input=acl, check=True, capture_output=True, text=True)
+        lanes_yaml = subprocess.run([tollgate_bin, "redis-acl", "--passwords", passwords, "--lanes-yaml"],
+                                    check=True, capture_output=True, text=True).stdout
+
         def start_tollgate(binary, name):
             sock = os.path.join(work, f"{name}.sock")
             config = os.path.join(work, f"{name}.yaml")
+            # A baseline from before the lease service had connections of its own knows no `leases:`.
+            lanes = lanes_yaml if name == "tollgate" else "".join(
+                line for line in lanes_yaml.splitlines(keepends=True) if not line.startswith("  leases:"))
             with open(config, "w") as conf:
                 conf.write(f"runtime_dir: {work}/{name}\nredis:\n  address: unix:{redis_sock}\n"
-                           f"listen:\n  resp: {sock}\n  http: {work}/{name}-http.sock\nlogging:\n  level: warn\n")
+                           f"listen:\n  resp: {sock}\n  http: {work}/{name}-http.sock\nlogging:\n  level: warn\n"
+                           + lanes)
             proc = subprocess.Popen([binary, "serve", "--config", config], preexec_fn=raise_nofile)
             procs.append(proc)
             wait_for_socket(sock)

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use prometheus_client::registry::Registry;
-use tollgate_lanes::{Endpoint, Lane, Lanes, LanesConfig, Topology};
+use tollgate_lanes::{Endpoint, Lanes, LanesConfig, Topology};
 use tollgate_testkit::RedisServer;
 
 /// A Redis server with the lanes' ACL users provisioned, and lanes open on it.

@@ -253,6 +253,10 @@ async fn hold_while_running(
     grace: Duration,
     command: &[String],
 ) -> Result<u8, String> {
+    // Handlers first: a TERM or INT that arrives while the lease is being taken is kept and passed
+    // on to CMD once it runs, instead of ending this process with the lease still held.
+    let mut terminate = signal(SignalKind::terminate()).map_err(|error| error.to_string())?;
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(|error| error.to_string())?;
     let mut lease = match client.acquire(resource, request).await {
         Ok(Acquisition::Held(lease)) => lease,
         Ok(Acquisition::NotHeld(outcome)) => {
@@ -288,8 +292,6 @@ async fn hold_while_running(
             Ok(())
         });
     }
-    let mut terminate = signal(SignalKind::terminate()).map_err(|error| error.to_string())?;
-    let mut interrupt = signal(SignalKind::interrupt()).map_err(|error| error.to_string())?;
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(error) => {
