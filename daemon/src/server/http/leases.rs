@@ -1,7 +1,7 @@
 //! `/v1/leases/{resource}/…`: acquire, renew, release and inspect (POST, JSON), and the watchdog's
 //! events as a stream of JSON lines (`GET …/events?owner=…&operation_id=…`). The caller is the peer
-//! of the Unix socket; its principal is bound into every owner, and the policy's `lease` rules
-//! admit it per resource (403 naming the rule otherwise). Statuses follow DESIGN.md: 200,
+//! of the Unix socket; its principal and uid are bound into every owner, and the policy's `lease`
+//! rules admit it per resource (403 naming the rule otherwise). Statuses follow DESIGN.md: 200,
 //! 409 contended/conflict, 503 unavailable with Retry-After, 502 indeterminate, 400 bad input.
 
 use std::convert::Infallible;
@@ -14,8 +14,8 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde::Serialize;
 use tollgate_lease::api::{AcquireRequest, InspectRequest, ReleaseRequest, RenewRequest};
 use tollgate_lease::{
-    AcquireOutcome, Attempt, Holder, InspectOutcome, InvalidRequest, LeaseService, ReleaseOutcome,
-    RenewOutcome, Resource,
+    AcquireOutcome, Attempt, Holder, Identity, InspectOutcome, InvalidRequest, LeaseService,
+    ReleaseOutcome, RenewOutcome, Resource,
 };
 use tollgate_model::Caller;
 use tollgate_policy::Decision;
@@ -42,6 +42,7 @@ pub async fn handle(request: Request<Incoming>, shared: &Shared) -> Result<HttpR
             reason: denial.reason,
         });
     }
+    let identity = Identity::from(&caller);
     let leases = &shared.leases;
     match (request.method().clone(), action) {
         (Method::POST, "acquire") => {
@@ -53,7 +54,7 @@ pub async fn handle(request: Request<Incoming>, shared: &Shared) -> Result<HttpR
                 false => None,
             };
             let outcome = leases
-                .acquire(&caller.principal, &resource, &body, holder)
+                .acquire(&identity, &resource, &body, holder)
                 .await
                 .map_err(invalid)?;
             Ok(respond(&outcome))
@@ -61,7 +62,7 @@ pub async fn handle(request: Request<Incoming>, shared: &Shared) -> Result<HttpR
         (Method::POST, "renew") => {
             let body: RenewRequest = read_json(request).await?;
             let outcome = leases
-                .renew(&caller.principal, &resource, &body)
+                .renew(&identity, &resource, &body)
                 .await
                 .map_err(invalid)?;
             Ok(respond(&outcome))
@@ -69,7 +70,7 @@ pub async fn handle(request: Request<Incoming>, shared: &Shared) -> Result<HttpR
         (Method::POST, "release") => {
             let body: ReleaseRequest = read_json(request).await?;
             let outcome = leases
-                .release(&caller.principal, &resource, &body)
+                .release(&identity, &resource, &body)
                 .await
                 .map_err(invalid)?;
             Ok(respond(&outcome))
@@ -77,12 +78,12 @@ pub async fn handle(request: Request<Incoming>, shared: &Shared) -> Result<HttpR
         (Method::POST, "inspect") => {
             let body: InspectRequest = read_json(request).await?;
             let outcome = leases
-                .inspect(&caller.principal, &resource, body.attempt.as_ref())
+                .inspect(&identity, &resource, body.attempt.as_ref())
                 .await
                 .map_err(invalid)?;
             Ok(respond(&outcome))
         }
-        (Method::GET, "events") => events(leases, &caller, &resource, request.uri().query()),
+        (Method::GET, "events") => events(leases, &identity, &resource, request.uri().query()),
         (method, "acquire" | "renew" | "release" | "inspect" | "events") => {
             Err(ApiError::MethodNotAllowed {
                 method: method.to_string(),
@@ -177,13 +178,13 @@ fn respond<O: Serialize + Status>(outcome: &O) -> HttpResponse {
 /// The watchdog's events for one lease as JSON lines, until the watchdog stops.
 fn events(
     leases: &LeaseService,
-    caller: &Caller,
+    identity: &Identity,
     resource: &Resource,
     query: Option<&str>,
 ) -> Result<HttpResponse, ApiError> {
     let attempt = attempt_from_query(query.unwrap_or_default())?;
     let receiver = leases
-        .events(&caller.principal, resource, &attempt)
+        .events(identity, resource, &attempt)
         .map_err(invalid)?
         .ok_or_else(|| {
             ApiError::NotFound(format!("no watchdog guards this lease on {resource}"))
