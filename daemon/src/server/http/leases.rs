@@ -17,12 +17,10 @@ use tollgate_lease::{
     AcquireOutcome, Attempt, Holder, Identity, InspectOutcome, InvalidRequest, LeaseService,
     ReleaseOutcome, RenewOutcome, Resource,
 };
-use tollgate_model::Caller;
 use tollgate_policy::Decision;
 
-use super::{json, read_json, ApiError, HttpResponse};
+use super::{caller_of, json, read_json, ApiError, HttpResponse};
 use crate::runtime::Shared;
-use crate::server::peer::{self, PeerCredentials};
 
 /// Seconds a caller is told to wait after `unavailable` (Redis unreachable, nothing sent).
 const UNAVAILABLE_RETRY_SECS: u64 = 1;
@@ -35,7 +33,7 @@ pub async fn handle(request: Request<Incoming>, shared: &Shared) -> Result<HttpR
         field: Some("resource".into()),
         message: error.to_string(),
     })?;
-    let caller = caller(&request, shared)?;
+    let caller = caller_of(&request, shared)?;
     if let Decision::Denied(denial) = shared.admission.admit_lease(&caller, resource.as_str()) {
         return Err(ApiError::Denied {
             rule: denial.rule,
@@ -92,24 +90,6 @@ pub async fn handle(request: Request<Incoming>, shared: &Shared) -> Result<HttpR
         }
         _ => Err(ApiError::NotFound(path)),
     }
-}
-
-/// The caller is the socket's peer; its principal is the one the policy names for it, else the
-/// uid's user name.
-fn caller(request: &Request<Incoming>, shared: &Shared) -> Result<Caller, ApiError> {
-    let credentials = request
-        .extensions()
-        .get::<PeerCredentials>()
-        .ok_or_else(|| ApiError::Internal("peer credentials missing".into()))?;
-    Ok(Caller {
-        principal: shared
-            .admission
-            .principal_for(credentials.uid, credentials.gid)
-            .unwrap_or_else(|| peer::user_name(credentials.uid)),
-        uid: credentials.uid,
-        gid: credentials.gid,
-        pid: credentials.pid,
-    })
 }
 
 fn invalid(error: InvalidRequest) -> ApiError {
