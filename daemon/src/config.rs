@@ -24,6 +24,8 @@ pub struct Config {
     pub lanes: LanesConfig,
     pub policy: PolicyConfig,
     pub leases: LeaseConfig,
+    pub identity: IdentityConfig,
+    pub admin: AdminConfig,
     pub logging: LoggingConfig,
     pub shutdown: ShutdownConfig,
     /// Threads that serve clients and Redis. Default: half the CPUs, at least one, because the
@@ -131,6 +133,48 @@ impl Default for EmbeddedConfig {
             binary: PathBuf::from("redis-server"),
             persistence: false,
             args: Vec::new(),
+        }
+    }
+}
+
+/// The `identity:` section: what a peer whose uid and gid the policy maps to no principal becomes.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct IdentityConfig {
+    pub unmapped: Unmapped,
+}
+
+/// The principal of an unmapped peer. Never its login name: a user may be called like a principal.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Unmapped {
+    /// The principal `uid:<n>`, which only rules without `principals:` can match.
+    #[default]
+    Uid,
+    /// No principal: RESP connections get `-NOPERM` and are closed, HTTP requests get 403.
+    Refuse,
+}
+
+/// The `admin:` section: who may reload the policy and explain another principal's decisions.
+/// Matched against the peer's uid and primary gid as the kernel reports them (`SO_PEERCRED`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// Administrators' uids; absent: root and the uid the daemon runs as.
+    pub uids: Option<Vec<u32>>,
+    /// Groups whose members (by primary gid) are administrators.
+    pub gids: Vec<u32>,
+    /// The least time between two policy reloads over HTTP (each compiles every module).
+    #[serde(with = "humantime_serde")]
+    pub reload_interval: Duration,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            uids: None,
+            gids: Vec::new(),
+            reload_interval: Duration::from_secs(1),
         }
     }
 }
@@ -270,6 +314,12 @@ impl Config {
         if self.worker_threads == Some(0) {
             return Err(("worker_threads".to_owned(), "must be at least 1".to_owned()));
         }
+        if self.admin.reload_interval.is_zero() {
+            return Err((
+                "admin.reload_interval".to_owned(),
+                "must be longer than zero".to_owned(),
+            ));
+        }
         if self.shutdown.drain_timeout.is_zero() {
             return Err((
                 "shutdown.drain_timeout".to_owned(),
@@ -389,6 +439,24 @@ mod tests {
             error.contains("key `worker_threads`: must be at least 1"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn identity_and_admin_sections_parse() {
+        let config = parse(
+            "identity:\n  unmapped: refuse\nadmin:\n  uids: [1000]\n  gids: [10]\n  reload_interval: 5s\n",
+        )
+        .unwrap();
+        assert_eq!(config.identity.unmapped, Unmapped::Refuse);
+        assert_eq!(config.admin.uids, Some(vec![1000]));
+        assert_eq!(config.admin.gids, vec![10]);
+        assert_eq!(config.admin.reload_interval, Duration::from_secs(5));
+        assert_eq!(Config::default().identity.unmapped, Unmapped::Uid);
+        let error = parse("identity:\n  unmapped: login\n").unwrap_err();
+        assert!(error.contains("key `identity.unmapped`"), "{error}");
+        assert!(parse("admin:\n  users: [root]\n").is_err());
+        let error = parse("admin:\n  reload_interval: 0s\n").unwrap_err();
+        assert!(error.contains("key `admin.reload_interval`"), "{error}");
     }
 
     #[test]

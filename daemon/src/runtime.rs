@@ -16,6 +16,8 @@ use crate::config::Config;
 use crate::embedded::{EmbeddedError, EmbeddedRedis};
 use crate::metrics::Metrics;
 use crate::readiness::Readiness;
+use crate::server::http::Throttle;
+use crate::server::identity::Identities;
 use crate::server::resp::{self, FrontDoor};
 use crate::server::{http, socket};
 
@@ -29,6 +31,10 @@ pub struct Shared {
     pub leases: LeaseService,
     /// The policy every command and lease passes.
     pub admission: Admission,
+    /// Callers' principals and who administers the daemon.
+    pub identities: Identities,
+    /// Spaces out policy reloads over HTTP (`admin.reload_interval`).
+    pub reloads: Throttle,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -113,11 +119,14 @@ impl Daemon {
         .await?;
         let admission = Admission::load(&config.policy, &mut registry)?;
         let leases = LeaseService::new(&lease_lanes, config.leases.clone(), &mut registry);
+        let identities = Identities::new(admission.clone(), &config.identity, &config.admin);
         let shared = Arc::new(Shared {
             readiness: Readiness::new(lanes.clone()),
             lanes: lanes.clone(),
             leases: leases.clone(),
             admission: admission.clone(),
+            identities: identities.clone(),
+            reloads: Throttle::new(config.admin.reload_interval),
             metrics: Metrics::new(registry),
         });
 
@@ -135,6 +144,7 @@ impl Daemon {
         });
         let front_door = Arc::new(FrontDoor::new(
             admission.clone(),
+            identities,
             lanes.clone(),
             config.resp.clone(),
         ));

@@ -8,8 +8,8 @@ use prometheus_client::registry::Registry;
 use tollgate_lanes::{Endpoint, Lanes, LanesConfig, Topology};
 use tollgate_lease::api::{AcquireRequest, LeaseEvent, ReleaseRequest, RenewRequest};
 use tollgate_lease::{
-    AcquireOutcome, Attempt, Holder, InspectOutcome, LeaseConfig, LeaseService, LostReason,
-    ReleaseOutcome, RenewOutcome, Resource,
+    AcquireOutcome, Attempt, Holder, Identity, InspectOutcome, LeaseConfig, LeaseService,
+    LostReason, ReleaseOutcome, RenewOutcome, Resource,
 };
 use tollgate_testkit::RedisServer;
 
@@ -58,7 +58,7 @@ impl Fixture {
     ) -> AcquireOutcome {
         self.leases
             .acquire(
-                principal,
+                &who(principal),
                 &resource(),
                 &request(attempt, ttl_ms, wait_ms),
                 None,
@@ -73,7 +73,7 @@ impl Fixture {
             ttl: Duration::from_millis(ttl_ms),
         };
         self.leases
-            .renew(principal, &resource(), &request)
+            .renew(&who(principal), &resource(), &request)
             .await
             .expect("valid request")
     }
@@ -83,14 +83,14 @@ impl Fixture {
             attempt: attempt.clone(),
         };
         self.leases
-            .release(principal, &resource(), &request)
+            .release(&who(principal), &resource(), &request)
             .await
             .expect("valid request")
     }
 
     pub async fn inspect(&self, principal: &str, attempt: Option<&Attempt>) -> InspectOutcome {
         self.leases
-            .inspect(principal, &resource(), attempt)
+            .inspect(&who(principal), &resource(), attempt)
             .await
             .expect("valid request")
     }
@@ -121,6 +121,14 @@ pub fn command_calls(redis: &RedisServer, command: &str) -> u64 {
         .find_map(|line| line.strip_prefix(&prefix))
         .map(|rest| rest.split(',').next().unwrap().parse().unwrap())
         .unwrap_or(0)
+}
+
+/// `principal` as one OS user (uid 1000): the tests that need two uids say so.
+pub fn who(principal: &str) -> Identity {
+    Identity {
+        principal: principal.to_owned(),
+        uid: 1000,
+    }
 }
 
 pub fn resource() -> Resource {
@@ -170,13 +178,13 @@ impl Watched {
         let bound = Holder::process(holder.id()).unwrap();
         let outcome = fx
             .leases
-            .acquire("alice", &resource(), &request, Some(bound))
+            .acquire(&who("alice"), &resource(), &request, Some(bound))
             .await
             .unwrap();
         let (fence, _) = held(&outcome);
         let events = fx
             .leases
-            .events("alice", &resource(), attempt)
+            .events(&who("alice"), &resource(), attempt)
             .unwrap()
             .expect("watched");
         Watched {
@@ -318,6 +326,79 @@ async fn replay_returns_the_same_fence_with_the_servers_remaining_time() {
     );
 }
 
+/// The default policy makes every local user the one principal `local`: the uid still tells two
+/// users' leases apart, so the same owner token from another uid is another owner.
+#[tokio::test]
+async fn one_principal_under_two_uids_is_two_owners() {
+    let fx = Fixture::start();
+    let a = attempt("shared-token", "op-1");
+    let first = Identity {
+        principal: "local".into(),
+        uid: 1000,
+    };
+    let second = Identity {
+        principal: "local".into(),
+        uid: 1001,
+    };
+    let acquire = |who: Identity| {
+        let leases = fx.leases.clone();
+        let request = request(&a, 10_000, 0);
+        async move {
+            leases
+                .acquire(&who, &resource(), &request, None)
+                .await
+                .unwrap()
+        }
+    };
+    held(&acquire(first.clone()).await);
+    assert!(
+        matches!(
+            acquire(second.clone()).await,
+            AcquireOutcome::Contended { .. }
+        ),
+        "another uid's retry of the same attempt is not a replay"
+    );
+    let renew = RenewRequest {
+        attempt: a.clone(),
+        ttl: Duration::from_millis(10_000),
+    };
+    assert_eq!(
+        fx.leases.renew(&second, &resource(), &renew).await.unwrap(),
+        RenewOutcome::Lost {
+            reason: LostReason::NotOwner
+        }
+    );
+    let release = ReleaseRequest { attempt: a.clone() };
+    assert_eq!(
+        fx.leases
+            .release(&second, &resource(), &release)
+            .await
+            .unwrap(),
+        ReleaseOutcome::NotOwner
+    );
+    assert!(matches!(
+        fx.leases
+            .inspect(&second, &resource(), Some(&a))
+            .await
+            .unwrap(),
+        InspectOutcome::Held { yours: false, .. }
+    ));
+    assert!(matches!(
+        fx.leases
+            .inspect(&first, &resource(), Some(&a))
+            .await
+            .unwrap(),
+        InspectOutcome::Held { yours: true, .. }
+    ));
+    assert_eq!(
+        fx.leases
+            .release(&first, &resource(), &release)
+            .await
+            .unwrap(),
+        ReleaseOutcome::Released
+    );
+}
+
 #[tokio::test]
 async fn a_reply_lost_in_transit_then_a_retry_with_the_same_attempt_holds_exactly_once() {
     let fx = Fixture::start();
@@ -327,7 +408,7 @@ async fn a_reply_lost_in_transit_then_a_retry_with_the_same_attempt_holds_exactl
     let warm = request(&attempt("warm", "up"), 10_000, 0);
     held(
         &fx.leases
-            .acquire("alice", &warm_up, &warm, None)
+            .acquire(&who("alice"), &warm_up, &warm, None)
             .await
             .unwrap(),
     );
@@ -534,7 +615,7 @@ async fn unconfirmed_replicas_undo_the_acquisition() {
     request.replicas = 1;
     let outcome = fx
         .leases
-        .acquire("alice", &resource(), &request, None)
+        .acquire(&who("alice"), &resource(), &request, None)
         .await
         .unwrap();
     let AcquireOutcome::Unavailable { reason } = outcome else {
@@ -590,7 +671,7 @@ async fn the_watchdog_reports_a_lost_lease_and_stops() {
     );
     assert!(
         fx.leases
-            .events("alice", &resource(), &a)
+            .events(&who("alice"), &resource(), &a)
             .unwrap()
             .is_none(),
         "the watchdog ended"

@@ -22,6 +22,17 @@ fn load_error(text: &str) -> String {
 
 const HEAD: &str = "principals:\n  app: { uids: [1000] }\nrules:\n";
 
+/// `uid:<n>` is what the daemon calls a peer no principal maps: a principal named so would give
+/// its rules to that uid.
+#[test]
+fn a_principal_may_not_be_named_like_an_unmapped_uid() {
+    let error = load_error("principals:\n  \"uid:995\": { uids: [2001] }\nrules: []\n");
+    assert!(
+        error.contains("bad.yaml:2:14: error: principal names beginning with `uid:` are reserved"),
+        "{error}"
+    );
+}
+
 #[test]
 fn errors_name_file_line_and_column() {
     let cases = [

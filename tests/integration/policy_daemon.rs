@@ -35,8 +35,12 @@ async fn http_shows_explains_and_reloads_and_a_broken_policy_never_becomes_activ
     let dir = tempdir();
     let policy = dir.path().join("policy.yaml");
     std::fs::write(&policy, ALLOW_ALL_DATA).unwrap();
-    let daemon =
-        TestDaemon::start_with(&redis, |config| config.policy.files = vec![policy.clone()]).await;
+    let daemon = TestDaemon::start_with(&redis, |config| {
+        config.policy.files = vec![policy.clone()];
+        // Two reloads follow each other here; their spacing is `identity::reloads_are_rate_limited`'s.
+        config.admin.reload_interval = std::time::Duration::from_millis(1);
+    })
+    .await;
 
     let shown = daemon.get("/v1/policy").await.json();
     assert_eq!(shown["outcome"], "ok");

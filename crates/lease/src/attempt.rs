@@ -1,9 +1,11 @@
 //! Attempts: who holds (`owner`) and which logical operation (`operation_id`), chosen by the caller
 //! before the first send so that a retry after a lost reply is recognised as the same attempt.
-//! The daemon binds the owner to the caller's principal before it reaches Redis, so another
-//! principal cannot renew or release a lease by guessing an owner token.
+//! The daemon binds the owner to the caller's [`Identity`] (principal and uid) before it reaches
+//! Redis, so neither another principal nor another OS user of the same principal can renew or
+//! release a lease by guessing or reading an owner token.
 
 use serde::{Deserialize, Serialize};
+use tollgate_model::Caller;
 
 /// The longest `owner` or `operation_id` accepted.
 pub const MAX_ID_LEN: usize = 128;
@@ -13,6 +15,23 @@ pub const MAX_ID_LEN: usize = 128;
 pub struct Attempt {
     pub owner: String,
     pub operation_id: String,
+}
+
+/// Who a lease belongs to: the caller's principal and the uid the kernel reported for it. Both
+/// count, because one principal may cover many OS users (the default policy's `local`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Identity {
+    pub principal: String,
+    pub uid: u32,
+}
+
+impl From<&Caller> for Identity {
+    fn from(caller: &Caller) -> Identity {
+        Identity {
+            principal: caller.principal.clone(),
+            uid: caller.uid,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -37,10 +56,12 @@ impl Attempt {
         Ok(())
     }
 
-    /// The owner as stored in Redis: the principal, length-prefixed so that no choice of principal
-    /// and owner can collide with another pair.
-    pub fn bound_owner(&self, principal: &str) -> String {
-        format!("{}:{principal}:{}", principal.len(), self.owner)
+    /// The owner as stored in Redis: `<len>:<principal>:<uid>:<owner>`. The principal is
+    /// length-prefixed and the uid is digits ended by `:`, so no choice of principal, uid and owner
+    /// can collide with another triple.
+    pub fn bound_owner(&self, identity: &Identity) -> String {
+        let Identity { principal, uid } = identity;
+        format!("{}:{principal}:{uid}:{}", principal.len(), self.owner)
     }
 }
 
@@ -55,14 +76,34 @@ mod tests {
         }
     }
 
+    fn who(principal: &str, uid: u32) -> Identity {
+        Identity {
+            principal: principal.into(),
+            uid,
+        }
+    }
+
     #[test]
-    fn the_same_owner_token_differs_between_principals() {
+    fn the_same_owner_token_differs_between_principals_and_uids() {
         let a = attempt("tok", "op");
-        assert_ne!(a.bound_owner("alice"), a.bound_owner("bob"));
+        assert_ne!(
+            a.bound_owner(&who("alice", 1000)),
+            a.bound_owner(&who("bob", 1000))
+        );
+        // One principal, two OS users: two owners.
+        assert_ne!(
+            a.bound_owner(&who("local", 1000)),
+            a.bound_owner(&who("local", 1001))
+        );
         // "a:b" + "c" must not equal "a" + "b:c".
         assert_ne!(
-            attempt("c", "op").bound_owner("a:b"),
-            attempt("b:c", "op").bound_owner("a")
+            attempt("c", "op").bound_owner(&who("a:b", 1)),
+            attempt("b:c", "op").bound_owner(&who("a", 1))
+        );
+        // The uid ends at the first `:` after the principal, so no digits move between uid and owner.
+        assert_ne!(
+            attempt("2:x", "op").bound_owner(&who("p", 1)),
+            attempt("x", "op").bound_owner(&who("p", 12))
         );
     }
 

@@ -10,7 +10,7 @@ use crate::outcome::{AcquireOutcome, InspectOutcome, LostReason, ReleaseOutcome,
 use crate::resource::LeaseKeys;
 use crate::scripts::{ScriptError, ScriptRunner, ACQUIRE, INSPECT, RELEASE, RENEW};
 
-/// An attempt as Redis sees it: the owner already bound to the caller's principal.
+/// An attempt as Redis sees it: the owner already bound to the caller's principal and uid.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct BoundAttempt {
     pub owner: String,

@@ -1,6 +1,6 @@
 //! Leases that can protect correctness (DESIGN.md, "Leases"): Lua scripts run atomically on Redis,
-//! owner tokens bound to the caller's principal, replay after a lost reply, fencing tokens, real
-//! waiting, a watchdog bound to the holder, and the holder-side state machine.
+//! owner tokens bound to the caller's principal and uid, replay after a lost reply, fencing
+//! tokens, real waiting, a watchdog bound to the holder, and the holder-side state machine.
 
 pub mod api;
 pub mod attempt;
@@ -17,7 +17,7 @@ mod service;
 pub mod state;
 mod watchdog;
 
-pub use attempt::{Attempt, InvalidAttempt};
+pub use attempt::{Attempt, Identity, InvalidAttempt};
 pub use config::LeaseConfig;
 pub use holder::Holder;
 pub use outcome::{AcquireOutcome, InspectOutcome, LostReason, ReleaseOutcome, RenewOutcome};

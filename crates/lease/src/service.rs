@@ -1,6 +1,7 @@
-//! The lease service the daemon serves: binds attempts to principals, checks requests against the
-//! configured bounds, waits for held leases (release notification or holder expiry, whichever is
-//! first; one waiter per resource at a time), and starts watchdogs.
+//! The lease service the daemon serves: binds attempts to the caller's identity (principal and
+//! uid), checks requests against the configured bounds, waits for held leases (release
+//! notification or holder expiry, whichever is first; one waiter per resource at a time), and
+//! starts watchdogs.
 
 use std::time::{Duration, Instant};
 
@@ -11,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tollgate_lanes::{Lanes, PubSub, Subscription, SubscriptionKind};
 
 use crate::api::{AcquireRequest, LeaseEvent, ReleaseRequest, RenewRequest};
-use crate::attempt::Attempt;
+use crate::attempt::{Attempt, Identity};
 use crate::calls::{BoundAttempt, Calls, Durability};
 use crate::config::LeaseConfig;
 use crate::holder::Holder;
@@ -55,11 +56,11 @@ impl LeaseService {
         }
     }
 
-    /// Acquires for `principal`, waiting up to `request.wait`. With `holder`, a watchdog keeps the
+    /// Acquires for `identity`, waiting up to `request.wait`. With `holder`, a watchdog keeps the
     /// lease for as long as the holder lives.
     pub async fn acquire(
         &self,
-        principal: &str,
+        identity: &Identity,
         resource: &Resource,
         request: &AcquireRequest,
         holder: Option<Holder>,
@@ -73,7 +74,7 @@ impl LeaseService {
             });
         }
         let keys = resource.keys();
-        let attempt = bind(principal, &request.attempt);
+        let attempt = bind(identity, &request.attempt);
         let deadline = Instant::now() + request.wait;
         let outcome = self
             .acquire_waiting(&keys, &attempt, request, deadline)
@@ -105,13 +106,13 @@ impl LeaseService {
 
     pub async fn renew(
         &self,
-        principal: &str,
+        identity: &Identity,
         resource: &Resource,
         request: &RenewRequest,
     ) -> Result<RenewOutcome, InvalidRequest> {
         check_attempt(&request.attempt)?;
         self.check_ttl(request.ttl)?;
-        let attempt = bind(principal, &request.attempt);
+        let attempt = bind(identity, &request.attempt);
         let outcome = self
             .calls
             .renew(&resource.keys(), &attempt, request.ttl)
@@ -123,13 +124,13 @@ impl LeaseService {
     /// Releases, stopping the lease's watchdog first so it does not renew what is being let go.
     pub async fn release(
         &self,
-        principal: &str,
+        identity: &Identity,
         resource: &Resource,
         request: &ReleaseRequest,
     ) -> Result<ReleaseOutcome, InvalidRequest> {
         check_attempt(&request.attempt)?;
         let keys = resource.keys();
-        let attempt = bind(principal, &request.attempt);
+        let attempt = bind(identity, &request.attempt);
         let outcome = self.calls.release(&keys, &attempt).await;
         if matches!(
             outcome,
@@ -143,29 +144,29 @@ impl LeaseService {
 
     pub async fn inspect(
         &self,
-        principal: &str,
+        identity: &Identity,
         resource: &Resource,
         attempt: Option<&Attempt>,
     ) -> Result<InspectOutcome, InvalidRequest> {
         if let Some(attempt) = attempt {
             check_attempt(attempt)?;
         }
-        let bound = attempt.map(|attempt| bind(principal, attempt));
+        let bound = attempt.map(|attempt| bind(identity, attempt));
         let outcome = self.calls.inspect(&resource.keys(), bound.as_ref()).await;
         self.metrics.outcome("inspect", &outcome);
         Ok(outcome)
     }
 
-    /// The watchdog's events for a lease `principal` holds with `attempt`; `None` when no watchdog
+    /// The watchdog's events for a lease `identity` holds with `attempt`; `None` when no watchdog
     /// guards it.
     pub fn events(
         &self,
-        principal: &str,
+        identity: &Identity,
         resource: &Resource,
         attempt: &Attempt,
     ) -> Result<Option<broadcast::Receiver<LeaseEvent>>, InvalidRequest> {
         check_attempt(attempt)?;
-        let key = (resource.keys().lease, bind(principal, attempt));
+        let key = (resource.keys().lease, bind(identity, attempt));
         Ok(self.watchdogs.subscribe(&key))
     }
 
@@ -267,9 +268,9 @@ async fn next_release(subscription: &mut Option<Subscription>) -> bool {
     }
 }
 
-fn bind(principal: &str, attempt: &Attempt) -> BoundAttempt {
+fn bind(identity: &Identity, attempt: &Attempt) -> BoundAttempt {
     BoundAttempt {
-        owner: attempt.bound_owner(principal),
+        owner: attempt.bound_owner(identity),
         operation_id: attempt.operation_id.clone(),
     }
 }

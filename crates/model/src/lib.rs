@@ -112,6 +112,18 @@ pub struct Caller {
     pub pid: u32,
 }
 
+/// How the principal of a peer the policy maps to no principal begins: `uid:<n>`. Policies may
+/// not name a principal so, or its rules would apply to whoever has that uid.
+pub const UNMAPPED_PREFIX: &str = "uid:";
+
+impl Caller {
+    /// The principal of a peer that no principal of the policy maps: its uid, never a name the
+    /// peer's user could choose.
+    pub fn unmapped_principal(uid: u32) -> String {
+        format!("{UNMAPPED_PREFIX}{uid}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,6 @@
 //! Who is on the other end of a Unix socket: the kernel's `SO_PEERCRED` (uid, gid, pid), read once
-//! per connection. No password travels on the local socket; identity is the process itself.
+//! per connection. No password travels on the local socket; identity is the process itself (its
+//! principal is derived in [`super::identity`]).
 
 use std::io;
 
@@ -25,13 +26,4 @@ pub fn peer_credentials(stream: &UnixStream) -> io::Result<PeerCredentials> {
             .and_then(|pid| u32::try_from(pid).ok())
             .unwrap_or(0),
     })
-}
-
-/// The login name of `uid`, used as the principal when the policy names none for this peer.
-pub fn user_name(uid: u32) -> String {
-    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
-        .ok()
-        .flatten()
-        .map(|user| user.name)
-        .unwrap_or_else(|| format!("uid:{uid}"))
 }

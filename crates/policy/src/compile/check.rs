@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::str::FromStr;
 
-use tollgate_model::Lane;
+use tollgate_model::{Lane, UNMAPPED_PREFIX};
 use tollgate_policy_rules::{glob, Action, Category, CategorySet, CompiledPolicy, Rule, Target};
 
 use super::source::{PolicyFile, PrincipalSource, RuleSource, TestSource};
@@ -114,6 +114,11 @@ impl<'a> Checker<'a> {
                     format!("no group named `{group}` on this machine"),
                 ),
             }
+        }
+        // The daemon names a peer the policy maps to no principal `uid:<n>`; a principal of that
+        // name would hand its rules to whoever has that uid.
+        if name.starts_with(UNMAPPED_PREFIX) {
+            self.error(&at, format!("principal names beginning with `{UNMAPPED_PREFIX}` are reserved for peers no principal maps"));
         }
         if uids.is_empty() && gids.is_empty() && !source.any {
             self.error(&at, format!("principal `{name}` matches nobody: give uids, gids, users, groups or `any: true`"));

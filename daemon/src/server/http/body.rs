@@ -32,6 +32,16 @@ pub enum ApiError {
     /// The policy refused the caller (a rule denied it, or none allowed it).
     #[error("rule {rule} denies this: {reason}")]
     Denied { rule: String, reason: String },
+    /// Not the policy but who the caller is: an unmapped peer under `identity.unmapped: refuse`,
+    /// or a non-administrator asking for an administrator's endpoint.
+    #[error("{reason}")]
+    Forbidden { reason: String },
+    /// Asked again too soon (a policy reload within `admin.reload_interval`).
+    #[error("{reason}")]
+    RateLimited {
+        reason: String,
+        retry_after_secs: u64,
+    },
     #[error("{reason}")]
     Unavailable {
         reason: String,
@@ -48,7 +58,8 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
-            ApiError::Denied { .. } => StatusCode::FORBIDDEN,
+            ApiError::Denied { .. } | ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -61,6 +72,8 @@ impl ApiError {
             ApiError::BodyTooLarge => "body_too_large",
             ApiError::BadRequest { .. } => "bad_request",
             ApiError::Denied { .. } => "denied",
+            ApiError::Forbidden { .. } => "forbidden",
+            ApiError::RateLimited { .. } => "rate_limited",
             ApiError::Unavailable { .. } => "unavailable",
             ApiError::Internal(_) => "internal_error",
         }
@@ -68,17 +81,21 @@ impl ApiError {
 
     pub fn into_response(self) -> HttpResponse {
         let mut body = serde_json::json!({ "outcome": self.outcome(), "error": self.to_string() });
-        if let ApiError::BadRequest {
-            field: Some(field), ..
-        } = &self
-        {
-            body["field"] = serde_json::Value::from(field.as_str());
-        }
-        if let ApiError::Denied { rule, .. } = &self {
-            body["rule"] = serde_json::Value::from(rule.as_str());
+        match &self {
+            ApiError::BadRequest {
+                field: Some(field), ..
+            } => body["field"] = serde_json::Value::from(field.as_str()),
+            ApiError::Denied { rule, .. } => body["rule"] = serde_json::Value::from(rule.as_str()),
+            ApiError::Forbidden { reason } | ApiError::RateLimited { reason, .. } => {
+                body["reason"] = serde_json::Value::from(reason.as_str());
+            }
+            _ => {}
         }
         let mut response = json(self.status(), &body);
         if let ApiError::Unavailable {
+            retry_after_secs, ..
+        }
+        | ApiError::RateLimited {
             retry_after_secs, ..
         } = self
         {

@@ -1,7 +1,7 @@
 //! `/v1/leases/{resource}/…`: acquire, renew, release and inspect (POST, JSON), and the watchdog's
 //! events as a stream of JSON lines (`GET …/events?owner=…&operation_id=…`). The caller is the peer
-//! of the Unix socket; its principal is bound into every owner, and the policy's `lease` rules
-//! admit it per resource (403 naming the rule otherwise). Statuses follow DESIGN.md: 200,
+//! of the Unix socket; its principal and uid are bound into every owner, and the policy's `lease`
+//! rules admit it per resource (403 naming the rule otherwise). Statuses follow DESIGN.md: 200,
 //! 409 contended/conflict, 503 unavailable with Retry-After, 502 indeterminate, 400 bad input.
 
 use std::convert::Infallible;
@@ -14,15 +14,13 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde::Serialize;
 use tollgate_lease::api::{AcquireRequest, InspectRequest, ReleaseRequest, RenewRequest};
 use tollgate_lease::{
-    AcquireOutcome, Attempt, Holder, InspectOutcome, InvalidRequest, LeaseService, ReleaseOutcome,
-    RenewOutcome, Resource,
+    AcquireOutcome, Attempt, Holder, Identity, InspectOutcome, InvalidRequest, LeaseService,
+    ReleaseOutcome, RenewOutcome, Resource,
 };
-use tollgate_model::Caller;
 use tollgate_policy::Decision;
 
-use super::{json, read_json, ApiError, HttpResponse};
+use super::{caller_of, json, read_json, ApiError, HttpResponse};
 use crate::runtime::Shared;
-use crate::server::peer::{self, PeerCredentials};
 
 /// Seconds a caller is told to wait after `unavailable` (Redis unreachable, nothing sent).
 const UNAVAILABLE_RETRY_SECS: u64 = 1;
@@ -35,13 +33,14 @@ pub async fn handle(request: Request<Incoming>, shared: &Shared) -> Result<HttpR
         field: Some("resource".into()),
         message: error.to_string(),
     })?;
-    let caller = caller(&request, shared)?;
+    let caller = caller_of(&request, shared)?;
     if let Decision::Denied(denial) = shared.admission.admit_lease(&caller, resource.as_str()) {
         return Err(ApiError::Denied {
             rule: denial.rule,
             reason: denial.reason,
         });
     }
+    let identity = Identity::from(&caller);
     let leases = &shared.leases;
     match (request.method().clone(), action) {
         (Method::POST, "acquire") => {
@@ -53,7 +52,7 @@ pub async fn handle(request: Request<Incoming>, shared: &Shared) -> Result<HttpR
                 false => None,
             };
             let outcome = leases
-                .acquire(&caller.principal, &resource, &body, holder)
+                .acquire(&identity, &resource, &body, holder)
                 .await
                 .map_err(invalid)?;
             Ok(respond(&outcome))
@@ -61,7 +60,7 @@ pub async fn handle(request: Request<Incoming>, shared: &Shared) -> Result<HttpR
         (Method::POST, "renew") => {
             let body: RenewRequest = read_json(request).await?;
             let outcome = leases
-                .renew(&caller.principal, &resource, &body)
+                .renew(&identity, &resource, &body)
                 .await
                 .map_err(invalid)?;
             Ok(respond(&outcome))
@@ -69,7 +68,7 @@ pub async fn handle(request: Request<Incoming>, shared: &Shared) -> Result<HttpR
         (Method::POST, "release") => {
             let body: ReleaseRequest = read_json(request).await?;
             let outcome = leases
-                .release(&caller.principal, &resource, &body)
+                .release(&identity, &resource, &body)
                 .await
                 .map_err(invalid)?;
             Ok(respond(&outcome))
@@ -77,12 +76,12 @@ pub async fn handle(request: Request<Incoming>, shared: &Shared) -> Result<HttpR
         (Method::POST, "inspect") => {
             let body: InspectRequest = read_json(request).await?;
             let outcome = leases
-                .inspect(&caller.principal, &resource, body.attempt.as_ref())
+                .inspect(&identity, &resource, body.attempt.as_ref())
                 .await
                 .map_err(invalid)?;
             Ok(respond(&outcome))
         }
-        (Method::GET, "events") => events(leases, &caller, &resource, request.uri().query()),
+        (Method::GET, "events") => events(leases, &identity, &resource, request.uri().query()),
         (method, "acquire" | "renew" | "release" | "inspect" | "events") => {
             Err(ApiError::MethodNotAllowed {
                 method: method.to_string(),
@@ -91,24 +90,6 @@ pub async fn handle(request: Request<Incoming>, shared: &Shared) -> Result<HttpR
         }
         _ => Err(ApiError::NotFound(path)),
     }
-}
-
-/// The caller is the socket's peer; its principal is the one the policy names for it, else the
-/// uid's user name.
-fn caller(request: &Request<Incoming>, shared: &Shared) -> Result<Caller, ApiError> {
-    let credentials = request
-        .extensions()
-        .get::<PeerCredentials>()
-        .ok_or_else(|| ApiError::Internal("peer credentials missing".into()))?;
-    Ok(Caller {
-        principal: shared
-            .admission
-            .principal_for(credentials.uid, credentials.gid)
-            .unwrap_or_else(|| peer::user_name(credentials.uid)),
-        uid: credentials.uid,
-        gid: credentials.gid,
-        pid: credentials.pid,
-    })
 }
 
 fn invalid(error: InvalidRequest) -> ApiError {
@@ -177,13 +158,13 @@ fn respond<O: Serialize + Status>(outcome: &O) -> HttpResponse {
 /// The watchdog's events for one lease as JSON lines, until the watchdog stops.
 fn events(
     leases: &LeaseService,
-    caller: &Caller,
+    identity: &Identity,
     resource: &Resource,
     query: Option<&str>,
 ) -> Result<HttpResponse, ApiError> {
     let attempt = attempt_from_query(query.unwrap_or_default())?;
     let receiver = leases
-        .events(&caller.principal, resource, &attempt)
+        .events(identity, resource, &attempt)
         .map_err(invalid)?
         .ok_or_else(|| {
             ApiError::NotFound(format!("no watchdog guards this lease on {resource}"))

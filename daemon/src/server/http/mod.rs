@@ -1,5 +1,6 @@
 //! The HTTP/JSON API on a Unix socket (hyper, HTTP/1.1): the router and the pieces every handler
-//! shares — JSON replies that always carry `outcome`, bounded JSON request bodies, and errors.
+//! shares — who is calling, JSON replies that always carry `outcome`, bounded JSON request bodies,
+//! and errors.
 //!
 //! Each area of the API has its own module with a `handle` function; `route` only dispatches.
 
@@ -8,6 +9,7 @@ mod health;
 mod lanes;
 mod leases;
 mod policy;
+mod throttle;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -22,9 +24,13 @@ use tokio::net::UnixListener;
 use tokio_util::sync::CancellationToken;
 
 pub use body::{json, read_json, text, ApiError, BODY_LIMIT};
+pub use throttle::Throttle;
+
+use tollgate_model::Caller;
 
 use crate::runtime::Shared;
-use crate::server::{peer, socket};
+use crate::server::peer::{self, PeerCredentials};
+use crate::server::socket;
 
 /// Boxed so that a handler may stream (the lease events); JSON replies are one full chunk.
 pub type HttpResponse = Response<UnsyncBoxBody<Bytes, Infallible>>;
@@ -65,6 +71,25 @@ async fn route(request: Request<Incoming>, shared: &Shared) -> HttpResponse {
         _ => Err(ApiError::NotFound(path)),
     };
     outcome.unwrap_or_else(ApiError::into_response)
+}
+
+/// The kernel's credentials of the connection this request came on.
+fn peer_of(request: &Request<Incoming>) -> Result<PeerCredentials, ApiError> {
+    request
+        .extensions()
+        .get::<PeerCredentials>()
+        .copied()
+        .ok_or_else(|| ApiError::Internal("peer credentials missing".into()))
+}
+
+/// The caller behind the request, as every listener derives it; 403 for a refused peer.
+fn caller_of(request: &Request<Incoming>, shared: &Shared) -> Result<Caller, ApiError> {
+    shared
+        .identities
+        .caller(peer_of(request)?)
+        .map_err(|refused| ApiError::Forbidden {
+            reason: refused.to_string(),
+        })
 }
 
 /// A JSON reply with the given status.

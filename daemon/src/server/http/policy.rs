@@ -1,6 +1,10 @@
 //! `/v1/policy`: the active generation (GET), a reload that keeps the running generation on any
 //! error (POST `/v1/policy/reload`), and explain (POST `/v1/policy/explain`, the HTTP form of
 //! `tollgate policy explain`).
+//!
+//! Reloading changes the daemon and costs a compile of every module, so it is for administrators
+//! only and spaced out by `admin.reload_interval`. Explain tells what a principal may do: anyone
+//! may ask about their own principal, only administrators about another's.
 
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
@@ -8,7 +12,7 @@ use serde::Deserialize;
 use tollgate_model::Caller;
 use tollgate_policy::{Decision, PolicyError};
 
-use super::{read_json, reply, ApiError, HttpResponse};
+use super::{caller_of, peer_of, read_json, reply, ApiError, HttpResponse};
 use crate::runtime::Shared;
 
 #[derive(Debug, Deserialize)]
@@ -25,8 +29,8 @@ pub async fn handle(request: Request<Incoming>, shared: &Shared) -> Result<HttpR
             StatusCode::OK,
             serde_json::json!({ "outcome": "ok", "generation": shared.admission.generation() }),
         )),
-        (Method::POST, "/v1/policy/reload") => reload(shared).await,
-        (Method::POST, "/v1/policy/explain") => explain(read_json(request).await?, shared),
+        (Method::POST, "/v1/policy/reload") => reload(request, shared).await,
+        (Method::POST, "/v1/policy/explain") => explain(request, shared).await,
         (method, _)
             if ["/v1/policy", "/v1/policy/reload", "/v1/policy/explain"]
                 .contains(&path.as_str()) =>
@@ -40,9 +44,26 @@ pub async fn handle(request: Request<Incoming>, shared: &Shared) -> Result<HttpR
     }
 }
 
-async fn reload(shared: &Shared) -> Result<HttpResponse, ApiError> {
+async fn reload(request: Request<Incoming>, shared: &Shared) -> Result<HttpResponse, ApiError> {
+    shared
+        .identities
+        .admin(peer_of(&request)?, "reloading the policy")
+        .map_err(|not_admin| ApiError::Forbidden {
+            reason: not_admin.to_string(),
+        })?;
+    let _claim = shared
+        .reloads
+        .claim()
+        .map_err(|throttled| ApiError::RateLimited {
+            reason: format!(
+                "the policy was reloaded moments ago; reloads are at least {} apart (admin.reload_interval)",
+                humantime::format_duration(shared.reloads.interval())
+            ),
+            retry_after_secs: throttled.retry_after_secs(),
+        })?;
     let admission = shared.admission.clone();
-    // Compiling modules takes milliseconds of CPU: keep it off the async workers.
+    // Compiling modules takes milliseconds of CPU or more: keep it off the async workers. The
+    // claim is held until the compile ends, so reloads never overlap.
     let outcome = tokio::task::spawn_blocking(move || admission.reload())
         .await
         .map_err(|error| ApiError::Internal(format!("reload task failed: {error}")))?;
@@ -71,21 +92,44 @@ async fn reload(shared: &Shared) -> Result<HttpResponse, ApiError> {
     })
 }
 
-fn explain(request: ExplainRequest, shared: &Shared) -> Result<HttpResponse, ApiError> {
-    if request.argv.is_empty() {
+async fn explain(request: Request<Incoming>, shared: &Shared) -> Result<HttpResponse, ApiError> {
+    let peer = peer_of(&request)?;
+    let own = caller_of(&request, shared);
+    let body: ExplainRequest = read_json(request).await?;
+    if body.argv.is_empty() {
         return Err(ApiError::BadRequest {
             field: Some("argv".into()),
             message: "argv must name a command".into(),
         });
     }
-    let caller = Caller {
-        principal: request.principal,
-        uid: 0,
-        gid: 0,
-        pid: 0,
+    let caller = match own {
+        // One's own principal, with one's own credentials.
+        Ok(caller) if caller.principal == body.principal => caller,
+        own => {
+            let action = format!("explaining what principal `{}` may do", body.principal);
+            shared
+                .identities
+                .admin(peer, &action)
+                .map_err(|not_admin| {
+                    // Say who the caller is instead, so that it can ask about itself.
+                    let reason = match own {
+                        Ok(caller) => {
+                            format!("{not_admin}; your principal is `{}`", caller.principal)
+                        }
+                        Err(refused) => format!("{not_admin}; {refused}"),
+                    };
+                    ApiError::Forbidden { reason }
+                })?;
+            Caller {
+                principal: body.principal,
+                uid: 0,
+                gid: 0,
+                pid: 0,
+            }
+        }
     };
-    let (decision, steps) = shared.admission.explain(&caller, &request.argv);
-    let body = match decision {
+    let (decision, steps) = shared.admission.explain(&caller, &body.argv);
+    let answer = match decision {
         Decision::Admitted {
             descriptor,
             lane,
@@ -97,5 +141,5 @@ fn explain(request: ExplainRequest, shared: &Shared) -> Result<HttpResponse, Api
             "outcome": "denied", "denial": denial, "steps": steps,
         }),
     };
-    Ok(reply(StatusCode::OK, body))
+    Ok(reply(StatusCode::OK, answer))
 }

@@ -19,11 +19,13 @@ use tollgate_policy::Admission;
 use tollgate_resp::Limits;
 
 use crate::config::RespConfig;
+use crate::server::identity::Identities;
 use crate::server::socket;
 
 /// What every session shares.
 pub struct FrontDoor {
     pub admission: Admission,
+    pub identities: Identities,
     pub lanes: Lanes,
     config: RespConfig,
     limits: Limits,
@@ -31,9 +33,15 @@ pub struct FrontDoor {
 }
 
 impl FrontDoor {
-    pub fn new(admission: Admission, lanes: Lanes, config: RespConfig) -> Self {
+    pub fn new(
+        admission: Admission,
+        identities: Identities,
+        lanes: Lanes,
+        config: RespConfig,
+    ) -> Self {
         Self {
             admission,
+            identities,
             lanes,
             limits: config.limits(),
             config,

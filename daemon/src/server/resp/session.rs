@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures::{FutureExt, StreamExt};
@@ -25,7 +26,8 @@ use super::local::{self, Local, Protocol, ReplyMode, Voice};
 use super::pending::{Class, InOrder, Pending};
 use super::subscriptions::{self, Subscriptions};
 use super::{blocking, replies, FrontDoor};
-use crate::server::peer::{peer_credentials, user_name};
+use crate::server::identity::Refused;
+use crate::server::peer::peer_credentials;
 
 /// Flush the write buffer once it holds this much, even with replies still to come.
 const FLUSH_AT: usize = 64 * 1024;
@@ -35,6 +37,8 @@ const READ_CHUNK: usize = 16 * 1024;
 const ADMIT_TOGETHER: usize = 64;
 /// How much a client may send ahead while its next command waits for a barrier.
 const PARKED_INPUT_CAP: usize = 1024 * 1024;
+/// How long a refused peer is waited for to send its first command, which the refusal answers.
+const REFUSED_WAIT: Duration = Duration::from_secs(5);
 
 /// What one admitted command becomes.
 enum Step {
@@ -102,20 +106,16 @@ enum Ahead {
 }
 
 pub async fn run(stream: UnixStream, front: Arc<FrontDoor>, stop: CancellationToken, id: u64) {
-    let caller = match peer_credentials(&stream) {
-        Ok(peer) => Caller {
-            principal: front
-                .admission
-                .principal_for(peer.uid, peer.gid)
-                .unwrap_or_else(|| user_name(peer.uid)),
-            uid: peer.uid,
-            gid: peer.gid,
-            pid: peer.pid,
-        },
+    let peer = match peer_credentials(&stream) {
+        Ok(peer) => peer,
         Err(error) => {
             tracing::warn!(%error, "cannot read peer credentials; closing");
             return;
         }
+    };
+    let caller = match front.identities.caller(peer) {
+        Ok(caller) => caller,
+        Err(refused) => return refuse(stream, &refused, &stop).await,
     };
     let (reader, writer) = stream.into_split();
     let mut session = Session {
@@ -140,6 +140,26 @@ pub async fn run(stream: UnixStream, front: Arc<FrontDoor>, stop: CancellationTo
         tracing::debug!(client = id, %reason, "RESP session ended");
     }
     session.finish().await;
+}
+
+/// Answers a refused peer with `-NOPERM` naming why, then closes. The refusal waits (boundedly) for
+/// the first command so that the client reads it as that command's reply rather than finding the
+/// connection closed before it could send.
+async fn refuse(mut stream: UnixStream, refused: &Refused, stop: &CancellationToken) {
+    tracing::warn!(
+        uid = refused.uid,
+        gid = refused.gid,
+        "refusing an unmapped peer"
+    );
+    let mut first = BytesMut::with_capacity(READ_CHUNK);
+    tokio::select! {
+        _ = tokio::time::timeout(REFUSED_WAIT, stream.read_buf(&mut first)) => {}
+        () = stop.cancelled() => {}
+    }
+    let reply = replies::error(format!("NOPERM tollgate: {refused}"));
+    // The peer may be gone already; there is nothing else to tell it.
+    let _ = stream.write_all(&reply).await;
+    let _ = stream.shutdown().await;
 }
 
 impl Session {
