@@ -107,14 +107,11 @@ impl Daemon {
             }
             None => config.lanes.clone(),
         };
-        let lanes = Lanes::open(&topology, &lanes_config, &mut registry)?;
-        let lease_lanes = Lanes::open_leases(&topology, &lanes_config, &mut registry)?;
-        // Before serving anyone: no client lane may reach the daemon's own keys, whoever set the
-        // users up.
-        tollgate_lanes::check_reserved_unreachable(
-            &lease_lanes,
+        let (lanes, lease_lanes) = open_checked_lanes(
+            &topology,
             &lanes_config,
             tollgate_lanes::CHECK_PATIENCE,
+            &mut registry,
         )
         .await?;
         let admission = Admission::load(&config.policy, &mut registry)?;
@@ -224,6 +221,50 @@ impl Daemon {
         }
         tracing::info!("stopped");
     }
+}
+
+/// The client lanes and the lease service's lanes, once Redis has shown (within `patience`) that no
+/// client lane's user can reach the reserved keyspace, whoever set the users up.
+async fn open_checked_lanes(
+    topology: &Topology,
+    config: &tollgate_lanes::LanesConfig,
+    patience: std::time::Duration,
+    registry: &mut Registry,
+) -> Result<(Lanes, Lanes), StartError> {
+    let lanes = Lanes::open(topology, config, registry)?;
+    let lease_lanes = Lanes::open_leases(topology, config, registry)?;
+    let checked = tollgate_lanes::check_reserved_unreachable(&lease_lanes, config, patience).await;
+    if let Err(error) = checked {
+        // Nothing is served on these lanes: close them at once.
+        tokio::join!(
+            lanes.close(std::time::Duration::ZERO),
+            lease_lanes.close(std::time::Duration::ZERO)
+        );
+        return Err(error.into());
+    }
+    Ok((lanes, lease_lanes))
+}
+
+/// `check-config` for an external Redis: can the daemon reach it, and are its lane users such that
+/// no client can reach the reserved keyspace? `Ok(false)` when the config names no external Redis.
+pub async fn check_external_redis(config: &Config) -> Result<bool, StartError> {
+    let Some(redis) = &config.redis else {
+        return Ok(false);
+    };
+    let mut registry = Registry::default();
+    let patience = std::time::Duration::from_secs(3);
+    let (lanes, lease_lanes) = open_checked_lanes(
+        &Topology::from(redis),
+        &config.lanes,
+        patience,
+        &mut registry,
+    )
+    .await?;
+    tokio::join!(
+        lanes.close(std::time::Duration::ZERO),
+        lease_lanes.close(std::time::Duration::ZERO)
+    );
+    Ok(true)
 }
 
 /// What must be undone when the process exits without an orderly shutdown.

@@ -70,6 +70,64 @@ fn check_config_accepts_a_valid_file() {
     assert!(output.status.success(), "{output:?}");
 }
 
+#[test]
+fn check_config_refuses_an_external_redis_until_its_users_come_from_redis_acl() {
+    let redis = RedisServer::start();
+    let dir = tempdir();
+    let file = dir.path().join("tollgate.yaml");
+    let redis_section = format!("redis:\n  address: unix:{}\n", redis.socket().display());
+    std::fs::write(&file, &redis_section).unwrap();
+    let refused = tollgate().arg("check-config").arg(&file).output().unwrap();
+    assert!(!refused.status.success(), "{refused:?}");
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        message.contains("`default`") && message.contains("tollgate:*"),
+        "{message}"
+    );
+
+    // The operator's two steps from docs/lanes.md: the users into Redis, their section into the file.
+    let passwords = dir.path().join("acl");
+    let acl = tollgate()
+        .args(["redis-acl", "--passwords"])
+        .arg(&passwords)
+        .output()
+        .unwrap();
+    assert!(acl.status.success(), "{acl:?}");
+    let mut cli = std::process::Command::new("redis-cli")
+        .arg("-s")
+        .arg(redis.socket())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("redis-cli");
+    use std::io::Write as _;
+    cli.stdin.take().unwrap().write_all(&acl.stdout).unwrap();
+    let applied = cli.wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&applied.stdout)
+            .matches("OK")
+            .count(),
+        7,
+        "six lane users and the lease user: {applied:?}"
+    );
+    let lanes = tollgate()
+        .args(["redis-acl", "--lanes-yaml", "--passwords"])
+        .arg(&passwords)
+        .output()
+        .unwrap();
+    std::fs::write(
+        &file,
+        format!("{redis_section}{}", String::from_utf8_lossy(&lanes.stdout)),
+    )
+    .unwrap();
+    let accepted = tollgate().arg("check-config").arg(&file).output().unwrap();
+    assert!(accepted.status.success(), "{accepted:?}");
+    assert!(
+        String::from_utf8_lossy(&accepted.stdout).contains("no client lane user"),
+        "{accepted:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_stale_socket_file_is_replaced() {
     let redis = RedisServer::start();

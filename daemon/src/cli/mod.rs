@@ -70,15 +70,42 @@ pub fn main() -> ExitCode {
         Command::Lease(command) => lease::run(command),
         Command::Policy(command) => policy::run(command),
         Command::RedisAcl(args) => redis_acl::run(args),
-        Command::CheckConfig { file } => match Config::load(&file) {
-            Ok(_) => {
-                println!("{}: ok", file.display());
-                ExitCode::SUCCESS
-            }
-            Err(error) => {
-                eprintln!("{error}");
-                ExitCode::FAILURE
-            }
-        },
+        Command::CheckConfig { file } => check_config(&file),
+    }
+}
+
+/// The file parses and validates; with an external Redis, the daemon can reach it and its lane
+/// users keep clients out of the reserved keyspace.
+fn check_config(file: &std::path::Path) -> ExitCode {
+    let config = match Config::load(file) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("{error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let checked = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| error.to_string())
+        .and_then(|runtime| {
+            runtime
+                .block_on(crate::runtime::check_external_redis(&config))
+                .map_err(|error| error.to_string())
+        });
+    match checked {
+        Ok(external) => {
+            let redis = if external {
+                " (redis reached; no client lane user can reach the reserved keyspace)"
+            } else {
+                ""
+            };
+            println!("{}: ok{redis}", file.display());
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("{}: {error}", file.display());
+            ExitCode::FAILURE
+        }
     }
 }

@@ -3,6 +3,7 @@
 //! replicate ACLs), with passwords kept in files in a directory of the operator's choosing; and,
 //! with `--lanes-yaml`, the `lanes:` section of `tollgate.yaml` that points at those users.
 
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -10,8 +11,8 @@ use tollgate_lanes::{daemon_users, password_in, DaemonUser};
 
 #[derive(Debug, clap::Args)]
 pub struct RedisAclArgs {
-    /// Directory of the password files (`lane-<lane>.password`, `leases.password`); a missing one
-    /// is created with a random password, mode 0600.
+    /// Directory of the password files (`lane-<lane>.password`, `leases.password`), created 0700
+    /// if missing; a missing file is created with a random password, mode 0600.
     #[arg(long)]
     passwords: PathBuf,
     /// Print the `lanes:` section of the config instead of the ACL commands.
@@ -20,6 +21,15 @@ pub struct RedisAclArgs {
 }
 
 pub fn run(args: RedisAclArgs) -> ExitCode {
+    // The passwords are secrets: a directory of their own that only this user can enter.
+    if let Err(error) = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&args.passwords)
+    {
+        eprintln!("tollgate: {}: {error}", args.passwords.display());
+        return ExitCode::FAILURE;
+    }
     let users = daemon_users(&args.passwords);
     let printed = if args.lanes_yaml {
         lanes_yaml(&users)
