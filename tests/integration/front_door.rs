@@ -277,6 +277,60 @@ async fn a_watched_key_changed_by_another_client_aborts_exec() {
 }
 
 #[tokio::test]
+async fn scripts_run_inside_transactions_as_on_redis() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    // WATCH pins a TRANSACTION connection; the EVAL after it runs there.
+    assert_eq!(text(&client.call(&["WATCH", "w"]).await), "OK");
+    let eval = client
+        .call(&["EVAL", "return redis.call('SET', KEYS[1], 'a')", "1", "w"])
+        .await;
+    assert_eq!(text(&eval), "OK", "{eval:?}");
+    assert_eq!(text(&client.call(&["UNWATCH"]).await), "OK");
+    // EVAL and EVALSHA queued inside MULTI run with EXEC.
+    let sha = text(
+        &client
+            .call(&["SCRIPT", "LOAD", "return redis.call('INCR', KEYS[1])"])
+            .await,
+    );
+    assert_eq!(text(&client.call(&["MULTI"]).await), "OK");
+    let queued = client
+        .call(&["EVAL", "return redis.call('SET', KEYS[1], 'b')", "1", "m"])
+        .await;
+    assert_eq!(text(&queued), "QUEUED", "{queued:?}");
+    assert_eq!(
+        text(&client.call(&["EVALSHA", &sha, "1", "n"]).await),
+        "QUEUED"
+    );
+    assert_eq!(
+        client.call(&["EXEC"]).await,
+        Frame::Array(vec![Frame::Simple("OK".into()), Frame::Integer(1)])
+    );
+    assert!(redis.inline("GET w").contains('a'));
+    assert!(redis.inline("GET m").contains('b'));
+    // The transaction lane's scripts are still kept out of the reserved keyspace by Redis.
+    assert_eq!(text(&client.call(&["MULTI"]).await), "OK");
+    client
+        .call(&[
+            "EVAL",
+            "return redis.call('DEL', ARGV[1])",
+            "0",
+            "tollgate:lease:{x}",
+        ])
+        .await;
+    let exec = client.call(&["EXEC"]).await;
+    let Frame::Array(replies) = &exec else {
+        panic!("EXEC answered {exec:?}");
+    };
+    assert!(
+        matches!(&replies[0], Frame::Error(e) if String::from_utf8_lossy(e).contains("can't access")),
+        "{exec:?}"
+    );
+    daemon.stop().await;
+}
+
+#[tokio::test]
 async fn a_command_denied_while_queueing_aborts_exec() {
     let redis = RedisServer::start();
     let daemon = TestDaemon::start(&redis).await;

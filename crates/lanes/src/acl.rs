@@ -61,12 +61,13 @@ pub fn acl_rules(lane: Lane) -> Vec<String> {
     let (outside_reserved, commands): (bool, &[&str]) = match lane {
         // Application traffic: data commands outside the reserved keyspace, never scripts, admin
         // or dangerous commands.
-        Lane::Regular | Lane::Blocking | Lane::Transaction => {
+        Lane::Regular | Lane::Blocking => {
             (true, &["+@all", "-@scripting", "-@admin", "-@dangerous"])
         }
         // Scripts call data commands on the script user's authority, so its key patterns are what
-        // keeps a script's `redis.call` out of the reserved keyspace.
-        Lane::Script => (true, &["+@all", "-@admin", "-@dangerous"]),
+        // keeps a script's `redis.call` out of the reserved keyspace. A transaction runs the scripts
+        // the policy admits inside it (`WATCH` then `EVAL`, `EVAL` queued in `MULTI`), as on Redis.
+        Lane::Script | Lane::Transaction => (true, &["+@all", "-@admin", "-@dangerous"]),
         // Subscribing only. Redis matches a PSUBSCRIBE pattern literally against a user's channel
         // patterns, so this user keeps every channel; it cannot publish, and the lease service's
         // release notifications go by SPUBLISH, which no client subscription of another name hears.
