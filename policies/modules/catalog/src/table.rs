@@ -1,5 +1,9 @@
 //! The shape of the generated command table, command lookup, and key-position resolution that
 //! follows Redis's key specs (`begin_search` + `find_keys`, as `COMMAND INFO` reports them).
+//!
+//! Arguments are compared as Redis compares them: keywords with `strcasecmp`, which stops at the
+//! first NUL (`STORE\0x` is STORE to Redis), counts as `COMMAND GETKEYS` reads them. Command and
+//! subcommand names are looked up whole, as Redis's command table does.
 
 use std::cmp::Ordering;
 
@@ -52,8 +56,9 @@ pub enum Find {
 
 pub fn describe(table: &'static [Entry], argv: &Argv) -> Option<Descriptor> {
     let args = Args::new(&argv.bytes, &argv.spans);
-    // An argument only a prefix of which crossed is no keyword or number: it reads as empty.
-    let arg = |i: usize| (i < args.count()).then(|| args.whole(i).unwrap_or_default());
+    // What crossed of each argument. Of one cut to a prefix, that prefix: no name is that long,
+    // a keyword is one if the prefix holds a NUL early enough, and Redis refuses such a count.
+    let arg = |i: usize| (i < args.count()).then(|| args.get(i).unwrap_or_default());
     let entry = lookup(table, args.count(), arg)?;
     Some(descriptor(entry, args.count(), arg))
 }
@@ -145,12 +150,7 @@ fn descriptor<'a>(
     }
     keys.sort_by_key(|k| k.position);
     let lane = match entry.blocks_only_with {
-        Some(keyword)
-            if !(1..argc)
-                .any(|i| arg(i).is_some_and(|a| a.eq_ignore_ascii_case(keyword.as_bytes()))) =>
-        {
-            Lane::Regular
-        }
+        Some(keyword) if !(1..argc as i64).any(|i| is_keyword(&arg, i, keyword)) => Lane::Regular,
         _ => entry.lane,
     };
     Descriptor {
@@ -194,10 +194,12 @@ fn positions<'a>(
     let starts: Vec<i64> = match spec.begin {
         Begin::Index(index) => vec![index as i64],
         Begin::Keyword(keyword, from) => {
+            // As Redis searches: never the last argument (forwards) nor the first (backwards),
+            // which could not be followed by a key anyway.
             let found = if from >= 0 {
-                (from as i64..argc).find(|&i| is_keyword(arg, i, keyword))
+                (from as i64..argc - 1).find(|&i| is_keyword(arg, i, keyword))
             } else {
-                (1..=argc + from as i64)
+                (2..=argc + from as i64)
                     .rev()
                     .find(|&i| is_keyword(arg, i, keyword))
             };
@@ -223,16 +225,15 @@ fn positions<'a>(
                 first: offset,
                 step,
             } => {
-                let count = arg((first + index as i64) as usize)
-                    .and_then(|bytes| std::str::from_utf8(bytes).ok()?.parse::<i64>().ok())
-                    .filter(|&n| n > 0 && n < argc);
-                match count {
-                    Some(count) => {
-                        let start = first + offset as i64;
-                        (start, start + (count - 1) * step as i64, step)
-                    }
-                    None => continue,
+                let start = first + offset as i64;
+                let count = arg((first + index as i64) as usize).map_or(0, key_count);
+                let last = start + (count as i64 - 1) * step.max(1) as i64;
+                // No keys at all when the count is not positive or runs past argv, as Redis's
+                // `genericGetKeys` decides (and the command itself refuses the call).
+                if count < 1 || last >= argc {
+                    continue;
                 }
+                (start, last, step)
             }
         };
         let step = step.max(1) as usize;
@@ -246,6 +247,36 @@ fn positions<'a>(
     out
 }
 
+/// A key count as `COMMAND GETKEYS` reads it: C's `strtol` (leading blanks, a sign, digits up to
+/// the first other byte, saturating), then cut to a C `int`. Redis itself refuses every count that
+/// is not a plain number, so only plain numbers reach it.
+fn key_count(bytes: &[u8]) -> i32 {
+    let text = bytes
+        .iter()
+        .position(|b| !matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r'))
+        .map_or(&[][..], |start| &bytes[start..]);
+    let (negative, digits) = match text {
+        [b'-', rest @ ..] => (true, rest),
+        [b'+', rest @ ..] => (false, rest),
+        rest => (false, rest),
+    };
+    let mut value: i64 = 0;
+    for digit in digits.iter().take_while(|b| b.is_ascii_digit()) {
+        let digit = i64::from(digit - b'0');
+        value = if negative {
+            value.saturating_mul(10).saturating_sub(digit)
+        } else {
+            value.saturating_mul(10).saturating_add(digit)
+        };
+    }
+    value as i32
+}
+
+/// Whether argument `index` is `keyword` as Redis's `strcasecmp` sees it: up to its first NUL.
 fn is_keyword<'a>(arg: &impl Fn(usize) -> Option<&'a [u8]>, index: i64, keyword: &str) -> bool {
-    index >= 0 && arg(index as usize).is_some_and(|a| a.eq_ignore_ascii_case(keyword.as_bytes()))
+    index >= 0
+        && arg(index as usize).is_some_and(|a| {
+            let c_string = a.split(|&b| b == 0).next().unwrap_or_default();
+            c_string.eq_ignore_ascii_case(keyword.as_bytes())
+        })
 }
