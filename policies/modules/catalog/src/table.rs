@@ -1,5 +1,6 @@
 //! The shape of the generated command table, command lookup, and key-position resolution that
-//! follows Redis's key specs (`begin_search` + `find_keys`, as `COMMAND INFO` reports them).
+//! follows Redis's key specs (`begin_search` + `find_keys`, as `COMMAND INFO` reports them) and,
+//! where those cannot say, the option parsing of Redis's own key procedures (db.c).
 //!
 //! Arguments are compared as Redis compares them: keywords with `strcasecmp`, which stops at the
 //! first NUL (`STORE\0x` is STORE to Redis), counts as `COMMAND GETKEYS` reads them. Command and
@@ -41,8 +42,30 @@ pub enum Begin {
     Index(i32),
     /// After this keyword, searched from `startfrom` (negative: from the end, backwards).
     Keyword(&'static str, i32),
-    /// After every occurrence of any of these keywords (SORT's BY, GET and STORE).
-    AfterEach(&'static [&'static str]),
+    /// After every occurrence at or after this index of any of these keywords: where Redis's key
+    /// spec cannot say (SORT's BY and GET patterns), or says less than the command does
+    /// (GEORADIUS stores to its last STORE or STOREDIST, its key spec names the first).
+    AfterEach(&'static [&'static str], i32),
+    /// Where the command's own option parsing puts its first key (none: no key from this spec).
+    Parsed(Parse),
+}
+
+/// Option parsing that Redis does for a command's keys or their flags in a key procedure of its
+/// own (db.c), because the command's key specs are incomplete or its flags vary.
+#[derive(Clone, Copy)]
+pub enum Parse {
+    /// MIGRATE's argv[3], unless a KEYS option follows (`migrateGetKeys`).
+    MigrateKey,
+    /// After MIGRATE's KEYS option, when argv[3] is empty (AUTH takes one argument, AUTH2 two).
+    MigrateKeys,
+    /// After XREAD's and XREADGROUP's STREAMS option, found as the command finds it (BLOCK and
+    /// COUNT take one argument, GROUP two). The key spec's search starts at a fixed index, so a
+    /// group named STREAMS after another option misleads it; both are kept.
+    Streams,
+    /// SET's key, when the GET option makes it read as well as written (`setGetKeys`).
+    SetGet,
+    /// BITFIELD's key, unless every operation is a GET or OVERFLOW (`bitfieldGetKeys`).
+    BitfieldWrite,
 }
 
 /// Which arguments from the start are keys.
@@ -93,10 +116,10 @@ fn sample(entry: &Entry) -> Vec<Vec<u8>> {
                 argv[count] = b"1".to_vec();
             }
             (Begin::Index(at), Find::Range { .. }) => grow(&mut argv, *at as usize + 1),
-            (Begin::Keyword(keyword, _), _) => {
+            (Begin::Keyword(keyword, _), _) | (Begin::AfterEach([keyword, ..], _), _) => {
                 argv.extend([keyword.as_bytes().to_vec(), b"x".to_vec(), b"x".to_vec()]);
             }
-            (Begin::AfterEach(_), _) => {}
+            (Begin::AfterEach([], _), _) | (Begin::Parsed(_), _) => {}
         }
     }
     argv
@@ -160,27 +183,31 @@ fn descriptor<'a>(
         traits: CommandFlags::from_bits_retain(entry.traits),
         arity: entry.arity,
         keys,
-        reuse: reuse(entry),
+        reuse: reuse(entry, argc),
     }
 }
 
-/// What besides argc decides key positions and lane: the positions of key counts (EVAL's
-/// numkeys); `None` when a keyword does (XREAD's STREAMS, XREAD's BLOCK for the lane).
-fn reuse(entry: &Entry) -> Option<Vec<u32>> {
+/// What besides argc decides key positions, their flags and the lane: the positions of key counts
+/// (EVAL's numkeys) and of SET's options (GET among them makes its key read); `None` when a
+/// keyword does (XREAD's STREAMS, XREAD's BLOCK for the lane).
+fn reuse(entry: &Entry, argc: usize) -> Option<Vec<u32>> {
     if entry.blocks_only_with.is_some() {
         return None;
     }
-    let mut counts = Vec::new();
+    let mut depends = Vec::new();
     for spec in entry.keys {
         match (&spec.begin, &spec.find) {
             (Begin::Index(_), Find::Range { .. }) => {}
             (Begin::Index(at), Find::Keynum { index, .. }) => {
-                counts.push(u32::try_from(at + index).ok()?);
+                depends.push(u32::try_from(at + index).ok()?);
+            }
+            (Begin::Parsed(Parse::SetGet), _) => {
+                depends.extend(SET_OPTIONS as u32..u32::try_from(argc).ok()?);
             }
             _ => return None,
         }
     }
-    Some(counts)
+    (depends.len() <= MAX_REUSE).then_some(depends)
 }
 
 /// Key positions of one spec for this argv; positions past the end are dropped (Redis itself
@@ -205,9 +232,11 @@ fn positions<'a>(
             };
             found.map(|i| i + 1).into_iter().collect()
         }
-        Begin::AfterEach(keywords) => (2..argc)
-            .filter(|&i| keywords.iter().any(|k| is_keyword(arg, i - 1, k)))
+        Begin::AfterEach(keywords, from) => (from.max(1) as i64..argc - 1)
+            .filter(|&i| keywords.iter().any(|k| is_keyword(arg, i, k)))
+            .map(|i| i + 1)
             .collect(),
+        Begin::Parsed(parse) => parsed(parse, argc, arg).into_iter().collect(),
     };
     let mut out = Vec::new();
     for first in starts {
@@ -245,6 +274,74 @@ fn positions<'a>(
         );
     }
     out
+}
+
+/// Where SET's options start (after `SET key value`).
+const SET_OPTIONS: usize = 3;
+/// Most positions an answer's `reuse` may name: the host refuses an answer with more as malformed
+/// (crates/policy/src/sandbox/calls.rs), so a SET with more options is described afresh each time.
+const MAX_REUSE: usize = 4;
+
+/// The first key position of a [`Parse`] for this argv, as Redis's key procedure finds it.
+fn parsed<'a>(parse: Parse, argc: i64, arg: &impl Fn(usize) -> Option<&'a [u8]>) -> Option<i64> {
+    let is = |i: i64, keyword: &str| is_keyword(arg, i, keyword);
+    match parse {
+        Parse::MigrateKey => migrate_keys_option(argc, arg).is_none().then_some(3),
+        Parse::MigrateKeys => {
+            let keys = migrate_keys_option(argc, arg)?;
+            arg(3).is_some_and(<[u8]>::is_empty).then_some(keys + 1)
+        }
+        Parse::Streams => {
+            let mut i = 1;
+            while i < argc {
+                if is(i, "BLOCK") || is(i, "COUNT") {
+                    i += 1;
+                } else if is(i, "GROUP") {
+                    i += 2;
+                } else if is(i, "STREAMS") {
+                    return Some(i + 1);
+                } else if !is(i, "NOACK") {
+                    return None;
+                }
+                i += 1;
+            }
+            None
+        }
+        Parse::SetGet => (SET_OPTIONS as i64..argc).any(|i| is(i, "GET")).then_some(1),
+        Parse::BitfieldWrite => {
+            let mut i = 2;
+            while i < argc {
+                let more = argc - i - 1;
+                if is(i, "GET") && more >= 2 {
+                    i += 3;
+                } else if is(i, "OVERFLOW") && more >= 1 {
+                    i += 2;
+                } else {
+                    // SET, INCRBY, or a malformed operation (Redis assumes the safer: written).
+                    return Some(1);
+                }
+            }
+            None
+        }
+    }
+}
+
+/// The index of MIGRATE's KEYS option, searched from argv[6] past COPY, REPLACE, AUTH's password
+/// and AUTH2's user and password.
+fn migrate_keys_option<'a>(argc: i64, arg: &impl Fn(usize) -> Option<&'a [u8]>) -> Option<i64> {
+    let mut i = 6;
+    while i < argc {
+        if is_keyword(arg, i, "KEYS") {
+            return Some(i);
+        }
+        if is_keyword(arg, i, "AUTH") {
+            i += 1;
+        } else if is_keyword(arg, i, "AUTH2") {
+            i += 2;
+        }
+        i += 1;
+    }
+    None
 }
 
 /// A key count as `COMMAND GETKEYS` reads it: C's `strtol` (leading blanks, a sign, digits up to
