@@ -307,7 +307,9 @@ fn parsed<'a>(parse: Parse, argc: i64, arg: &impl Fn(usize) -> Option<&'a [u8]>)
             }
             None
         }
-        Parse::SetGet => (SET_OPTIONS as i64..argc).any(|i| is(i, "GET")).then_some(1),
+        Parse::SetGet => (SET_OPTIONS as i64..argc)
+            .any(|i| is(i, "GET"))
+            .then_some(1),
         Parse::BitfieldWrite => {
             let mut i = 2;
             while i < argc {
