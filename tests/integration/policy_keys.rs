@@ -21,7 +21,7 @@ use tollgate_testkit::RedisServer;
 
 use tollgate_resp::Frame;
 
-use crate::policy_support::{admission, caller, fuel_limits};
+use crate::policy_support::{admission, caller, fuel_limits, root};
 use crate::support::command_docs::{self, Generator, Rng};
 use crate::support::daemon::TestDaemon;
 use crate::support::raw::{text, RawClient};
@@ -488,5 +488,66 @@ async fn a_name_with_a_nul_is_unknown_even_after_the_name_was_cached() {
         redis.inline("GET k").contains("first"),
         "a NUL-named SET reached Redis"
     );
+    daemon.stop().await;
+}
+
+#[tokio::test]
+async fn a_tenant_cannot_store_to_another_tenants_key_by_repeating_store() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    // The tenants example, with this test's process as acme.
+    let tenants = std::fs::read_to_string(root().join("policies/examples/tenants.yaml")).unwrap();
+    let acme = "  acme: { uids: [2001] }";
+    assert!(
+        tenants.contains(acme),
+        "tenants.yaml no longer maps acme so"
+    );
+    let policy = dir.path().join("tenants.yaml");
+    std::fs::write(&policy, tenants.replace(acme, "  acme: { any: true }")).unwrap();
+    let daemon =
+        TestDaemon::start_with(&redis, |config| config.policy.files = vec![policy.clone()]).await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    assert_eq!(
+        client.call(&["GEOADD", "acme:geo", "15", "37", "m"]).await,
+        Frame::Integer(1)
+    );
+    let georadius = ["GEORADIUS", "acme:geo", "15", "37", "200", "km"];
+    for options in [
+        &["STORE", "acme:out", "STORE", "globex:secret"][..],
+        &["STORE", "acme:out", "STOREDIST", "globex:secret"],
+        &["STOREDIST", "acme:out", "store", "globex:secret"],
+        &["STORE\0x", "globex:secret"],
+    ] {
+        let argv: Vec<&str> = georadius.iter().chain(options).copied().collect();
+        let reply = client.call(&argv).await;
+        assert!(
+            matches!(&reply, Frame::Error(e) if e.starts_with(b"NOPERM tollgate: rule ")),
+            "{argv:?}: {reply:?}"
+        );
+    }
+    let bymember = [
+        "GEORADIUSBYMEMBER",
+        "acme:geo",
+        "m",
+        "200",
+        "km",
+        "STORE",
+        "acme:out",
+        "STORE",
+        "globex:secret",
+    ];
+    let reply = client.call(&bymember).await;
+    assert!(matches!(&reply, Frame::Error(_)), "{reply:?}");
+    assert!(
+        redis.inline("EXISTS globex:secret").contains('0'),
+        "a repeated STORE wrote another tenant's key"
+    );
+    // acme's own store still works.
+    let argv: Vec<&str> = georadius
+        .iter()
+        .chain(&["STORE", "acme:out"])
+        .copied()
+        .collect();
+    assert_eq!(client.call(&argv).await, Frame::Integer(1));
     daemon.stop().await;
 }
