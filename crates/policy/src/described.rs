@@ -2,6 +2,9 @@
 //! subcommand and argc, and equal arguments at the positions it names (EVAL's numkeys), so a
 //! `GET` or an `EVAL` does not ask the catalog module again for every call. Per generation, and
 //! bounded: past [`CAPACITY`] answers new ones are simply not kept.
+//!
+//! Names are compared exactly (but for ASCII case): `SET\0` or `SET ` is not `SET`, whatever is
+//! kept, so a name the catalog does not know is always described afresh, and refused.
 
 use std::sync::Arc;
 
@@ -42,21 +45,29 @@ impl Described {
     }
 }
 
-/// Which command: name and subcommand, upper case.
+/// A name or subcommand, upper case, with its length: padding alone cannot tell `SET` from `SET\0`.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-struct CommandKey {
-    name: [u8; WORD],
-    sub: [u8; WORD],
+struct Word {
+    len: u8,
+    bytes: [u8; WORD],
 }
 
-/// Which call of a command: argc and the values at the command's reuse positions.
+/// Which command and argc: name and subcommand, and how many arguments (a catalog may name other
+/// positions for another argc, as SET's options).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct CommandKey {
+    name: Word,
+    sub: Option<Word>,
+    argc: u32,
+}
+
+/// Which call of a command and argc: the values at the command's reuse positions.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct CallKey {
-    argc: u32,
     values: [u8; VALUES],
 }
 
-/// The answers kept for one command, and the positions its calls are told apart by.
+/// The answers kept for one command and argc, and the positions its calls are told apart by.
 struct Known {
     positions: Vec<u32>,
     answers: FxHashMap<CallKey, Arc<Described>>,
@@ -104,8 +115,8 @@ impl DescribedCache {
             positions: positions.clone(),
             answers: FxHashMap::default(),
         });
-        // A catalog names the same positions for every call of a command; if one did not, the
-        // first answer's positions stay and this answer is not kept.
+        // A catalog names the same positions for every call of a command with this argc; if one
+        // did not, the first answer's positions stay and this answer is not kept.
         if known.positions != *positions {
             return;
         }
@@ -116,21 +127,25 @@ impl DescribedCache {
 }
 
 fn command_key<A: AsRef<[u8]>>(argv: &[A], with_sub: bool) -> Option<CommandKey> {
-    let word = |bytes: &[u8]| -> Option<[u8; WORD]> {
+    let word = |bytes: &[u8]| -> Option<Word> {
         let mut out = [0u8; WORD];
         let word = out.get_mut(..bytes.len())?;
         word.copy_from_slice(bytes);
         word.make_ascii_uppercase();
-        Some(out)
+        Some(Word {
+            len: bytes.len() as u8,
+            bytes: out,
+        })
     };
     let sub = match (with_sub, argv.get(1)) {
-        (true, Some(sub)) => word(sub.as_ref())?,
+        (true, Some(sub)) => Some(word(sub.as_ref())?),
         (true, None) => return None,
-        (false, _) => [0u8; WORD],
+        (false, _) => None,
     };
     Some(CommandKey {
         name: word(argv.first()?.as_ref())?,
         sub,
+        argc: u32::try_from(argv.len()).ok()?,
     })
 }
 
@@ -145,10 +160,7 @@ fn call_key<A: AsRef<[u8]>>(argv: &[A], positions: &[u32]) -> Option<CallKey> {
         values[at] = value.len() as u8;
         at = end;
     }
-    Some(CallKey {
-        argc: u32::try_from(argv.len()).ok()?,
-        values,
-    })
+    Some(CallKey { values })
 }
 
 #[cfg(test)]
@@ -197,6 +209,43 @@ mod tests {
         let xread = argv(&["XREAD", "STREAMS", "s", "0"]);
         cache.offer(&xread, &answer("XREAD", None));
         assert!(cache.get(&xread).is_none());
+    }
+
+    #[test]
+    fn a_name_with_a_nul_or_other_bytes_is_not_a_kept_name() {
+        let cache = DescribedCache::default();
+        cache.offer(&argv(&["SET", "k", "v"]), &answer("SET", Some(vec![])));
+        assert!(cache.get(&argv(&["set", "k", "v"])).is_some());
+        for name in ["SET\0", "SET\0\0", "\0SET", "SET ", "SETX", "SE"] {
+            assert!(
+                cache.get(&argv(&[name, "k", "v"])).is_none(),
+                "{name:?} was answered as SET"
+            );
+        }
+        cache.offer(
+            &argv(&["CLIENT", "LIST"]),
+            &answer("CLIENT|LIST", Some(vec![])),
+        );
+        assert!(cache.get(&argv(&["CLIENT", "LIST\0"])).is_none());
+        assert!(cache.get(&argv(&["CLIENT\0", "LIST"])).is_none());
+    }
+
+    #[test]
+    fn positions_may_differ_with_argc() {
+        // SET's answer depends on its options (GET makes its key read): none for three arguments,
+        // every option for more. Both are kept, each for its own argc.
+        let cache = DescribedCache::default();
+        let plain = answer("SET", Some(vec![]));
+        let with_options = answer("SET", Some(vec![3]));
+        cache.offer(&argv(&["SET", "k", "v"]), &plain);
+        cache.offer(&argv(&["SET", "k", "v", "GET"]), &with_options);
+        let hit = cache.get(&argv(&["SET", "a", "b", "GET"]));
+        assert!(hit.is_some_and(|hit| Arc::ptr_eq(&hit, &with_options)));
+        // Values compare byte for byte: another option, or another spelling, is another call.
+        assert!(cache.get(&argv(&["SET", "a", "b", "NX"])).is_none());
+        assert!(cache.get(&argv(&["SET", "a", "b", "get"])).is_none());
+        let hit = cache.get(&argv(&["SET", "a", "b"]));
+        assert!(hit.is_some_and(|hit| Arc::ptr_eq(&hit, &plain)));
     }
 
     #[test]

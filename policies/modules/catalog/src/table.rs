@@ -1,5 +1,10 @@
 //! The shape of the generated command table, command lookup, and key-position resolution that
-//! follows Redis's key specs (`begin_search` + `find_keys`, as `COMMAND INFO` reports them).
+//! follows Redis's key specs (`begin_search` + `find_keys`, as `COMMAND INFO` reports them) and,
+//! where those cannot say, the option parsing of Redis's own key procedures (db.c).
+//!
+//! Arguments are compared as Redis compares them: keywords with `strcasecmp`, which stops at the
+//! first NUL (`STORE\0x` is STORE to Redis), counts as `COMMAND GETKEYS` reads them. Command and
+//! subcommand names are looked up whole, as Redis's command table does.
 
 use std::cmp::Ordering;
 
@@ -37,8 +42,30 @@ pub enum Begin {
     Index(i32),
     /// After this keyword, searched from `startfrom` (negative: from the end, backwards).
     Keyword(&'static str, i32),
-    /// After every occurrence of any of these keywords (SORT's BY, GET and STORE).
-    AfterEach(&'static [&'static str]),
+    /// After every occurrence at or after this index of any of these keywords: where Redis's key
+    /// spec cannot say (SORT's BY and GET patterns), or says less than the command does
+    /// (GEORADIUS stores to its last STORE or STOREDIST, its key spec names the first).
+    AfterEach(&'static [&'static str], i32),
+    /// Where the command's own option parsing puts its first key (none: no key from this spec).
+    Parsed(Parse),
+}
+
+/// Option parsing that Redis does for a command's keys or their flags in a key procedure of its
+/// own (db.c), because the command's key specs are incomplete or its flags vary.
+#[derive(Clone, Copy)]
+pub enum Parse {
+    /// MIGRATE's argv[3], unless a KEYS option follows (`migrateGetKeys`).
+    MigrateKey,
+    /// After MIGRATE's KEYS option, when argv[3] is empty (AUTH takes one argument, AUTH2 two).
+    MigrateKeys,
+    /// After XREAD's and XREADGROUP's STREAMS option, found as the command finds it (BLOCK and
+    /// COUNT take one argument, GROUP two). The key spec's search starts at a fixed index, so a
+    /// group named STREAMS after another option misleads it; both are kept.
+    Streams,
+    /// SET's key, when the GET option makes it read as well as written (`setGetKeys`).
+    SetGet,
+    /// BITFIELD's key, unless every operation is a GET or OVERFLOW (`bitfieldGetKeys`).
+    BitfieldWrite,
 }
 
 /// Which arguments from the start are keys.
@@ -52,8 +79,9 @@ pub enum Find {
 
 pub fn describe(table: &'static [Entry], argv: &Argv) -> Option<Descriptor> {
     let args = Args::new(&argv.bytes, &argv.spans);
-    // An argument only a prefix of which crossed is no keyword or number: it reads as empty.
-    let arg = |i: usize| (i < args.count()).then(|| args.whole(i).unwrap_or_default());
+    // What crossed of each argument. Of one cut to a prefix, that prefix: no name is that long,
+    // a keyword is one if the prefix holds a NUL early enough, and Redis refuses such a count.
+    let arg = |i: usize| (i < args.count()).then(|| args.get(i).unwrap_or_default());
     let entry = lookup(table, args.count(), arg)?;
     Some(descriptor(entry, args.count(), arg))
 }
@@ -88,10 +116,10 @@ fn sample(entry: &Entry) -> Vec<Vec<u8>> {
                 argv[count] = b"1".to_vec();
             }
             (Begin::Index(at), Find::Range { .. }) => grow(&mut argv, *at as usize + 1),
-            (Begin::Keyword(keyword, _), _) => {
+            (Begin::Keyword(keyword, _), _) | (Begin::AfterEach([keyword, ..], _), _) => {
                 argv.extend([keyword.as_bytes().to_vec(), b"x".to_vec(), b"x".to_vec()]);
             }
-            (Begin::AfterEach(_), _) => {}
+            (Begin::AfterEach([], _), _) | (Begin::Parsed(_), _) => {}
         }
     }
     argv
@@ -145,12 +173,7 @@ fn descriptor<'a>(
     }
     keys.sort_by_key(|k| k.position);
     let lane = match entry.blocks_only_with {
-        Some(keyword)
-            if !(1..argc)
-                .any(|i| arg(i).is_some_and(|a| a.eq_ignore_ascii_case(keyword.as_bytes()))) =>
-        {
-            Lane::Regular
-        }
+        Some(keyword) if !(1..argc as i64).any(|i| is_keyword(&arg, i, keyword)) => Lane::Regular,
         _ => entry.lane,
     };
     Descriptor {
@@ -160,27 +183,31 @@ fn descriptor<'a>(
         traits: CommandFlags::from_bits_retain(entry.traits),
         arity: entry.arity,
         keys,
-        reuse: reuse(entry),
+        reuse: reuse(entry, argc),
     }
 }
 
-/// What besides argc decides key positions and lane: the positions of key counts (EVAL's
-/// numkeys); `None` when a keyword does (XREAD's STREAMS, XREAD's BLOCK for the lane).
-fn reuse(entry: &Entry) -> Option<Vec<u32>> {
+/// What besides argc decides key positions, their flags and the lane: the positions of key counts
+/// (EVAL's numkeys) and of SET's options (GET among them makes its key read); `None` when a
+/// keyword does (XREAD's STREAMS, XREAD's BLOCK for the lane).
+fn reuse(entry: &Entry, argc: usize) -> Option<Vec<u32>> {
     if entry.blocks_only_with.is_some() {
         return None;
     }
-    let mut counts = Vec::new();
+    let mut depends = Vec::new();
     for spec in entry.keys {
         match (&spec.begin, &spec.find) {
             (Begin::Index(_), Find::Range { .. }) => {}
             (Begin::Index(at), Find::Keynum { index, .. }) => {
-                counts.push(u32::try_from(at + index).ok()?);
+                depends.push(u32::try_from(at + index).ok()?);
+            }
+            (Begin::Parsed(Parse::SetGet), _) => {
+                depends.extend(SET_OPTIONS as u32..u32::try_from(argc).ok()?);
             }
             _ => return None,
         }
     }
-    Some(counts)
+    (depends.len() <= MAX_REUSE).then_some(depends)
 }
 
 /// Key positions of one spec for this argv; positions past the end are dropped (Redis itself
@@ -194,18 +221,22 @@ fn positions<'a>(
     let starts: Vec<i64> = match spec.begin {
         Begin::Index(index) => vec![index as i64],
         Begin::Keyword(keyword, from) => {
+            // As Redis searches: never the last argument (forwards) nor the first (backwards),
+            // which could not be followed by a key anyway.
             let found = if from >= 0 {
-                (from as i64..argc).find(|&i| is_keyword(arg, i, keyword))
+                (from as i64..argc - 1).find(|&i| is_keyword(arg, i, keyword))
             } else {
-                (1..=argc + from as i64)
+                (2..=argc + from as i64)
                     .rev()
                     .find(|&i| is_keyword(arg, i, keyword))
             };
             found.map(|i| i + 1).into_iter().collect()
         }
-        Begin::AfterEach(keywords) => (2..argc)
-            .filter(|&i| keywords.iter().any(|k| is_keyword(arg, i - 1, k)))
+        Begin::AfterEach(keywords, from) => (from.max(1) as i64..argc - 1)
+            .filter(|&i| keywords.iter().any(|k| is_keyword(arg, i, k)))
+            .map(|i| i + 1)
             .collect(),
+        Begin::Parsed(parse) => parsed(parse, argc, arg).into_iter().collect(),
     };
     let mut out = Vec::new();
     for first in starts {
@@ -223,16 +254,15 @@ fn positions<'a>(
                 first: offset,
                 step,
             } => {
-                let count = arg((first + index as i64) as usize)
-                    .and_then(|bytes| std::str::from_utf8(bytes).ok()?.parse::<i64>().ok())
-                    .filter(|&n| n > 0 && n < argc);
-                match count {
-                    Some(count) => {
-                        let start = first + offset as i64;
-                        (start, start + (count - 1) * step as i64, step)
-                    }
-                    None => continue,
+                let start = first + offset as i64;
+                let count = arg((first + index as i64) as usize).map_or(0, key_count);
+                let last = start + (count as i64 - 1) * step.max(1) as i64;
+                // No keys at all when the count is not positive or runs past argv, as Redis's
+                // `genericGetKeys` decides (and the command itself refuses the call).
+                if count < 1 || last >= argc {
+                    continue;
                 }
+                (start, last, step)
             }
         };
         let step = step.max(1) as usize;
@@ -246,6 +276,106 @@ fn positions<'a>(
     out
 }
 
+/// Where SET's options start (after `SET key value`).
+const SET_OPTIONS: usize = 3;
+/// Most positions an answer's `reuse` may name: the host refuses an answer with more as malformed
+/// (crates/policy/src/sandbox/calls.rs), so a SET with more options is described afresh each time.
+const MAX_REUSE: usize = 4;
+
+/// The first key position of a [`Parse`] for this argv, as Redis's key procedure finds it.
+fn parsed<'a>(parse: Parse, argc: i64, arg: &impl Fn(usize) -> Option<&'a [u8]>) -> Option<i64> {
+    let is = |i: i64, keyword: &str| is_keyword(arg, i, keyword);
+    match parse {
+        Parse::MigrateKey => migrate_keys_option(argc, arg).is_none().then_some(3),
+        Parse::MigrateKeys => {
+            let keys = migrate_keys_option(argc, arg)?;
+            arg(3).is_some_and(<[u8]>::is_empty).then_some(keys + 1)
+        }
+        Parse::Streams => {
+            let mut i = 1;
+            while i < argc {
+                if is(i, "BLOCK") || is(i, "COUNT") {
+                    i += 1;
+                } else if is(i, "GROUP") {
+                    i += 2;
+                } else if is(i, "STREAMS") {
+                    return Some(i + 1);
+                } else if !is(i, "NOACK") {
+                    return None;
+                }
+                i += 1;
+            }
+            None
+        }
+        Parse::SetGet => (SET_OPTIONS as i64..argc)
+            .any(|i| is(i, "GET"))
+            .then_some(1),
+        Parse::BitfieldWrite => {
+            let mut i = 2;
+            while i < argc {
+                let more = argc - i - 1;
+                if is(i, "GET") && more >= 2 {
+                    i += 3;
+                } else if is(i, "OVERFLOW") && more >= 1 {
+                    i += 2;
+                } else {
+                    // SET, INCRBY, or a malformed operation (Redis assumes the safer: written).
+                    return Some(1);
+                }
+            }
+            None
+        }
+    }
+}
+
+/// The index of MIGRATE's KEYS option, searched from argv[6] past COPY, REPLACE, AUTH's password
+/// and AUTH2's user and password.
+fn migrate_keys_option<'a>(argc: i64, arg: &impl Fn(usize) -> Option<&'a [u8]>) -> Option<i64> {
+    let mut i = 6;
+    while i < argc {
+        if is_keyword(arg, i, "KEYS") {
+            return Some(i);
+        }
+        if is_keyword(arg, i, "AUTH") {
+            i += 1;
+        } else if is_keyword(arg, i, "AUTH2") {
+            i += 2;
+        }
+        i += 1;
+    }
+    None
+}
+
+/// A key count as `COMMAND GETKEYS` reads it: C's `strtol` (leading blanks, a sign, digits up to
+/// the first other byte, saturating), then cut to a C `int`. Redis itself refuses every count that
+/// is not a plain number, so only plain numbers reach it.
+fn key_count(bytes: &[u8]) -> i32 {
+    let text = bytes
+        .iter()
+        .position(|b| !matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r'))
+        .map_or(&[][..], |start| &bytes[start..]);
+    let (negative, digits) = match text {
+        [b'-', rest @ ..] => (true, rest),
+        [b'+', rest @ ..] => (false, rest),
+        rest => (false, rest),
+    };
+    let mut value: i64 = 0;
+    for digit in digits.iter().take_while(|b| b.is_ascii_digit()) {
+        let digit = i64::from(digit - b'0');
+        value = if negative {
+            value.saturating_mul(10).saturating_sub(digit)
+        } else {
+            value.saturating_mul(10).saturating_add(digit)
+        };
+    }
+    value as i32
+}
+
+/// Whether argument `index` is `keyword` as Redis's `strcasecmp` sees it: up to its first NUL.
 fn is_keyword<'a>(arg: &impl Fn(usize) -> Option<&'a [u8]>, index: i64, keyword: &str) -> bool {
-    index >= 0 && arg(index as usize).is_some_and(|a| a.eq_ignore_ascii_case(keyword.as_bytes()))
+    index >= 0
+        && arg(index as usize).is_some_and(|a| {
+            let c_string = a.split(|&b| b == 0).next().unwrap_or_default();
+            c_string.eq_ignore_ascii_case(keyword.as_bytes())
+        })
 }
