@@ -17,6 +17,11 @@ pub struct LanesConfig {
     pub script: LaneOverrides,
     pub pubsub: LaneOverrides,
     pub admin: LaneOverrides,
+    /// The uid the Redis server must run as, checked (`SO_PEERCRED`) on every new connection before
+    /// anything, a password first, is sent on it. The daemon sets its own uid for the embedded
+    /// server it starts; the config file cannot set it.
+    #[serde(skip)]
+    pub server_uid: Option<u32>,
 }
 
 /// One lane as written in the config; what is left out takes the lane's default.

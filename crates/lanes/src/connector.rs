@@ -1,4 +1,5 @@
-//! Opens connections for one lane: dial, authenticate as the lane's ACL user, and after a failure
+//! Opens connections for one lane: dial, check who the server runs as when that is known (the
+//! embedded server), authenticate as the lane's ACL user, and after a failure
 //! refuse further attempts for an exponentially growing, jittered pause so that a Redis outage makes
 //! callers fail fast with `Unavailable` instead of piling up connection attempts.
 
@@ -33,6 +34,8 @@ pub(crate) struct Connector {
     locator: Arc<Locator>,
     /// The handshake per protocol, in [`Protocol::index`] order.
     hello: [Bytes; 2],
+    /// The uid the server must run as; `None` for a server the daemon did not start.
+    server_uid: Option<u32>,
     backoff: Mutex<Backoff>,
     metrics: LaneMetrics,
 }
@@ -51,6 +54,7 @@ impl Connector {
         lane: Lane,
         locator: Arc<Locator>,
         credentials: Option<Credentials>,
+        server_uid: Option<u32>,
         metrics: LaneMetrics,
     ) -> Self {
         let name = format!("tollgate-{}", lane.as_str());
@@ -60,6 +64,7 @@ impl Connector {
         Connector {
             locator,
             hello: Protocol::ALL.map(|protocol| hello(auth, Some(&name), protocol)),
+            server_uid,
             backoff: Mutex::new(Backoff::default()),
             metrics,
         }
@@ -138,6 +143,9 @@ impl Connector {
         protocol: Protocol,
     ) -> Result<Conn, String> {
         let stream = Stream::connect(endpoint).await.map_err(|e| e.to_string())?;
+        if let Some(uid) = self.server_uid {
+            stream.check_server_uid(uid).map_err(|e| e.to_string())?;
+        }
         let mut conn = Conn::new(stream, &self.metrics, generation, protocol);
         let reply = conn
             .call(&self.hello[protocol.index()])

@@ -102,7 +102,13 @@ impl Lanes {
             let lane_settings = config.settings(lane);
             let credentials = credentials(&lane_settings)?;
             let metrics = families.lane(lane);
-            let connector = Connector::new(lane, locator.clone(), credentials, metrics.clone());
+            let connector = Connector::new(
+                lane,
+                locator.clone(),
+                credentials,
+                config.server_uid,
+                metrics.clone(),
+            );
             parts.push((lane_settings.clone(), connector, metrics));
             settings.push(lane_settings);
         }

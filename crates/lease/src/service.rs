@@ -21,7 +21,7 @@ use crate::queue::WaitLines;
 use crate::resource::{LeaseKeys, Resource};
 use crate::scripts::ScriptRunner;
 use crate::state::Holding;
-use crate::watchdog::{Guard, Watchdogs};
+use crate::watchdog::{AtLimit, Guard, Watchdogs};
 
 /// A request the service refuses before sending anything; `field` names the culprit.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -74,6 +74,21 @@ impl LeaseService {
         }
         let keys = resource.keys();
         let attempt = bind(principal, &request.attempt);
+        let slot = match &holder {
+            Some(_) => match self.watchdogs.reserve(
+                principal,
+                &(keys.lease.clone(), attempt.clone()),
+                self.config.max_watchdogs_per_principal,
+            ) {
+                Ok(slot) => slot,
+                Err(AtLimit { limit }) => {
+                    let outcome = AcquireOutcome::TooManyWatchdogs { limit };
+                    self.metrics.outcome("acquire", &outcome);
+                    return Ok(outcome);
+                }
+            },
+            None => None,
+        };
         let deadline = Instant::now() + request.wait;
         let outcome = self
             .acquire_waiting(&keys, &attempt, request, deadline)
@@ -81,9 +96,10 @@ impl LeaseService {
         self.metrics.outcome("acquire", &outcome);
         if let (
             Some(holder),
+            Some(slot),
             AcquireOutcome::Acquired { fence, valid_for }
             | AcquireOutcome::Replayed { fence, valid_for },
-        ) = (holder, &outcome)
+        ) = (holder, slot, &outcome)
         {
             let now = Instant::now();
             self.watchdogs.start(
@@ -97,6 +113,7 @@ impl LeaseService {
                     hold_until: now + self.config.max_hold,
                     metrics: self.metrics.clone(),
                 },
+                slot,
                 &self.shutdown,
             );
         }
