@@ -394,8 +394,7 @@ async fn lanes_send_no_password_to_a_server_another_uid_runs() {
         .unwrap()
         .send(cmd(&["PING"]))
         .await
-        .err()
-        .expect("refused");
+        .expect_err("refused");
     let CallError::Unavailable { reason } = &refused else {
         panic!("not refused as not sent: {refused}");
     };
