@@ -1,5 +1,7 @@
 //! The embedded default: a private `redis-server` child on a Unix socket in the runtime directory,
 //! without persistence unless configured, started before the daemon serves and stopped after it.
+//! Its log and socket are checked before use (`runtime_dir`): redis-server would append to a linked
+//! log's target, and the daemon sends the lanes' passwords to whatever listens on the socket.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -8,6 +10,7 @@ use std::time::Duration;
 use tollgate_lanes::Endpoint;
 
 use crate::config::EmbeddedConfig;
+use crate::runtime_dir::{self, EntryError, Kind};
 
 /// How long a fresh `redis-server` gets to answer before start-up fails.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -27,6 +30,8 @@ pub enum EmbeddedError {
     Exited { status: String, log: PathBuf },
     #[error("embedded redis-server did not answer within {READY_TIMEOUT:?}; its log: {log}")]
     NotReady { log: PathBuf },
+    #[error("embedded redis-server: {0}")]
+    Unsafe(#[from] EntryError),
 }
 
 pub struct EmbeddedRedis {
@@ -46,7 +51,8 @@ impl EmbeddedRedis {
         })?;
         let socket = dir.join("redis.sock");
         let log = dir.join("redis.log");
-        let _ = std::fs::remove_file(&socket);
+        runtime_dir::remove_stale(&socket, Kind::Socket)?;
+        runtime_dir::inspect(&log, Kind::File)?;
         let mut command = tokio::process::Command::new(&config.binary);
         command
             .arg("--port")
@@ -92,6 +98,8 @@ impl EmbeddedRedis {
         })?;
         let mut embedded = EmbeddedRedis { child, socket };
         embedded.wait_ready(&log).await?;
+        // Only the daemon's uid can put a socket there, but the passwords go out next: be sure.
+        runtime_dir::check_own(&embedded.socket, Kind::Socket)?;
         tracing::info!(socket = %embedded.socket.display(), "embedded redis-server ready");
         Ok(embedded)
     }

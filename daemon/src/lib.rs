@@ -8,6 +8,7 @@ pub mod logging;
 pub mod metrics;
 pub mod readiness;
 pub mod runtime;
+pub mod runtime_dir;
 pub mod server;
 
 pub use config::Config;

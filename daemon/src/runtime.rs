@@ -51,11 +51,8 @@ pub enum StartError {
     Reach(#[from] tollgate_lanes::ReachError),
     #[error("policy: {0}")]
     Policy(#[from] tollgate_policy::PolicyError),
-    #[error("cannot create runtime directory {path}: {source}")]
-    RuntimeDir {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    RuntimeDir(#[from] crate::runtime_dir::RuntimeDirError),
 }
 
 /// A running daemon. Dropping it without [`Daemon::shutdown`] still removes its sockets and kills
@@ -76,11 +73,8 @@ impl Daemon {
     /// Starts everything the configuration asks for and returns once the daemon is ready to serve.
     pub async fn start(config: Config) -> Result<Daemon, StartError> {
         let runtime_dir = config.runtime_dir();
-        std::fs::create_dir_all(&runtime_dir).map_err(|source| StartError::RuntimeDir {
-            path: runtime_dir.clone(),
-            source,
-        })?;
         let group = config.listen.group.as_deref();
+        crate::runtime_dir::prepare(&runtime_dir, group)?;
         let (http_listener, http_socket) =
             socket::bind(&config.http_socket(), config.listen.mode.0, group)?;
         let (resp_listener, resp_socket) =
@@ -101,9 +95,13 @@ impl Daemon {
         // least-privilege user.
         let lanes_config = match &embedded {
             Some(embedded) => {
-                tollgate_lanes::provision(&[embedded.endpoint()], &runtime_dir, &config.lanes)
-                    .await?
-                    .config
+                let mut provisioned =
+                    tollgate_lanes::provision(&[embedded.endpoint()], &runtime_dir, &config.lanes)
+                        .await?
+                        .config;
+                // The daemon's own child runs as the daemon's uid; lanes talk to nothing else.
+                provisioned.server_uid = Some(nix::unistd::geteuid().as_raw());
+                provisioned
             }
             None => config.lanes.clone(),
         };

@@ -302,11 +302,17 @@ fn random_password() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Writes a fresh 0600 file. Unlinking first and creating exclusively, without following a link,
+/// means a link or a file someone else made at `path` is never written through: creation fails.
 fn write_secret(path: &Path, secret: &str) -> std::io::Result<()> {
-    let _ = std::fs::remove_file(path);
+    match std::fs::remove_file(path) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
+        _ => {}
+    }
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
         .mode(0o600)
         .open(path)?;
     writeln!(file, "{secret}")

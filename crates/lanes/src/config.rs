@@ -20,6 +20,11 @@ pub struct LanesConfig {
     pub admin: LaneOverrides,
     /// The lease service's own connections, apart from every client lane.
     pub leases: LeaseConnections,
+    /// The uid the Redis server must run as, checked (`SO_PEERCRED`) on every new connection before
+    /// anything, a password first, is sent on it. The daemon sets its own uid for the embedded
+    /// server it starts; the config file cannot set it.
+    #[serde(skip)]
+    pub server_uid: Option<u32>,
 }
 
 /// `lanes.leases`: how the lease service reaches Redis. Its user is the only one that may touch the
@@ -131,6 +136,7 @@ impl LanesConfig {
             pubsub: as_lease_user(&self.pubsub),
             admin: as_lease_user(&self.admin),
             leases: self.leases.clone(),
+            server_uid: self.server_uid,
         }
     }
 

@@ -1,4 +1,5 @@
-//! Opens connections for one lane: dial, authenticate as the lane's ACL user, and after a failure
+//! Opens connections for one lane: dial, check who the server runs as when that is known (the
+//! embedded server), authenticate as the lane's ACL user, and after a failure
 //! refuse further attempts for an exponentially growing, jittered pause so that a Redis outage makes
 //! callers fail fast with `Unavailable` instead of piling up connection attempts.
 
@@ -35,6 +36,8 @@ pub(crate) struct Connector {
     hello: [Bytes; 2],
     /// `SELECT <database>` after the handshake, for connections outside database 0.
     select: Option<Bytes>,
+    /// The uid the server must run as; `None` for a server the daemon did not start.
+    server_uid: Option<u32>,
     backoff: Mutex<Backoff>,
     metrics: LaneMetrics,
 }
@@ -54,6 +57,7 @@ impl Connector {
         locator: Arc<Locator>,
         credentials: Option<Credentials>,
         database: Option<u32>,
+        server_uid: Option<u32>,
         metrics: LaneMetrics,
     ) -> Self {
         let name = format!("tollgate-{}", lane.as_str());
@@ -68,6 +72,7 @@ impl Connector {
                 tollgate_resp::encode_command(&["SELECT", &database.to_string()], &mut out);
                 out.freeze()
             }),
+            server_uid,
             backoff: Mutex::new(Backoff::default()),
             metrics,
         }
@@ -146,6 +151,9 @@ impl Connector {
         protocol: Protocol,
     ) -> Result<Conn, String> {
         let stream = Stream::connect(endpoint).await.map_err(|e| e.to_string())?;
+        if let Some(uid) = self.server_uid {
+            stream.check_server_uid(uid).map_err(|e| e.to_string())?;
+        }
         let mut conn = Conn::new(stream, &self.metrics, generation, protocol);
         let reply = conn
             .call(&self.hello[protocol.index()])

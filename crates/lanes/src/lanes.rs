@@ -132,6 +132,7 @@ impl Lanes {
                 locator.clone(),
                 credentials,
                 database,
+                config.server_uid,
                 metrics.clone(),
             );
             parts.push((lane_settings.clone(), connector, metrics));

@@ -1,5 +1,5 @@
 //! A byte stream to Redis over a Unix socket or TCP, with a non-blocking liveness probe for idle
-//! connections.
+//! connections and, over a Unix socket, the kernel's word on which uid the server runs as.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -29,6 +29,17 @@ pub(crate) enum Probe {
     Unexpected,
 }
 
+/// Why a fresh connection is closed before anything is sent on it: the server is not who it must be.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum UntrustedServer {
+    #[error("the server runs as uid {found}, not uid {expected}; nothing sent")]
+    WrongUid { found: u32, expected: u32 },
+    #[error("cannot learn which uid the server runs as ({0}); nothing sent")]
+    Unknown(io::Error),
+    #[error("a server over TCP cannot show it runs as uid {expected}; nothing sent")]
+    OverTcp { expected: u32 },
+}
+
 impl Stream {
     pub(crate) async fn connect(endpoint: &Endpoint) -> io::Result<Stream> {
         Ok(match endpoint {
@@ -39,6 +50,20 @@ impl Stream {
                 Stream::Tcp(stream)
             }
         })
+    }
+
+    /// Checks that the server runs as `expected`. The uid is the one the kernel recorded when the
+    /// server started listening (`SO_PEERCRED`), so a socket file swapped for another process's, or
+    /// anything else at that path, cannot pass.
+    pub(crate) fn check_server_uid(&self, expected: u32) -> Result<(), UntrustedServer> {
+        let Stream::Unix(stream) = self else {
+            return Err(UntrustedServer::OverTcp { expected });
+        };
+        let found = stream.peer_cred().map_err(UntrustedServer::Unknown)?.uid();
+        if found != expected {
+            return Err(UntrustedServer::WrongUid { found, expected });
+        }
+        Ok(())
     }
 
     /// Peeks at the socket itself. tokio's `try_read` would answer from the reactor's readiness
@@ -94,5 +119,25 @@ impl AsyncWrite for Stream {
             Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_servers_uid_comes_from_the_kernel() {
+        let (ours, _peer) = UnixStream::pair().unwrap();
+        let stream = Stream::Unix(ours);
+        let uid = nix::unistd::geteuid().as_raw();
+        stream.check_server_uid(uid).unwrap();
+        let stranger = uid.wrapping_add(1);
+        let refused = stream.check_server_uid(stranger).unwrap_err();
+        assert!(
+            matches!(refused, UntrustedServer::WrongUid { found, expected }
+                if found == uid && expected == stranger),
+            "{refused}"
+        );
     }
 }

@@ -27,6 +27,9 @@ pub struct LeaseConfig {
     /// How long acquire waits for replicas to confirm when the caller asks for `replicas`.
     #[serde(with = "humantime_serde")]
     pub replica_timeout: Duration,
+    /// Watchdogs one principal may run at once (each holds a pidfd on its holder); past it, an
+    /// acquire asking for a watchdog is refused before anything is sent. Zero refuses watchdogs.
+    pub max_watchdogs_per_principal: usize,
 }
 
 impl Default for LeaseConfig {
@@ -38,6 +41,7 @@ impl Default for LeaseConfig {
             max_wait: Duration::from_secs(300),
             max_hold: Duration::from_secs(24 * 3600),
             replica_timeout: Duration::from_secs(1),
+            max_watchdogs_per_principal: 256,
         }
     }
 }

@@ -32,6 +32,11 @@ pub enum AcquireOutcome {
     },
     /// The same owner holds it for another operation.
     Conflict,
+    /// A watchdog was asked for, but the principal already runs `limit`
+    /// (`leases.max_watchdogs_per_principal`); nothing was sent.
+    TooManyWatchdogs {
+        limit: usize,
+    },
     Unavailable {
         reason: String,
     },

@@ -22,7 +22,7 @@ use crate::queue::WaitLines;
 use crate::resource::{LeaseKeys, Resource};
 use crate::scripts::ScriptRunner;
 use crate::state::Holding;
-use crate::watchdog::{Guard, Watchdogs};
+use crate::watchdog::{AtLimit, Guard, Watchdogs};
 
 /// A request the service refuses before sending anything; `field` names the culprit.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -75,6 +75,21 @@ impl LeaseService {
         }
         let keys = resource.keys();
         let attempt = bind(identity, &request.attempt);
+        let slot = match &holder {
+            Some(_) => match self.watchdogs.reserve(
+                &identity.principal,
+                &(keys.lease.clone(), attempt.clone()),
+                self.config.max_watchdogs_per_principal,
+            ) {
+                Ok(slot) => slot,
+                Err(AtLimit { limit }) => {
+                    let outcome = AcquireOutcome::TooManyWatchdogs { limit };
+                    self.metrics.outcome("acquire", &outcome);
+                    return Ok(outcome);
+                }
+            },
+            None => None,
+        };
         let deadline = Instant::now() + request.wait;
         let outcome = self
             .acquire_waiting(&keys, &attempt, request, deadline)
@@ -82,9 +97,10 @@ impl LeaseService {
         self.metrics.outcome("acquire", &outcome);
         if let (
             Some(holder),
+            Some(slot),
             AcquireOutcome::Acquired { fence, valid_for }
             | AcquireOutcome::Replayed { fence, valid_for },
-        ) = (holder, &outcome)
+        ) = (holder, slot, &outcome)
         {
             let now = Instant::now();
             self.watchdogs.start(
@@ -98,6 +114,7 @@ impl LeaseService {
                     hold_until: now + self.config.max_hold,
                     metrics: self.metrics.clone(),
                 },
+                slot,
                 &self.shutdown,
             );
         }

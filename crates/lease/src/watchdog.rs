@@ -2,6 +2,10 @@
 //! the holder dies, and stops at `leases.max_hold`. It keeps the same state machine as a client
 //! ([`Holding`]), so it sends nothing once the lease is LOST, and it publishes what happens as
 //! [`LeaseEvent`]s for the holder to watch.
+//!
+//! Each watchdog holds a pidfd, so a principal may run only `leases.max_watchdogs_per_principal` of
+//! them: a place is reserved ([`Slot`]) before the acquire is sent and counted until the watchdog's
+//! entry is gone, so one user cannot exhaust the daemon's file descriptors.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,6 +33,7 @@ pub type WatchKey = (String, BoundAttempt);
 struct Entry {
     id: u64,
     fence: u64,
+    principal: String,
     stop: CancellationToken,
     events: broadcast::Sender<LeaseEvent>,
 }
@@ -36,8 +41,53 @@ struct Entry {
 /// The running watchdogs, by lease.
 #[derive(Clone, Default)]
 pub struct Watchdogs {
-    entries: Arc<Mutex<HashMap<WatchKey, Entry>>>,
+    state: Arc<Mutex<State>>,
     next_id: Arc<AtomicU64>,
+}
+
+#[derive(Default)]
+struct State {
+    entries: HashMap<WatchKey, Entry>,
+    /// Per principal: running watchdogs plus reserved slots. Absent means zero.
+    counts: HashMap<String, usize>,
+}
+
+impl State {
+    fn release(&mut self, principal: &str) {
+        if let Some(count) = self.counts.get_mut(principal) {
+            *count -= 1;
+            if *count == 0 {
+                self.counts.remove(principal);
+            }
+        }
+    }
+
+    fn remove(&mut self, key: &WatchKey) -> Option<Entry> {
+        let entry = self.entries.remove(key)?;
+        self.release(&entry.principal);
+        Some(entry)
+    }
+}
+
+/// The principal already runs as many watchdogs as it may.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AtLimit {
+    pub limit: usize,
+}
+
+/// One principal's place for one more watchdog, reserved before the acquire is sent; given up when
+/// dropped unless a watchdog took it over.
+pub struct Slot {
+    watchdogs: Watchdogs,
+    principal: Option<String>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(principal) = self.principal.take() {
+            self.watchdogs.state.lock().release(&principal);
+        }
+    }
 }
 
 /// Everything one watchdog needs to keep one lease alive.
@@ -53,21 +103,50 @@ pub struct Guard {
 }
 
 impl Watchdogs {
-    /// Starts guarding a lease unless a watchdog already does (a replayed acquire).
-    pub fn start(&self, guard: Guard, shutdown: &CancellationToken) {
-        let key = (guard.keys.lease.clone(), guard.attempt.clone());
-        let mut entries = self.entries.lock();
-        if entries.contains_key(&key) {
-            return;
+    /// Reserves a place for a watchdog of `principal` on `key`: `None` when one already guards `key`
+    /// (a replayed acquire needs no second), refused when `principal` has `limit` already.
+    pub fn reserve(
+        &self,
+        principal: &str,
+        key: &WatchKey,
+        limit: usize,
+    ) -> Result<Option<Slot>, AtLimit> {
+        let mut state = self.state.lock();
+        if state.entries.contains_key(key) {
+            return Ok(None);
         }
+        let count = state.counts.get(principal).copied().unwrap_or(0);
+        if count >= limit {
+            return Err(AtLimit { limit });
+        }
+        state.counts.insert(principal.to_owned(), count + 1);
+        Ok(Some(Slot {
+            watchdogs: self.clone(),
+            principal: Some(principal.to_owned()),
+        }))
+    }
+
+    /// Starts guarding a lease in `slot` unless a watchdog already does (a replayed acquire).
+    pub fn start(&self, guard: Guard, mut slot: Slot, shutdown: &CancellationToken) {
+        let key = (guard.keys.lease.clone(), guard.attempt.clone());
+        let mut state = self.state.lock();
+        if state.entries.contains_key(&key) {
+            drop(state);
+            return; // `slot` is given up as it drops
+        }
+        let principal = slot
+            .principal
+            .take()
+            .expect("a slot keeps its principal until a watchdog takes it over");
         let stop = shutdown.child_token();
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        entries.insert(
+        state.entries.insert(
             key.clone(),
             Entry {
                 id,
                 fence: guard.holding.fence(),
+                principal,
                 stop: stop.clone(),
                 events: events.clone(),
             },
@@ -81,7 +160,7 @@ impl Watchdogs {
 
     /// Stops the watchdog of a lease its holder released, and tells its watchers.
     pub fn stop(&self, key: &WatchKey) {
-        if let Some(entry) = self.entries.lock().remove(key) {
+        if let Some(entry) = self.state.lock().remove(key) {
             entry.stop.cancel();
             let _ = entry
                 .events
@@ -91,17 +170,18 @@ impl Watchdogs {
 
     /// Watches a guarded lease; `None` when no watchdog guards it (never asked, or already ended).
     pub fn subscribe(&self, key: &WatchKey) -> Option<broadcast::Receiver<LeaseEvent>> {
-        self.entries
+        self.state
             .lock()
+            .entries
             .get(key)
             .map(|entry| entry.events.subscribe())
     }
 
     fn forget(&self, key: &WatchKey, id: u64) {
-        let mut entries = self.entries.lock();
+        let mut state = self.state.lock();
         // A newer watchdog may guard the same lease by now; remove only our own entry.
-        if entries.get(key).is_some_and(|entry| entry.id == id) {
-            entries.remove(key);
+        if state.entries.get(key).is_some_and(|entry| entry.id == id) {
+            state.remove(key);
         }
     }
 }
@@ -159,5 +239,38 @@ impl Guard {
                 _ => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(n: usize) -> WatchKey {
+        let attempt = BoundAttempt {
+            owner: "p:o".into(),
+            operation_id: "op".into(),
+        };
+        (format!("lease:r{n}"), attempt)
+    }
+
+    #[test]
+    fn a_principal_gets_at_most_its_limit_of_places_and_gets_them_back() {
+        let watchdogs = Watchdogs::default();
+        let first = watchdogs.reserve("alice", &key(1), 2).unwrap();
+        let second = watchdogs.reserve("alice", &key(2), 2).unwrap();
+        assert!(first.is_some() && second.is_some());
+        assert_eq!(
+            watchdogs.reserve("alice", &key(3), 2).err(),
+            Some(AtLimit { limit: 2 })
+        );
+        // Another principal has its own count.
+        assert!(watchdogs.reserve("bob", &key(3), 2).unwrap().is_some());
+        drop(first);
+        assert!(watchdogs.reserve("alice", &key(3), 2).unwrap().is_some());
+        assert_eq!(
+            watchdogs.reserve("alice", &key(4), 0).err(),
+            Some(AtLimit { limit: 0 })
+        );
     }
 }

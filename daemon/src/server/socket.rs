@@ -1,11 +1,14 @@
-//! Binding a listening Unix socket safely: a stale file left by a dead daemon is replaced, a socket a
-//! live daemon still answers on is refused, and the new file gets the configured mode and group.
+//! Binding a listening Unix socket safely: a stale socket left by a dead daemon is replaced, a socket
+//! a live daemon still answers on is refused, a link or any other file in its place is refused (never
+//! followed or removed), and the new file gets the configured mode and group.
 
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use tokio::net::UnixListener;
+
+use crate::runtime_dir::{self, EntryError, Kind};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
@@ -15,6 +18,8 @@ pub enum BindError {
     Io { path: PathBuf, source: io::Error },
     #[error("{path}: unknown group `{group}`")]
     UnknownGroup { path: PathBuf, group: String },
+    #[error("cannot bind over what is there: {0}")]
+    Existing(#[from] EntryError),
 }
 
 /// The file of a bound listening socket; dropping it removes the file.
@@ -42,7 +47,7 @@ pub fn bind(
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(io_error)?;
     }
-    if path.exists() {
+    if runtime_dir::inspect(path, Kind::Socket)?.is_some() {
         match std::os::unix::net::UnixStream::connect(path) {
             Ok(_) => {
                 return Err(BindError::InUse {

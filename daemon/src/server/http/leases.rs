@@ -2,7 +2,8 @@
 //! events as a stream of JSON lines (`GET …/events?owner=…&operation_id=…`). The caller is the peer
 //! of the Unix socket; its principal and uid are bound into every owner, and the policy's `lease`
 //! rules admit it per resource (403 naming the rule otherwise). Statuses follow DESIGN.md: 200,
-//! 409 contended/conflict, 503 unavailable with Retry-After, 502 indeterminate, 400 bad input.
+//! 409 contended/conflict, 503 unavailable with Retry-After, 502 indeterminate, 400 bad input,
+//! 429 when the caller already runs `leases.max_watchdogs_per_principal` watchdogs.
 
 use std::convert::Infallible;
 
@@ -108,6 +109,7 @@ impl Status for AcquireOutcome {
     fn status(&self) -> StatusCode {
         match self {
             AcquireOutcome::Contended { .. } | AcquireOutcome::Conflict => StatusCode::CONFLICT,
+            AcquireOutcome::TooManyWatchdogs { .. } => StatusCode::TOO_MANY_REQUESTS,
             AcquireOutcome::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             AcquireOutcome::Indeterminate { .. } => StatusCode::BAD_GATEWAY,
             _ => StatusCode::OK,
@@ -244,6 +246,10 @@ mod tests {
         };
         assert_eq!(unavailable.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(AcquireOutcome::Conflict.status(), StatusCode::CONFLICT);
+        assert_eq!(
+            AcquireOutcome::TooManyWatchdogs { limit: 2 }.status(),
+            StatusCode::TOO_MANY_REQUESTS
+        );
         let lost = RenewOutcome::Indeterminate {
             reason: "cut".into(),
         };
