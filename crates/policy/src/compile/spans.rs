@@ -6,19 +6,44 @@ use std::collections::HashMap;
 use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
 use yaml_rust2::scanner::Marker;
 
+/// How deep mappings and sequences may nest. A policy is four levels deep; the limit stops a
+/// hostile file (`[[[[…` a hundred thousand times) before anything recursive reads it.
+pub const MAX_DEPTH: usize = 64;
+
 #[derive(Debug, Default)]
 pub struct Spans {
     starts: HashMap<String, (usize, usize)>,
 }
 
+/// Where a document nests deeper than [`MAX_DEPTH`] (1-based line and column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooDeep {
+    pub line: usize,
+    pub column: usize,
+}
+
 impl Spans {
-    /// Spans of `text`; a document yaml-rust2 cannot parse yields no spans (serde reports it).
-    pub fn of(text: &str) -> Spans {
+    /// Spans of `text`, read event by event (yaml-rust2's parser keeps its own stack, so this
+    /// does not recurse). A document yaml-rust2 cannot parse yields the spans up to the problem
+    /// (serde reports it); one nesting deeper than [`MAX_DEPTH`] is refused where it gets too deep.
+    pub fn of(text: &str) -> Result<Spans, TooDeep> {
         let mut walker = Walker::default();
-        let _ = Parser::new_from_str(text).load(&mut walker, false);
-        Spans {
-            starts: walker.starts,
+        let mut parser = Parser::new_from_str(text);
+        while let Ok((event, mark)) = parser.next_token() {
+            if event == Event::StreamEnd {
+                break;
+            }
+            walker.on_event(event, mark);
+            if walker.stack.len() > MAX_DEPTH {
+                return Err(TooDeep {
+                    line: mark.line(),
+                    column: mark.col() + 1,
+                });
+            }
         }
+        Ok(Spans {
+            starts: walker.starts,
+        })
     }
 
     /// 1-based line and column of the node at `path`, or of its nearest ancestor that has one.
@@ -112,10 +137,24 @@ mod tests {
     #[test]
     fn paths_point_at_values() {
         let text = "principals:\n  app: { uids: [1000] }\nrules:\n  - id: a\n    commands: [GET, \"@nope\"]\n";
-        let spans = Spans::of(text);
+        let spans = Spans::of(text).unwrap();
         assert_eq!(spans.at("rules.0.commands.1"), (5, 21));
         assert_eq!(spans.at("rules.0.id"), (4, 9));
         assert_eq!(spans.at("principals.app.uids.0"), (2, 17));
         assert_eq!(spans.at("rules.0.missing"), (4, 7));
+    }
+
+    #[test]
+    fn nesting_deeper_than_the_limit_is_refused_where_it_gets_too_deep() {
+        let deep = format!("rules: {}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert_eq!(
+            Spans::of(&deep).unwrap_err(),
+            TooDeep {
+                line: 1,
+                column: 7 + MAX_DEPTH
+            }
+        );
+        let fine = format!("a: {}{}", "[".repeat(MAX_DEPTH - 1), "]".repeat(MAX_DEPTH - 1));
+        assert!(Spans::of(&fine).is_ok());
     }
 }
