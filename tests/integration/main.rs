@@ -19,6 +19,7 @@ mod policy;
 mod policy_catalog;
 mod policy_compile;
 mod policy_daemon;
+mod policy_keys;
 mod policy_sandbox;
 mod policy_snapshots;
 mod policy_support;

@@ -350,6 +350,13 @@ impl Generation {
         self.judge_argv(&self.guards, caller, &described, &argv, None)
     }
 
+    /// What the catalogs say `argv` is, as admission would ask them; `None` when none knows it.
+    pub fn describe_argv<A: AsRef<[u8]>>(&self, argv: &[A]) -> Option<bindings::Descriptor> {
+        self.catalogued(argv, None)
+            .ok()
+            .map(|described| described.wit.clone())
+    }
+
     pub fn descriptors(&self) -> &[bindings::Descriptor] {
         &self.descriptors
     }

@@ -53,7 +53,7 @@ impl<'a> Checker<'a> {
         let mut shadows = Shadows::new(self.catalog);
         for (index, source) in file.rules.iter().enumerate() {
             let at = format!("rules.{index}");
-            if Instant::now() > self.deadline {
+            if Instant::now() >= self.deadline {
                 self.error(
                     &at,
                     format!(

@@ -27,18 +27,28 @@ impl Spans {
     /// does not recurse). A document yaml-rust2 cannot parse yields the spans up to the problem
     /// (serde reports it); one nesting deeper than [`MAX_DEPTH`] is refused where it gets too deep.
     pub fn of(text: &str) -> Result<Spans, TooDeep> {
+        let too_deep = |mark: &Marker| TooDeep {
+            line: mark.line(),
+            column: mark.col() + 1,
+        };
         let mut walker = Walker::default();
         let mut parser = Parser::new_from_str(text);
-        while let Ok((event, mark)) = parser.next_token() {
-            if event == Event::StreamEnd {
-                break;
-            }
-            walker.on_event(event, mark);
-            if walker.stack.len() > MAX_DEPTH {
-                return Err(TooDeep {
-                    line: mark.line(),
-                    column: mark.col() + 1,
-                });
+        loop {
+            match parser.next_token() {
+                Ok((Event::StreamEnd, _)) => break,
+                Ok((event, mark)) => {
+                    walker.on_event(event, mark);
+                    if walker.stack.len() > MAX_DEPTH {
+                        return Err(too_deep(&mark));
+                    }
+                }
+                // The scanner looks ahead through flow collections (`[[[…`) and gives up at its
+                // own limit (255 levels) before the parser has seen them; its message is the only
+                // way it tells this apart from a syntax error.
+                Err(error) if error.info().contains("recursion limit") => {
+                    return Err(too_deep(error.marker()))
+                }
+                Err(_) => break,
             }
         }
         Ok(Spans {
@@ -146,14 +156,22 @@ mod tests {
 
     #[test]
     fn nesting_deeper_than_the_limit_is_refused_where_it_gets_too_deep() {
-        let deep = format!("rules: {}{}", "[".repeat(100_000), "]".repeat(100_000));
+        // Block sequences, one level per `- `: the parser sees each level as it opens.
+        let block = format!("rules:\n{}x\n", "- ".repeat(100_000));
         assert_eq!(
-            Spans::of(&deep).unwrap_err(),
+            Spans::of(&block).unwrap_err(),
             TooDeep {
-                line: 1,
-                column: 7 + MAX_DEPTH
+                line: 2,
+                column: 2 * MAX_DEPTH - 1
             }
         );
+        // Flow collections: the scanner's look-ahead stops first, still well before the end.
+        let flow = format!("rules: {}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let deep = Spans::of(&flow).unwrap_err();
+        assert_eq!(deep.line, 1);
+        assert!(deep.column < 1000, "{deep:?}");
+        let mapping = format!("rules: {}1{}", "{a: ".repeat(100_000), "}".repeat(100_000));
+        assert!(Spans::of(&mapping).is_err());
         let fine = format!("a: {}{}", "[".repeat(MAX_DEPTH - 1), "]".repeat(MAX_DEPTH - 1));
         assert!(Spans::of(&fine).is_ok());
     }
