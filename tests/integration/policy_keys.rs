@@ -72,10 +72,10 @@ async fn a_decoy_key_does_not_dodge_a_deny_rule_and_nothing_is_written() {
 /// The tenants example with `@scripting` added to acme's rule, and the same with the acceptance.
 fn tenants_with_scripting(accept: bool) -> String {
     let text = std::fs::read_to_string(root().join("policies/examples/tenants.yaml")).unwrap();
-    let from = "    commands: [\"@read\", \"@write\", \"@keyspace\", \"@transaction\"]\n    keys: [\"acme:*\"]\n";
+    let from = "    commands: [\"@read\", \"@write\", \"@keyspace\", \"@transaction\"]\n    keys: [\"acme:*\", \"shared:*\"]\n";
     assert!(text.contains(from), "tenants.yaml changed shape");
     let to = format!(
-        "    commands: [\"@read\", \"@write\", \"@keyspace\", \"@transaction\", \"@scripting\"]\n    keys: [\"acme:*\"]\n{}",
+        "    commands: [\"@read\", \"@write\", \"@keyspace\", \"@transaction\", \"@scripting\"]\n    keys: [\"acme:*\", \"shared:*\"]\n{}",
         if accept {
             "    scripts: unconstrained\n"
         } else {
@@ -100,7 +100,7 @@ fn a_key_constrained_rule_that_allows_scripts_does_not_compile_unless_accepted()
     };
     assert!(
         error.starts_with(
-            "tenants.yaml:15:64: error: rule `acme-keys` allows EVAL (through `@scripting`) and \
+            "tenants.yaml:21:64: error: rule `acme-keys` allows EVAL (through `@scripting`) and \
              constrains keys, but a script can reach any key whatever `keys:` says"
         ),
         "{error}"

@@ -1,8 +1,9 @@
 //! Decision tables for review: every catalog command × every principal × key samples drawn from
 //! the policy's own globs (one that matches and a near miss for each), with the deciding rule.
-//! Commands that can name several keys also get, per glob, the near miss as a decoy at the first
-//! key and the match at the others (`~cme:x,acme:x`): an allow rule needs every key to match and
-//! a deny rule any, so this is the row where the two differ. `diff` keeps only the rows whose
+//! Commands that can name several keys also get, per glob, a decoy at the first key and the
+//! glob's match at the others (`~cme:x,acme:x`, `acme:x,shared:x`; the decoy is the near miss or
+//! another glob's match): an allow rule needs every key to match and a deny rule any, so these
+//! are the rows where the two differ. `diff` keeps only the rows whose
 //! decision changed between two tables.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -201,15 +202,22 @@ fn instance(pattern: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// For each glob with a near miss, the near miss (the decoy) and the text it matches.
+/// For each glob, decoys beside the text it matches: its near miss, and what each other glob
+/// matches (`acme:x` beside `shared:x`: one rule grants the decoy, another protects the key).
 fn decoys(globs: &BTreeSet<String>) -> Vec<(String, String)> {
-    globs
-        .iter()
-        .filter_map(|pattern| {
-            let hit = instance(pattern);
-            Some((near_miss(pattern, &hit)?, hit))
-        })
-        .collect()
+    let hits: Vec<String> = globs.iter().map(|pattern| instance(pattern)).collect();
+    let mut out = BTreeSet::new();
+    for (pattern, hit) in globs.iter().zip(&hits) {
+        if let Some(miss) = near_miss(pattern, hit) {
+            out.insert((miss, hit.clone()));
+        }
+        for other in &hits {
+            if !glob::matches(pattern.as_bytes(), other.as_bytes()) {
+                out.insert((other.clone(), hit.clone()));
+            }
+        }
+    }
+    out.into_iter().collect()
 }
 
 /// The form of `descriptor`'s command that names two keys or more: its shortest form when that
