@@ -152,8 +152,14 @@ fn a_policy_of_fifty_thousand_rules_compiles_when_the_size_cap_allows_it() {
     };
     let catalog = CatalogIndex {
         commands: [
-            ("GET".to_owned(), command(&[Category::Read, Category::String])),
-            ("MGET".to_owned(), command(&[Category::Read, Category::String])),
+            (
+                "GET".to_owned(),
+                command(&[Category::Read, Category::String]),
+            ),
+            (
+                "MGET".to_owned(),
+                command(&[Category::Read, Category::String]),
+            ),
         ]
         .into_iter()
         .collect(),
@@ -204,7 +210,10 @@ fn a_policy_file_over_the_size_cap_is_refused_naming_the_file_and_the_limit() {
         Ok(_) => panic!("a {} byte policy was read", text.len()),
         Err(error) => error,
     };
-    assert!(matches!(error, PolicyError::TooLarge { max: 1048576, .. }), "{error}");
+    assert!(
+        matches!(error, PolicyError::TooLarge { max: 1048576, .. }),
+        "{error}"
+    );
     assert_eq!(
         error.to_string(),
         format!(
@@ -227,7 +236,8 @@ fn a_policy_nested_a_hundred_thousand_deep_is_refused_with_its_position() {
     ] {
         let error = load_error(&text);
         assert!(
-            error.starts_with("bad.yaml:") && error.contains(": error: nesting deeper than 64 levels"),
+            error.starts_with("bad.yaml:")
+                && error.contains(": error: nesting deeper than 64 levels"),
             "{shape}: {}",
             &error[..error.len().min(300)]
         );
@@ -247,7 +257,9 @@ fn a_policy_past_the_compile_deadline_is_refused_at_the_rule_where_it_stopped() 
         Err(error) => error.to_string(),
     };
     assert!(
-        error.contains(":4:5: error: compiling stopped at rule `r0` (1 of 10): the compile deadline"),
+        error.contains(
+            ":4:5: error: compiling stopped at rule `r0` (1 of 10): the compile deadline"
+        ),
         "{error}"
     );
 }

@@ -96,7 +96,9 @@ fn a_key_constrained_rule_that_allows_scripts_does_not_compile_unless_accepted()
         &mut prometheus_client::registry::Registry::default(),
     ) {
         Ok(_) => panic!("a key-constrained rule allowing @scripting compiled"),
-        Err(error) => error.to_string().replace(&path.display().to_string(), "tenants.yaml"),
+        Err(error) => error
+            .to_string()
+            .replace(&path.display().to_string(), "tenants.yaml"),
     };
     assert!(
         error.starts_with(
@@ -122,7 +124,8 @@ fn a_key_constrained_rule_that_allows_scripts_does_not_compile_unless_accepted()
 
 #[test]
 fn every_way_a_keyed_allow_rule_can_reach_scripts_is_refused() {
-    const HEAD: &str = "principals:\n  app: { uids: [1000] }\nrules:\n  - id: r\n    keys: [\"app:*\"]\n";
+    const HEAD: &str =
+        "principals:\n  app: { uids: [1000] }\nrules:\n  - id: r\n    keys: [\"app:*\"]\n";
     let dir = tempdir();
     let path = dir.path().join("scripts.yaml");
     for (commands, grants) in [

@@ -83,7 +83,11 @@ pub fn table(generation: &Generation) -> Table {
                         .collect();
                     let decision = generation.judge_sample(&who, several, keys);
                     rows.insert(
-                        case(&principal.name, &descriptor.name, Some(&format!("{decoy},{key}"))),
+                        case(
+                            &principal.name,
+                            &descriptor.name,
+                            Some(&format!("{decoy},{key}")),
+                        ),
                         verdict(&decision),
                     );
                 }

@@ -342,7 +342,11 @@ mod tests {
     #[test]
     fn an_allow_rule_matches_only_when_every_key_matches() {
         let policy = sample(Mode::Enforce);
-        for keys in [&["acme:1", "x"][..], &["x", "acme:1"], &["acme:1", "acme:2", "b"]] {
+        for keys in [
+            &["acme:1", "x"][..],
+            &["x", "acme:1"],
+            &["acme:1", "acme:2", "b"],
+        ] {
             assert_eq!(
                 decided_by(&policy, &command("acme", "MGET", keys)),
                 "none",

@@ -13,7 +13,8 @@ use super::shadow::{Shadow, Shadows, BUDGET};
 use super::source::{PolicyFile, PrincipalSource, RuleSource, ScriptAccess, TestSource};
 use super::spans::Spans;
 use super::{
-    CatalogCommand, CatalogIndex, CompiledFile, Diagnostic, Expectation, Principal, Severity, DEFAULT_DENY,
+    CatalogCommand, CatalogIndex, CompiledFile, Diagnostic, Expectation, Principal, Severity,
+    DEFAULT_DENY,
 };
 
 pub struct Checker<'a> {
@@ -220,8 +221,8 @@ impl<'a> Checker<'a> {
     /// runs it on a lane whose ACL user may touch every key. Such a rule is an error unless it
     /// says `scripts: unconstrained`.
     fn scripts(&mut self, at: &str, source: &RuleSource, action: Action, target: &Target) {
-        let constrains_keys = action == Action::Allow
-            && matches!(target, Target::Commands { keys: Some(_), .. });
+        let constrains_keys =
+            action == Action::Allow && matches!(target, Target::Commands { keys: Some(_), .. });
         let granted = if constrains_keys {
             self.script_granted(source)
         } else {

@@ -102,7 +102,10 @@ impl Index {
             None => self.any_principal.push(index),
             Some(names) => {
                 for name in dedup(names) {
-                    self.by_principal.entry(name.clone()).or_default().push(index);
+                    self.by_principal
+                        .entry(name.clone())
+                        .or_default()
+                        .push(index);
                 }
             }
         }
@@ -138,7 +141,10 @@ impl Index {
                     self.every_resource.push(index);
                 } else {
                     for glob in dedup(resources) {
-                        self.by_resource.entry(glob.clone()).or_default().push(index);
+                        self.by_resource
+                            .entry(glob.clone())
+                            .or_default()
+                            .push(index);
                     }
                 }
             }
@@ -226,10 +232,14 @@ fn cost(earlier: &Rule, later: &Rule) -> u64 {
     let targets = match (&earlier.target, &later.target) {
         (
             Target::Commands {
-                names: en, keys: ek, ..
+                names: en,
+                keys: ek,
+                ..
             },
             Target::Commands {
-                names: ln, keys: lk, ..
+                names: ln,
+                keys: lk,
+                ..
             },
         ) => en.len() as u64 * ln.len() as u64 + len(ek.as_ref()) * len(lk.as_ref()),
         (Target::Leases { resources: e }, Target::Leases { resources: l }) => {
@@ -300,8 +310,7 @@ fn covers(earlier: &Rule, later: &Rule, catalog: &CatalogIndex) -> bool {
 /// allow rule on `protected:*` does not.
 fn keys_cover(earlier: Action, e: &[String], later: Action, l: &[String]) -> bool {
     e.iter().any(|g| g == "*")
-        || (!(earlier == Action::Allow && later == Action::Deny)
-            && l.iter().all(|g| e.contains(g)))
+        || (!(earlier == Action::Allow && later == Action::Deny) && l.iter().all(|g| e.contains(g)))
 }
 
 #[cfg(test)]
@@ -382,7 +391,12 @@ mod tests {
         let rules: Vec<Rule> = (0..50_000)
             .map(|i| {
                 let glob = format!("k:{i}:*");
-                rule(&format!("r{i}"), Action::Allow, &["GET"], Some(&[glob.as_str()]))
+                rule(
+                    &format!("r{i}"),
+                    Action::Allow,
+                    &["GET"],
+                    Some(&[glob.as_str()]),
+                )
             })
             .collect();
         assert!(check(&rules).iter().all(|s| *s == Shadow::Clear));

@@ -172,7 +172,11 @@ mod tests {
         assert!(deep.column < 1000, "{deep:?}");
         let mapping = format!("rules: {}1{}", "{a: ".repeat(100_000), "}".repeat(100_000));
         assert!(Spans::of(&mapping).is_err());
-        let fine = format!("a: {}{}", "[".repeat(MAX_DEPTH - 1), "]".repeat(MAX_DEPTH - 1));
+        let fine = format!(
+            "a: {}{}",
+            "[".repeat(MAX_DEPTH - 1),
+            "]".repeat(MAX_DEPTH - 1)
+        );
         assert!(Spans::of(&fine).is_ok());
     }
 }
