@@ -169,4 +169,22 @@ fn every_way_a_keyed_allow_rule_can_reach_scripts_is_refused() {
         .unwrap();
         crate::policy_support::admission(&crate::policy_support::config(&[&path], vec![]));
     }
+    // Accepting unconstrained scripts where the rule grants none is a warning at the field.
+    std::fs::write(
+        &path,
+        "principals:\n  app: { uids: [1000] }\nrules:\n  - id: r\n    commands: [GET]\n    keys: [\"app:*\"]\n    scripts: unconstrained\n    allow: x\n",
+    )
+    .unwrap();
+    let admission =
+        crate::policy_support::admission(&crate::policy_support::config(&[&path], vec![]));
+    let warnings = &admission.generation().files[0].warnings;
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].ends_with(
+            ":7:14: warning: rule `r`: `scripts: unconstrained` has no effect: the rule does not \
+             allow scripts under a `keys:` constraint"
+        ),
+        "{}",
+        warnings[0]
+    );
 }

@@ -23,6 +23,8 @@ pub struct Checker<'a> {
     catalog: &'a CatalogIndex,
     /// When checking gives up on the file (reported as an error).
     deadline: Instant,
+    /// The catalog's scripting commands, by name: what a key-constrained rule may not allow.
+    scripting: Vec<(&'a str, CatalogCommand)>,
     diagnostics: Vec<Diagnostic>,
 }
 
@@ -33,11 +35,19 @@ impl<'a> Checker<'a> {
         catalog: &'a CatalogIndex,
         deadline: Instant,
     ) -> Self {
+        let mut scripting: Vec<(&str, CatalogCommand)> = catalog
+            .commands
+            .iter()
+            .filter(|(_, command)| command.scripting)
+            .map(|(name, command)| (name.as_str(), *command))
+            .collect();
+        scripting.sort_unstable_by_key(|(name, _)| *name);
         Checker {
             path,
             spans,
             catalog,
             deadline,
+            scripting,
             diagnostics: Vec::new(),
         }
     }
@@ -229,9 +239,8 @@ impl<'a> Checker<'a> {
             None
         };
         match (granted, source.scripts) {
-            (Some((index, script)), None) => {
-                let entry = source.commands.as_ref().map_or("", |c| c[index].as_str());
-                let via = if entry.eq_ignore_ascii_case(&script.replace('|', " ")) {
+            (Some((index, entry, script)), None) => {
+                let via = if entry.eq_ignore_ascii_case(&script) {
                     String::new()
                 } else {
                     format!(" (through `{entry}`)")
@@ -260,33 +269,27 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// The first `commands` entry that lets the rule match a script command, and that command:
-    /// one that runs code on keys (EVAL, FCALL and their variants; `*` and categories reach these),
-    /// or any scripting command named outright (`SCRIPT`, `FUNCTION LOAD`).
-    fn script_granted(&self, source: &RuleSource) -> Option<(usize, String)> {
-        let mut scripting: Vec<(&String, &CatalogCommand)> = self
-            .catalog
-            .commands
-            .iter()
-            .filter(|(_, command)| command.scripting)
-            .collect();
-        scripting.sort_by(|a, b| a.0.cmp(b.0));
+    /// The first `commands` entry that lets the rule match a script command (its index, the entry,
+    /// and the command as a client writes it): one that runs code on keys (EVAL, FCALL and their
+    /// variants; `*` and categories reach these), or any scripting command named outright
+    /// (`SCRIPT`, `FUNCTION LOAD`).
+    fn script_granted<'s>(&self, source: &'s RuleSource) -> Option<(usize, &'s str, String)> {
         let commands = source.commands.as_ref()?;
         commands.iter().enumerate().find_map(|(index, entry)| {
             let granted = if entry == "*" {
-                scripting.iter().find(|(_, c)| c.keyed)
+                self.scripting.iter().find(|(_, c)| c.keyed)
             } else if let Some(category) = entry.strip_prefix('@') {
                 let category = Category::from_name(category)?;
-                scripting
+                self.scripting
                     .iter()
                     .find(|(_, c)| c.keyed && c.categories.contains(category))
             } else {
                 let name = entry.to_ascii_uppercase().replace(' ', "|");
-                scripting.iter().find(|(script, _)| {
-                    **script == name || script.split_once('|').is_some_and(|(p, _)| p == name)
+                self.scripting.iter().find(|(script, _)| {
+                    *script == name || script.split_once('|').is_some_and(|(p, _)| p == name)
                 })
             };
-            granted.map(|(script, _)| (index, script.replace('|', " ")))
+            granted.map(|(script, _)| (index, entry.as_str(), script.replace('|', " ")))
         })
     }
 
