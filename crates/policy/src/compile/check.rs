@@ -384,7 +384,7 @@ impl<'a> Checker<'a> {
             ),
             Shadow::Exhausted => format!(
                 "rules from `{}` on are not checked for being shadowed by earlier ones: the check \
-                 spent its budget ({BUDGET} comparisons) on rules too alike to tell apart by \
+                 spent its budget ({BUDGET} units of comparison work) on rules too alike to tell apart by \
                  principal, command or key; the policy compiles, but split it or make rules \
                  differ to get the check back",
                 rule.id
