@@ -383,10 +383,10 @@ impl<'a> Checker<'a> {
                 rule.id, earlier[index].id
             ),
             Shadow::Exhausted => format!(
-                "rules from `{}` on are not checked for being shadowed by earlier ones: the check \
-                 spent its budget ({BUDGET} units of comparison work) on rules too alike to tell apart by \
-                 principal, command or key; the policy compiles, but split it or make rules \
-                 differ to get the check back",
+                "rules from `{}` on are not checked for being shadowed by earlier ones: the \
+                 check spent its budget ({BUDGET} units of comparison work) on rules too alike to \
+                 tell apart by principal, command or key; the policy compiles, but split it or \
+                 make rules differ to get the check back",
                 rule.id
             ),
         };
