@@ -2,9 +2,11 @@
 //! becomes active: reload keeps the running generation and returns the errors.
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use prometheus_client::registry::Registry;
-use tollgate_policy::{Admission, Decision, PolicyError};
+use tollgate_policy::compile::{self, CatalogCommand, CatalogIndex};
+use tollgate_policy::{Admission, Category, Decision, PolicyError};
 
 use crate::policy_support::{admission, argv, caller, config};
 
@@ -138,4 +140,137 @@ fn a_broken_policy_never_becomes_active_on_reload() {
         admission.admit(&caller("app"), &argv("SET k v")),
         Decision::Admitted { .. }
     ));
+}
+
+/// `count` rules, each allowing GET on keys of its own, in flow style (about 80 bytes a rule).
+fn many_rules(count: usize) -> String {
+    let mut text = String::from(HEAD);
+    for i in 0..count {
+        text.push_str(&format!(
+            "  - {{ id: r{i}, principals: [app], commands: [GET, MGET], keys: [\"k:{i}:*\"], allow: x }}\n"
+        ));
+    }
+    text
+}
+
+#[test]
+fn a_policy_of_fifty_thousand_rules_compiles_when_the_size_cap_allows_it() {
+    let text = many_rules(50_000);
+    let command = |categories: &[Category]| CatalogCommand {
+        categories: categories.iter().copied().collect(),
+        scripting: false,
+        keyed: true,
+    };
+    let catalog = CatalogIndex {
+        commands: [
+            (
+                "GET".to_owned(),
+                command(&[Category::Read, Category::String]),
+            ),
+            (
+                "MGET".to_owned(),
+                command(&[Category::Read, Category::String]),
+            ),
+        ]
+        .into_iter()
+        .collect(),
+    };
+    // Unoptimised test builds read YAML some twenty times slower than a release build; the
+    // deadline is not what this test is about.
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let compiled = compile::compile(Path::new("many.yaml"), &text, &catalog, deadline)
+        .unwrap_or_else(|errors| panic!("{}", errors[0]));
+    assert_eq!(compiled.policy.rules.len(), 50_000);
+    assert!(compiled.warnings.is_empty(), "{}", compiled.warnings[0]);
+
+    // Loaded into admission (with the size cap raised), it either decides by its rules or is
+    // refused naming the file: the YAML guard reads the compiled policy inside its first call's
+    // budget, and 50,000 rules may not fit in it.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("many.yaml");
+    write(&path, &text);
+    let mut config = config(&[&path], vec![]);
+    config.max_file_bytes = text.len() as u64;
+    config.compile_deadline = Duration::from_secs(600);
+    match Admission::load(&config, &mut Registry::default()) {
+        Ok(admission) => {
+            assert!(matches!(
+                admission.admit(&caller("app"), &argv("GET k:49999:x")),
+                Decision::Admitted { ref rule, .. } if rule == "r49999"
+            ));
+            assert!(matches!(
+                admission.admit(&caller("app"), &argv("MGET k:1:x k:2:x")),
+                Decision::Denied(_)
+            ));
+        }
+        Err(error) => assert!(
+            error.to_string().contains("yaml-guard:many.yaml"),
+            "{error}"
+        ),
+    }
+}
+
+#[test]
+fn a_policy_file_over_the_size_cap_is_refused_naming_the_file_and_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.yaml");
+    let text = many_rules(50_000);
+    write(&path, &text);
+    // The default cap: 1 MiB.
+    let error = match Admission::load(&config(&[&path], vec![]), &mut Registry::default()) {
+        Ok(_) => panic!("a {} byte policy was read", text.len()),
+        Err(error) => error,
+    };
+    assert!(
+        matches!(error, PolicyError::TooLarge { max: 1048576, .. }),
+        "{error}"
+    );
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "{}: {} bytes, more than policy.max_file_bytes (1048576): split the policy or raise the limit",
+            path.display(),
+            text.len()
+        )
+    );
+}
+
+#[test]
+fn a_policy_nested_a_hundred_thousand_deep_is_refused_with_its_position() {
+    let deep = 100_000;
+    for (shape, text) in [
+        (
+            "flow",
+            format!("{HEAD}  - id: {}{}\n", "[".repeat(deep), "]".repeat(deep)),
+        ),
+        ("block", format!("rules:\n{}x\n", "- ".repeat(deep))),
+    ] {
+        let error = load_error(&text);
+        assert!(
+            error.starts_with("bad.yaml:")
+                && error.contains(": error: nesting deeper than 64 levels"),
+            "{shape}: {}",
+            &error[..error.len().min(300)]
+        );
+    }
+}
+
+#[test]
+fn a_policy_past_the_compile_deadline_is_refused_at_the_rule_where_it_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("slow.yaml");
+    write(&path, &many_rules(10));
+    let mut config = config(&[&path], vec![]);
+    // A deadline already past when the first rule is checked.
+    config.compile_deadline = Duration::ZERO;
+    let error = match Admission::load(&config, &mut Registry::default()) {
+        Ok(_) => panic!("compiled past its deadline"),
+        Err(error) => error.to_string(),
+    };
+    assert!(
+        error.contains(
+            ":4:5: error: compiling stopped at rule `r0` (1 of 10): the compile deadline"
+        ),
+        "{error}"
+    );
 }

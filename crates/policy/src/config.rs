@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 pub use crate::decision_log::{DecisionLogConfig, KeyRendering};
 
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct PolicyConfig {
     /// YAML policy files, each judged by its own YAML guard, in order. Empty means the embedded
@@ -23,6 +23,25 @@ pub struct PolicyConfig {
     pub limits: SandboxLimits,
     /// A JSON-lines log of every decision; none by default.
     pub decision_log: Option<DecisionLogConfig>,
+    /// A policy file larger than this is refused before it is parsed.
+    pub max_file_bytes: u64,
+    /// How long compiling every policy file of one generation may take; past it, the build fails.
+    #[serde(with = "humantime_serde")]
+    pub compile_deadline: Duration,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            files: Vec::new(),
+            catalogs: Vec::new(),
+            modules: Vec::new(),
+            limits: SandboxLimits::default(),
+            decision_log: None,
+            max_file_bytes: 1024 * 1024,
+            compile_deadline: Duration::from_secs(10),
+        }
+    }
 }
 
 /// An operator's guard module: a path, or a path with the bytes its `config.get` returns.

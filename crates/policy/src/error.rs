@@ -14,6 +14,11 @@ pub enum PolicyError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "{path}: {size} bytes, more than policy.max_file_bytes ({max}): split the policy or raise \
+         the limit"
+    )]
+    TooLarge { path: PathBuf, size: u64, max: u64 },
     #[error("module {name}: {detail}")]
     Module { name: String, detail: String },
     #[error("cannot open the decision log {path}: {source}")]

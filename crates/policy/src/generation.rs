@@ -3,8 +3,10 @@
 //! from. Built completely — compiled, instantiated, self-tested — before it can become active;
 //! immutable afterwards.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use serde::Serialize;
@@ -12,7 +14,7 @@ use sha2::{Digest, Sha256};
 use tollgate_model::Caller;
 use tollgate_policy_rules::LEASE_COMMAND;
 
-use crate::compile::{self, CatalogIndex, CompiledFile, Expected, Principal};
+use crate::compile::{self, CatalogCommand, CatalogIndex, CompiledFile, Expected, Principal};
 use crate::config::PolicyConfig;
 use crate::decision::{Decision, Denial, DenyCause, Descriptor};
 use crate::described::{Described, DescribedCache};
@@ -110,14 +112,23 @@ impl Generation {
         let index = CatalogIndex {
             commands: descriptors
                 .iter()
-                .map(|d| (d.name.clone(), Descriptor::from(d).categories))
+                .map(|d| {
+                    let described = Descriptor::from(d);
+                    let command = CatalogCommand {
+                        categories: described.categories,
+                        scripting: described.traits.scripting,
+                        keyed: !described.keys.is_empty(),
+                    };
+                    (d.name.clone(), command)
+                })
                 .collect(),
         };
         let sources = read_sources(config)?;
         let mut files = Vec::new();
         let mut errors = Vec::new();
+        let deadline = Instant::now() + config.compile_deadline;
         for (path, text) in &sources {
-            match compile::compile(path, text, &index) {
+            match compile::compile(path, text, &index, deadline) {
                 Ok(file) => files.push(file),
                 Err(diagnostics) => errors.extend(diagnostics),
             }
@@ -341,6 +352,13 @@ impl Generation {
             ..descriptor.clone()
         });
         self.judge_argv(&self.guards, caller, &described, &argv, None)
+    }
+
+    /// What the catalogs say `argv` is, as admission would ask them; `None` when none knows it.
+    pub fn describe_argv<A: AsRef<[u8]>>(&self, argv: &[A]) -> Option<bindings::Descriptor> {
+        self.catalogued(argv, None)
+            .ok()
+            .map(|described| described.wit.clone())
     }
 
     pub fn descriptors(&self) -> &[bindings::Descriptor] {
@@ -590,15 +608,32 @@ fn read_sources(config: &PolicyConfig) -> Result<Vec<(PathBuf, String)>, PolicyE
     config
         .files
         .iter()
-        .map(|path| {
-            std::fs::read_to_string(path)
-                .map(|text| (path.clone(), text))
-                .map_err(|source| PolicyError::Read {
-                    path: path.clone(),
-                    source,
-                })
-        })
+        .map(|path| read_policy(path, config.max_file_bytes).map(|text| (path.clone(), text)))
         .collect()
+}
+
+/// A policy file's text, refused unread when it is larger than `max` bytes (reading stops there
+/// too, should the file grow meanwhile).
+fn read_policy(path: &Path, max: u64) -> Result<String, PolicyError> {
+    let read_error = |source| PolicyError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(read_error)?;
+    let mut text = String::new();
+    file.take(max.saturating_add(1))
+        .read_to_string(&mut text)
+        .map_err(read_error)?;
+    let size = text.len() as u64;
+    if size > max {
+        let size = std::fs::metadata(path).map_or(size, |m| m.len().max(size));
+        return Err(PolicyError::TooLarge {
+            path: path.to_owned(),
+            size,
+            max,
+        });
+    }
+    Ok(text)
 }
 
 fn module_error(name: &str) -> impl FnOnce(wasmtime::Error) -> PolicyError + '_ {

@@ -1,6 +1,10 @@
 //! Decision tables for review: every catalog command × every principal × key samples drawn from
 //! the policy's own globs (one that matches and a near miss for each), with the deciding rule.
-//! `diff` keeps only the rows whose decision changed between two tables.
+//! Commands that can name several keys also get, per glob, a decoy at the first key and the
+//! glob's match at the others (`~cme:x,acme:x`, `acme:x,shared:x`; the decoy is the near miss or
+//! another glob's match): an allow rule needs every key to match and a deny rule any, so these
+//! are the rows where the two differ. `diff` keeps only the rows whose
+//! decision changed between two tables.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -10,6 +14,7 @@ use tollgate_policy_rules::{glob, Target, LEASE_COMMAND};
 
 use crate::decision::Decision;
 use crate::generation::Generation;
+use crate::sandbox::bindings;
 
 /// The sample key of a command when the policy has no key globs.
 const PLAIN_KEY: &str = "key";
@@ -19,7 +24,8 @@ const PLAIN_KEY: &str = "key";
 pub struct Case {
     pub principal: String,
     pub command: String,
-    /// The sample put at every key position; `None` for commands without keys.
+    /// The sample put at every key position; `None` for commands without keys. `decoy,key`: the
+    /// decoy at the first key position and the key at every other.
     pub key: Option<String>,
 }
 
@@ -51,7 +57,14 @@ pub fn table(generation: &Generation) -> Table {
     } else {
         keys
     };
+    let mixed = decoys(&key_globs);
     let leases = samples(&lease_globs);
+    // The form of each command that names several keys, if it has one.
+    let several: Vec<Option<bindings::Descriptor>> = generation
+        .descriptors()
+        .iter()
+        .map(|descriptor| several_keys(generation, descriptor))
+        .collect();
     let mut rows = BTreeMap::new();
     for principal in generation.principals() {
         let who = Caller {
@@ -60,7 +73,25 @@ pub fn table(generation: &Generation) -> Table {
             gid: 0,
             pid: 0,
         };
-        for descriptor in generation.descriptors() {
+        for (descriptor, several) in generation.descriptors().iter().zip(&several) {
+            if let Some(several) = several {
+                for (decoy, key) in &mixed {
+                    let keys = std::iter::once(decoy)
+                        .chain(std::iter::repeat(key))
+                        .take(several.keys.len())
+                        .map(|k| k.as_bytes().to_vec())
+                        .collect();
+                    let decision = generation.judge_sample(&who, several, keys);
+                    rows.insert(
+                        case(
+                            &principal.name,
+                            &descriptor.name,
+                            Some(&format!("{decoy},{key}")),
+                        ),
+                        verdict(&decision),
+                    );
+                }
+            }
             let samples: Vec<Option<&String>> = if descriptor.keys.is_empty() {
                 vec![None]
             } else {
@@ -173,6 +204,46 @@ fn instance(pattern: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// For each glob, decoys beside the text it matches: its near miss, and what each other glob
+/// matches (`acme:x` beside `shared:x`: one rule grants the decoy, another protects the key).
+fn decoys(globs: &BTreeSet<String>) -> Vec<(String, String)> {
+    let hits: Vec<String> = globs.iter().map(|pattern| instance(pattern)).collect();
+    let mut out = BTreeSet::new();
+    for (pattern, hit) in globs.iter().zip(&hits) {
+        if let Some(miss) = near_miss(pattern, hit) {
+            out.insert((miss, hit.clone()));
+        }
+        for other in &hits {
+            if !glob::matches(pattern.as_bytes(), other.as_bytes()) {
+                out.insert((other.clone(), hit.clone()));
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// The form of `descriptor`'s command that names two keys or more: its shortest form when that
+/// does (RENAME, SMOVE), else, for a command of variable arity, what the catalog says of it with
+/// two more arguments than its shortest form (`DEL x x x`, `MSET x x x x`). `None` when neither
+/// does: one key only (GET), or keys that follow a keyword or a count (XREAD, EVAL), which
+/// placeholders do not reach.
+fn several_keys(
+    generation: &Generation,
+    descriptor: &bindings::Descriptor,
+) -> Option<bindings::Descriptor> {
+    if descriptor.keys.len() >= 2 {
+        return Some(descriptor.clone());
+    }
+    if descriptor.keys.is_empty() || descriptor.arity >= 0 {
+        return None;
+    }
+    let mut argv: Vec<&str> = descriptor.name.split('|').collect();
+    let argc = descriptor.arity.unsigned_abs() as usize + 2;
+    argv.resize(argc.max(argv.len()), "x");
+    let described = generation.describe_argv(&argv)?;
+    (described.name == descriptor.name && described.keys.len() >= 2).then_some(described)
 }
 
 /// `hit` with its first character changed so that `pattern` no longer matches, if there is one.

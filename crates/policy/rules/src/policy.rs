@@ -34,7 +34,8 @@ pub enum Target {
         categories: CategorySet,
         /// `*`: every command.
         any: bool,
-        /// Key globs; every key of the command must match one. `None`: keys do not matter.
+        /// Key globs. An allow rule matches when every key of the command matches one, a deny
+        /// rule when any key does ([`Action::keys_match`]). `None`: keys do not matter.
         keys: Option<Vec<String>>,
         /// Bit `i` set: lane `i` in WIT order. `None`: any lane.
         lanes: Option<u8>,
@@ -143,19 +144,29 @@ impl Rule {
             ) => {
                 (*any || categories.intersects(*command_categories) || names_cover(names, name))
                     && lanes.is_none_or(|mask| mask & (1 << lane) != 0)
-                    // A key glob cannot vouch for a command that names no key (SCAN, DBSIZE, EXEC):
-                    // a rule with `keys` matches only commands with keys, all of them matching.
-                    && keys.as_ref().is_none_or(|globs| {
-                        !command_keys.is_empty()
-                            && command_keys
-                                .iter()
-                                .all(|key| globs_match(globs, key.as_ref()))
-                    })
+                    && keys
+                        .as_ref()
+                        .is_none_or(|globs| self.action.keys_match(globs, command_keys))
             }
             (Target::Leases { resources }, Subject::Lease { resource }) => {
                 globs_match(resources, resource)
             }
             _ => false,
+        }
+    }
+}
+
+impl Action {
+    /// Whether a command's keys satisfy a rule's key globs. An allow rule vouches for a command
+    /// only when every key is one it grants; a deny rule refuses a command when any key is one it
+    /// protects, so a decoy key next to a protected one (`DEL decoy protected:1`) cannot dodge it.
+    /// Either way a key glob cannot vouch for or against a command that names no key (SCAN, DBSIZE,
+    /// EXEC): a rule with `keys` matches only commands with keys.
+    pub fn keys_match<K: AsRef<[u8]>>(self, globs: &[String], keys: &[K]) -> bool {
+        let matching = |key: &K| globs_match(globs, key.as_ref());
+        match self {
+            Action::Allow => !keys.is_empty() && keys.iter().all(matching),
+            Action::Deny => keys.iter().any(matching),
         }
     }
 }
@@ -270,6 +281,95 @@ mod tests {
             id(audit.evaluate(&command("bob", "FLUSHALL", &[]))),
             "audit no-flush"
         );
+    }
+
+    /// A deny rule on `protected:*`, then an allow rule for every key.
+    fn protected() -> CompiledPolicy {
+        CompiledPolicy {
+            mode: Mode::Enforce,
+            rules: vec![
+                rule(
+                    "protected",
+                    None,
+                    commands(&["DEL", "MSET", "GET"], &[], Some(&["protected:*"])),
+                    Action::Deny,
+                ),
+                rule(
+                    "any-key",
+                    None,
+                    commands(&["DEL", "MSET", "GET"], &[], Some(&["*"])),
+                    Action::Allow,
+                ),
+            ],
+        }
+    }
+
+    fn decided_by(policy: &CompiledPolicy, request: &Request<'_, &str>) -> String {
+        match policy.evaluate(request) {
+            Outcome::Allow(rule) => format!("allow {}", rule.id),
+            Outcome::Deny(rule) => format!("deny {}", rule.id),
+            Outcome::AuditDeny(rule) => format!("audit {}", rule.id),
+            Outcome::NoMatch => "none".into(),
+        }
+    }
+
+    #[test]
+    fn a_deny_rule_matches_when_any_key_matches() {
+        let policy = protected();
+        for keys in [
+            &["decoy", "protected:1"][..],
+            &["protected:1", "decoy"],
+            &["a", "b", "protected:x", "c"],
+            &["protected:1"],
+        ] {
+            assert_eq!(
+                decided_by(&policy, &command("p", "DEL", keys)),
+                "deny protected",
+                "{keys:?}"
+            );
+        }
+        for keys in [&["decoy"][..], &["decoy", "protectedx"], &["unprotected:1"]] {
+            assert_eq!(
+                decided_by(&policy, &command("p", "DEL", keys)),
+                "allow any-key",
+                "{keys:?}"
+            );
+        }
+        // Still no match on a command without keys, for either action.
+        assert_eq!(decided_by(&policy, &command("p", "DEL", &[])), "none");
+    }
+
+    #[test]
+    fn an_allow_rule_matches_only_when_every_key_matches() {
+        let policy = sample(Mode::Enforce);
+        for keys in [
+            &["acme:1", "x"][..],
+            &["x", "acme:1"],
+            &["acme:1", "acme:2", "b"],
+        ] {
+            assert_eq!(
+                decided_by(&policy, &command("acme", "MGET", keys)),
+                "none",
+                "{keys:?}"
+            );
+        }
+        assert_eq!(
+            decided_by(&policy, &command("acme", "MGET", &["acme:1", "acme:2"])),
+            "allow tenant"
+        );
+    }
+
+    #[test]
+    fn key_semantics_follow_the_action() {
+        let globs = vec!["p:*".to_owned()];
+        let mixed = ["x", "p:1"];
+        assert!(Action::Deny.keys_match(&globs, &mixed));
+        assert!(!Action::Allow.keys_match(&globs, &mixed));
+        assert!(Action::Allow.keys_match(&globs, &["p:1", "p:2"]));
+        assert!(!Action::Deny.keys_match(&globs, &["x", "y"]));
+        let none: [&str; 0] = [];
+        assert!(!Action::Allow.keys_match(&globs, &none));
+        assert!(!Action::Deny.keys_match(&globs, &none));
     }
 
     #[test]

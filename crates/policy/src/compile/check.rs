@@ -4,29 +4,50 @@
 use std::collections::HashSet;
 use std::path::Path;
 use std::str::FromStr;
+use std::time::Instant;
 
 use tollgate_model::{Lane, UNMAPPED_PREFIX};
 use tollgate_policy_rules::{glob, Action, Category, CategorySet, CompiledPolicy, Rule, Target};
 
-use super::source::{PolicyFile, PrincipalSource, RuleSource, TestSource};
+use super::shadow::{Shadow, Shadows, BUDGET};
+use super::source::{PolicyFile, PrincipalSource, RuleSource, ScriptAccess, TestSource};
 use super::spans::Spans;
 use super::{
-    CatalogIndex, CompiledFile, Diagnostic, Expectation, Principal, Severity, DEFAULT_DENY,
+    CatalogCommand, CatalogIndex, CompiledFile, Diagnostic, Expectation, Principal, Severity,
+    DEFAULT_DENY,
 };
 
 pub struct Checker<'a> {
     path: &'a Path,
     spans: &'a Spans,
     catalog: &'a CatalogIndex,
+    /// When checking gives up on the file (reported as an error).
+    deadline: Instant,
+    /// The catalog's scripting commands, by name: what a key-constrained rule may not allow.
+    scripting: Vec<(&'a str, CatalogCommand)>,
     diagnostics: Vec<Diagnostic>,
 }
 
 impl<'a> Checker<'a> {
-    pub fn new(path: &'a Path, spans: &'a Spans, catalog: &'a CatalogIndex) -> Self {
+    pub fn new(
+        path: &'a Path,
+        spans: &'a Spans,
+        catalog: &'a CatalogIndex,
+        deadline: Instant,
+    ) -> Self {
+        let mut scripting: Vec<(&str, CatalogCommand)> = catalog
+            .commands
+            .iter()
+            .filter(|(_, command)| command.scripting)
+            .map(|(name, command)| (name.as_str(), *command))
+            .collect();
+        scripting.sort_unstable_by_key(|(name, _)| *name);
         Checker {
             path,
             spans,
             catalog,
+            deadline,
+            scripting,
             diagnostics: Vec::new(),
         }
     }
@@ -40,8 +61,22 @@ impl<'a> Checker<'a> {
         let known: HashSet<&str> = principals.iter().map(|p| p.name.as_str()).collect();
         let mut ids = HashSet::new();
         let mut rules = Vec::new();
+        let mut shadows = Shadows::new(self.catalog);
         for (index, source) in file.rules.iter().enumerate() {
             let at = format!("rules.{index}");
+            if Instant::now() >= self.deadline {
+                self.error(
+                    &at,
+                    format!(
+                        "compiling stopped at rule `{}` ({} of {}): the compile deadline \
+                         (policy.compile_deadline) passed; split the policy or raise the deadline",
+                        source.id,
+                        index + 1,
+                        file.rules.len()
+                    ),
+                );
+                break;
+            }
             if !ids.insert(source.id.as_str()) {
                 self.error(
                     &format!("{at}.id"),
@@ -49,7 +84,8 @@ impl<'a> Checker<'a> {
                 );
             }
             if let Some(rule) = self.rule(&at, source, &known) {
-                self.shadowed(&at, &rule, &rules);
+                self.shadowed(&at, &rule, &rules, &mut shadows);
+                shadows.add(rules.len(), &rule);
                 rules.push(rule);
             }
         }
@@ -185,12 +221,80 @@ impl<'a> Checker<'a> {
                 return None;
             }
         };
+        self.scripts(at, source, action, &target);
         Some(Rule {
             id: source.id.clone(),
             principals,
             target,
             action,
             reason,
+        })
+    }
+
+    /// A rule that constrains keys and allows scripts constrains nothing: a script builds key
+    /// names at run time (`redis.call('GET', 'other:' .. x)`), out of admission's sight, and Redis
+    /// runs it on a lane whose ACL user may touch every key. Such a rule is an error unless it
+    /// says `scripts: unconstrained`.
+    fn scripts(&mut self, at: &str, source: &RuleSource, action: Action, target: &Target) {
+        let constrains_keys =
+            action == Action::Allow && matches!(target, Target::Commands { keys: Some(_), .. });
+        let granted = if constrains_keys {
+            self.script_granted(source)
+        } else {
+            None
+        };
+        match (granted, source.scripts) {
+            (Some((index, entry, script)), None) => {
+                let via = if entry.eq_ignore_ascii_case(&script) {
+                    String::new()
+                } else {
+                    format!(" (through `{entry}`)")
+                };
+                self.error(
+                    &format!("{at}.commands.{index}"),
+                    format!(
+                        "rule `{}` allows {script}{via} and constrains keys, but a script can \
+                         reach any key whatever `keys:` says: the keys it names are not the keys \
+                         it touches. Add `scripts: unconstrained` to the rule to accept that, or \
+                         allow scripts in a rule without `keys:`",
+                        source.id
+                    ),
+                );
+            }
+            (None, Some(ScriptAccess::Unconstrained)) => self.report(
+                Severity::Warning,
+                &format!("{at}.scripts"),
+                format!(
+                    "rule `{}`: `scripts: unconstrained` has no effect: the rule does not allow \
+                     scripts under a `keys:` constraint",
+                    source.id
+                ),
+            ),
+            _ => {}
+        }
+    }
+
+    /// The first `commands` entry that lets the rule match a script command (its index, the entry,
+    /// and the command as a client writes it): one that runs code on keys (EVAL, FCALL and their
+    /// variants; `*` and categories reach these), or any scripting command named outright
+    /// (`SCRIPT`, `FUNCTION LOAD`).
+    fn script_granted<'s>(&self, source: &'s RuleSource) -> Option<(usize, &'s str, String)> {
+        let commands = source.commands.as_ref()?;
+        commands.iter().enumerate().find_map(|(index, entry)| {
+            let granted = if entry == "*" {
+                self.scripting.iter().find(|(_, c)| c.keyed)
+            } else if let Some(category) = entry.strip_prefix('@') {
+                let category = Category::from_name(category)?;
+                self.scripting
+                    .iter()
+                    .find(|(_, c)| c.keyed && c.categories.contains(category))
+            } else {
+                let name = entry.to_ascii_uppercase().replace(' ', "|");
+                self.scripting.iter().find(|(script, _)| {
+                    *script == name || script.split_once('|').is_some_and(|(p, _)| p == name)
+                })
+            };
+            granted.map(|(script, _)| (index, entry.as_str(), script.replace('|', " ")))
         })
     }
 
@@ -232,6 +336,12 @@ impl<'a> Checker<'a> {
             }
         }
         if let Some(keys) = &source.keys {
+            if keys.is_empty() {
+                self.error(
+                    &format!("{at}.keys"),
+                    "`keys` is empty: the rule would never match a command with keys".into(),
+                );
+            }
             self.globs(&format!("{at}.keys"), keys);
         }
         let lanes = source.lanes.as_ref().map(|lanes| {
@@ -269,18 +379,23 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// Warns when an earlier rule matches everything `rule` matches.
-    fn shadowed(&mut self, at: &str, rule: &Rule, earlier: &[Rule]) {
-        if let Some(cover) = earlier.iter().find(|e| covers(e, rule, self.catalog)) {
-            self.report(
-                Severity::Warning,
-                at,
-                format!(
-                    "rule `{}` can never match: rule `{}` before it matches everything it does",
-                    rule.id, cover.id
-                ),
-            );
-        }
+    /// Warns when an earlier rule matches everything `rule` matches, or when the check gives up.
+    fn shadowed(&mut self, at: &str, rule: &Rule, earlier: &[Rule], shadows: &mut Shadows) {
+        let message = match shadows.check(rule, earlier) {
+            Shadow::Clear => return,
+            Shadow::CoveredBy(index) => format!(
+                "rule `{}` can never match: rule `{}` before it matches everything it does",
+                rule.id, earlier[index].id
+            ),
+            Shadow::Exhausted => format!(
+                "rules from `{}` on are not checked for being shadowed by earlier ones: the \
+                 check spent its budget ({BUDGET} units of comparison work) on rules too alike to \
+                 tell apart by principal, command or key; the policy compiles, but split it or \
+                 make rules differ to get the check back",
+                rule.id
+            ),
+        };
+        self.report(Severity::Warning, at, message);
     }
 
     fn test(
@@ -315,62 +430,4 @@ impl<'a> Checker<'a> {
             line: self.spans.at(&at).0,
         })
     }
-}
-
-/// Whether `earlier` matches every request `later` matches (a conservative test: `false` when
-/// unsure, so warnings are never wrong).
-fn covers(earlier: &Rule, later: &Rule, catalog: &CatalogIndex) -> bool {
-    let principals = match (&earlier.principals, &later.principals) {
-        (None, _) => true,
-        (Some(_), None) => false,
-        (Some(e), Some(l)) => l.iter().all(|p| e.contains(p)),
-    };
-    principals
-        && match (&earlier.target, &later.target) {
-            (
-                Target::Commands {
-                    names: en,
-                    categories: ec,
-                    any: eany,
-                    keys: ek,
-                    lanes: el,
-                },
-                Target::Commands {
-                    names: ln,
-                    categories: lc,
-                    any: lany,
-                    keys: lk,
-                    lanes: ll,
-                },
-            ) => {
-                let commands = *eany
-                    || (!*lany
-                        && lc.0 & !ec.0 == 0
-                        && ln.iter().all(|name| {
-                            let parent = name.split_once('|').map_or(name.as_str(), |(p, _)| p);
-                            en.iter().any(|e| e == name || e == parent)
-                                || catalog
-                                    .commands
-                                    .get(name)
-                                    .is_some_and(|c| c.intersects(*ec))
-                        }));
-                let keys = match (ek, lk) {
-                    (None, _) => true,
-                    (Some(_), None) => false,
-                    (Some(e), Some(l)) => {
-                        e.iter().any(|g| g == "*") || l.iter().all(|g| e.contains(g))
-                    }
-                };
-                let lanes = match (el, ll) {
-                    (None, _) => true,
-                    (Some(_), None) => false,
-                    (Some(e), Some(l)) => l & !e == 0,
-                };
-                commands && keys && lanes
-            }
-            (Target::Leases { resources: e }, Target::Leases { resources: l }) => {
-                e.iter().any(|g| g == "*") || l.iter().all(|g| e.contains(g))
-            }
-            _ => false,
-        }
 }

@@ -4,12 +4,14 @@
 //! file:line:column.
 
 mod check;
+mod shadow;
 mod source;
 mod spans;
 
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use serde::Serialize;
 use tollgate_policy_rules::{CategorySet, CompiledPolicy};
@@ -19,16 +21,32 @@ pub use source::Expected;
 /// The rule id of a denial because no rule allowed (policies are default-deny); tests may name it.
 pub const DEFAULT_DENY: &str = "default-deny";
 
-/// What the compiler knows of the catalog: every canonical name and its categories.
+/// What the compiler knows of the catalog: every canonical name and what it is.
 #[derive(Debug, Default, Clone)]
 pub struct CatalogIndex {
-    pub commands: HashMap<String, CategorySet>,
+    pub commands: HashMap<String, CatalogCommand>,
+}
+
+/// One command as the compiler needs it.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CatalogCommand {
+    pub categories: CategorySet,
+    /// Redis flags it `scripting`: EVAL and FCALL run code, SCRIPT and FUNCTION manage it.
+    pub scripting: bool,
+    /// Whether it names keys (in its shortest form): a rule with `keys:` can match only these.
+    pub keyed: bool,
 }
 
 impl CatalogIndex {
     /// Whether `name` is a command, or a parent whose subcommands are (`CLIENT`).
     fn knows(&self, name: &str) -> bool {
         self.commands.contains_key(name)
+    }
+
+    fn categories(&self, name: &str) -> CategorySet {
+        self.commands
+            .get(name)
+            .map_or(CategorySet::default(), |c| c.categories)
     }
 }
 
@@ -95,24 +113,37 @@ pub struct CompiledFile {
 }
 
 /// Compiles one policy. `Err` holds every error found (and the warnings), never just the first.
+/// Every step is linear in the text, or bounded: nesting by [`spans::MAX_DEPTH`], the
+/// shadowed-rule check by its budget, and the rules' checks by `deadline`.
 pub fn compile(
     path: &Path,
     text: &str,
     catalog: &CatalogIndex,
+    deadline: Instant,
 ) -> Result<CompiledFile, Vec<Diagnostic>> {
-    let file: source::PolicyFile = match serde_yaml::from_str(text) {
-        Ok(file) => file,
-        Err(error) => {
-            let (line, column) = error.location().map_or((1, 1), |l| (l.line(), l.column()));
-            return Err(vec![Diagnostic {
-                file: path.to_owned(),
-                line,
-                column,
-                severity: Severity::Error,
-                message: error.to_string(),
-            }]);
-        }
+    let error = |line: usize, column: usize, message: String| {
+        vec![Diagnostic {
+            file: path.to_owned(),
+            line,
+            column,
+            severity: Severity::Error,
+            message,
+        }]
     };
-    let spans = spans::Spans::of(text);
-    check::Checker::new(path, &spans, catalog).run(file)
+    // Before serde, whose deserializer recurses on nesting.
+    let spans = spans::Spans::of(text).map_err(|deep| {
+        error(
+            deep.line,
+            deep.column,
+            format!(
+                "nesting deeper than {} levels: a policy is a few levels deep",
+                spans::MAX_DEPTH
+            ),
+        )
+    })?;
+    let file: source::PolicyFile = serde_yaml::from_str(text).map_err(|e| {
+        let (line, column) = e.location().map_or((1, 1), |l| (l.line(), l.column()));
+        error(line, column, e.to_string())
+    })?;
+    check::Checker::new(path, &spans, catalog, deadline).run(file)
 }

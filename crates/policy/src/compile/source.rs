@@ -42,6 +42,17 @@ pub struct RuleSource {
     pub leases: Option<Vec<String>>,
     pub allow: Option<String>,
     pub deny: Option<String>,
+    /// `unconstrained`: the author accepts that scripts this rule allows reach keys its `keys:`
+    /// does not grant.
+    pub scripts: Option<ScriptAccess>,
+}
+
+/// What a key-constrained rule that allows scripts says about the keys they reach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScriptAccess {
+    /// A script may reach any key, whatever the rule's `keys:` say.
+    Unconstrained,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]

@@ -1,0 +1,190 @@
+//! Key semantics through the RESP socket, against a real redis-server: a deny rule with `keys:`
+//! refuses a command when any of its keys matches, so a decoy key beside a protected one
+//! (`DEL decoy protected:1`, `MSET decoy 1 protected:1 2`) is refused and writes nothing; an allow
+//! rule still needs every key. And the compiler refuses key-constrained rules that allow scripts.
+
+use tollgate_resp::Frame;
+use tollgate_testkit::RedisServer;
+
+use crate::policy_support::root;
+use crate::support::daemon::{tempdir, TestDaemon};
+use crate::support::raw::{text, RawClient};
+
+/// Writes to `protected:*` are denied; everything else of the data categories is allowed, and an
+/// allow rule on `app:*` lets the other principal touch only its keys.
+const PROTECTED: &str = r#"principals:
+  me: { any: true }
+rules:
+  - id: protected
+    commands: ["@write"]
+    keys: ["protected:*"]
+    deny: protected keys are written by the operator only
+  - id: data
+    commands: ["@read", "@write", "@keyspace", "@connection"]
+    allow: data
+"#;
+
+fn refused_by(reply: &Frame, rule: &str) -> bool {
+    matches!(reply, Frame::Error(_)) && text(reply).contains(&format!("rule {rule} denies"))
+}
+
+#[tokio::test]
+async fn a_decoy_key_does_not_dodge_a_deny_rule_and_nothing_is_written() {
+    let redis = RedisServer::start();
+    assert!(redis.inline("SET protected:1 original").contains("OK"));
+    let dir = tempdir();
+    let policy = dir.path().join("protected.yaml");
+    std::fs::write(&policy, PROTECTED).unwrap();
+    let daemon =
+        TestDaemon::start_with(&redis, |config| config.policy.files = vec![policy.clone()]).await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+
+    for argv in [
+        &["DEL", "decoy", "protected:1"][..],
+        &["DEL", "protected:1", "decoy"],
+        &["UNLINK", "a", "b", "protected:1"],
+        &["MSET", "decoy", "1", "protected:1", "2"],
+        &["MSET", "protected:1", "2", "decoy", "1"],
+        &["RENAME", "decoy", "protected:1"],
+    ] {
+        let reply = client.call(argv).await;
+        assert!(
+            refused_by(&reply, "protected"),
+            "{argv:?} got {}",
+            text(&reply)
+        );
+    }
+    // Nothing reached Redis: the protected key is intact and no decoy was written.
+    assert!(redis.inline("GET protected:1").contains("original"));
+    assert!(redis.inline("EXISTS decoy").contains(":0"));
+
+    // The same commands without the protected key go through: the rule is about that key.
+    let reply = client.call(&["MSET", "decoy", "1", "other", "2"]).await;
+    assert_eq!(text(&reply), "OK");
+    let reply = client.call(&["DEL", "decoy", "other"]).await;
+    assert_eq!(reply, Frame::Integer(2));
+    // Reading the protected key is not a write: allowed by `data`.
+    let reply = client.call(&["GET", "protected:1"]).await;
+    assert_eq!(text(&reply), "original");
+    daemon.stop().await;
+}
+
+/// The tenants example with `@scripting` added to acme's rule, and the same with the acceptance.
+fn tenants_with_scripting(accept: bool) -> String {
+    let text = std::fs::read_to_string(root().join("policies/examples/tenants.yaml")).unwrap();
+    let from = "    commands: [\"@read\", \"@write\", \"@keyspace\", \"@transaction\"]\n    keys: [\"acme:*\", \"shared:*\"]\n";
+    assert!(text.contains(from), "tenants.yaml changed shape");
+    let to = format!(
+        "    commands: [\"@read\", \"@write\", \"@keyspace\", \"@transaction\", \"@scripting\"]\n    keys: [\"acme:*\", \"shared:*\"]\n{}",
+        if accept {
+            "    scripts: unconstrained\n"
+        } else {
+            ""
+        }
+    );
+    text.replacen(from, &to, 1)
+}
+
+#[test]
+fn a_key_constrained_rule_that_allows_scripts_does_not_compile_unless_accepted() {
+    let dir = tempdir();
+    let path = dir.path().join("tenants.yaml");
+    std::fs::write(&path, tenants_with_scripting(false)).unwrap();
+    let config = crate::policy_support::config(&[&path], vec![]);
+    let error = match tollgate_policy::Admission::load(
+        &config,
+        &mut prometheus_client::registry::Registry::default(),
+    ) {
+        Ok(_) => panic!("a key-constrained rule allowing @scripting compiled"),
+        Err(error) => error
+            .to_string()
+            .replace(&path.display().to_string(), "tenants.yaml"),
+    };
+    assert!(
+        error.starts_with(
+            "tenants.yaml:21:64: error: rule `acme-keys` allows EVAL (through `@scripting`) and \
+             constrains keys, but a script can reach any key whatever `keys:` says"
+        ),
+        "{error}"
+    );
+    assert!(error.contains("`scripts: unconstrained`"), "{error}");
+
+    std::fs::write(&path, tenants_with_scripting(true)).unwrap();
+    let admission = crate::policy_support::admission(&config);
+    // Accepted, the rule allows the script as it says: EVAL with an acme key is admitted.
+    let decision = admission.admit(
+        &crate::policy_support::caller("acme"),
+        &crate::policy_support::argv("EVAL x 1 acme:x"),
+    );
+    assert!(
+        matches!(decision, tollgate_policy::Decision::Admitted { ref rule, .. } if rule == "acme-keys"),
+        "{decision:?}"
+    );
+}
+
+#[test]
+fn every_way_a_keyed_allow_rule_can_reach_scripts_is_refused() {
+    const HEAD: &str =
+        "principals:\n  app: { uids: [1000] }\nrules:\n  - id: r\n    keys: [\"app:*\"]\n";
+    let dir = tempdir();
+    let path = dir.path().join("scripts.yaml");
+    for (commands, grants) in [
+        ("[GET, EVAL]", "allows EVAL and"),
+        ("[EVALSHA_RO]", "allows EVALSHA_RO and"),
+        ("[FCALL]", "allows FCALL and"),
+        ("[\"*\"]", "allows EVAL (through `*`)"),
+        ("[\"@slow\"]", "allows EVAL (through `@slow`)"),
+        ("[SCRIPT]", "allows SCRIPT DEBUG (through `SCRIPT`)"),
+        ("[FUNCTION LOAD]", "allows FUNCTION LOAD and"),
+    ] {
+        std::fs::write(
+            &path,
+            format!("{HEAD}    commands: {commands}\n    allow: x\n"),
+        )
+        .unwrap();
+        let config = crate::policy_support::config(&[&path], vec![]);
+        let error = match tollgate_policy::Admission::load(
+            &config,
+            &mut prometheus_client::registry::Registry::default(),
+        ) {
+            Ok(_) => panic!("{commands} compiled"),
+            Err(error) => error.to_string(),
+        };
+        assert!(
+            error.contains(":6:") && error.contains(grants),
+            "{commands}: {error}"
+        );
+    }
+    // A deny rule, or a rule without `keys:`, may name scripts; `@write` reaches FUNCTION LOAD,
+    // which names no key, so a keyed rule never matches it.
+    for rule in [
+        "  - id: r\n    commands: [EVAL]\n    keys: [\"app:*\"]\n    deny: x\n",
+        "  - id: r\n    commands: [EVAL, SCRIPT]\n    allow: x\n",
+        "  - id: r\n    commands: [\"@write\"]\n    keys: [\"app:*\"]\n    allow: x\n",
+    ] {
+        std::fs::write(
+            &path,
+            format!("principals:\n  app: {{ uids: [1000] }}\nrules:\n{rule}"),
+        )
+        .unwrap();
+        crate::policy_support::admission(&crate::policy_support::config(&[&path], vec![]));
+    }
+    // Accepting unconstrained scripts where the rule grants none is a warning at the field.
+    std::fs::write(
+        &path,
+        "principals:\n  app: { uids: [1000] }\nrules:\n  - id: r\n    commands: [GET]\n    keys: [\"app:*\"]\n    scripts: unconstrained\n    allow: x\n",
+    )
+    .unwrap();
+    let admission =
+        crate::policy_support::admission(&crate::policy_support::config(&[&path], vec![]));
+    let warnings = &admission.generation().files[0].warnings;
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].ends_with(
+            ":7:14: warning: rule `r`: `scripts: unconstrained` has no effect: the rule does not \
+             allow scripts under a `keys:` constraint"
+        ),
+        "{}",
+        warnings[0]
+    );
+}
