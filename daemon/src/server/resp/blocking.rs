@@ -1,5 +1,9 @@
 //! How long a blocking command may hold its BLOCKING connection: its own timeout plus a grace, or no
 //! limit for a timeout of zero ("block forever", as Redis means it).
+//!
+//! The timeout is the client's: any spelling (huge, negative, NaN, `inf`) is read without panicking.
+//! One that is no timeout Redis would accept is sent all the same, so that Redis answers it with
+//! its own error.
 
 use std::time::Duration;
 
@@ -28,7 +32,8 @@ pub fn deadline(argv: &[&[u8]]) -> Option<Duration> {
     // A timeout we cannot read is left to Redis to reject; give it the grace period to answer.
     match timeout {
         Some(timeout) if timeout.is_zero() && blocks_forever(&name, argv) => None,
-        Some(timeout) => Some(timeout + GRACE),
+        // Saturating: no client-given timeout may overflow the addition.
+        Some(timeout) => Some(timeout.saturating_add(GRACE)),
         None => Some(GRACE),
     }
 }
@@ -50,9 +55,11 @@ fn block_option<'a>(argv: &[&'a [u8]]) -> Option<&'a [u8]> {
     argv.get(position + 1).copied()
 }
 
+/// Seconds as Redis reads them (a float); `None` for what no `Duration` holds: negative, NaN,
+/// infinite or too large, which Redis refuses too (`timeout is negative` / `out of range`).
 fn seconds(arg: &[u8]) -> Option<Duration> {
     let value: f64 = std::str::from_utf8(arg).ok()?.parse().ok()?;
-    (value.is_finite() && value >= 0.0).then(|| Duration::from_secs_f64(value))
+    Duration::try_from_secs_f64(value).ok()
 }
 
 fn millis(arg: &[u8]) -> Option<Duration> {
@@ -95,5 +102,37 @@ mod tests {
     #[test]
     fn unreadable_timeouts_get_the_grace_period() {
         assert_eq!(deadline(&argv("BLPOP q soon")), Some(GRACE));
+    }
+
+    #[test]
+    fn any_timeout_a_client_sends_is_read_without_panicking() {
+        for timeout in [
+            "1e308", "1e300", "-1", "-1e308", "nan", "NaN", "inf", "-inf", "1e400", "-0",
+        ] {
+            for command in [
+                format!("BLPOP q {timeout}"),
+                format!("BZPOPMIN z {timeout}"),
+                format!("BLMPOP {timeout} 1 q LEFT"),
+                format!("BRPOPLPUSH a b {timeout}"),
+                format!("BLMOVE a b LEFT RIGHT {timeout}"),
+            ] {
+                let limit = deadline(&argv(&command));
+                assert!(
+                    limit.is_none_or(|limit| limit >= GRACE),
+                    "{command}: {limit:?}"
+                );
+            }
+        }
+        // Redis reads `-0` as zero: forever.
+        assert_eq!(deadline(&argv("BLPOP q -0")), None);
+        assert!(deadline(&argv("BLPOP q 1.8e19")).is_some_and(|limit| limit > GRACE));
+        assert_eq!(
+            deadline(&argv("WAIT 1 18446744073709551615")),
+            Some(Duration::from_millis(u64::MAX) + GRACE)
+        );
+        assert_eq!(
+            deadline(&argv("XREAD BLOCK -5 STREAMS s 0")),
+            Some(GRACE)
+        );
     }
 }
