@@ -62,3 +62,60 @@ async fn timeouts_no_duration_holds_get_redis_own_error_and_the_connection_stays
     assert_eq!(client.call(&["PING"]).await, pong());
     daemon.stop().await;
 }
+
+/// A Lua table `depth` tables deep around one integer; Redis replies with arrays as deep.
+const DEEP_TABLE: &str =
+    "local t = {1} for i = 2, tonumber(ARGV[1]) do t = {t} end return t";
+
+#[tokio::test]
+async fn a_deep_script_reply_reaches_its_client_and_spares_the_shared_script_connection() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    // What Redis itself answers, byte for byte.
+    let mut direct = RawClient::connect(redis.socket()).await;
+    direct.send(&["EVAL", DEEP_TABLE, "0", "1000"]).await;
+    let expected = direct.read_raw().await;
+    assert!(expected.starts_with(&b"*1\r\n".repeat(1000)), "{expected:?}");
+
+    let mut deep = RawClient::connect(&daemon.resp_socket()).await;
+    let mut other = RawClient::connect(&daemon.resp_socket()).await;
+    let deep_replies = async {
+        for _ in 0..20 {
+            deep.send(&["EVAL", DEEP_TABLE, "0", "1000"]).await;
+            assert_eq!(deep.read_raw().await, expected);
+        }
+    };
+    // Another client's scripts, pipelined so that they are in flight on the shared SCRIPT
+    // connection while the deep replies pass.
+    let other_scripts = async {
+        for round in 0..20 {
+            let arg = round.to_string();
+            let batch: Vec<[&str; 4]> = (0..50).map(|_| ["EVAL", "return ARGV[1]", "0", &arg]).collect();
+            let commands: Vec<&[&str]> = batch.iter().map(|argv| &argv[..]).collect();
+            other.pipeline(&commands).await;
+            for _ in 0..50 {
+                assert_eq!(text(&other.read().await), arg, "round {round}");
+            }
+        }
+    };
+    let leases = async {
+        for n in 0..10 {
+            let reply = daemon
+                .post(
+                    &format!("/v1/leases/deep-{n}/acquire"),
+                    &serde_json::json!({"attempt": {"owner": "o", "operation_id": "op"}, "ttl_ms": 10_000})
+                        .to_string(),
+                )
+                .await;
+            assert_eq!(
+                (reply.status, reply.json()["outcome"].clone()),
+                (200, serde_json::json!("acquired")),
+                "{}",
+                reply.body
+            );
+        }
+    };
+    tokio::join!(deep_replies, other_scripts, leases);
+    daemon.stop().await;
+}
+

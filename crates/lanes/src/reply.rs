@@ -2,7 +2,7 @@
 //! client unchanged and only callers that need the value pay for parsing it.
 
 use bytes::{Bytes, BytesMut};
-use tollgate_resp::{Frame, Limits};
+use tollgate_resp::{Frame, Limits, ProtocolError};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reply(Bytes);
@@ -21,13 +21,14 @@ impl Reply {
         self.0
     }
 
-    /// The parsed value.
-    pub fn frame(&self) -> Frame {
+    /// The parsed value. Passing a reply through never needs this; building one can fail where
+    /// measuring it did not: a reply nested deeper than a [`Frame`] is built ([`Limits::max_depth`]).
+    pub fn frame(&self) -> Result<Frame, ProtocolError> {
         let mut buf = BytesMut::from(&self.0[..]);
-        match tollgate_resp::parse(&mut buf, &reply_limits()) {
-            Ok(Some(frame)) => frame,
-            // Unreachable by construction: the reader measured these bytes as one frame with the same limits.
-            other => unreachable!("a Reply holds one complete frame, got {other:?}"),
+        match tollgate_resp::parse(&mut buf, &reply_limits())? {
+            Some(frame) => Ok(frame),
+            // By construction: the reader measured these bytes as one complete frame.
+            None => unreachable!("a Reply holds one complete frame"),
         }
     }
 
@@ -37,7 +38,11 @@ impl Reply {
     }
 }
 
-/// What we accept from Redis: its own ceilings (512 MiB strings), deep nesting for module replies.
+/// What we accept from Redis: its own ceilings (512 MiB strings). Any nesting and any element
+/// count are measured (both cost bytes); only [`Reply::frame`] refuses what is too deep to build.
 pub(crate) fn reply_limits() -> Limits {
-    Limits::default()
+    Limits {
+        max_elements: usize::MAX,
+        ..Limits::default()
+    }
 }
