@@ -8,6 +8,7 @@ use bytes::Bytes;
 use tollgate_resp::Frame;
 use tollgate_testkit::RedisServer;
 
+use crate::front_door::redis_clients;
 use crate::support::daemon::TestDaemon;
 use crate::support::raw::{text, RawClient};
 
@@ -119,3 +120,54 @@ async fn a_deep_script_reply_reaches_its_client_and_spares_the_shared_script_con
     daemon.stop().await;
 }
 
+/// How many of Redis's clients are blocked (`flags=b`: BLPOP and the like).
+fn blocked(redis: &RedisServer) -> usize {
+    redis_clients(redis)
+        .iter()
+        .filter(|client| client.contains(" flags=b"))
+        .count()
+}
+
+/// Polls `done` until it holds, for at most 10 s.
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn clients_that_hang_up_blocked_inside_watch_leave_no_blocked_connection() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    // As many as the TRANSACTION lane has connections: before, this saturated it for good.
+    let mut abandoned = Vec::new();
+    for _ in 0..16 {
+        let mut client = RawClient::connect(&daemon.resp_socket()).await;
+        assert_eq!(text(&client.call(&["WATCH", "w"]).await), "OK");
+        client.send(&["BLPOP", "never", "0"]).await;
+        abandoned.push(client);
+    }
+    eventually("16 sessions blocked in Redis", || blocked(&redis) == 16).await;
+    drop(abandoned);
+    eventually("no blocked connection left", || blocked(&redis) == 0).await;
+
+    let mut other = RawClient::connect(&daemon.resp_socket()).await;
+    other
+        .pipeline(&[&["MULTI"], &["SET", "after", "1"], &["EXEC"]])
+        .await;
+    assert_eq!(text(&other.read().await), "OK");
+    assert_eq!(text(&other.read().await), "QUEUED");
+    assert_eq!(
+        other.read().await,
+        Frame::Array(vec![Frame::Simple(Bytes::from_static(b"OK"))])
+    );
+    // A job pushed now is not popped by a dead session: it stays for the living.
+    assert_eq!(
+        other.call(&["LPUSH", "never", "job"]).await,
+        Frame::Integer(1)
+    );
+    assert_eq!(other.call(&["LLEN", "never"]).await, Frame::Integer(1));
+    daemon.stop().await;
+}
