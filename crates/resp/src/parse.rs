@@ -6,7 +6,7 @@
 //! only bytes and no depth is refused there (a Lua table 1,000 deep is a valid reply). Building a
 //! [`Frame`] recurses, and so does dropping one: only [`parse`] refuses nesting past `max_depth`.
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 
 use crate::Frame;
 
@@ -116,28 +116,58 @@ impl Scanner {
                 self.pos = walker.pos;
                 element
             };
+            match element {
+                Element::Open(children) => self.open.push(children),
+                Element::Whole => {
+                    while let Some(remaining) = self.open.last_mut() {
+                        *remaining -= 1;
+                        if *remaining > 0 {
+                            break;
+                        }
+                        self.open.pop();
+                    }
+                }
+            }
+            // Checked once the element is counted, so that the scanner still knows where the frame
+            // stands after this error (see [`Scanner::discard`]).
             if self.pos > limits.max_frame_bytes {
                 return Err(ProtocolError::FrameTooLarge {
                     limit: limits.max_frame_bytes,
                 });
             }
-            match element {
-                Element::Open(children) => self.open.push(children),
-                Element::Whole => loop {
-                    let Some(remaining) = self.open.last_mut() else {
-                        let len = self.pos;
-                        *self = Scanner::default();
-                        return Ok(Some(len));
-                    };
-                    *remaining -= 1;
-                    if *remaining > 0 {
-                        break;
-                    }
-                    self.open.pop();
-                },
+            if self.open.is_empty() {
+                let len = self.pos;
+                *self = Scanner::default();
+                return Ok(Some(len));
             }
         }
     }
+
+    /// After [`ProtocolError::FrameTooLarge`], drops what is measured of the frame from the front
+    /// of `buf`, so that a reader can read past a frame too large to keep instead of failing the
+    /// stream. Until it says [`Discarded::Whole`], scan again after each read and discard again
+    /// after each `Ok(None)` or `FrameTooLarge`; the `Ok(Some(len))` that ends the frame is its
+    /// last `len` bytes, to drop too.
+    pub fn discard(&mut self, buf: &mut BytesMut) -> Discarded {
+        let dropped = self.pos;
+        buf.advance(dropped);
+        self.pos = 0;
+        if dropped > 0 && self.open.is_empty() {
+            Discarded::Whole
+        } else {
+            Discarded::Part { dropped }
+        }
+    }
+}
+
+/// What [`Scanner::discard`] dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Discarded {
+    /// The rest of the frame: what follows is the next frame.
+    Whole,
+    /// Part of the frame; more of it is to come. Nothing dropped after `FrameTooLarge` means one
+    /// string by itself is over the limit: the stream cannot be read past it.
+    Part { dropped: usize },
 }
 
 /// The end of a complete and well-formed bulk string (`$<len>\r\n<payload>\r\n`) at `pos`. Most of
@@ -634,6 +664,29 @@ mod tests {
             parse(&mut beyond, &limits),
             Ok(Some(Frame::Simple("next".into())))
         );
+    }
+
+    #[test]
+    fn discarding_reads_past_a_frame_over_the_byte_limit_but_not_past_one_huge_string() {
+        let limits = Limits {
+            max_frame_bytes: 16,
+            ..Limits::default()
+        };
+        let mut wire = BytesMut::from(&b"*3\r\n$5\r\naaaaa\r\n$5\r\nbbbbb\r\n$5\r\nccccc\r\n+next\r\n"[..]);
+        let mut scanner = Scanner::default();
+        assert_eq!(
+            scanner.scan(&wire, &limits),
+            Err(ProtocolError::FrameTooLarge { limit: 16 })
+        );
+        assert_eq!(scanner.discard(&mut wire), Discarded::Part { dropped: 26 });
+        assert_eq!(scanner.scan(&wire, &limits), Ok(Some(11)));
+        wire.advance(11);
+        assert_eq!(scanner.scan(&wire, &limits), Ok(Some(7)));
+
+        let mut huge = BytesMut::from(&b"$17\r\n"[..]);
+        let mut scanner = Scanner::default();
+        assert!(scanner.scan(&huge, &limits).is_err());
+        assert_eq!(scanner.discard(&mut huge), Discarded::Part { dropped: 0 });
     }
 
     #[test]
