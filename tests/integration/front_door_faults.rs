@@ -21,7 +21,9 @@ async fn timeouts_no_duration_holds_get_redis_own_error_and_the_connection_stays
     let redis = RedisServer::start();
     let daemon = TestDaemon::start(&redis).await;
     let mut client = RawClient::connect(&daemon.resp_socket()).await;
-    let timeouts = ["1e308", "1e300", "-1", "-1e308", "nan", "inf", "-inf", "1e400"];
+    let timeouts = [
+        "1e308", "1e300", "-1", "-1e308", "nan", "inf", "-inf", "1e400",
+    ];
     for timeout in timeouts {
         let commands: [Vec<&str>; 11] = [
             vec!["BLPOP", "k", timeout],
@@ -33,7 +35,17 @@ async fn timeouts_no_duration_holds_get_redis_own_error_and_the_connection_stays
             vec!["BRPOPLPUSH", "a", "b", timeout],
             vec!["BLMOVE", "a", "b", "LEFT", "RIGHT", timeout],
             vec!["XREAD", "BLOCK", timeout, "STREAMS", "s", "0"],
-            vec!["XREADGROUP", "GROUP", "g", "c", "BLOCK", timeout, "STREAMS", "s", ">"],
+            vec![
+                "XREADGROUP",
+                "GROUP",
+                "g",
+                "c",
+                "BLOCK",
+                timeout,
+                "STREAMS",
+                "s",
+                ">",
+            ],
             vec!["WAIT", "0", timeout],
         ];
         for argv in commands {
@@ -65,8 +77,7 @@ async fn timeouts_no_duration_holds_get_redis_own_error_and_the_connection_stays
 }
 
 /// A Lua table `depth` tables deep around one integer; Redis replies with arrays as deep.
-const DEEP_TABLE: &str =
-    "local t = {1} for i = 2, tonumber(ARGV[1]) do t = {t} end return t";
+const DEEP_TABLE: &str = "local t = {1} for i = 2, tonumber(ARGV[1]) do t = {t} end return t";
 
 #[tokio::test]
 async fn a_deep_script_reply_reaches_its_client_and_spares_the_shared_script_connection() {
@@ -76,7 +87,10 @@ async fn a_deep_script_reply_reaches_its_client_and_spares_the_shared_script_con
     let mut direct = RawClient::connect(redis.socket()).await;
     direct.send(&["EVAL", DEEP_TABLE, "0", "1000"]).await;
     let expected = direct.read_raw().await;
-    assert!(expected.starts_with(&b"*1\r\n".repeat(1000)), "{expected:?}");
+    assert!(
+        expected.starts_with(&b"*1\r\n".repeat(1000)),
+        "{expected:?}"
+    );
 
     let mut deep = RawClient::connect(&daemon.resp_socket()).await;
     let mut other = RawClient::connect(&daemon.resp_socket()).await;
@@ -91,7 +105,9 @@ async fn a_deep_script_reply_reaches_its_client_and_spares_the_shared_script_con
     let other_scripts = async {
         for round in 0..20 {
             let arg = round.to_string();
-            let batch: Vec<[&str; 4]> = (0..50).map(|_| ["EVAL", "return ARGV[1]", "0", &arg]).collect();
+            let batch: Vec<[&str; 4]> = (0..50)
+                .map(|_| ["EVAL", "return ARGV[1]", "0", &arg])
+                .collect();
             let commands: Vec<&[&str]> = batch.iter().map(|argv| &argv[..]).collect();
             other.pipeline(&commands).await;
             for _ in 0..50 {

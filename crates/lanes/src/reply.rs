@@ -56,7 +56,9 @@ pub(crate) enum Next {
     Reply(Reply),
     /// A reply larger than [`reply_limits`] allows: dropped as it streams past, so that the
     /// connection reads on; the command it answers must be told.
-    TooLarge { limit: usize },
+    TooLarge {
+        limit: usize,
+    },
 }
 
 /// Cuts replies out of one connection's read buffer, resuming across reads. RESP3 pushes answer no

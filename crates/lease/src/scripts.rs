@@ -104,7 +104,9 @@ impl ScriptRunner {
             .await
             .map_err(sorted)?;
         if load.is_error() {
-            let message = load.frame().map_or_else(|e| e.to_string(), |f| describe(&f));
+            let message = load
+                .frame()
+                .map_or_else(|e| e.to_string(), |f| describe(&f));
             return Err(ScriptError::NotSent(message));
         }
         send_all(&channel, &evalsha, then)

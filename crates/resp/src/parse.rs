@@ -336,9 +336,10 @@ impl<'a> Walker<'a> {
                 let count = self.aggregate(tag, line)?.unwrap_or_default();
                 let mut pairs = Vec::with_capacity(count.min(1024));
                 for _ in 0..count {
-                    let (Some(key), Some(value)) =
-                        (self.frame(source, depth + 1)?, self.frame(source, depth + 1)?)
-                    else {
+                    let (Some(key), Some(value)) = (
+                        self.frame(source, depth + 1)?,
+                        self.frame(source, depth + 1)?,
+                    ) else {
                         return Ok(None);
                     };
                     pairs.push((key, value));
@@ -652,7 +653,10 @@ mod tests {
     fn a_frame_too_deep_to_build_is_consumed_and_what_follows_still_parses() {
         let limits = Limits::default();
         let mut within = BytesMut::from(&nested(limits.max_depth)[..]);
-        assert!(matches!(parse(&mut within, &limits), Ok(Some(Frame::Array(_)))));
+        assert!(matches!(
+            parse(&mut within, &limits),
+            Ok(Some(Frame::Array(_)))
+        ));
         let mut beyond = BytesMut::from(&nested(limits.max_depth + 1)[..]);
         assert_eq!(
             parse(&mut beyond, &limits),
@@ -672,7 +676,8 @@ mod tests {
             max_frame_bytes: 16,
             ..Limits::default()
         };
-        let mut wire = BytesMut::from(&b"*3\r\n$5\r\naaaaa\r\n$5\r\nbbbbb\r\n$5\r\nccccc\r\n+next\r\n"[..]);
+        let mut wire =
+            BytesMut::from(&b"*3\r\n$5\r\naaaaa\r\n$5\r\nbbbbb\r\n$5\r\nccccc\r\n+next\r\n"[..]);
         let mut scanner = Scanner::default();
         assert_eq!(
             scanner.scan(&wire, &limits),

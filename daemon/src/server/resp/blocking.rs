@@ -130,9 +130,6 @@ mod tests {
             deadline(&argv("WAIT 1 18446744073709551615")),
             Some(Duration::from_millis(u64::MAX) + GRACE)
         );
-        assert_eq!(
-            deadline(&argv("XREAD BLOCK -5 STREAMS s 0")),
-            Some(GRACE)
-        );
+        assert_eq!(deadline(&argv("XREAD BLOCK -5 STREAMS s 0")), Some(GRACE));
     }
 }
