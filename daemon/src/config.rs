@@ -87,6 +87,11 @@ pub struct RespConfig {
     pub max_pipeline: usize,
     /// Pub/sub messages buffered for one subscriber before it is disconnected as too slow.
     pub subscriber_buffer: usize,
+    /// How long a command on the BLOCKING or ADMIN lane may go unanswered before its connection
+    /// is closed and the client gets `-IOERR … (command may have run)`. Commands that say how long
+    /// they take (blocking commands, `WAIT`, `DEBUG SLEEP`) get that plus 2 s instead.
+    #[serde(with = "humantime_serde")]
+    pub command_timeout: Duration,
 }
 
 impl Default for RespConfig {
@@ -97,6 +102,7 @@ impl Default for RespConfig {
             max_inline_bytes: 64 * 1024,
             max_pipeline: 1024,
             subscriber_buffer: 1024,
+            command_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -269,6 +275,12 @@ impl Config {
             .map_err(|message| ("leases".to_owned(), message))?;
         if self.worker_threads == Some(0) {
             return Err(("worker_threads".to_owned(), "must be at least 1".to_owned()));
+        }
+        if self.resp.command_timeout.is_zero() {
+            return Err((
+                "resp.command_timeout".to_owned(),
+                "must be longer than zero".to_owned(),
+            ));
         }
         if self.shutdown.drain_timeout.is_zero() {
             return Err((

@@ -187,3 +187,78 @@ async fn clients_that_hang_up_blocked_inside_watch_leave_no_blocked_connection()
     assert_eq!(other.call(&["LLEN", "never"]).await, Frame::Integer(1));
     daemon.stop().await;
 }
+
+/// The machine's users may run `DEBUG` and `INFO` (both on the ADMIN lane) and connection commands.
+const ADMIN_POLICY: &str = r#"
+principals:
+  local: { any: true }
+rules:
+  - id: admin-for-tests
+    commands: [DEBUG, INFO]
+    allow: the deadline tests
+  - id: connection
+    commands: ["@connection"]
+    allow: connection housekeeping
+"#;
+
+async fn admin_daemon(
+    redis: &RedisServer,
+    adjust: impl FnOnce(&mut tollgate::config::Config),
+) -> TestDaemon {
+    let policy = redis.dir().join("admin.yaml");
+    std::fs::write(&policy, ADMIN_POLICY).expect("write the test policy");
+    TestDaemon::start_with(redis, |config| {
+        config.policy.files = vec![policy];
+        adjust(config);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn an_admin_command_that_says_how_long_it_takes_is_not_cut_short() {
+    let redis = RedisServer::builder()
+        .arg("--enable-debug-command")
+        .arg("yes")
+        .start();
+    // An ordinary deadline shorter than the sleep: the sleep's own argument decides.
+    let daemon = admin_daemon(&redis, |config| {
+        config.resp.command_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    assert_eq!(text(&client.call(&["DEBUG", "SLEEP", "3"]).await), "OK");
+    assert_eq!(client.call(&["PING"]).await, pong());
+    daemon.stop().await;
+}
+
+#[tokio::test]
+async fn an_admin_command_unanswered_past_the_command_timeout_gets_ioerr() {
+    let redis = RedisServer::start();
+    let daemon = admin_daemon(&redis, |config| {
+        config.resp.command_timeout = Duration::from_millis(500);
+    })
+    .await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    // The ADMIN connection exists before Redis stops answering.
+    assert!(text(&client.call(&["INFO", "server"]).await).contains("redis_version"));
+    redis.inline("CLIENT PAUSE 2000 ALL");
+    let reply = client.call(&["INFO", "server"]).await;
+    assert!(
+        matches!(&reply, Frame::Error(e) if e.starts_with(b"IOERR") && text(&reply).contains("no reply within 500ms")),
+        "{reply:?}"
+    );
+    // The session goes on, and once Redis answers again so does the lane.
+    assert_eq!(client.call(&["PING"]).await, pong());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let reply = client.call(&["INFO", "server"]).await;
+        if text(&reply).contains("redis_version") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the ADMIN lane never recovered: {reply:?}"
+        );
+    }
+    daemon.stop().await;
+}

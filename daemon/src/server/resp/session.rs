@@ -27,7 +27,7 @@ use tollgate_resp::{Command, Frame, ProtocolError};
 use super::local::{self, Local, Protocol, ReplyMode, Voice};
 use super::pending::{Class, InOrder, Pending};
 use super::subscriptions::{self, Subscriptions};
-use super::{blocking, replies, FrontDoor};
+use super::{deadline, replies, FrontDoor};
 use crate::server::peer::{peer_credentials, user_name};
 
 /// Flush the write buffer once it holds this much, even with replies still to come.
@@ -584,13 +584,14 @@ impl Session {
     fn send_exclusive(&mut self, lane: Lane, command: Command) -> Pending {
         let lanes = self.front.lanes.clone();
         let protocol = self.protocol;
+        let command_timeout = self.front.config.command_timeout;
         Pending::Exclusive(Box::pin(async move {
             let mut conn = match lanes.borrow_speaking(lane, protocol).await {
                 Ok(conn) => conn,
                 Err(error) => return replies::lane_failed(&error),
             };
             let encoded = command.encoded();
-            let outcome = match blocking::deadline(&command.argv()) {
+            let outcome = match deadline::of(&command.argv(), command_timeout) {
                 Some(deadline) => conn.send_with_timeout(encoded, deadline).await,
                 None => conn.send(encoded).await,
             };

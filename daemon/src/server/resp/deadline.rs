@@ -1,5 +1,7 @@
-//! How long a blocking command may hold its BLOCKING connection: its own timeout plus a grace, or no
-//! limit for a timeout of zero ("block forever", as Redis means it).
+//! How long a command may hold the BLOCKING or ADMIN connection it borrowed before the daemon
+//! gives up on its reply and closes the connection: the configured `resp.command_timeout`, or for
+//! commands known to take long (the blocking family, `WAIT`, `DEBUG SLEEP`) their own timeout
+//! plus a grace, or no limit for a timeout of zero ("block forever", as Redis means it).
 //!
 //! The timeout is the client's: any spelling (huge, negative, NaN, `inf`) is read without panicking.
 //! One that is no timeout Redis would accept is sent all the same, so that Redis answers it with
@@ -11,30 +13,38 @@ use std::time::Duration;
 pub const GRACE: Duration = Duration::from_secs(2);
 
 /// The deadline for `argv`'s reply; `None` when the command may block forever.
-pub fn deadline(argv: &[&[u8]]) -> Option<Duration> {
-    let name = argv.first()?.to_ascii_uppercase();
-    let timeout = match name.as_slice() {
+pub fn of(argv: &[&[u8]], command_timeout: Duration) -> Option<Duration> {
+    let Some(name) = argv.first().map(|name| name.to_ascii_uppercase()) else {
+        return Some(command_timeout);
+    };
+    let arg = |at: usize| argv.get(at).copied();
+    let own = match name.as_slice() {
         // Timeout in seconds, last argument.
         b"BLPOP" | b"BRPOP" | b"BRPOPLPUSH" | b"BLMOVE" | b"BZPOPMIN" | b"BZPOPMAX" => {
-            seconds(argv.last()?)
+            argv.last().and_then(|last| seconds(last))
         }
         // Timeout in seconds, first argument.
-        b"BLMPOP" | b"BZMPOP" => seconds(argv.get(1)?),
+        b"BLMPOP" | b"BZMPOP" => arg(1).and_then(seconds),
         // Timeout in milliseconds, last argument.
-        b"WAIT" | b"WAITAOF" => millis(argv.last()?),
+        b"WAIT" | b"WAITAOF" => argv.last().and_then(|last| millis(last)),
         // `BLOCK <ms>` option; without it the command does not block.
         b"XREAD" | b"XREADGROUP" => match block_option(argv) {
             Some(ms) => millis(ms),
-            None => Some(Duration::ZERO),
+            None => return Some(command_timeout),
         },
-        _ => Some(Duration::ZERO),
+        // Sleeps as long as it is told: seconds, a float.
+        b"DEBUG" if arg(1).is_some_and(|sub| sub.eq_ignore_ascii_case(b"SLEEP")) => {
+            arg(2).and_then(seconds)
+        }
+        _ => return Some(command_timeout),
     };
-    // A timeout we cannot read is left to Redis to reject; give it the grace period to answer.
-    match timeout {
+    match own {
         Some(timeout) if timeout.is_zero() && blocks_forever(&name, argv) => None,
         // Saturating: no client-given timeout may overflow the addition.
         Some(timeout) => Some(timeout.saturating_add(GRACE)),
-        None => Some(GRACE),
+        // A timeout the daemon cannot read is refused by Redis at once, or is one Redis reads in a
+        // spelling Rust does not (`0x10`): the ordinary deadline bounds both.
+        None => Some(command_timeout),
     }
 }
 
@@ -72,36 +82,64 @@ mod tests {
     use super::*;
     use crate::server::resp::argv;
 
+    const ORDINARY: Duration = Duration::from_secs(10);
+
+    fn deadline(words: &str) -> Option<Duration> {
+        of(&argv(words), ORDINARY)
+    }
+
     #[test]
-    fn blocking_family_uses_its_own_timeout_plus_grace() {
+    fn commands_that_take_long_use_their_own_timeout_plus_grace() {
         assert_eq!(
-            deadline(&argv("BLPOP a b 1.5")),
+            deadline("BLPOP a b 1.5"),
             Some(Duration::from_millis(1500) + GRACE)
         );
         assert_eq!(
-            deadline(&argv("blmpop 3 2 a b LEFT")),
+            deadline("blmpop 3 2 a b LEFT"),
             Some(Duration::from_secs(3) + GRACE)
         );
         assert_eq!(
-            deadline(&argv("XREAD BLOCK 250 STREAMS s 0")),
+            deadline("XREAD BLOCK 250 STREAMS s 0"),
             Some(Duration::from_millis(250) + GRACE)
         );
         assert_eq!(
-            deadline(&argv("WAIT 1 100")),
+            deadline("WAIT 1 100"),
             Some(Duration::from_millis(100) + GRACE)
         );
+        assert_eq!(
+            deadline("debug sleep 30"),
+            Some(Duration::from_secs(30) + GRACE)
+        );
+        assert_eq!(deadline("DEBUG SLEEP 0"), Some(GRACE));
+    }
+
+    #[test]
+    fn every_other_command_gets_the_command_timeout() {
+        for command in [
+            "INFO",
+            "SAVE",
+            "XREAD STREAMS s 0",
+            "DEBUG OBJECT k",
+            "BLPOP",
+            "DEBUG SLEEP",
+        ] {
+            assert_eq!(deadline(command), Some(ORDINARY), "{command}");
+        }
+        assert_eq!(of(&[], ORDINARY), Some(ORDINARY));
     }
 
     #[test]
     fn zero_means_forever_only_where_redis_says_so() {
-        assert_eq!(deadline(&argv("BRPOP q 0")), None);
-        assert_eq!(deadline(&argv("XREAD BLOCK 0 STREAMS s $")), None);
-        assert_eq!(deadline(&argv("XREAD STREAMS s 0")), Some(GRACE));
+        assert_eq!(deadline("BRPOP q 0"), None);
+        assert_eq!(deadline("XREAD BLOCK 0 STREAMS s $"), None);
+        assert_eq!(deadline("XREAD STREAMS s 0"), Some(ORDINARY));
     }
 
     #[test]
-    fn unreadable_timeouts_get_the_grace_period() {
-        assert_eq!(deadline(&argv("BLPOP q soon")), Some(GRACE));
+    fn unreadable_timeouts_get_the_command_timeout() {
+        assert_eq!(deadline("BLPOP q soon"), Some(ORDINARY));
+        // Redis reads hex floats; the daemon does not, and must not cut it short at the grace.
+        assert_eq!(deadline("BLPOP q 0x10"), Some(ORDINARY));
     }
 
     #[test]
@@ -115,8 +153,9 @@ mod tests {
                 format!("BLMPOP {timeout} 1 q LEFT"),
                 format!("BRPOPLPUSH a b {timeout}"),
                 format!("BLMOVE a b LEFT RIGHT {timeout}"),
+                format!("DEBUG SLEEP {timeout}"),
             ] {
-                let limit = deadline(&argv(&command));
+                let limit = deadline(&command);
                 assert!(
                     limit.is_none_or(|limit| limit >= GRACE),
                     "{command}: {limit:?}"
@@ -124,12 +163,12 @@ mod tests {
             }
         }
         // Redis reads `-0` as zero: forever.
-        assert_eq!(deadline(&argv("BLPOP q -0")), None);
-        assert!(deadline(&argv("BLPOP q 1.8e19")).is_some_and(|limit| limit > GRACE));
+        assert_eq!(deadline("BLPOP q -0"), None);
+        assert!(deadline("BLPOP q 1.8e19").is_some_and(|limit| limit > GRACE));
         assert_eq!(
-            deadline(&argv("WAIT 1 18446744073709551615")),
+            deadline("WAIT 1 18446744073709551615"),
             Some(Duration::from_millis(u64::MAX) + GRACE)
         );
-        assert_eq!(deadline(&argv("XREAD BLOCK -5 STREAMS s 0")), Some(GRACE));
+        assert_eq!(deadline("XREAD BLOCK -5 STREAMS s 0"), Some(ORDINARY));
     }
 }
