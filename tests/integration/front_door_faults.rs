@@ -262,3 +262,33 @@ async fn an_admin_command_unanswered_past_the_command_timeout_gets_ioerr() {
     }
     daemon.stop().await;
 }
+
+#[tokio::test]
+async fn lease_bodies_with_numbers_no_duration_holds_get_400_and_the_daemon_serves_on() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    let attempt = r#""attempt": {"owner": "o", "operation_id": "op"}"#;
+    let ttls = [
+        r#""ttl_ms": 1e308"#,
+        r#""ttl_ms": -1"#,
+        r#""ttl_ms": 18446744073709551615"#,
+        r#""ttl_ms": 18446744073709551616"#,
+    ];
+    let acquire_only = [
+        r#""ttl_ms": 10000, "wait_ms": 18446744073709551615"#,
+        r#""ttl_ms": 10000, "replicas": 4294967296"#,
+    ];
+    let calls = ttls
+        .iter()
+        .flat_map(|numbers| [("acquire", *numbers), ("renew", *numbers)])
+        .chain(acquire_only.iter().map(|numbers| ("acquire", *numbers)));
+    for (action, numbers) in calls {
+        let body = format!("{{{attempt}, {numbers}}}");
+        let reply = daemon
+            .post(&format!("/v1/leases/numbers/{action}"), &body)
+            .await;
+        assert_eq!(reply.status, 400, "{action} {body}: {}", reply.body);
+    }
+    assert_eq!(daemon.get("/healthz").await.status, 200);
+    daemon.stop().await;
+}
