@@ -265,7 +265,9 @@ impl<'a> Walker<'a> {
             b'*' | b'~' | b'>' | b'%' | b'|' => match self.aggregate(tag, line)? {
                 // Attributes annotate the reply that follows; together they are one reply.
                 // Saturating: a count Redis could never back with bytes must not overflow.
-                Some(count) if tag == b'|' => Element::Open(count.saturating_mul(2) + 1),
+                Some(count) if tag == b'|' => {
+                    Element::Open(count.saturating_mul(2).saturating_add(1))
+                }
                 None | Some(0) => Element::Whole,
                 Some(count) if tag == b'%' => Element::Open(count.saturating_mul(2)),
                 Some(count) => Element::Open(count),
