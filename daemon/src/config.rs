@@ -89,6 +89,11 @@ pub struct RespConfig {
     pub max_pipeline: usize,
     /// Pub/sub messages buffered for one subscriber before it is disconnected as too slow.
     pub subscriber_buffer: usize,
+    /// How long a command on the BLOCKING or ADMIN lane may go unanswered before its connection
+    /// is closed and the client gets `-IOERR … (command may have run)`. Commands that say how long
+    /// they take (blocking commands, `WAIT`, `DEBUG SLEEP`) get that plus 2 s instead.
+    #[serde(with = "humantime_serde")]
+    pub command_timeout: Duration,
 }
 
 impl Default for RespConfig {
@@ -99,6 +104,7 @@ impl Default for RespConfig {
             max_inline_bytes: 64 * 1024,
             max_pipeline: 1024,
             subscriber_buffer: 1024,
+            command_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -317,6 +323,12 @@ impl Config {
         if self.admin.reload_interval.is_zero() {
             return Err((
                 "admin.reload_interval".to_owned(),
+                "must be longer than zero".to_owned(),
+            ));
+        }
+        if self.resp.command_timeout.is_zero() {
+            return Err((
+                "resp.command_timeout".to_owned(),
                 "must be longer than zero".to_owned(),
             ));
         }

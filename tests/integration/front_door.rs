@@ -30,7 +30,7 @@ async fn redis_rs(daemon: &TestDaemon) -> redis::aio::MultiplexedConnection {
 }
 
 /// The clients Redis itself sees, one `CLIENT LIST` line each.
-fn redis_clients(redis: &RedisServer) -> Vec<String> {
+pub(crate) fn redis_clients(redis: &RedisServer) -> Vec<String> {
     redis
         .inline("CLIENT LIST")
         .lines()

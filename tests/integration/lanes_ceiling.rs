@@ -332,7 +332,7 @@ async fn a_large_reply_arrives_whole_behind_and_ahead_of_small_ones() {
     let big = channel.send(cmd(&["LRANGE", "big", "0", "-1"]));
     let after = channel.send(cmd(&["PING"]));
     assert_eq!(&before.await.unwrap().bytes()[..], b"+PONG\r\n");
-    match big.await.unwrap().frame() {
+    match big.await.unwrap().frame().unwrap() {
         tollgate_resp::Frame::Array(got) => {
             assert_eq!(got.len(), items.len());
             assert_eq!(got.last().and_then(|f| f.as_bytes()).unwrap(), "item-99999");

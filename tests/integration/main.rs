@@ -3,6 +3,7 @@
 
 mod foundation;
 mod front_door;
+mod front_door_faults;
 mod identity;
 mod lanes;
 mod lanes_batching;

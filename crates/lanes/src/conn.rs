@@ -4,18 +4,17 @@
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tollgate_model::Protocol;
-use tollgate_resp::Scanner;
+use tollgate_resp::ProtocolError;
 
 use crate::metrics::LaneMetrics;
-use crate::multiplex::is_push;
-use crate::reply::{reply_limits, Reply};
+use crate::reply::{reply_limits, Next, Reply, ReplyReader};
 use crate::stream::{Probe, Stream};
 
 pub(crate) struct Conn {
     stream: Stream,
     read: BytesMut,
     /// Where measuring the reply being read stopped, so a large reply is scanned once.
-    scanner: Scanner,
+    replies: ReplyReader,
     /// Which master (see `Locator`) the connection was opened to.
     generation: u64,
     protocol: Protocol,
@@ -60,7 +59,7 @@ impl Conn {
         Conn {
             stream,
             read: BytesMut::with_capacity(4096),
-            scanner: Scanner::default(),
+            replies: ReplyReader::new(reply_limits()),
             generation,
             protocol,
             _tracked: Tracked::new(metrics),
@@ -76,12 +75,13 @@ impl Conn {
 
     async fn read_reply(&mut self) -> Result<Reply, ConnError> {
         loop {
-            if let Some(len) = self.scanner.scan(&self.read, &reply_limits())? {
-                let frame = self.read.split_to(len).freeze();
-                if is_push(&frame) {
-                    continue;
+            match self.replies.next(&mut self.read)? {
+                Some(Next::Reply(reply)) => return Ok(reply),
+                // Fails this connection's one borrower, who then drops the connection.
+                Some(Next::TooLarge { limit }) => {
+                    return Err(ProtocolError::FrameTooLarge { limit }.into())
                 }
-                return Ok(Reply::new(frame));
+                None => {}
             }
             if self.stream.read_buf(&mut self.read).await? == 0 {
                 return Err(ConnError::Eof);

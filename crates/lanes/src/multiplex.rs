@@ -19,7 +19,6 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tollgate_model::{Lane, Protocol};
-use tollgate_resp::Scanner;
 
 use crate::config::LaneSettings;
 use crate::conn::Conn;
@@ -29,7 +28,7 @@ use crate::gate::{Gate, Permit, Queue};
 use crate::life::Life;
 use crate::metrics::{LaneMetrics, Rejection};
 use crate::quiet::Quiet;
-use crate::reply::{reply_limits, Reply};
+use crate::reply::{reply_limits, Next, Reply, ReplyReader};
 use crate::stream::Stream;
 
 /// How many bytes of queued commands one write may gather.
@@ -480,15 +479,14 @@ async fn read_loop(
     lost: &CancellationToken,
     generation: u64,
 ) {
-    let limits = reply_limits();
     let mut current: Option<InFlight> = None;
-    let mut scanner = Scanner::default();
+    let mut replies = ReplyReader::new(reply_limits());
     // Created once (the loop below runs per reply) and quiet: polled only when they fire.
     let mut gone = Quiet::new(lost.cancelled());
     let mut killed = Quiet::new(lane.life.killed().cancelled());
     let mut moved = Quiet::new(lane.connector.moved(generation));
     let failure = loop {
-        match hand_out(&mut read, &mut scanner, &mut current, &mut owed, &limits) {
+        match hand_out(&mut read, &mut replies, &mut current, &mut owed) {
             Ok(answered) => unanswered.answered(answered),
             Err(error) => break format!("redis sent an unreadable reply: {error}"),
         }
@@ -531,26 +529,26 @@ async fn read_loop(
 }
 
 /// Hands every complete reply already buffered to the command that owes it, oldest first; returns
-/// how many.
+/// how many. A reply too large to relay fails its own command only: the connection reads past it.
 fn hand_out(
     read: &mut BytesMut,
-    scanner: &mut Scanner,
+    replies: &mut ReplyReader,
     current: &mut Option<InFlight>,
     owed: &mut mpsc::UnboundedReceiver<InFlight>,
-    limits: &tollgate_resp::Limits,
 ) -> Result<usize, tollgate_resp::ProtocolError> {
     let mut answered = 0;
     while current.is_some() {
-        let Some(len) = scanner.scan(read, limits)? else {
+        let Some(next) = replies.next(read)? else {
             break;
         };
-        let frame = read.split_to(len).freeze();
-        if is_push(&frame) {
-            continue;
-        }
-        let reply = Reply::new(frame);
+        let outcome = match next {
+            Next::Reply(reply) => Ok(reply),
+            Next::TooLarge { limit } => Err(CallError::Indeterminate {
+                reason: format!("the reply is larger than {limit} bytes and was not relayed"),
+            }),
+        };
         if let Some(waiting) = current.take() {
-            waiting.answer(Ok(reply));
+            waiting.answer(outcome);
         }
         *current = owed.try_recv().ok();
         answered += 1;

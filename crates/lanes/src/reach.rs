@@ -90,7 +90,11 @@ async fn check_once(
                     Ok(reply) => reply,
                     Err(error) => return Err(Unanswered(error.to_string())),
                 };
-                match reply.frame() {
+                let frame = match reply.frame() {
+                    Ok(frame) => frame,
+                    Err(error) => return Ok(Err(cannot(error.to_string()))),
+                };
+                match frame {
                     Frame::Simple(ok) if ok.as_ref() == b"OK" => {
                         return Ok(Err(ReachError::Reachable {
                             lane,

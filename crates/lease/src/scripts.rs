@@ -107,7 +107,10 @@ impl ScriptRunner {
             .await
             .map_err(sorted)?;
         if load.is_error() {
-            return Err(ScriptError::NotSent(describe(&load.frame())));
+            let message = load
+                .frame()
+                .map_or_else(|e| e.to_string(), |f| describe(&f));
+            return Err(ScriptError::NotSent(message));
         }
         send_all(&channel, &evalsha, then)
             .await?
@@ -128,7 +131,12 @@ async fn send_all(
     let mut frames = Vec::with_capacity(pending.len());
     for (index, reply) in pending.into_iter().enumerate() {
         match reply.await {
-            Ok(reply) => frames.push(reply.frame()),
+            // The call went out: a reply that cannot be read leaves its outcome unknown.
+            Ok(reply) => frames.push(
+                reply
+                    .frame()
+                    .map_err(|error| ScriptError::Indeterminate(error.to_string()))?,
+            ),
             // Once the script itself went out, a later failure no longer means "not sent".
             Err(error) if index > 0 => {
                 return Err(ScriptError::Indeterminate(error.to_string()));

@@ -1,8 +1,12 @@
 //! The bounded incremental parser: `Ok(None)` until a whole frame is buffered, a typed error when the
 //! bytes are not RESP or break a limit. One walker serves both [`parse`] (builds the frame) and
 //! [`frame_len`] (only measures it, for replies passed through unchanged).
+//!
+//! Measuring is iterative: the [`Scanner`] keeps the open aggregates on the heap, so nesting costs
+//! only bytes and no depth is refused there (a Lua table 1,000 deep is a valid reply). Building a
+//! [`Frame`] recurses, and so does dropping one: only [`parse`] refuses nesting past `max_depth`.
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 
 use crate::Frame;
 
@@ -13,7 +17,7 @@ pub struct Limits {
     pub max_frame_bytes: usize,
     /// Most elements in one aggregate (array, map pairs, set, push).
     pub max_elements: usize,
-    /// Deepest nesting of aggregates.
+    /// Deepest nesting of aggregates in a frame [`parse`] builds; measuring ([`Scanner`]) has none.
     pub max_depth: usize,
     /// Longest inline command or simple line (`+`, `-`, `:` …) without its CRLF.
     pub max_inline_bytes: usize,
@@ -56,14 +60,18 @@ pub enum ProtocolError {
     UnbalancedQuotes,
 }
 
-/// Parses and consumes one frame from the front of `buf`; `Ok(None)` leaves `buf` untouched.
+/// Parses and consumes one frame from the front of `buf`; `Ok(None)` leaves `buf` untouched. A
+/// complete frame nested deeper than `max_depth` is consumed all the same and refused
+/// ([`ProtocolError::TooDeep`]), so that what follows it can still be read.
 pub fn parse(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Frame>, ProtocolError> {
     let Some(len) = frame_len(buf, limits)? else {
         return Ok(None);
     };
     let bytes = buf.split_to(len).freeze();
     let mut walker = Walker::new(&bytes, limits);
-    let frame = walker.frame(&bytes)?.expect("a measured frame is complete");
+    let frame = walker
+        .frame(&bytes, 0)?
+        .expect("a measured frame is complete");
     Ok(Some(frame))
 }
 
@@ -96,11 +104,6 @@ impl Scanner {
     /// `Ok(Some(len))` once the first frame of `buf` is complete; `Ok(None)` to wait for more bytes.
     pub fn scan(&mut self, buf: &[u8], limits: &Limits) -> Result<Option<usize>, ProtocolError> {
         loop {
-            if self.open.len() > limits.max_depth {
-                return Err(ProtocolError::TooDeep {
-                    limit: limits.max_depth,
-                });
-            }
             let element = if let Some(end) = bulk_end(buf, self.pos, limits) {
                 self.pos = end;
                 Element::Whole
@@ -113,28 +116,58 @@ impl Scanner {
                 self.pos = walker.pos;
                 element
             };
+            match element {
+                Element::Open(children) => self.open.push(children),
+                Element::Whole => {
+                    while let Some(remaining) = self.open.last_mut() {
+                        *remaining -= 1;
+                        if *remaining > 0 {
+                            break;
+                        }
+                        self.open.pop();
+                    }
+                }
+            }
+            // Checked once the element is counted, so that the scanner still knows where the frame
+            // stands after this error (see [`Scanner::discard`]).
             if self.pos > limits.max_frame_bytes {
                 return Err(ProtocolError::FrameTooLarge {
                     limit: limits.max_frame_bytes,
                 });
             }
-            match element {
-                Element::Open(children) => self.open.push(children),
-                Element::Whole => loop {
-                    let Some(remaining) = self.open.last_mut() else {
-                        let len = self.pos;
-                        *self = Scanner::default();
-                        return Ok(Some(len));
-                    };
-                    *remaining -= 1;
-                    if *remaining > 0 {
-                        break;
-                    }
-                    self.open.pop();
-                },
+            if self.open.is_empty() {
+                let len = self.pos;
+                *self = Scanner::default();
+                return Ok(Some(len));
             }
         }
     }
+
+    /// After [`ProtocolError::FrameTooLarge`], drops what is measured of the frame from the front
+    /// of `buf`, so that a reader can read past a frame too large to keep instead of failing the
+    /// stream. Until it says [`Discarded::Whole`], scan again after each read and discard again
+    /// after each `Ok(None)` or `FrameTooLarge`; the `Ok(Some(len))` that ends the frame is its
+    /// last `len` bytes, to drop too.
+    pub fn discard(&mut self, buf: &mut BytesMut) -> Discarded {
+        let dropped = self.pos;
+        buf.advance(dropped);
+        self.pos = 0;
+        if dropped > 0 && self.open.is_empty() {
+            Discarded::Whole
+        } else {
+            Discarded::Part { dropped }
+        }
+    }
+}
+
+/// What [`Scanner::discard`] dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Discarded {
+    /// The rest of the frame: what follows is the next frame.
+    Whole,
+    /// Part of the frame; more of it is to come. Nothing dropped after `FrameTooLarge` means one
+    /// string by itself is over the limit: the stream cannot be read past it.
+    Part { dropped: usize },
 }
 
 /// The end of a complete and well-formed bulk string (`$<len>\r\n<payload>\r\n`) at `pos`. Most of
@@ -231,20 +264,29 @@ impl<'a> Walker<'a> {
             },
             b'*' | b'~' | b'>' | b'%' | b'|' => match self.aggregate(tag, line)? {
                 // Attributes annotate the reply that follows; together they are one reply.
-                Some(count) if tag == b'|' => Element::Open(count * 2 + 1),
+                // Saturating: a count Redis could never back with bytes must not overflow.
+                Some(count) if tag == b'|' => {
+                    Element::Open(count.saturating_mul(2).saturating_add(1))
+                }
                 None | Some(0) => Element::Whole,
-                Some(count) if tag == b'%' => Element::Open(count * 2),
+                Some(count) if tag == b'%' => Element::Open(count.saturating_mul(2)),
                 Some(count) => Element::Open(count),
             },
             other => return Err(ProtocolError::UnknownType(other)),
         }))
     }
 
-    /// Builds the frame at `pos`; `source` holds the same bytes as `buf`, shared.
-    fn frame(&mut self, source: &Bytes) -> Step<Frame> {
+    /// Builds the frame at `pos`, which is nested `depth` aggregates deep; `source` holds the same
+    /// bytes as `buf`, shared.
+    fn frame(&mut self, source: &Bytes, depth: usize) -> Step<Frame> {
         let Some(tag) = self.peek() else {
             return Ok(None);
         };
+        if depth > self.limits.max_depth {
+            return Err(ProtocolError::TooDeep {
+                limit: self.limits.max_depth,
+            });
+        }
         self.pos += 1;
         let Some(line) = self.line()? else {
             return Ok(None);
@@ -281,7 +323,7 @@ impl<'a> Walker<'a> {
                 };
                 let mut items = Vec::with_capacity(count.min(1024));
                 for _ in 0..count {
-                    let Some(item) = self.frame(source)? else {
+                    let Some(item) = self.frame(source, depth + 1)? else {
                         return Ok(None);
                     };
                     items.push(item);
@@ -296,8 +338,10 @@ impl<'a> Walker<'a> {
                 let count = self.aggregate(tag, line)?.unwrap_or_default();
                 let mut pairs = Vec::with_capacity(count.min(1024));
                 for _ in 0..count {
-                    let (Some(key), Some(value)) = (self.frame(source)?, self.frame(source)?)
-                    else {
+                    let (Some(key), Some(value)) = (
+                        self.frame(source, depth + 1)?,
+                        self.frame(source, depth + 1)?,
+                    ) else {
                         return Ok(None);
                     };
                     pairs.push((key, value));
@@ -305,7 +349,7 @@ impl<'a> Walker<'a> {
                 if tag == b'%' {
                     Frame::Map(pairs)
                 } else {
-                    let Some(value) = self.frame(source)? else {
+                    let Some(value) = self.frame(source, depth + 1)? else {
                         return Ok(None);
                     };
                     Frame::Attribute {
@@ -588,6 +632,70 @@ mod tests {
         out
     }
 
+    /// `depth` arrays, each holding the next, around one integer, then `+next`.
+    fn nested(depth: usize) -> Vec<u8> {
+        let mut wire = b"*1\r\n".repeat(depth);
+        wire.extend_from_slice(b":1\r\n+next\r\n");
+        wire
+    }
+
+    #[test]
+    fn measuring_has_no_depth_limit_and_resumes_at_any_cut() {
+        let wire = nested(100_000);
+        let len = wire.len() - b"+next\r\n".len();
+        assert_eq!(frame_len(&wire, &Limits::default()), Ok(Some(len)));
+        let mut scanner = Scanner::default();
+        for cut in (0..len).step_by(4099) {
+            assert_eq!(scanner.scan(&wire[..cut], &Limits::default()), Ok(None));
+        }
+        assert_eq!(scanner.scan(&wire, &Limits::default()), Ok(Some(len)));
+    }
+
+    #[test]
+    fn a_frame_too_deep_to_build_is_consumed_and_what_follows_still_parses() {
+        let limits = Limits::default();
+        let mut within = BytesMut::from(&nested(limits.max_depth)[..]);
+        assert!(matches!(
+            parse(&mut within, &limits),
+            Ok(Some(Frame::Array(_)))
+        ));
+        let mut beyond = BytesMut::from(&nested(limits.max_depth + 1)[..]);
+        assert_eq!(
+            parse(&mut beyond, &limits),
+            Err(ProtocolError::TooDeep {
+                limit: limits.max_depth
+            })
+        );
+        assert_eq!(
+            parse(&mut beyond, &limits),
+            Ok(Some(Frame::Simple("next".into())))
+        );
+    }
+
+    #[test]
+    fn discarding_reads_past_a_frame_over_the_byte_limit_but_not_past_one_huge_string() {
+        let limits = Limits {
+            max_frame_bytes: 16,
+            ..Limits::default()
+        };
+        let mut wire =
+            BytesMut::from(&b"*3\r\n$5\r\naaaaa\r\n$5\r\nbbbbb\r\n$5\r\nccccc\r\n+next\r\n"[..]);
+        let mut scanner = Scanner::default();
+        assert_eq!(
+            scanner.scan(&wire, &limits),
+            Err(ProtocolError::FrameTooLarge { limit: 16 })
+        );
+        assert_eq!(scanner.discard(&mut wire), Discarded::Part { dropped: 26 });
+        assert_eq!(scanner.scan(&wire, &limits), Ok(Some(11)));
+        wire.advance(11);
+        assert_eq!(scanner.scan(&wire, &limits), Ok(Some(7)));
+
+        let mut huge = BytesMut::from(&b"$17\r\n"[..]);
+        let mut scanner = Scanner::default();
+        assert!(scanner.scan(&huge, &limits).is_err());
+        assert_eq!(scanner.discard(&mut huge), Discarded::Part { dropped: 0 });
+    }
+
     #[test]
     fn integers_read_as_str_parse_reads_them() {
         for text in [
@@ -621,7 +729,7 @@ mod tests {
             max_depth: 1,
             max_inline_bytes: 8,
         };
-        let cases: [(&[u8], ProtocolError); 8] = [
+        let cases: [(&[u8], ProtocolError); 7] = [
             (b"$100\r\n", ProtocolError::FrameTooLarge { limit: 16 }),
             (
                 b"$17\r\n12345678901234567\r\n",
@@ -635,10 +743,6 @@ mod tests {
                 b"*3\r\n",
                 ProtocolError::TooManyElements { count: 3, limit: 2 },
             ),
-            (
-                b"*1\r\n*1\r\n*1\r\n:1\r\n",
-                ProtocolError::TooDeep { limit: 1 },
-            ),
             (b"+123456789", ProtocolError::LineTooLong { limit: 8 }),
             (b"?x\r\n", ProtocolError::UnknownType(b'?')),
             (b"$1\r\nab\r\n", ProtocolError::MissingCrlf),
@@ -646,6 +750,11 @@ mod tests {
         for (input, expected) in cases {
             assert_eq!(frame_len(input, &limits), Err(expected), "{input:?}");
         }
+        let mut deep = BytesMut::from(&b"*1\r\n*1\r\n*1\r\n:1\r\n"[..]);
+        assert_eq!(
+            parse(&mut deep, &limits),
+            Err(ProtocolError::TooDeep { limit: 1 })
+        );
         assert!(matches!(
             frame_len(b":12x\r\n", &Limits::default()),
             Err(ProtocolError::InvalidValue {

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tollgate_resp::{Frame, Limits};
@@ -73,6 +73,26 @@ impl RawClient {
         })
         .await
         .map_err(|_| ())
+    }
+
+    /// The next reply's bytes as they arrived, however deep (measured, never built); panics after
+    /// 10 s or if the server closes first.
+    pub async fn read_raw(&mut self) -> Bytes {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                if let Some(len) =
+                    tollgate_resp::frame_len(&self.buffer, &Limits::default()).expect("valid RESP")
+                {
+                    return self.buffer.split_to(len).freeze();
+                }
+                match self.stream.read_buf(&mut self.buffer).await {
+                    Ok(0) | Err(_) => panic!("connection closed before a reply"),
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await
+        .expect("a reply in time")
     }
 
     /// Reads until the server closes the connection; returns every frame seen.

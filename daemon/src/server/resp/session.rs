@@ -5,9 +5,12 @@
 //! waits for everything before it (a *barrier*), so a client's commands still run in the order sent.
 //! Transactions pin one TRANSACTION connection to the session; subscriptions come from the shared
 //! PUBSUB lane. A client that vanishes drops its in-flight work: a borrowed connection with a reply
-//! still owed is closed by the lane, never reused.
+//! still owed is closed by the lane, never reused. Work awaited in place (a transaction's commands,
+//! a blocking command inside WATCH, a subscription, the replies owed before a close) races the
+//! client's hang-up too ([`until_hang_up`]), so no session outlives its client.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,7 +28,7 @@ use tollgate_resp::{Command, Frame, ProtocolError};
 use super::local::{self, Local, Protocol, ReplyMode, Voice};
 use super::pending::{Class, InOrder, Pending};
 use super::subscriptions::{self, Subscriptions};
-use super::{blocking, replies, FrontDoor};
+use super::{deadline, replies, FrontDoor};
 use crate::server::identity::Refused;
 use crate::server::peer::peer_credentials;
 
@@ -178,8 +181,8 @@ impl Session {
         let mut stopped = Quiet::new(stop.cancelled());
         loop {
             if !stopping {
-                if let Some(close) = self.dispatch(&mut input).await {
-                    self.drain().await;
+                if let Some(close) = self.dispatch(&mut input, &mut reader).await? {
+                    until_hang_up(self.drain(), &mut reader, &mut input).await?;
                     self.out.extend_from_slice(&close);
                     return self.flush(&mut writer).await;
                 }
@@ -237,11 +240,16 @@ impl Session {
     }
 
     /// Starts every complete command in `input` that may start now. Returns a final reply when the
-    /// connection must close (QUIT, a protocol error).
-    async fn dispatch(&mut self, input: &mut BytesMut) -> Option<Bytes> {
+    /// connection must close (QUIT, a protocol error), and `Err` when the client hung up while a
+    /// command was awaited in place.
+    async fn dispatch(
+        &mut self,
+        input: &mut BytesMut,
+        reader: &mut OwnedReadHalf,
+    ) -> Result<Option<Bytes>, String> {
         loop {
             if self.pending.len() >= self.front.config.max_pipeline {
-                return None;
+                return Ok(None);
             }
             let (step, voice) = match self.parked.take() {
                 Some(parked) => parked,
@@ -255,9 +263,9 @@ impl Session {
                         (self.plan(command, None), voice)
                     }
                     Some(Ahead::Invalid(error)) => {
-                        return Some(replies::error(format!("ERR {error}")))
+                        return Ok(Some(replies::error(format!("ERR {error}"))))
                     }
-                    None => return None,
+                    None => return Ok(None),
                 },
             };
             match step {
@@ -266,11 +274,11 @@ impl Session {
                     Pending::Ready(Some((Class::Local, reply))),
                     voice,
                 ),
-                Step::Close(reply) => return Some(voice.say(reply)),
+                Step::Close(reply) => return Ok(Some(voice.say(reply))),
                 Step::Multiplexed(lane, encoded) => {
                     if self.needs_barrier(Class::Multiplexed(lane)) {
                         self.parked = Some((Step::Multiplexed(lane, encoded), voice));
-                        return None;
+                        return Ok(None);
                     }
                     let future = self.send_multiplexed(lane, encoded);
                     self.push(Class::Multiplexed(lane), future, voice);
@@ -278,7 +286,7 @@ impl Session {
                 Step::Exclusive(lane, command) => {
                     if self.needs_barrier(Class::Exclusive) {
                         self.parked = Some((Step::Exclusive(lane, command), voice));
-                        return None;
+                        return Ok(None);
                     }
                     let future = self.send_exclusive(lane, command);
                     self.push(Class::Exclusive, future, voice);
@@ -286,9 +294,9 @@ impl Session {
                 Step::InPlace(work) => {
                     if !self.pending.is_empty() {
                         self.parked = Some((Step::InPlace(work), voice));
-                        return None;
+                        return Ok(None);
                     }
-                    let reply = self.in_place(work).await;
+                    let reply = until_hang_up(self.in_place(work), reader, input).await?;
                     self.out.extend_from_slice(&voice.say(reply));
                 }
             }
@@ -596,13 +604,14 @@ impl Session {
     fn send_exclusive(&mut self, lane: Lane, command: Command) -> Pending {
         let lanes = self.front.lanes.clone();
         let protocol = self.protocol;
+        let command_timeout = self.front.config.command_timeout;
         Pending::Exclusive(Box::pin(async move {
             let mut conn = match lanes.borrow_speaking(lane, protocol).await {
                 Ok(conn) => conn,
                 Err(error) => return replies::lane_failed(&error),
             };
             let encoded = command.encoded();
-            let outcome = match blocking::deadline(&command.argv()) {
+            let outcome = match deadline::of(&command.argv(), command_timeout) {
                 Some(deadline) => conn.send_with_timeout(encoded, deadline).await,
                 None => conn.send(encoded).await,
             };
@@ -755,6 +764,28 @@ impl Session {
         self.subscriptions.clear();
         if let Some(transaction) = self.transaction.take() {
             transaction.conn.release().await;
+        }
+    }
+}
+
+/// Awaits `work` while reading what the client sends meanwhile (boundedly, as for a parked command),
+/// so that a hang-up is noticed: then `work` is dropped unfinished and `Err` says why. A borrowed
+/// connection dropped with a reply owed is closed, never lent again (see `Borrowed`), so a blocking
+/// command left in Redis by a vanished client dies with its connection.
+async fn until_hang_up<T>(
+    work: impl Future<Output = T>,
+    reader: &mut OwnedReadHalf,
+    input: &mut BytesMut,
+) -> Result<T, String> {
+    let mut work = std::pin::pin!(work);
+    loop {
+        tokio::select! {
+            done = &mut work => return Ok(done),
+            read = reader.read_buf(input), if input.len() < PARKED_INPUT_CAP => match read {
+                Ok(0) => return Err("client closed the connection while a command was awaited".to_owned()),
+                Ok(_) => {}
+                Err(error) => return Err(format!("read failed: {error}")),
+            },
         }
     }
 }
