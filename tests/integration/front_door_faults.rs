@@ -223,6 +223,10 @@ async fn an_admin_command_that_says_how_long_it_takes_is_not_cut_short() {
     // An ordinary deadline shorter than the sleep: the sleep's own argument decides.
     let daemon = admin_daemon(&redis, |config| {
         config.resp.command_timeout = Duration::from_secs(1);
+        // The operator lets the ADMIN lane's user run DEBUG, as the policy does.
+        assert!(redis
+            .inline("ACL SETUSER tollgate-admin +debug")
+            .starts_with("+OK"));
     })
     .await;
     let mut client = RawClient::connect(&daemon.resp_socket()).await;
