@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """What the client lanes' ACL key patterns cost Redis itself: redis-benchmark against one
-redis-server, as the `default` user (no key patterns) and as the REGULAR lane's user (the
-complement of the reserved prefix, `tollgate redis-acl`), interleaved round by round in the same
-run. Keys like `key:…` leave the prefix at the first byte; keys like `tollgatex…` walk every pattern.
+redis-server as three users, interleaved round by round in the same run: `default` (no rules at
+all), `allkeys` (the REGULAR lane's command rules with `~* &*`, as the lanes had before the
+reserved keyspace), and the REGULAR lane's user (`tollgate redis-acl`: the complement of the
+reserved prefix). Keys like `key:…` leave the prefix at the first byte; keys like `tollgatex…`
+walk every pattern.
 
     python3 benches/acl_cost.py [--requests 200000] [--rounds 5] [--pipeline 16]
 
-Prints the median requests per second of each test for both users and their ratio (lane / default).
+Prints, for each test and both users, the median requests per second and the median CPU time
+redis-server spent per request (utime + stime from /proc, so less at the mercy of other load on
+the machine than throughput), and the ratios lane / default.
 """
 import argparse
 import os
@@ -25,6 +29,20 @@ TESTS = [
     ("GET tollgatex", ["GET", "tollgatex:__rand_int__"]),
     ("MSET 10 tollgatex", ["MSET"] + [x for i in range(10) for x in (f"tollgatex{i}:__rand_int__", "v")]),
 ]
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    # utime and stime, fields 14 and 15 of stat(5), counted from after the command name.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run(sock, pid, user, requests, pipeline, command):
+    """(requests per second, redis-server CPU microseconds per request)"""
+    before = cpu_seconds(pid)
+    per_second = rps(sock, user, requests, pipeline, command)
+    return per_second, (cpu_seconds(pid) - before) * 1e6 / requests
 
 
 def rps(sock, user, requests, pipeline, command):
@@ -57,17 +75,22 @@ def main():
         subprocess.run(["redis-cli", "-s", sock], input=acl, check=True, capture_output=True, text=True)
         with open(os.path.join(passwords, "lane-regular.password")) as f:
             lane_user = ("tollgate-regular", f.readline().strip())
-        figures = {name: {"default": [], "lane": []} for name, _ in TESTS}
+        subprocess.run(["redis-cli", "-s", sock, "ACL", "SETUSER", "allkeys", "on", ">allkeys", "~*", "&*",
+                        "+@all", "-@scripting", "-@admin", "-@dangerous"], check=True, capture_output=True)
+        users = (("default", None), ("allkeys", ("allkeys", "allkeys")), ("lane", lane_user))
+        figures = {name: {who: [] for who, _ in users} for name, _ in TESTS}
         for _ in range(args.rounds):
             for name, command in TESTS:
-                figures[name]["default"].append(rps(sock, None, args.requests, args.pipeline, command))
-                figures[name]["lane"].append(rps(sock, lane_user, args.requests, args.pipeline, command))
-        print(f"{args.rounds} rounds of {args.requests} requests, -P {args.pipeline}, medians (requests/s)")
-        print(f"{'test':<20} {'default':>12} {'lane user':>12} {'ratio':>7}")
+                for who, user in users:
+                    figures[name][who].append(run(sock, redis.pid, user, args.requests, args.pipeline, command))
+        print(f"{args.rounds} rounds of {args.requests} requests, -P {args.pipeline}, medians;"
+              " redis-server CPU µs per request (requests/s)")
+        print(f"{'test':<20} {'default':>16} {'allkeys':>16} {'lane user':>16} {'lane/allkeys':>13}")
         for name, _ in TESTS:
-            default = statistics.median(figures[name]["default"])
-            lane = statistics.median(figures[name]["lane"])
-            print(f"{name:<20} {default:>12.0f} {lane:>12.0f} {lane / default:>7.3f}")
+            row = {who: [statistics.median(f[i] for f in figures[name][who]) for i in (0, 1)]
+                   for who, _ in users}
+            cells = " ".join(f"{row[who][1]:>6.3f} ({row[who][0] / 1000:>5.0f}k)" for who, _ in users)
+            print(f"{name:<20} {cells} {row['lane'][1] / row['allkeys'][1]:>13.3f}")
     finally:
         redis.terminate()
         redis.wait()

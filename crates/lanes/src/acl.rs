@@ -142,21 +142,26 @@ pub fn lease_acl_rules() -> Vec<String> {
 
 /// Redis glob patterns that together match every name that does not start with `prefix`, and no
 /// name that does: for each proper prefix `p` of `prefix` followed by the byte `c`, the names
-/// `p[^c]*` (they leave the prefix at `c`) and `p` itself (they end inside it).
+/// `p[^c]*` (they leave the prefix at `c`) and `p` itself (they end inside it). Redis tries a
+/// user's patterns in order until one matches, so the ones that leave the prefix come first, the
+/// earliest exit first: a key like `key:1` is matched by the first pattern, and only names that
+/// follow the prefix a long way walk further.
 pub fn complement_patterns(prefix: &str) -> Vec<String> {
-    let mut patterns = Vec::with_capacity(2 * prefix.len());
+    let mut leaving = Vec::with_capacity(prefix.len());
+    let mut inside = Vec::with_capacity(prefix.len());
     for (at, next) in prefix.char_indices() {
         let head = escape_glob(&prefix[..at]);
-        patterns.push(format!(
+        leaving.push(format!(
             "{head}[^{}]*",
             escape_glob(next.encode_utf8(&mut [0; 4]))
         ));
         // The empty key is left out: `ACL SETUSER` has no way to write an empty pattern.
         if at > 0 {
-            patterns.push(head);
+            inside.push(head);
         }
     }
-    patterns
+    leaving.extend(inside);
+    leaving
 }
 
 /// `text` with Redis glob's special characters escaped, so that it matches only itself.
