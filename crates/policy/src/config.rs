@@ -128,3 +128,30 @@ impl SandboxLimits {
         self.memory_mib as usize * 1024 * 1024
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_module_sets_limits_of_its_own_and_takes_the_common_ones_for_the_rest() {
+        let config: PolicyConfig = serde_yaml::from_str(
+            "modules:\n  - plain.wasm\n  - { path: heavy.wasm, limits: { fuel: 7, deadline: 250ms } }\nlimits: { memory_mib: 8 }\n",
+        )
+        .unwrap();
+        let common = SandboxLimits {
+            memory_mib: 8,
+            ..SandboxLimits::default()
+        };
+        assert_eq!(config.limits, common);
+        assert_eq!(config.modules[0].limits(&config.limits), common);
+        assert_eq!(
+            config.modules[1].limits(&config.limits),
+            SandboxLimits {
+                fuel: 7,
+                deadline: Duration::from_millis(250),
+                memory_mib: 8,
+            }
+        );
+    }
+}
