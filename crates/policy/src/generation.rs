@@ -590,10 +590,16 @@ fn judge_batch<A: AsRef<[u8]>>(
             let mut shared = Shared::new(guard.budget(), open.len());
             open.iter()
                 .map(|&at| {
+                    let Some(budget) = shared.next() else {
+                        return Err(Fault {
+                            cause: DenyCause::Deadline,
+                            detail: "the pipeline's shared budget was spent before its turn".into(),
+                        });
+                    };
                     let (described, argv) = commands[at];
                     let called = Lowered::with(|lowered| {
                         let (who, command) = lowered.for_guard(caller, &described.wit, argv);
-                        guard.admit_within(who, command, shared.next())
+                        guard.admit_within(who, command, budget)
                     });
                     shared.spent(called.fuel);
                     called.answer

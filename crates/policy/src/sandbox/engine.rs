@@ -66,12 +66,14 @@ impl Shared {
         }
     }
 
-    /// The next call's share.
-    pub fn next(&self) -> Budget {
-        Budget {
+    /// The next call's share, or `None` once the fuel or the time is spent: that call is not
+    /// worth making.
+    pub fn next(&self) -> Option<Budget> {
+        let share = Budget {
             fuel: self.fuel / self.calls_left as u64,
             deadline: self.until.saturating_duration_since(Instant::now()),
-        }
+        };
+        (share.fuel > 0 && !share.deadline.is_zero()).then_some(share)
     }
 
     /// The call given [`Shared::next`] spent `fuel`.
@@ -258,8 +260,7 @@ mod tests {
         let mut shared = Shared::new(BUDGET, 64);
         let mut spent = 0;
         for _ in 0..64 {
-            let share = shared.next().fuel;
-            assert!(share > 0, "every call gets a share");
+            let share = shared.next().expect("every call gets a share").fuel;
             shared.spent(share);
             spent += share;
         }
@@ -269,16 +270,24 @@ mod tests {
     #[test]
     fn what_a_call_does_not_spend_stays_for_the_calls_after_it() {
         let mut shared = Shared::new(BUDGET, 4);
-        assert_eq!(shared.next().fuel, 16_000);
+        let fuel = |shared: &Shared| shared.next().map(|share| share.fuel);
+        assert_eq!(fuel(&shared), Some(16_000));
         shared.spent(1_000);
-        assert_eq!(shared.next().fuel, 21_000, "63 000 left for three calls");
+        assert_eq!(fuel(&shared), Some(21_000), "63 000 left for three calls");
         shared.spent(21_000);
         shared.spent(0);
-        assert_eq!(
-            shared.next().fuel,
-            42_000,
-            "the last call gets all that is left"
-        );
+        assert_eq!(fuel(&shared), Some(42_000), "the last call gets all left");
+        shared.spent(42_000);
+        assert_eq!(fuel(&shared), None, "nothing is left for another call");
+    }
+
+    #[test]
+    fn no_call_is_worth_making_once_the_time_is_spent() {
+        let budget = Budget {
+            deadline: Duration::ZERO,
+            ..BUDGET
+        };
+        assert_eq!(Shared::new(budget, 2).next(), None);
     }
 
     #[test]
