@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use tollgate_model::Lane;
 use tollgate_policy::{
-    Decision, DecisionLogConfig, DenyCause, KeyRendering, ModuleConfig, PolicyConfig,
+    Decision, DecisionLogConfig, DenyCause, KeyRendering, ModuleConfig, ModuleLimits, PolicyConfig,
 };
 
 use crate::policy_support::{admission, argv, caller, config, denial, fuel_limits, root};
@@ -135,6 +135,7 @@ fn a_large_value_crosses_into_the_sandbox_as_a_bounded_prefix() {
     let echo = ModuleConfig::WithConfig {
         path: tollgate_policy::built_component("hostile"),
         config: "echo".into(),
+        limits: ModuleLimits::default(),
     };
     let admission = admission(&config(&[], vec![echo]));
     let value = Bytes::from(vec![b'v'; 1 << 20]);

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use tollgate_policy::{Decision, DenyCause, ModuleConfig, PolicyConfig, SandboxLimits};
+use tollgate_policy::{
+    Decision, DenyCause, ModuleConfig, ModuleLimits, PolicyConfig, SandboxLimits,
+};
 
 use crate::policy_support::{admission, argv, caller, config, denial};
 
@@ -11,6 +13,7 @@ fn hostile(mode: &str) -> ModuleConfig {
     ModuleConfig::WithConfig {
         path: tollgate_policy::built_component("hostile"),
         config: mode.into(),
+        limits: ModuleLimits::default(),
     }
 }
 
@@ -46,12 +49,13 @@ fn an_infinite_loop_runs_out_of_fuel() {
     assert_fault_then_recovery(&config(&[], vec![hostile("spin")]), DenyCause::Deadline);
 }
 
-/// A spinning guard under a 20 ms epoch deadline (production's kind of budget) rather than fuel.
+/// A spinning guard under a 20 ms epoch deadline, the wall-clock backstop, with fuel out of reach.
 fn spin_under_a_deadline() -> PolicyConfig {
     PolicyConfig {
         modules: vec![hostile("spin")],
         limits: SandboxLimits {
             deadline: Duration::from_millis(20),
+            fuel: u64::MAX,
             ..SandboxLimits::default()
         },
         ..PolicyConfig::default()
@@ -110,6 +114,68 @@ fn a_fault_in_a_pipeline_refuses_only_the_command_that_caused_it() {
         "{:?}",
         decisions[2]
     );
+}
+
+#[test]
+fn a_pipeline_that_spins_on_some_commands_refuses_those_and_answers_the_others() {
+    let admission = admission(&config(&[], vec![hostile("spin")]));
+    let lines = [
+        "GET fine",
+        "GET hostile",
+        "SET other v",
+        "GET hostile",
+        "GET hostile",
+        "GET last",
+    ];
+    let commands: Vec<_> = lines.iter().map(|line| argv(line)).collect();
+    let refs: Vec<&[bytes::Bytes]> = commands.iter().map(Vec::as_slice).collect();
+    let decisions = admission.admit_all(&caller("local"), &refs);
+    for (line, decision) in lines.iter().zip(decisions) {
+        match decision {
+            Decision::Admitted { rule, .. } => {
+                assert!(!line.contains("hostile"), "{line} was admitted by {rule}")
+            }
+            Decision::Denied(denial) => {
+                assert!(line.contains("hostile"), "{line} was refused: {denial}");
+                assert_eq!(
+                    (denial.cause, denial.module.as_str()),
+                    (DenyCause::Deadline, "hostile")
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_pipeline_that_spins_on_every_command_refuses_each_for_the_budget() {
+    let admission = admission(&config(&[], vec![hostile("spin")]));
+    let commands = vec![argv("GET hostile"); 64];
+    let refs: Vec<&[bytes::Bytes]> = commands.iter().map(Vec::as_slice).collect();
+    for decision in admission.admit_all(&caller("local"), &refs) {
+        assert_eq!(denial(decision).cause, DenyCause::Deadline);
+    }
+}
+
+#[test]
+fn a_module_of_its_own_limits_runs_under_them() {
+    // One unit of fuel cannot answer anything: the module's own limit, not the common one, applies.
+    let starved = ModuleConfig::WithConfig {
+        path: tollgate_policy::built_component("hostile"),
+        config: "behave".into(),
+        limits: ModuleLimits {
+            fuel: Some(1),
+            ..ModuleLimits::default()
+        },
+    };
+    let error = match tollgate_policy::Admission::load(
+        &config(&[], vec![starved]),
+        &mut prometheus_client::registry::Registry::default(),
+    ) {
+        Ok(_) => panic!("a module with one unit of fuel passed its self-test"),
+        Err(error) => error.to_string(),
+    };
+    assert!(error.contains("hostile"), "{error}");
+    assert!(error.contains("deadline"), "{error}");
 }
 
 #[test]

@@ -1,7 +1,8 @@
-//! Helpers for the policy tests: admission built with fuel (deterministic whatever the machine's
-//! load), callers, argv from a command line.
+//! Helpers for the policy tests: admission bounded by fuel alone (deterministic whatever the
+//! machine's load: the wall-clock backstop is out of reach), callers, argv from a command line.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use bytes::Bytes;
 use prometheus_client::registry::Registry;
@@ -17,7 +18,8 @@ pub fn root() -> PathBuf {
 
 pub fn fuel_limits() -> SandboxLimits {
     SandboxLimits {
-        fuel: Some(FUEL),
+        fuel: FUEL,
+        deadline: Duration::from_secs(60),
         ..SandboxLimits::default()
     }
 }

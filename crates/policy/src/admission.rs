@@ -39,7 +39,7 @@ impl Admission {
     pub fn load(config: &PolicyConfig, registry: &mut Registry) -> Result<Admission, PolicyError> {
         let sandbox =
             Arc::new(
-                Sandbox::new(&config.limits).map_err(|error| PolicyError::Module {
+                Sandbox::new(config.all_limits()).map_err(|error| PolicyError::Module {
                     name: "engine".into(),
                     detail: format!("{error:#}"),
                 })?,

@@ -54,7 +54,7 @@ pub enum DenyCause {
     UnknownCommand,
     /// The module trapped.
     Trap,
-    /// The module ran past its deadline (or fuel).
+    /// The module ran out of its budget: fuel, or the wall-clock deadline.
     Deadline,
     /// The module tried to grow past its memory cap.
     OutOfMemory,

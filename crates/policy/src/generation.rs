@@ -21,7 +21,7 @@ use crate::described::{Described, DescribedCache};
 use crate::error::PolicyError;
 use crate::reserved;
 use crate::sandbox::bindings::{self, Access, Argv, Categories, CommandFlags, KeyAccess, Verdict};
-use crate::sandbox::{Allocator, Catalog, Fault, Guard, Lowered, Sandbox};
+use crate::sandbox::{Allocator, Catalog, Fault, Guard, Lowered, Sandbox, Shared};
 
 const BUILTIN_CATALOG: &[u8] =
     include_bytes!(concat!(env!("TOLLGATE_COMPONENTS"), "/catalog.wasm"));
@@ -83,14 +83,20 @@ impl Generation {
         config: &PolicyConfig,
         number: u64,
     ) -> Result<Generation, PolicyError> {
-        let mut catalogs = vec![Catalog::load(sandbox.clone(), "catalog", BUILTIN_CATALOG)
-            .map_err(module_error("catalog"))?];
+        let limits = &config.limits;
+        let mut catalogs =
+            vec![
+                Catalog::load(sandbox.clone(), "catalog", BUILTIN_CATALOG, limits.clone())
+                    .map_err(module_error("catalog"))?,
+            ];
         let mut modules = vec![module_info("catalog", "catalog", BUILTIN_CATALOG)];
         for path in &config.catalogs {
             let bytes = read_module(path)?;
             let name = module_name(path);
-            catalogs
-                .push(Catalog::load(sandbox.clone(), &name, &bytes).map_err(module_error(&name))?);
+            catalogs.push(
+                Catalog::load(sandbox.clone(), &name, &bytes, limits.clone())
+                    .map_err(module_error(&name))?,
+            );
             modules.push(module_info(&name, "catalog", &bytes));
         }
         let mut descriptors: Vec<bindings::Descriptor> = Vec::new();
@@ -141,7 +147,7 @@ impl Generation {
             let name = format!("yaml-guard:{}", file_name(&file.path));
             let bytes: Arc<[u8]> = file.policy.to_bytes().into();
             guards.push(
-                Guard::load(sandbox.clone(), &name, YAML_GUARD, bytes)
+                Guard::load(sandbox.clone(), &name, YAML_GUARD, bytes, limits.clone())
                     .map_err(module_error(&name))?,
             );
             modules.push(module_info(&name, "guard", YAML_GUARD));
@@ -151,8 +157,14 @@ impl Generation {
             let bytes = read_module(path)?;
             let name = module_name(path);
             guards.push(
-                Guard::load(sandbox.clone(), &name, &bytes, module.config().into())
-                    .map_err(module_error(&name))?,
+                Guard::load(
+                    sandbox.clone(),
+                    &name,
+                    &bytes,
+                    module.config().into(),
+                    module.limits(limits),
+                )
+                .map_err(module_error(&name))?,
             );
             modules.push(module_info(&name, "guard", &bytes));
         }
@@ -564,8 +576,10 @@ fn judge_alone<A: AsRef<[u8]>>(
 }
 
 /// One guard's verdicts on the commands at `open`, in one `admit-batch` call. After a fault, one
-/// call per command, so that only a command that makes the guard trap or run out of time or
-/// memory is refused for it.
+/// call per command, so that only a command that makes the guard trap or run out of fuel, time or
+/// memory is refused for it; those calls share one more budget of the guard between them (see
+/// [`Shared`]), so a guard that spins on every command of a pipeline costs the worker two budgets,
+/// not one per command, while the commands it answers quickly are still answered.
 fn judge_batch<A: AsRef<[u8]>>(
     guard: &Guard,
     caller: &Caller,
@@ -591,8 +605,23 @@ fn judge_batch<A: AsRef<[u8]>>(
                 commands = open.len(),
                 "policy module fault on a batch; judging its commands one at a time"
             );
+            let mut shared = Shared::new(guard.budget(), open.len());
             open.iter()
-                .map(|&at| judge_alone(guard, caller, commands[at].0, commands[at].1))
+                .map(|&at| {
+                    let Some(budget) = shared.next() else {
+                        return Err(Fault {
+                            cause: DenyCause::Deadline,
+                            detail: "the pipeline's shared budget was spent before its turn".into(),
+                        });
+                    };
+                    let (described, argv) = commands[at];
+                    let called = Lowered::with(|lowered| {
+                        let (who, command) = lowered.for_guard(caller, &described.wit, argv);
+                        guard.admit_within(who, command, budget)
+                    });
+                    shared.spent(called.fuel);
+                    called.answer
+                })
                 .collect()
         }
     }
@@ -734,7 +763,7 @@ fn denied(module: &str, rule: &str, reason: &str, cause: DenyCause, command: Str
 fn faulted(module: &str, fault: Fault, command: String) -> Decision {
     tracing::warn!(module, cause = fault.cause.as_str(), detail = %fault.detail, "policy module fault; denied");
     let what = match fault.cause {
-        DenyCause::Deadline => "ran past its deadline",
+        DenyCause::Deadline => "ran out of its budget (fuel or deadline)",
         DenyCause::OutOfMemory => "ran out of memory",
         DenyCause::Malformed => "answered malformed",
         _ => "trapped",

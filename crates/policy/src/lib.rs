@@ -20,7 +20,8 @@ use std::path::PathBuf;
 
 pub use admission::Admission;
 pub use config::{
-    Budget, DecisionLogConfig, KeyRendering, ModuleConfig, PolicyConfig, SandboxLimits,
+    DecisionLogConfig, KeyRendering, ModuleConfig, ModuleLimits, PolicyConfig, SandboxLimits,
+    DEFAULT_FUEL,
 };
 pub use decision::{Decision, Denial, DenyCause, Descriptor, KeyAccess, Traits};
 pub use error::PolicyError;

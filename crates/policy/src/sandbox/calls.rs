@@ -4,9 +4,10 @@
 use std::sync::Arc;
 
 use super::bindings::{Argv, Batch, Caller, Command, Descriptor, Verdict};
-use super::engine::Sandbox;
-use super::module::{CatalogKind, Fault, GuardKind, Module};
+use super::engine::{Budget, Sandbox};
+use super::module::{Called, CatalogKind, Fault, GuardKind, Module};
 use super::packing::argc;
+use crate::config::SandboxLimits;
 
 /// Longest command name, rule id or reason a module may answer with.
 const MAX_TEXT: usize = 1024;
@@ -18,8 +19,13 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    pub fn load(sandbox: Arc<Sandbox>, name: &str, bytes: &[u8]) -> wasmtime::Result<Catalog> {
-        let module = Module::compile(sandbox, name, bytes, Arc::from(&[][..]))?;
+    pub fn load(
+        sandbox: Arc<Sandbox>,
+        name: &str,
+        bytes: &[u8],
+        limits: SandboxLimits,
+    ) -> wasmtime::Result<Catalog> {
+        let module = Module::compile(sandbox, name, bytes, Arc::from(&[][..]), limits)?;
         Ok(Catalog { module })
     }
 
@@ -84,8 +90,9 @@ impl Guard {
         name: &str,
         bytes: &[u8],
         config: Arc<[u8]>,
+        limits: SandboxLimits,
     ) -> wasmtime::Result<Guard> {
-        let module = Module::compile(sandbox, name, bytes, config)?;
+        let module = Module::compile(sandbox, name, bytes, config, limits)?;
         Ok(Guard { module })
     }
 
@@ -93,14 +100,29 @@ impl Guard {
         &self.module.name
     }
 
+    /// The budget of one call of this guard.
+    pub fn budget(&self) -> Budget {
+        self.module.budget()
+    }
+
     pub fn admit(&self, who: &Caller, command: &Command) -> Result<Verdict, Fault> {
-        let verdict = self.module.call(|guard, store| {
+        self.admit_within(who, command, self.budget()).answer
+    }
+
+    /// [`Guard::admit`] under `budget` rather than the guard's own.
+    pub fn admit_within(&self, who: &Caller, command: &Command, budget: Budget) -> Called<Verdict> {
+        let called = self.module.call_within(budget, |guard, store| {
             guard
                 .tollgate_policy_guard()
                 .call_admit(store, who, command)
-        })?;
-        check_verdict(&verdict)?;
-        Ok(verdict)
+        });
+        Called {
+            answer: called.answer.and_then(|verdict| {
+                check_verdict(&verdict)?;
+                Ok(verdict)
+            }),
+            fuel: called.fuel,
+        }
     }
 
     /// One verdict per command of `batch`, in order.

@@ -1,17 +1,18 @@
-//! The one wasmtime `Engine` of the process and how a call is bounded: an epoch deadline (a
-//! ticker thread advances the epoch ten times per deadline while calls are being made, and sleeps
-//! when none are) or, in tests, fuel; plus a memory cap per instance. The pooling allocator is used
+//! The one wasmtime `Engine` of the process and how a call is bounded: by fuel (the guest's own
+//! work, whatever the machine's load) and by an epoch deadline as the wall-clock backstop (a
+//! ticker thread advances the epoch ten times per shortest deadline while calls are being made,
+//! and sleeps when none are); plus a memory cap per instance. The pooling allocator is used
 //! where the machine grants its address-space reservation.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use crate::config::{Budget, SandboxLimits};
+use crate::config::SandboxLimits;
 
 /// A deadline is cut into this many ticks of the epoch, so a call overruns it by at most a tenth.
 /// Finer ticks cost wake-ups: at one per millisecond, the ticker thread was 3% of the daemon's CPU
@@ -31,51 +32,110 @@ pub enum Allocator {
     OnDemand,
 }
 
-/// The engine, its ticker, and the per-call budget every store is armed with.
+/// What one call may spend: guest work, and wall time until the epoch backstop interrupts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    pub fuel: u64,
+    pub deadline: Duration,
+}
+
+impl Budget {
+    pub fn of(limits: &SandboxLimits) -> Budget {
+        Budget {
+            fuel: limits.fuel,
+            deadline: limits.deadline,
+        }
+    }
+}
+
+/// One budget shared out among several calls, as they are made: each gets an even share of the
+/// fuel left and the wall time left, and what a call does not spend stays for the others. However
+/// the calls behave, together they spend at most the one budget.
+pub struct Shared {
+    fuel: u64,
+    until: Instant,
+    calls_left: usize,
+}
+
+impl Shared {
+    pub fn new(budget: Budget, calls: usize) -> Shared {
+        Shared {
+            fuel: budget.fuel,
+            until: Instant::now() + budget.deadline,
+            calls_left: calls.max(1),
+        }
+    }
+
+    /// The next call's share, or `None` once the fuel or the time is spent: that call is not
+    /// worth making.
+    pub fn next(&self) -> Option<Budget> {
+        let share = Budget {
+            fuel: self.fuel / self.calls_left as u64,
+            deadline: self.until.saturating_duration_since(Instant::now()),
+        };
+        (share.fuel > 0 && !share.deadline.is_zero()).then_some(share)
+    }
+
+    /// The call given [`Shared::next`] spent `fuel`.
+    pub fn spent(&mut self, fuel: u64) {
+        self.fuel = self.fuel.saturating_sub(fuel);
+        self.calls_left = self.calls_left.saturating_sub(1).max(1);
+    }
+}
+
+/// The engine, its ticker, and how stores are armed for a call.
 pub struct Sandbox {
     pub engine: Engine,
     pub allocator: Allocator,
-    pub limits: SandboxLimits,
+    tick: Duration,
+    /// Always running; taken only to stop it.
     ticker: Option<Ticker>,
 }
 
 impl Sandbox {
-    pub fn new(limits: &SandboxLimits) -> Result<Sandbox, wasmtime::Error> {
-        let (engine, allocator) = match Engine::new(&config(limits, true)) {
+    /// An engine for calls under any of `limits` (the common limits and each module's): the
+    /// epoch ticks for the shortest deadline, the pool's memories fit the largest cap.
+    pub fn new(
+        limits: impl IntoIterator<Item = SandboxLimits>,
+    ) -> Result<Sandbox, wasmtime::Error> {
+        let limits: Vec<SandboxLimits> = limits.into_iter().collect();
+        let deadlines = limits.iter().map(|l| l.deadline);
+        let default = SandboxLimits::default().deadline;
+        let shortest = deadlines.clone().min().unwrap_or(default);
+        let longest = deadlines.max().unwrap_or(default);
+        let memory = limits
+            .iter()
+            .map(SandboxLimits::memory_bytes)
+            .max()
+            .unwrap_or(SandboxLimits::default().memory_bytes());
+        let (engine, allocator) = match Engine::new(&config(memory, true)) {
             Ok(engine) => (engine, Allocator::Pooling),
             Err(error) => {
                 tracing::info!(%error, "pooling allocator unavailable; instances are allocated on demand");
-                (Engine::new(&config(limits, false))?, Allocator::OnDemand)
+                (Engine::new(&config(memory, false))?, Allocator::OnDemand)
             }
         };
-        let ticker = match limits.budget() {
-            Budget::Deadline(deadline) => Some(Ticker::start(engine.clone(), deadline)),
-            Budget::Fuel(_) => None,
-        };
+        let tick = tick_for(shortest);
+        let ticker = Ticker::start(engine.clone(), tick, longest);
         Ok(Sandbox {
             engine,
             allocator,
-            limits: limits.clone(),
-            ticker,
+            tick,
+            ticker: Some(ticker),
         })
     }
 
-    /// Arms a store for one call.
-    pub fn arm<T>(&self, store: &mut wasmtime::Store<T>) {
+    /// Arms a store for one call under `budget`.
+    pub fn arm<T>(&self, store: &mut wasmtime::Store<T>, budget: Budget) {
         if let Some(ticker) = &self.ticker {
             ticker.calling();
         }
-        match self.limits.budget() {
-            Budget::Deadline(deadline) => {
-                let tick = tick_for(deadline);
-                // +1: the current tick may be about to end.
-                let ticks = deadline.as_micros().div_ceil(tick.as_micros()) as u64 + 1;
-                store.set_epoch_deadline(ticks);
-            }
-            Budget::Fuel(fuel) => store
-                .set_fuel(fuel)
-                .expect("fuel is enabled whenever the budget is fuel"),
-        }
+        // +1: the current tick may be about to end.
+        let ticks = budget.deadline.as_micros().div_ceil(self.tick.as_micros()) as u64 + 1;
+        store.set_epoch_deadline(ticks);
+        store
+            .set_fuel(budget.fuel)
+            .expect("every engine consumes fuel");
     }
 }
 
@@ -87,26 +147,24 @@ impl Drop for Sandbox {
     }
 }
 
-fn config(limits: &SandboxLimits, pooling: bool) -> Config {
+fn config(memory_bytes: usize, pooling: bool) -> Config {
     let mut config = Config::new();
     config.wasm_component_model(true);
-    match limits.budget() {
-        Budget::Deadline(_) => config.epoch_interruption(true),
-        Budget::Fuel(_) => config.consume_fuel(true),
-    };
+    config.consume_fuel(true);
+    config.epoch_interruption(true);
     if pooling {
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(POOLED_INSTANCES)
             .total_core_instances(POOLED_INSTANCES * 4)
             .total_memories(POOLED_INSTANCES * 2)
             .total_tables(POOLED_INSTANCES * 4)
-            .max_memory_size(limits.memory_bytes());
+            .max_memory_size(memory_bytes);
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     config
 }
 
-/// How often the epoch advances for calls bounded by `deadline`.
+/// How often the epoch advances for calls bounded by `deadline` (the shortest of them).
 fn tick_for(deadline: Duration) -> Duration {
     (deadline / TICKS_PER_DEADLINE).max(MIN_TICK)
 }
@@ -127,7 +185,8 @@ struct TickerState {
 }
 
 impl Ticker {
-    fn start(engine: Engine, deadline: Duration) -> Ticker {
+    /// Ticks every `tick`; `longest` is the longest deadline a call may be armed with.
+    fn start(engine: Engine, tick: Duration, longest: Duration) -> Ticker {
         let shared = Arc::new(TickerState {
             stop: AtomicBool::new(false),
             busy: AtomicBool::new(false),
@@ -136,8 +195,7 @@ impl Ticker {
         let state = shared.clone();
         // A call armed before a look at `busy` has run past its deadline by the next look: the
         // ticker keeps ticking at least that long after the last call.
-        let tick = tick_for(deadline);
-        let window = IDLE_AFTER.max(deadline * 2);
+        let window = IDLE_AFTER.max(longest * 2);
         let ticks_per_look = (window.as_micros() / tick.as_micros()).max(1) as u64;
         let thread = std::thread::Builder::new()
             .name("tollgate-epoch".into())
@@ -192,17 +250,54 @@ impl Ticker {
 mod tests {
     use super::*;
 
+    const BUDGET: Budget = Budget {
+        fuel: 64_000,
+        deadline: Duration::from_secs(60),
+    };
+
+    #[test]
+    fn calls_that_spend_their_whole_share_spend_one_budget_together() {
+        let mut shared = Shared::new(BUDGET, 64);
+        let mut spent = 0;
+        for _ in 0..64 {
+            let share = shared.next().expect("every call gets a share").fuel;
+            shared.spent(share);
+            spent += share;
+        }
+        assert!(spent <= BUDGET.fuel, "{spent} spent of {}", BUDGET.fuel);
+    }
+
+    #[test]
+    fn what_a_call_does_not_spend_stays_for_the_calls_after_it() {
+        let mut shared = Shared::new(BUDGET, 4);
+        let fuel = |shared: &Shared| shared.next().map(|share| share.fuel);
+        assert_eq!(fuel(&shared), Some(16_000));
+        shared.spent(1_000);
+        assert_eq!(fuel(&shared), Some(21_000), "63 000 left for three calls");
+        shared.spent(21_000);
+        shared.spent(0);
+        assert_eq!(fuel(&shared), Some(42_000), "the last call gets all left");
+        shared.spent(42_000);
+        assert_eq!(fuel(&shared), None, "nothing is left for another call");
+    }
+
+    #[test]
+    fn no_call_is_worth_making_once_the_time_is_spent() {
+        let budget = Budget {
+            deadline: Duration::ZERO,
+            ..BUDGET
+        };
+        assert_eq!(Shared::new(budget, 2).next(), None);
+    }
+
     #[test]
     fn the_ticker_sleeps_without_calls_and_wakes_for_the_next() {
         let limits = SandboxLimits {
             deadline: Duration::from_millis(5),
             ..SandboxLimits::default()
         };
-        let sandbox = Sandbox::new(&limits).unwrap();
-        let ticker = sandbox
-            .ticker
-            .as_ref()
-            .expect("a deadline budget has a ticker");
+        let sandbox = Sandbox::new([limits.clone()]).unwrap();
+        let ticker = sandbox.ticker.as_ref().expect("a sandbox has a ticker");
         let waited = std::time::Instant::now();
         while !ticker.is_idle() {
             assert!(
@@ -212,7 +307,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         let mut store = wasmtime::Store::new(&sandbox.engine, ());
-        sandbox.arm(&mut store);
+        sandbox.arm(&mut store, Budget::of(&limits));
         let waited = std::time::Instant::now();
         while ticker.is_idle() {
             assert!(

@@ -9,6 +9,6 @@ mod module;
 mod packing;
 
 pub use calls::{Catalog, Guard};
-pub use engine::{Allocator, Sandbox};
+pub use engine::{Allocator, Sandbox, Shared};
 pub use module::Fault;
 pub use packing::Lowered;

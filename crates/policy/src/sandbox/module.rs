@@ -9,7 +9,8 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Store, Trap};
 
 use super::bindings::{catalog, guard};
-use super::engine::Sandbox;
+use super::engine::{Budget, Sandbox};
+use crate::config::SandboxLimits;
 use crate::decision::DenyCause;
 
 /// Idle instances kept per module; more are created under load and dropped on return.
@@ -68,6 +69,12 @@ impl Fault {
             detail: detail.into(),
         }
     }
+}
+
+/// A call's answer and the fuel it spent getting it (all of its budget's when it ran out).
+pub struct Called<R> {
+    pub answer: Result<R, Fault>,
+    pub fuel: u64,
 }
 
 /// The two worlds a module can implement.
@@ -129,41 +136,72 @@ struct Ready<B> {
 pub struct Module<K: Kind> {
     pub name: String,
     sandbox: Arc<Sandbox>,
+    limits: SandboxLimits,
     pre: K::Pre,
     config: Arc<[u8]>,
     idle: Mutex<Vec<Ready<K::Bindings>>>,
 }
 
 impl<K: Kind> Module<K> {
-    /// Compiles `bytes` (a component) and links it; instances are created on first use.
+    /// Compiles `bytes` (a component) and links it; instances are created on first use, and
+    /// every call runs under `limits`.
     pub fn compile(
         sandbox: Arc<Sandbox>,
         name: impl Into<String>,
         bytes: &[u8],
         config: Arc<[u8]>,
+        limits: SandboxLimits,
     ) -> wasmtime::Result<Module<K>> {
         let component = Component::new(&sandbox.engine, bytes)?;
         let pre = K::prepare(&sandbox, &component)?;
         Ok(Module {
             name: name.into(),
             sandbox,
+            limits,
             pre,
             config,
             idle: Mutex::new(Vec::new()),
         })
     }
 
-    /// Runs `f` on a ready instance under the call budget. On any error the instance is dropped.
+    /// The budget of one call of this module.
+    pub fn budget(&self) -> Budget {
+        Budget::of(&self.limits)
+    }
+
+    /// Runs `f` on a ready instance under the module's budget.
     pub fn call<R>(
         &self,
         f: impl FnOnce(&K::Bindings, &mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R, Fault> {
-        let mut ready = match self.idle.lock().pop() {
-            Some(ready) => ready,
-            None => self.instantiate()?,
+        self.call_within(self.budget(), f).answer
+    }
+
+    /// Runs `f` on a ready instance under `budget`. On any error the instance is dropped.
+    pub fn call_within<R>(
+        &self,
+        budget: Budget,
+        f: impl FnOnce(&K::Bindings, &mut Store<HostState>) -> wasmtime::Result<R>,
+    ) -> Called<R> {
+        let ready = match self.idle.lock().pop() {
+            Some(ready) => Ok(ready),
+            None => self.instantiate(),
         };
-        self.sandbox.arm(&mut ready.store);
-        match f(&ready.bindings, &mut ready.store) {
+        let mut ready = match ready {
+            Ok(ready) => ready,
+            Err(fault) => {
+                return Called {
+                    answer: Err(fault),
+                    fuel: 0,
+                }
+            }
+        };
+        self.sandbox.arm(&mut ready.store, budget);
+        let answer = f(&ready.bindings, &mut ready.store);
+        let fuel = budget
+            .fuel
+            .saturating_sub(ready.store.get_fuel().unwrap_or(0));
+        let answer = match answer {
             Ok(answer) => {
                 let mut idle = self.idle.lock();
                 if idle.len() < MAX_IDLE {
@@ -172,19 +210,20 @@ impl<K: Kind> Module<K> {
                 Ok(answer)
             }
             Err(error) => Err(classify(&error, ready.store.data())),
-        }
+        };
+        Called { answer, fuel }
     }
 
     fn instantiate(&self) -> Result<Ready<K::Bindings>, Fault> {
         let state = HostState {
             config: self.config.clone(),
-            memory_cap: self.sandbox.limits.memory_bytes(),
+            memory_cap: self.limits.memory_bytes(),
             hit_memory_cap: false,
         };
         let mut store = Store::new(&self.sandbox.engine, state);
         store.limiter(|state| state);
         store.epoch_deadline_trap();
-        self.sandbox.arm(&mut store);
+        self.sandbox.arm(&mut store, self.budget());
         match K::instantiate(&self.pre, &mut store) {
             Ok(bindings) => Ok(Ready { store, bindings }),
             Err(error) => {

@@ -22,7 +22,7 @@ use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
 use tollgate_lanes::{Borrowed, Channel, Quiet, SubscriptionKind};
 use tollgate_model::{Caller, Lane};
-use tollgate_policy::Decision;
+use tollgate_policy::{Decision, DenyCause};
 use tollgate_resp::{Command, Frame, ProtocolError};
 
 use super::local::{self, Local, Protocol, ReplyMode, Voice};
@@ -95,6 +95,9 @@ struct Session {
     reply_mode: ReplyMode,
     /// Commands read from the input ahead of their turn, oldest first.
     ahead: VecDeque<Ahead>,
+    /// A guard ran out of its budget deciding this session's command: the worker it kept busy is
+    /// given back to other sessions before this one goes on.
+    owes_yield: bool,
     out: BytesMut,
 }
 
@@ -136,6 +139,7 @@ pub async fn run(stream: UnixStream, front: Arc<FrontDoor>, stop: CancellationTo
         parked: None,
         reply_mode: ReplyMode::On,
         ahead: VecDeque::new(),
+        owes_yield: false,
         out: BytesMut::new(),
     };
     let outcome = session.serve(reader, writer, stop).await;
@@ -250,6 +254,9 @@ impl Session {
         loop {
             if self.pending.len() >= self.front.config.max_pipeline {
                 return Ok(None);
+            }
+            if std::mem::take(&mut self.owes_yield) {
+                tokio::task::yield_now().await;
             }
             let (step, voice) = match self.parked.take() {
                 Some(parked) => parked,
@@ -414,6 +421,7 @@ impl Session {
         let lane = match decision {
             Decision::Admitted { lane, .. } => lane,
             Decision::Denied(denial) => {
+                self.owes_yield |= denial.cause == DenyCause::Deadline;
                 if let Some(transaction) = self.transaction.as_mut().filter(|t| t.in_multi) {
                     transaction.poisoned = true;
                 }
