@@ -1,5 +1,6 @@
 //! The embedded default: a private `redis-server` child on a Unix socket in the runtime directory,
-//! without persistence unless configured, started before the daemon serves and stopped after it.
+//! without persistence unless configured, started before the daemon serves and stopped after it
+//! (`supervisor` restarts it when it exits in between).
 //! Its log and socket are checked before use (`runtime_dir`): redis-server would append to a linked
 //! log's target, and the daemon sends the lanes' passwords to whatever listens on the socket.
 

@@ -124,7 +124,7 @@ impl Daemon {
         let leases = LeaseService::new(&lease_lanes, config.leases.clone(), &mut registry);
         let identities = Identities::new(admission.clone(), &config.identity, &config.admin);
         let shared = Arc::new(Shared {
-            readiness: Readiness::new(lanes.clone()),
+            readiness: Readiness::new(lanes.clone(), embedded.as_ref().map(Supervisor::pid)),
             lanes: lanes.clone(),
             leases: leases.clone(),
             admission: admission.clone(),

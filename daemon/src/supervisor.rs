@@ -173,6 +173,8 @@ impl Watch {
     }
 
     async fn start_again(&self) -> Result<EmbeddedRedis, RestartError> {
+        // This runs on a runtime thread, which lives as long as the runtime: the child's
+        // PR_SET_PDEATHSIG (embedded.rs) fires when the thread that forked it ends, not the process.
         let redis = EmbeddedRedis::start(&self.restart.config, &self.restart.dir).await?;
         if let Err(error) = self.restart.users.apply(&redis.endpoint()).await {
             redis.stop().await;

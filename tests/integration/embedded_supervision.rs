@@ -1,8 +1,10 @@
 //! The supervised embedded redis-server: after `kill -9` it is reaped (no zombie), started again on
 //! the same socket with the daemon's users and their unchanged passwords, the lanes reconnect,
-//! `/readyz` turns 200 again, the restart is counted, and stopping the daemon leaves no
-//! redis-server behind, also when it was killed just before the stop.
+//! `/readyz` turns 200 again, the restart is counted, a restart that fails is tried again (with
+//! `/readyz` saying why meanwhile), and stopping the daemon leaves no redis-server behind, also when
+//! it was killed just before the stop.
 
+use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
@@ -10,7 +12,7 @@ use nix::unistd::Pid;
 use serde_json::json;
 
 use crate::foundation::{processes_mentioning, wait_for_status};
-use crate::support::daemon::TestDaemon;
+use crate::support::daemon::{tempdir, TestDaemon};
 use crate::support::raw::{text, RawClient};
 
 /// How long a restart may take before the test gives up instead of hanging (a bound, not a claim).
@@ -140,5 +142,62 @@ async fn stopping_right_after_a_kill_leaves_no_redis_server() {
     let dir = daemon.dir().to_owned();
     daemon.stop().await;
     assert!(!dir.join("redis.sock").exists(), "socket file left behind");
+    assert_eq!(processes_mentioning(&dir), Vec::<u32>::new());
+}
+
+/// While restarts fail (here the binary refuses to run again) the supervisor keeps trying,
+/// `/readyz` says why it is not ready and nothing is counted; once the binary runs, it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_restart_is_tried_again_and_readyz_names_the_embedded_server_meanwhile() {
+    let scratch = tempdir();
+    let refuse = scratch.path().join("refuse");
+    let binary = scratch.path().join("redis-server-unless-refused");
+    std::fs::write(
+        &binary,
+        format!(
+            "#!/bin/sh\n[ -e '{}' ] && exit 1\nexec redis-server \"$@\"\n",
+            refuse.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = tempdir();
+    let mut config = TestDaemon::config(dir.path());
+    config.embedded.binary = binary;
+    let daemon = TestDaemon::start_config(dir, config).await;
+    assert_eq!(daemon.get("/readyz").await.status, 200);
+
+    std::fs::write(&refuse, "").unwrap();
+    let pid = daemon.embedded_pid().expect("embedded redis-server runs");
+    kill(Pid::from_raw(pid as i32), Signal::SIGKILL).unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    let reasons = loop {
+        let reply = daemon.get("/readyz").await;
+        let reasons = reply.json()["reasons"].to_string();
+        if reasons.contains("embedded redis-server exited; it is being restarted") {
+            assert_eq!(reply.status, 503);
+            break reasons;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "readyz never said why: {reasons}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // The daemon itself is fine: liveness stays 200.
+    assert_eq!(daemon.get("/healthz").await.status, 200, "{reasons}");
+    assert_eq!(
+        restarts(&daemon).await,
+        "tollgate_embedded_redis_restarts_total 0"
+    );
+
+    std::fs::remove_file(&refuse).unwrap();
+    wait_for_status(&daemon.http_socket(), "/readyz", 200).await;
+    assert_eq!(
+        restarts(&daemon).await,
+        "tollgate_embedded_redis_restarts_total 1"
+    );
+    let dir = daemon.dir().to_owned();
+    daemon.stop().await;
     assert_eq!(processes_mentioning(&dir), Vec::<u32>::new());
 }
