@@ -1,5 +1,6 @@
 //! The embedded default: a private `redis-server` child on a Unix socket in the runtime directory,
-//! without persistence unless configured, started before the daemon serves and stopped after it.
+//! without persistence unless configured, started before the daemon serves and stopped after it
+//! (`supervisor` restarts it when it exits in between).
 //! Its log and socket are checked before use (`runtime_dir`): redis-server would append to a linked
 //! log's target, and the daemon sends the lanes' passwords to whatever listens on the socket.
 
@@ -108,9 +109,19 @@ impl EmbeddedRedis {
         Endpoint::Unix(self.socket.clone())
     }
 
-    /// The child's pid, for the abort path that cannot await.
+    /// The child's pid while it has not been reaped.
     pub fn pid(&self) -> Option<u32> {
         self.child.id()
+    }
+
+    /// Resolves when the child exits, reaping it (no zombie is left). Cancel-safe.
+    pub async fn exited(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.child.wait().await
+    }
+
+    /// The socket it listens on (left behind when it dies; the next start checks and replaces it).
+    pub fn socket(&self) -> &Path {
+        &self.socket
     }
 
     /// SIGTERM, then SIGKILL after a grace period; the socket file is removed either way.

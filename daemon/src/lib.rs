@@ -10,6 +10,7 @@ pub mod readiness;
 pub mod runtime;
 pub mod runtime_dir;
 pub mod server;
+pub mod supervisor;
 
 pub use config::Config;
 pub use runtime::Daemon;

@@ -1,6 +1,7 @@
 //! What `/readyz` checks: the daemon has finished starting (a policy is loaded), the lanes are open,
 //! and Redis answers a PING sent through the REGULAR lane as its ACL user within a short deadline;
-//! any lane that cannot connect right now is named. Each problem is reported as a sentence.
+//! any lane that cannot connect right now is named, and so is an embedded server that is down and
+//! being restarted. Each problem is reported as a sentence.
 //! [`ping`] is the raw probe used before the lanes exist (waiting for the embedded server).
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,18 +10,23 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tollgate_lanes::{Endpoint, Lanes, LifeState};
 
+use crate::supervisor::ChildPid;
+
 /// How long `/readyz` waits for Redis before calling it unavailable.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 
 pub struct Readiness {
     lanes: Lanes,
+    /// The embedded server's pid, when the daemon runs one.
+    embedded: Option<ChildPid>,
     started: AtomicBool,
 }
 
 impl Readiness {
-    pub fn new(lanes: Lanes) -> Self {
+    pub fn new(lanes: Lanes, embedded: Option<ChildPid>) -> Self {
         Self {
             lanes,
+            embedded,
             started: AtomicBool::new(false),
         }
     }
@@ -40,6 +46,13 @@ impl Readiness {
         if status.state != LifeState::Open {
             problems.push("lanes are closing: the daemon is shutting down".to_owned());
             return problems;
+        }
+        if self
+            .embedded
+            .as_ref()
+            .is_some_and(|pid| pid.get().is_none())
+        {
+            problems.push("embedded redis-server exited; it is being restarted".to_owned());
         }
         if let Err(error) = self.lanes.ping(PROBE_TIMEOUT).await {
             problems.push(format!("redis unavailable: {error}"));

@@ -20,6 +20,7 @@ use crate::server::http::Throttle;
 use crate::server::identity::Identities;
 use crate::server::resp::{self, FrontDoor};
 use crate::server::{http, socket};
+use crate::supervisor::{ChildPid, Restart, Supervisor};
 
 /// What every listener shares.
 pub struct Shared {
@@ -62,7 +63,7 @@ pub struct Daemon {
     tasks: JoinSet<()>,
     http_socket: socket::SocketFile,
     resp_socket: socket::SocketFile,
-    embedded: Option<EmbeddedRedis>,
+    embedded: Option<Supervisor>,
     lanes: Lanes,
     lease_lanes: Lanes,
     admission: Admission,
@@ -91,19 +92,26 @@ impl Daemon {
         };
 
         let mut registry = Registry::with_prefix("tollgate");
+        let stop = CancellationToken::new();
         // The daemon owns an embedded server, so it gives each lane and the lease service its own
-        // least-privilege user.
-        let lanes_config = match &embedded {
+        // least-privilege user, and starts the server again (with those users) whenever it exits.
+        let (lanes_config, embedded) = match embedded {
             Some(embedded) => {
-                let mut provisioned =
+                let provisioned =
                     tollgate_lanes::provision(&[embedded.endpoint()], &runtime_dir, &config.lanes)
-                        .await?
-                        .config;
+                        .await?;
+                let mut lanes_config = provisioned.config;
                 // The daemon's own child runs as the daemon's uid; lanes talk to nothing else.
-                provisioned.server_uid = Some(nix::unistd::geteuid().as_raw());
-                provisioned
+                lanes_config.server_uid = Some(nix::unistd::geteuid().as_raw());
+                let restart = Restart {
+                    config: config.embedded.clone(),
+                    dir: runtime_dir.clone(),
+                    users: provisioned.users,
+                };
+                let supervisor = Supervisor::start(embedded, restart, stop.clone(), &mut registry);
+                (lanes_config, Some(supervisor))
             }
-            None => config.lanes.clone(),
+            None => (config.lanes.clone(), None),
         };
         let (lanes, lease_lanes) = open_checked_lanes(
             &topology,
@@ -116,7 +124,7 @@ impl Daemon {
         let leases = LeaseService::new(&lease_lanes, config.leases.clone(), &mut registry);
         let identities = Identities::new(admission.clone(), &config.identity, &config.admin);
         let shared = Arc::new(Shared {
-            readiness: Readiness::new(lanes.clone()),
+            readiness: Readiness::new(lanes.clone(), embedded.as_ref().map(Supervisor::pid)),
             lanes: lanes.clone(),
             leases: leases.clone(),
             admission: admission.clone(),
@@ -125,7 +133,6 @@ impl Daemon {
             metrics: Metrics::new(registry),
         });
 
-        let stop = CancellationToken::new();
         let mut tasks = JoinSet::new();
         tasks.spawn(http::serve(http_listener, shared.clone(), stop.clone()));
         // Watchdogs stop with the daemon (their leases run out by TTL), which also ends the events
@@ -185,8 +192,16 @@ impl Daemon {
     pub fn abort_cleanup(&self) -> AbortCleanup {
         AbortCleanup {
             sockets: vec![self.http_socket.path.clone(), self.resp_socket.path.clone()],
-            embedded_pid: self.embedded.as_ref().and_then(EmbeddedRedis::pid),
+            embedded_pid: self.embedded.as_ref().map(Supervisor::pid),
         }
+    }
+
+    /// The pid of the embedded redis-server running now; `None` with an external Redis or while
+    /// the embedded one is down.
+    pub fn embedded_pid(&self) -> Option<u32> {
+        self.embedded
+            .as_ref()
+            .and_then(|supervisor| supervisor.pid().get())
     }
 
     /// Graceful stop: refuse new work, let in-flight work finish within the drain timeout, then
@@ -268,7 +283,7 @@ pub async fn check_external_redis(config: &Config) -> Result<bool, StartError> {
 /// What must be undone when the process exits without an orderly shutdown.
 pub struct AbortCleanup {
     sockets: Vec<PathBuf>,
-    embedded_pid: Option<u32>,
+    embedded_pid: Option<ChildPid>,
 }
 
 impl AbortCleanup {
@@ -276,7 +291,7 @@ impl AbortCleanup {
         for socket in &self.sockets {
             let _ = std::fs::remove_file(socket);
         }
-        if let Some(pid) = self.embedded_pid {
+        if let Some(pid) = self.embedded_pid.as_ref().and_then(ChildPid::get) {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid as i32),
                 nix::sys::signal::Signal::SIGKILL,

@@ -295,7 +295,7 @@ async fn the_binary_serves_on_the_embedded_default_and_sigterm_cleans_up() {
     );
 }
 
-async fn wait_for_status(socket: &Path, path: &str, status: u16) -> http::HttpReply {
+pub(crate) async fn wait_for_status(socket: &Path, path: &str, status: u16) -> http::HttpReply {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if let Ok(reply) = http::get(socket, path).await {
@@ -326,7 +326,7 @@ fn wait_for_exit(child: &mut std::process::Child, limit: Duration) -> std::proce
 }
 
 /// Pids of live processes whose command line mentions `path` (the embedded redis-server names its socket).
-fn processes_mentioning(path: &Path) -> Vec<u32> {
+pub(crate) fn processes_mentioning(path: &Path) -> Vec<u32> {
     let needle = path.to_string_lossy().into_owned();
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {

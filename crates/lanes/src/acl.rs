@@ -1,7 +1,8 @@
 //! Least-privilege ACL users: what each lane's user and the lease service's user may do, and, for an
 //! embedded Redis (which the daemon owns and therefore configures itself), creating them: one user
 //! per lane plus the lease user, each with a random password kept in a 0600 file in the runtime
-//! directory and handed to the lanes through the usual `user` / `password_file` settings.
+//! directory and handed to the lanes through the usual `user` / `password_file` settings; and
+//! creating them again, with the same passwords, on a server that lost them.
 //!
 //! Client lanes' users reach every key and channel except the reserved keyspace
 //! ([`complement_patterns`]); only the lease user reaches it.
@@ -36,10 +37,33 @@ pub enum AclError {
     },
 }
 
-/// The lanes config with every lane's user and password file filled in.
+/// The lanes config with every lane's user and password file filled in, and the users as created.
 #[derive(Debug, Clone)]
 pub struct Provisioned {
     pub config: LanesConfig,
+    pub users: ProvisionedUsers,
+}
+
+/// The users [`provision`] created, with the passwords the lanes read from their files, so that a
+/// server that lost them (an embedded server restarted without persistence) gets exactly those
+/// back: the lanes keep the passwords they read at open and never read the files again.
+#[derive(Clone)]
+pub struct ProvisionedUsers(Vec<(DaemonUser, String)>);
+
+impl ProvisionedUsers {
+    /// `ACL SETUSER` for each user on `endpoint`, with its password unchanged.
+    pub async fn apply(&self, endpoint: &Endpoint) -> Result<(), AclError> {
+        set_users(endpoint, &self.0).await
+    }
+}
+
+impl std::fmt::Debug for ProvisionedUsers {
+    /// The user names only: the passwords stay out of logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|(user, _)| &user.name))
+            .finish()
+    }
 }
 
 /// The ACL user name of a lane's connections.
@@ -260,9 +284,10 @@ pub async fn provision(
             source,
         })?;
     }
-    let users: Vec<DaemonUser> = users.into_iter().map(|(user, _)| user).collect();
+    let names: Vec<DaemonUser> = users.iter().map(|(user, _)| user.clone()).collect();
     Ok(Provisioned {
-        config: configured(base, &users),
+        config: configured(base, &names),
+        users: ProvisionedUsers(users),
     })
 }
 

@@ -28,7 +28,7 @@ mod topology;
 
 pub use acl::{
     acl_rules, complement_patterns, configured, daemon_users, lease_acl_rules, password_in,
-    provision, user_name, AclError, DaemonUser, Provisioned, LEASE_USER,
+    provision, user_name, AclError, DaemonUser, Provisioned, ProvisionedUsers, LEASE_USER,
 };
 pub use config::{LaneOverrides, LaneSettings, LanesConfig, LeaseConnections};
 pub use error::{CallError, LaneError, OpenError, Saturation};

@@ -68,6 +68,11 @@ impl TestDaemon {
         }
     }
 
+    /// The embedded redis-server's pid while it runs.
+    pub fn embedded_pid(&self) -> Option<u32> {
+        self.daemon.as_ref().and_then(Daemon::embedded_pid)
+    }
+
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
