@@ -18,6 +18,7 @@ pub struct Config {
     pub runtime_dir: Option<PathBuf>,
     pub listen: ListenConfig,
     pub resp: RespConfig,
+    pub limits: LimitsConfig,
     /// Where Redis is. Absent: the daemon starts its own `redis-server` (see `embedded`).
     pub redis: Option<RedisConfig>,
     pub embedded: EmbeddedConfig,
@@ -117,6 +118,32 @@ impl RespConfig {
             max_elements: self.max_arguments,
             max_depth: 1,
             max_inline_bytes: self.max_inline_bytes,
+        }
+    }
+}
+
+/// The `limits:` section: how many connections the daemon holds. Each listener (RESP, HTTP) counts
+/// its own connections against these numbers.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Most connections open at once on one listener; past it a new one is refused.
+    pub max_clients: usize,
+    /// Most connections one uid may hold open on one listener. Administrators (`admin:`) are
+    /// exempt, so that an operator can always get in while some user is at its cap.
+    pub max_clients_per_uid: usize,
+    /// How long an HTTP client may take to send a request's headers. hyper runs this timer while
+    /// a connection waits for its next request too, so it is also the keep-alive idle timeout.
+    #[serde(with = "humantime_serde")]
+    pub http_header_timeout: Duration,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_clients: 10_000,
+            max_clients_per_uid: 1_000,
+            http_header_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -329,6 +356,18 @@ impl Config {
         if self.resp.command_timeout.is_zero() {
             return Err((
                 "resp.command_timeout".to_owned(),
+                "must be longer than zero".to_owned(),
+            ));
+        }
+        if self.limits.max_clients == 0 || self.limits.max_clients_per_uid == 0 {
+            return Err((
+                "limits".to_owned(),
+                "max_clients and max_clients_per_uid must be at least 1".to_owned(),
+            ));
+        }
+        if self.limits.http_header_timeout.is_zero() {
+            return Err((
+                "limits.http_header_timeout".to_owned(),
                 "must be longer than zero".to_owned(),
             ));
         }

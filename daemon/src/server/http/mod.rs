@@ -18,7 +18,7 @@ use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::UnixListener;
 use tokio_util::sync::CancellationToken;
@@ -28,7 +28,9 @@ pub use throttle::Throttle;
 
 use tollgate_model::Caller;
 
+use crate::config::LimitsConfig;
 use crate::runtime::Shared;
+use crate::server::limits::{ConnectionLimits, TooMany};
 use crate::server::peer::{self, PeerCredentials};
 use crate::server::socket;
 
@@ -36,29 +38,72 @@ use crate::server::socket;
 pub type HttpResponse = Response<UnsyncBoxBody<Bytes, Infallible>>;
 
 /// Serves HTTP on `listener` until `stop` is cancelled, then lets in-flight requests finish.
-pub async fn serve(listener: UnixListener, shared: Arc<Shared>, stop: CancellationToken) {
+/// A connection past `limits:` is answered 503 to its request, then closed; a client that takes
+/// longer than `limits.http_header_timeout` to send a request's headers is disconnected.
+pub async fn serve(
+    listener: UnixListener,
+    shared: Arc<Shared>,
+    limits: &LimitsConfig,
+    stop: CancellationToken,
+) {
     let graceful = GracefulShutdown::new();
-    while let Some(stream) = socket::accept_until(&listener, &stop, "http").await {
-        let shared = shared.clone();
+    let connections = ConnectionLimits::new(limits, "http");
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.http_header_timeout);
+    let mut acceptor = socket::Acceptor::new(listener, "http");
+    while let Some(stream) = acceptor.accept_until(&stop).await {
         // Who is calling: read once per connection, handed to every request on it.
-        let peer = peer::peer_credentials(&stream).ok();
+        let Ok(peer) = peer::peer_credentials(&stream) else {
+            tracing::warn!("cannot read an HTTP peer's credentials; closing");
+            continue;
+        };
+        let permit = match connections.admit(peer, &shared.identities) {
+            Ok(permit) => permit,
+            Err(too_many) => {
+                tokio::spawn(turn_away(builder.clone(), stream, too_many));
+                continue;
+            }
+        };
+        let shared = shared.clone();
         let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
             let shared = shared.clone();
-            if let Some(peer) = peer {
-                request.extensions_mut().insert(peer);
-            }
+            request.extensions_mut().insert(peer);
             async move { Ok::<_, Infallible>(route(request, &shared).await) }
         });
-        let connection = hyper::server::conn::http1::Builder::new()
-            .serve_connection(TokioIo::new(stream), service);
+        let connection = builder.serve_connection(TokioIo::new(stream), service);
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
             if let Err(error) = connection.await {
                 tracing::debug!(%error, "HTTP connection ended with an error");
             }
+            drop(permit);
         });
     }
     graceful.shutdown().await;
+}
+
+/// Answers the one request of a connection past a limit with 503, then closes it.
+async fn turn_away(
+    mut builder: hyper::server::conn::http1::Builder,
+    stream: tokio::net::UnixStream,
+    too_many: TooMany,
+) {
+    let service = hyper::service::service_fn(move |_request: Request<Incoming>| {
+        let response = ApiError::Unavailable {
+            reason: too_many.to_string(),
+            retry_after_secs: 1,
+        }
+        .into_response();
+        async move { Ok::<_, Infallible>(response) }
+    });
+    let connection = builder
+        .keep_alive(false)
+        .serve_connection(TokioIo::new(stream), service);
+    if let Err(error) = connection.await {
+        tracing::debug!(%error, "turned-away HTTP connection ended with an error");
+    }
 }
 
 async fn route(request: Request<Incoming>, shared: &Shared) -> HttpResponse {
