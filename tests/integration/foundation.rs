@@ -295,7 +295,7 @@ async fn the_binary_serves_on_the_embedded_default_and_sigterm_cleans_up() {
     );
 }
 
-async fn wait_for_status(socket: &Path, path: &str, status: u16) -> http::HttpReply {
+pub(crate) async fn wait_for_status(socket: &Path, path: &str, status: u16) -> http::HttpReply {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if let Ok(reply) = http::get(socket, path).await {

@@ -29,7 +29,7 @@ impl Occasional {
             .last
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let due = last.map_or(true, |at| now.duration_since(at) >= self.interval);
+        let due = last.is_none_or(|at| now.duration_since(at) >= self.interval);
         if !due {
             self.unlogged.fetch_add(1, Ordering::Relaxed);
             return None;
