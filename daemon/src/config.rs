@@ -132,10 +132,12 @@ pub struct LimitsConfig {
     /// Most connections one uid may hold open on one listener. Administrators (`admin:`) are
     /// exempt, so that an operator can always get in while some user is at its cap.
     pub max_clients_per_uid: usize,
-    /// How long an HTTP client may take to send a request's headers. hyper runs this timer while
-    /// a connection waits for its next request too, so it is also the keep-alive idle timeout.
+    /// How long an HTTP client may take to send a request's headers, from their first byte.
     #[serde(with = "humantime_serde")]
     pub http_header_timeout: Duration,
+    /// How long an HTTP connection may wait for its (next) request before it is closed.
+    #[serde(with = "humantime_serde")]
+    pub http_idle_timeout: Duration,
 }
 
 impl Default for LimitsConfig {
@@ -144,6 +146,7 @@ impl Default for LimitsConfig {
             max_clients: 10_000,
             max_clients_per_uid: 1_000,
             http_header_timeout: Duration::from_secs(5),
+            http_idle_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -365,11 +368,16 @@ impl Config {
                 "max_clients and max_clients_per_uid must be at least 1".to_owned(),
             ));
         }
-        if self.limits.http_header_timeout.is_zero() {
-            return Err((
-                "limits.http_header_timeout".to_owned(),
-                "must be longer than zero".to_owned(),
-            ));
+        for (key, timeout) in [
+            (
+                "limits.http_header_timeout",
+                self.limits.http_header_timeout,
+            ),
+            ("limits.http_idle_timeout", self.limits.http_idle_timeout),
+        ] {
+            if timeout.is_zero() {
+                return Err((key.to_owned(), "must be longer than zero".to_owned()));
+            }
         }
         if self.shutdown.drain_timeout.is_zero() {
             return Err((
@@ -508,6 +516,32 @@ mod tests {
         assert!(parse("admin:\n  users: [root]\n").is_err());
         let error = parse("admin:\n  reload_interval: 0s\n").unwrap_err();
         assert!(error.contains("key `admin.reload_interval`"), "{error}");
+    }
+
+    #[test]
+    fn limits_parse_with_defaults_for_a_shared_machine_and_refuse_zero() {
+        let config = parse(
+            "limits:\n  max_clients: 50\n  max_clients_per_uid: 5\n  http_header_timeout: 2s\n  http_idle_timeout: 30s\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.limits,
+            LimitsConfig {
+                max_clients: 50,
+                max_clients_per_uid: 5,
+                http_header_timeout: Duration::from_secs(2),
+                http_idle_timeout: Duration::from_secs(30),
+            }
+        );
+        let defaults = LimitsConfig::default();
+        assert_eq!(
+            (defaults.max_clients, defaults.max_clients_per_uid),
+            (10_000, 1_000)
+        );
+        let error = parse("limits:\n  max_clients_per_uid: 0\n").unwrap_err();
+        assert!(error.contains("key `limits`"), "{error}");
+        let error = parse("limits:\n  http_idle_timeout: 0s\n").unwrap_err();
+        assert!(error.contains("key `limits.http_idle_timeout`"), "{error}");
     }
 
     #[test]

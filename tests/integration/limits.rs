@@ -180,6 +180,38 @@ async fn an_http_client_that_never_finishes_its_headers_is_disconnected() {
     daemon.stop().await;
 }
 
+#[tokio::test]
+async fn an_idle_http_connection_outlasts_the_header_timeout_then_closes_when_idle_too_long() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start_with(&redis, |config| {
+        config.limits.http_header_timeout = Duration::from_millis(300);
+        config.limits.http_idle_timeout = Duration::from_secs(2);
+    })
+    .await;
+    let mut stream = UnixStream::connect(daemon.http_socket()).await.unwrap();
+    // Idle for longer than the header timeout, which only runs once a request has begun.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: tollgate\r\n\r\n")
+        .await
+        .unwrap();
+    let mut reply = vec![0u8; 1024];
+    let n = tokio::time::timeout(PATIENCE, stream.read(&mut reply))
+        .await
+        .expect("a reply")
+        .unwrap();
+    assert!(
+        reply[..n].starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&reply[..n])
+    );
+    // Kept alive, then closed once idle past the idle timeout.
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(PATIENCE, stream.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "an idle keep-alive connection stays open");
+    daemon.stop().await;
+}
+
 /// The real binary under a descriptor limit of 256 (soft and hard, since `serve` raises its soft
 /// limit to the hard one), sent 400 connections: some are served, the rest are closed rather than
 /// left hanging, and once they close new connections and `/healthz` are served again.

@@ -10,6 +10,7 @@ mod lanes;
 mod leases;
 mod policy;
 mod throttle;
+mod waits;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -18,7 +19,7 @@ use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::UnixListener;
 use tokio_util::sync::CancellationToken;
@@ -39,7 +40,8 @@ pub type HttpResponse = Response<UnsyncBoxBody<Bytes, Infallible>>;
 
 /// Serves HTTP on `listener` until `stop` is cancelled, then lets in-flight requests finish.
 /// A connection past `limits:` is answered 503 to its request, then closed; a client that takes
-/// longer than `limits.http_header_timeout` to send a request's headers is disconnected.
+/// longer than `limits.http_header_timeout` to send a request's headers, or leaves its connection
+/// idle for `limits.http_idle_timeout`, is disconnected ([`waits`]).
 pub async fn serve(
     listener: UnixListener,
     shared: Arc<Shared>,
@@ -48,10 +50,10 @@ pub async fn serve(
 ) {
     let graceful = GracefulShutdown::new();
     let connections = ConnectionLimits::new(limits, "http");
+    let waits = waits::Waits::new(limits);
     let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.http_header_timeout);
+    // The deadline is the connection's own timer's to set; any value switches the timer on.
+    builder.header_read_timeout(waits.idle);
     let mut acceptor = socket::Acceptor::new(listener, "http");
     while let Some(stream) = acceptor.accept_until(&stop).await {
         // Who is calling: read once per connection, handed to every request on it.
@@ -62,17 +64,21 @@ pub async fn serve(
         let permit = match connections.admit(peer, &shared.identities) {
             Ok(permit) => permit,
             Err(too_many) => {
-                tokio::spawn(turn_away(builder.clone(), stream, too_many));
+                tokio::spawn(turn_away(builder.clone(), stream, waits, too_many));
                 continue;
             }
         };
+        let (stream, timer) = waits::watch(stream, waits);
         let shared = shared.clone();
         let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
             let shared = shared.clone();
             request.extensions_mut().insert(peer);
             async move { Ok::<_, Infallible>(route(request, &shared).await) }
         });
-        let connection = builder.serve_connection(TokioIo::new(stream), service);
+        let connection = builder
+            .clone()
+            .timer(timer)
+            .serve_connection(TokioIo::new(stream), service);
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
             if let Err(error) = connection.await {
@@ -88,8 +94,10 @@ pub async fn serve(
 async fn turn_away(
     mut builder: hyper::server::conn::http1::Builder,
     stream: tokio::net::UnixStream,
+    waits: waits::Waits,
     too_many: TooMany,
 ) {
+    let (stream, timer) = waits::watch(stream, waits);
     let service = hyper::service::service_fn(move |_request: Request<Incoming>| {
         let response = ApiError::Unavailable {
             reason: too_many.to_string(),
@@ -100,6 +108,7 @@ async fn turn_away(
     });
     let connection = builder
         .keep_alive(false)
+        .timer(timer)
         .serve_connection(TokioIo::new(stream), service);
     if let Err(error) = connection.await {
         tracing::debug!(%error, "turned-away HTTP connection ended with an error");
