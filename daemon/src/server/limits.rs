@@ -79,7 +79,7 @@ impl ConnectionLimits {
                     listener = self.what,
                     %too_many,
                     refusals,
-                    "refusing connections past limits: (logged once per {REFUSAL_LOG_INTERVAL:?})"
+                    "refusing connections past `limits:` (logged once per {REFUSAL_LOG_INTERVAL:?})"
                 );
             }
         }
