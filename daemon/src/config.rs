@@ -18,6 +18,7 @@ pub struct Config {
     pub runtime_dir: Option<PathBuf>,
     pub listen: ListenConfig,
     pub resp: RespConfig,
+    pub limits: LimitsConfig,
     /// Where Redis is. Absent: the daemon starts its own `redis-server` (see `embedded`).
     pub redis: Option<RedisConfig>,
     pub embedded: EmbeddedConfig,
@@ -117,6 +118,35 @@ impl RespConfig {
             max_elements: self.max_arguments,
             max_depth: 1,
             max_inline_bytes: self.max_inline_bytes,
+        }
+    }
+}
+
+/// The `limits:` section: how many connections the daemon holds. Each listener (RESP, HTTP) counts
+/// its own connections against these numbers.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Most connections open at once on one listener; past it a new one is refused.
+    pub max_clients: usize,
+    /// Most connections one uid may hold open on one listener. Administrators (`admin:`) are
+    /// exempt, so that an operator can always get in while some user is at its cap.
+    pub max_clients_per_uid: usize,
+    /// How long an HTTP client may take to send a request's headers, from their first byte.
+    #[serde(with = "humantime_serde")]
+    pub http_header_timeout: Duration,
+    /// How long an HTTP connection may wait for its (next) request before it is closed.
+    #[serde(with = "humantime_serde")]
+    pub http_idle_timeout: Duration,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_clients: 10_000,
+            max_clients_per_uid: 1_000,
+            http_header_timeout: Duration::from_secs(5),
+            http_idle_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -332,6 +362,23 @@ impl Config {
                 "must be longer than zero".to_owned(),
             ));
         }
+        if self.limits.max_clients == 0 || self.limits.max_clients_per_uid == 0 {
+            return Err((
+                "limits".to_owned(),
+                "max_clients and max_clients_per_uid must be at least 1".to_owned(),
+            ));
+        }
+        for (key, timeout) in [
+            (
+                "limits.http_header_timeout",
+                self.limits.http_header_timeout,
+            ),
+            ("limits.http_idle_timeout", self.limits.http_idle_timeout),
+        ] {
+            if timeout.is_zero() {
+                return Err((key.to_owned(), "must be longer than zero".to_owned()));
+            }
+        }
         if self.shutdown.drain_timeout.is_zero() {
             return Err((
                 "shutdown.drain_timeout".to_owned(),
@@ -469,6 +516,32 @@ mod tests {
         assert!(parse("admin:\n  users: [root]\n").is_err());
         let error = parse("admin:\n  reload_interval: 0s\n").unwrap_err();
         assert!(error.contains("key `admin.reload_interval`"), "{error}");
+    }
+
+    #[test]
+    fn limits_parse_with_defaults_for_a_shared_machine_and_refuse_zero() {
+        let config = parse(
+            "limits:\n  max_clients: 50\n  max_clients_per_uid: 5\n  http_header_timeout: 2s\n  http_idle_timeout: 30s\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.limits,
+            LimitsConfig {
+                max_clients: 50,
+                max_clients_per_uid: 5,
+                http_header_timeout: Duration::from_secs(2),
+                http_idle_timeout: Duration::from_secs(30),
+            }
+        );
+        let defaults = LimitsConfig::default();
+        assert_eq!(
+            (defaults.max_clients, defaults.max_clients_per_uid),
+            (10_000, 1_000)
+        );
+        let error = parse("limits:\n  max_clients_per_uid: 0\n").unwrap_err();
+        assert!(error.contains("key `limits`"), "{error}");
+        let error = parse("limits:\n  http_idle_timeout: 0s\n").unwrap_err();
+        assert!(error.contains("key `limits.http_idle_timeout`"), "{error}");
     }
 
     #[test]

@@ -18,6 +18,7 @@ use crate::metrics::Metrics;
 use crate::readiness::Readiness;
 use crate::server::http::Throttle;
 use crate::server::identity::Identities;
+use crate::server::limits::ConnectionLimits;
 use crate::server::resp::{self, FrontDoor};
 use crate::server::{http, socket};
 use crate::supervisor::{ChildPid, Restart, Supervisor};
@@ -134,7 +135,11 @@ impl Daemon {
         });
 
         let mut tasks = JoinSet::new();
-        tasks.spawn(http::serve(http_listener, shared.clone(), stop.clone()));
+        let limits = config.limits.clone();
+        tasks.spawn({
+            let (shared, stop) = (shared.clone(), stop.clone());
+            async move { http::serve(http_listener, shared, &limits, stop).await }
+        });
         // Watchdogs stop with the daemon (their leases run out by TTL), which also ends the events
         // streams that graceful HTTP shutdown would otherwise wait for.
         tasks.spawn({
@@ -149,6 +154,7 @@ impl Daemon {
             identities,
             lanes.clone(),
             config.resp.clone(),
+            ConnectionLimits::new(&config.limits, "resp"),
         ));
         tasks.spawn(resp::serve(resp_listener, front_door, stop.clone()));
 

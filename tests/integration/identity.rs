@@ -16,14 +16,14 @@ use tollgate_testkit::RedisServer;
 use crate::support::daemon::TestDaemon;
 
 /// The second OS user of these tests.
-const USER_B: &str = "tollgate-test-b";
+pub(crate) const USER_B: &str = "tollgate-test-b";
 /// A user named like a principal of `policies/examples/tenants.yaml`.
 const USER_GLOBEX: &str = "globex";
 
 /// One user at a time: two `useradd` at once fail on the password file's lock.
 static USERADD: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-struct OsUser {
+pub(crate) struct OsUser {
     name: String,
     uid: u32,
     gid: u32,
@@ -31,7 +31,7 @@ struct OsUser {
 
 /// The OS user `name`, created (a system user without a home) when missing; `None`, with the
 /// reason printed, when this process cannot create users or lacks a tool the tests run.
-fn os_user(name: &str) -> Option<OsUser> {
+pub(crate) fn os_user(name: &str) -> Option<OsUser> {
     if !nix::unistd::geteuid().is_root() {
         println!("skipped: creating and acting as the OS user `{name}` needs root");
         return None;
@@ -78,7 +78,10 @@ fn lookup(name: &str) -> Option<OsUser> {
 
 /// The daemon against `redis`, its sockets open to every local user (mode 0666 in a directory
 /// anyone may traverse), so that the policy and the identity rules are all that stand in the way.
-async fn daemon_for_all(redis: &RedisServer, adjust: impl FnOnce(&mut Config)) -> TestDaemon {
+pub(crate) async fn daemon_for_all(
+    redis: &RedisServer,
+    adjust: impl FnOnce(&mut Config),
+) -> TestDaemon {
     TestDaemon::start_with(redis, |config| {
         let dir = config
             .runtime_dir
@@ -119,13 +122,19 @@ async fn run_as(user: &OsUser, program: &str, args: &[&str]) -> std::process::Ou
 
 /// An HTTP reply as `curl` saw it.
 #[derive(Debug)]
-struct Reply {
-    status: u16,
-    body: Value,
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) body: Value,
 }
 
 /// One HTTP request from `user` on the daemon's HTTP socket.
-async fn curl(user: &OsUser, daemon: &TestDaemon, method: &str, path: &str, body: &str) -> Reply {
+pub(crate) async fn curl(
+    user: &OsUser,
+    daemon: &TestDaemon,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> Reply {
     let socket = daemon.http_socket();
     let url = format!("http://tollgate{path}");
     let mut args = vec![
@@ -160,7 +169,7 @@ async fn curl(user: &OsUser, daemon: &TestDaemon, method: &str, path: &str, body
 }
 
 /// One command from `user` with `redis-cli` on the daemon's RESP socket: what it printed.
-async fn redis_cli(user: &OsUser, daemon: &TestDaemon, command: &[&str]) -> String {
+pub(crate) async fn redis_cli(user: &OsUser, daemon: &TestDaemon, command: &[&str]) -> String {
     let socket = daemon.resp_socket();
     let mut args = vec!["-s", socket.to_str().expect("a UTF-8 socket path")];
     args.extend(command);

@@ -19,6 +19,7 @@ mod lease_fenced;
 mod lease_http;
 mod lease_run;
 mod lease_watchdogs;
+mod limits;
 mod policy;
 mod policy_catalog;
 mod policy_compile;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::config::{Config, LogFormat};
+use crate::config::{Config, LimitsConfig, LogFormat};
 use crate::logging;
 use crate::runtime::Daemon;
 
@@ -29,7 +29,7 @@ pub fn run(config_path: Option<PathBuf>, log_format: Option<LogFormat>) -> ExitC
         log_format.unwrap_or(config.logging.format),
         &config.logging.level,
     );
-    raise_open_files_limit();
+    raise_open_files_limit(&config.limits);
     // One worker needs no work stealing: the current-thread scheduler wakes tasks without the
     // multi-thread one's cross-thread bookkeeping.
     let runtime = match config.worker_threads() {
@@ -88,16 +88,34 @@ async fn serve(config: Config) -> ExitCode {
     }
 }
 
+/// Descriptors the daemon keeps for itself besides its clients: lanes, Redis, listeners, logs.
+const OWN_DESCRIPTORS: u64 = 128;
+
 /// Every client holds a socket; the default soft limit (often 1,024) would cap the daemon far below
-/// what the machine allows, so take the hard limit, as servers conventionally do.
-fn raise_open_files_limit() {
+/// what the machine allows, so take the hard limit, as servers conventionally do. A limit still
+/// too low for `limits:` is said at start: past it connections are shed at accept (even an
+/// administrator's) instead of being refused with an error.
+fn raise_open_files_limit(limits: &LimitsConfig) {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
-        if soft < hard {
-            if let Err(error) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
-                tracing::warn!(%error, soft, hard, "cannot raise the open-files limit");
-            }
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    let mut limit = soft;
+    if soft < hard {
+        match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => limit = hard,
+            Err(error) => tracing::warn!(%error, soft, hard, "cannot raise the open-files limit"),
         }
+    }
+    let per_uid = u64::try_from(limits.max_clients_per_uid).unwrap_or(u64::MAX);
+    if limit < per_uid.saturating_add(OWN_DESCRIPTORS) {
+        tracing::warn!(
+            open_files_limit = limit,
+            max_clients_per_uid = limits.max_clients_per_uid,
+            "the open-files limit is too low for limits.max_clients_per_uid: one uid can use up \
+             the descriptors before its cap, and connections past them are shed; lower the cap \
+             or raise the limit"
+        );
     }
 }
 

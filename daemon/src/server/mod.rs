@@ -2,6 +2,8 @@
 
 pub mod http;
 pub mod identity;
+pub mod limits;
+mod occasional;
 pub mod peer;
 pub mod resp;
 pub mod socket;

@@ -1,14 +1,20 @@
 //! Binding a listening Unix socket safely: a stale socket left by a dead daemon is replaced, a socket
 //! a live daemon still answers on is refused, a link or any other file in its place is refused (never
-//! followed or removed), and the new file gets the configured mode and group.
+//! followed or removed), and the new file gets the configured mode and group. Accepting on it
+//! survives a full descriptor table ([`Acceptor`]).
 
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use tokio::net::UnixListener;
+use std::time::Duration;
+
+use futures::FutureExt;
+use tokio::net::{UnixListener, UnixStream};
+use tokio_util::sync::CancellationToken;
 
 use crate::runtime_dir::{self, EntryError, Kind};
+use crate::server::occasional::Occasional;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
@@ -78,23 +84,97 @@ pub fn bind(
     Ok((listener, file))
 }
 
-/// The next client on `listener`, or `None` once `stop` is cancelled. A failed accept (out of file
-/// descriptors, say) is logged and retried after a short pause instead of spinning.
-pub async fn accept_until(
-    listener: &UnixListener,
-    stop: &tokio_util::sync::CancellationToken,
+/// How long accepting pauses after a failure, so that a full descriptor table is not spun on.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
+/// At most one "accept failed" warning per listener in this interval.
+const ACCEPT_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Accepts clients on one listener and rides out a full descriptor table (`EMFILE`, `ENFILE`): it
+/// keeps one descriptor in reserve (`/dev/null`), and when accepting fails for want of one, gives
+/// up the reserve to accept the waiting client and close it at once — the client sees its
+/// connection end instead of hanging in the backlog — then takes the reserve back.
+pub struct Acceptor {
+    listener: UnixListener,
     what: &'static str,
-) -> Option<tokio::net::UnixStream> {
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return None,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => return Some(stream),
-                Err(error) => {
-                    tracing::warn!(%error, listener = what, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                }
-            },
+    reserve: Option<std::fs::File>,
+    failures: Occasional,
+}
+
+impl Acceptor {
+    pub fn new(listener: UnixListener, what: &'static str) -> Self {
+        Acceptor {
+            listener,
+            what,
+            reserve: open_reserve(),
+            failures: Occasional::new(ACCEPT_LOG_INTERVAL),
         }
     }
+
+    /// The next client, or `None` once `stop` is cancelled.
+    pub async fn accept_until(&mut self, stop: &CancellationToken) -> Option<UnixStream> {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return None,
+                accepted = self.listener.accept() => match accepted {
+                    Ok((stream, _)) => return Some(stream),
+                    Err(error) => self.failed(error).await,
+                },
+            }
+        }
+    }
+
+    async fn failed(&mut self, error: io::Error) {
+        let out_of_descriptors = matches!(
+            error.raw_os_error(),
+            Some(libc::EMFILE) | Some(libc::ENFILE)
+        );
+        let shed = if out_of_descriptors {
+            self.shed_one()
+        } else {
+            Shed::Nothing
+        };
+        if let Some(failures) = self.failures.occurred() {
+            tracing::warn!(
+                %error,
+                listener = self.what,
+                failures,
+                ?shed,
+                "accept failed (logged once per {ACCEPT_LOG_INTERVAL:?})"
+            );
+        }
+        tokio::time::sleep(ACCEPT_BACKOFF).await;
+    }
+
+    /// Spends the reserve descriptor on the client waiting first, closing it unserved.
+    fn shed_one(&mut self) -> Shed {
+        if self.reserve.take().is_none() {
+            self.reserve = open_reserve();
+            return Shed::NoReserve;
+        }
+        // The failed accept left the listener readable, so one poll finds the waiting client.
+        let shed = match self.listener.accept().now_or_never() {
+            Some(Ok((stream, _))) => {
+                drop(stream);
+                Shed::Closed
+            }
+            _ => Shed::Nothing,
+        };
+        self.reserve = open_reserve();
+        shed
+    }
+}
+
+/// What a full descriptor table cost a waiting client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shed {
+    /// Not a shortage of descriptors, or no client was waiting.
+    Nothing,
+    /// A waiting client was accepted and closed at once.
+    Closed,
+    /// The reserve descriptor could not be had back since the last shortage.
+    NoReserve,
+}
+
+fn open_reserve() -> Option<std::fs::File> {
+    std::fs::File::open("/dev/null").ok()
 }

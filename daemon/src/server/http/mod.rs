@@ -10,6 +10,7 @@ mod lanes;
 mod leases;
 mod policy;
 mod throttle;
+mod waits;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -28,7 +29,9 @@ pub use throttle::Throttle;
 
 use tollgate_model::Caller;
 
+use crate::config::LimitsConfig;
 use crate::runtime::Shared;
+use crate::server::limits::{ConnectionLimits, TooMany};
 use crate::server::peer::{self, PeerCredentials};
 use crate::server::socket;
 
@@ -36,29 +39,80 @@ use crate::server::socket;
 pub type HttpResponse = Response<UnsyncBoxBody<Bytes, Infallible>>;
 
 /// Serves HTTP on `listener` until `stop` is cancelled, then lets in-flight requests finish.
-pub async fn serve(listener: UnixListener, shared: Arc<Shared>, stop: CancellationToken) {
+/// A connection past `limits:` is answered 503 to its request, then closed; a client that takes
+/// longer than `limits.http_header_timeout` to send a request's headers, or leaves its connection
+/// idle for `limits.http_idle_timeout`, is disconnected ([`waits`]).
+pub async fn serve(
+    listener: UnixListener,
+    shared: Arc<Shared>,
+    limits: &LimitsConfig,
+    stop: CancellationToken,
+) {
     let graceful = GracefulShutdown::new();
-    while let Some(stream) = socket::accept_until(&listener, &stop, "http").await {
-        let shared = shared.clone();
+    let connections = ConnectionLimits::new(limits, "http");
+    let waits = waits::Waits::new(limits);
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    // The deadline is the connection's own timer's to set; any value switches the timer on.
+    builder.header_read_timeout(waits.idle);
+    let mut acceptor = socket::Acceptor::new(listener, "http");
+    while let Some(stream) = acceptor.accept_until(&stop).await {
         // Who is calling: read once per connection, handed to every request on it.
-        let peer = peer::peer_credentials(&stream).ok();
+        let Ok(peer) = peer::peer_credentials(&stream) else {
+            tracing::warn!("cannot read an HTTP peer's credentials; closing");
+            continue;
+        };
+        let permit = match connections.admit(peer, &shared.identities) {
+            Ok(permit) => permit,
+            Err(too_many) => {
+                tokio::spawn(turn_away(builder.clone(), stream, waits, too_many));
+                continue;
+            }
+        };
+        let (stream, timer) = waits::watch(stream, waits);
+        let shared = shared.clone();
         let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
             let shared = shared.clone();
-            if let Some(peer) = peer {
-                request.extensions_mut().insert(peer);
-            }
+            request.extensions_mut().insert(peer);
             async move { Ok::<_, Infallible>(route(request, &shared).await) }
         });
-        let connection = hyper::server::conn::http1::Builder::new()
+        let connection = builder
+            .clone()
+            .timer(timer)
             .serve_connection(TokioIo::new(stream), service);
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
             if let Err(error) = connection.await {
                 tracing::debug!(%error, "HTTP connection ended with an error");
             }
+            drop(permit);
         });
     }
     graceful.shutdown().await;
+}
+
+/// Answers the one request of a connection past a limit with 503, then closes it.
+async fn turn_away(
+    mut builder: hyper::server::conn::http1::Builder,
+    stream: tokio::net::UnixStream,
+    waits: waits::Waits,
+    too_many: TooMany,
+) {
+    let (stream, timer) = waits::watch(stream, waits);
+    let service = hyper::service::service_fn(move |_request: Request<Incoming>| {
+        let response = ApiError::Unavailable {
+            reason: too_many.to_string(),
+            retry_after_secs: 1,
+        }
+        .into_response();
+        async move { Ok::<_, Infallible>(response) }
+    });
+    let connection = builder
+        .keep_alive(false)
+        .timer(timer)
+        .serve_connection(TokioIo::new(stream), service);
+    if let Err(error) = connection.await {
+        tracing::debug!(%error, "turned-away HTTP connection ended with an error");
+    }
 }
 
 async fn route(request: Request<Incoming>, shared: &Shared) -> HttpResponse {

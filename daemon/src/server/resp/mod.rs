@@ -20,6 +20,7 @@ use tollgate_resp::Limits;
 
 use crate::config::RespConfig;
 use crate::server::identity::Identities;
+use crate::server::limits::ConnectionLimits;
 use crate::server::socket;
 
 /// What every session shares.
@@ -27,6 +28,8 @@ pub struct FrontDoor {
     pub admission: Admission,
     pub identities: Identities,
     pub lanes: Lanes,
+    /// How many connections this listener holds (`limits:`).
+    connections: ConnectionLimits,
     config: RespConfig,
     limits: Limits,
     next_client_id: AtomicU64,
@@ -38,11 +41,13 @@ impl FrontDoor {
         identities: Identities,
         lanes: Lanes,
         config: RespConfig,
+        connections: ConnectionLimits,
     ) -> Self {
         Self {
             admission,
             identities,
             lanes,
+            connections,
             limits: config.limits(),
             config,
             next_client_id: AtomicU64::new(1),
@@ -53,7 +58,8 @@ impl FrontDoor {
 /// Accepts clients until `stop`, then waits for every session to answer what it already read.
 pub async fn serve(listener: UnixListener, front: Arc<FrontDoor>, stop: CancellationToken) {
     let sessions = TaskTracker::new();
-    while let Some(stream) = socket::accept_until(&listener, &stop, "resp").await {
+    let mut acceptor = socket::Acceptor::new(listener, "resp");
+    while let Some(stream) = acceptor.accept_until(&stop).await {
         let id = front.next_client_id.fetch_add(1, Ordering::Relaxed);
         sessions.spawn(session::run(stream, front.clone(), stop.clone(), id));
     }

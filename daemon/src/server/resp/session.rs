@@ -30,6 +30,7 @@ use super::pending::{Class, InOrder, Pending};
 use super::subscriptions::{self, Subscriptions};
 use super::{deadline, replies, FrontDoor};
 use crate::server::identity::Refused;
+use crate::server::limits::TooMany;
 use crate::server::peer::peer_credentials;
 
 /// Flush the write buffer once it holds this much, even with replies still to come.
@@ -40,6 +41,8 @@ const READ_CHUNK: usize = 16 * 1024;
 const ADMIT_TOGETHER: usize = 64;
 /// How much a client may send ahead while its next command waits for a barrier.
 const PARKED_INPUT_CAP: usize = 1024 * 1024;
+/// How long a connection turned away for a limit is drained before it is closed.
+const TURN_AWAY_DRAIN: Duration = Duration::from_secs(1);
 /// How long a refused peer is waited for to send its first command, which the refusal answers.
 const REFUSED_WAIT: Duration = Duration::from_secs(5);
 
@@ -119,6 +122,11 @@ pub async fn run(stream: UnixStream, front: Arc<FrontDoor>, stop: CancellationTo
             return;
         }
     };
+    // Held for the session's life: its place under `limits:`.
+    let _permit = match front.connections.admit(peer, &front.identities) {
+        Ok(permit) => permit,
+        Err(too_many) => return turn_away(stream, &too_many).await,
+    };
     let caller = match front.identities.caller(peer) {
         Ok(caller) => caller,
         Err(refused) => return refuse(stream, &refused, &stop).await,
@@ -167,6 +175,21 @@ async fn refuse(mut stream: UnixStream, refused: &Refused, stop: &CancellationTo
     // The peer may be gone already; there is nothing else to tell it.
     let _ = stream.write_all(&reply).await;
     let _ = stream.shutdown().await;
+}
+
+/// Answers a connection past a cap of `limits:` with an error, at once (like Redis past its
+/// `maxclients`), then closes it. What the client sent meanwhile is read and dropped for a moment,
+/// so that the close does not reset the connection before the client reads the error.
+async fn turn_away(mut stream: UnixStream, too_many: &TooMany) {
+    let reply = replies::error(format!("ERR tollgate: {too_many}"));
+    // The peer may be gone already; there is nothing else to tell it.
+    let _ = stream.write_all(&reply).await;
+    let _ = stream.shutdown().await;
+    let mut sink = [0u8; 4096];
+    let _ = tokio::time::timeout(TURN_AWAY_DRAIN, async {
+        while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+    })
+    .await;
 }
 
 impl Session {
