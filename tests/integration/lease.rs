@@ -433,6 +433,34 @@ async fn a_reply_lost_in_transit_then_a_retry_with_the_same_attempt_holds_exactl
 }
 
 #[tokio::test]
+async fn a_reply_that_arrives_after_the_validity_ran_out_is_indeterminate_not_held() {
+    let fx = Fixture::start();
+    let a = attempt("alice-token", "op-1");
+    held(&fx.acquire("alice", &a, 10_000).await);
+    // Redis stalls longer than the TTL asked for: the script runs once the pause ends, but the
+    // daemon cannot count on a lease whose reply took longer than the lease is valid.
+    fx.redis.inline("CLIENT PAUSE 700 WRITE");
+    let renewed = fx.renew("alice", &a, 300).await;
+    assert!(
+        matches!(&renewed, RenewOutcome::Indeterminate { reason } if reason.contains("ran out")),
+        "{renewed:?}"
+    );
+    assert_eq!(fx.release("alice", &a).await, ReleaseOutcome::Released);
+    let b = attempt("bob-token", "op-1");
+    fx.redis.inline("CLIENT PAUSE 700 WRITE");
+    let late = fx.acquire("bob", &b, 300).await;
+    assert!(
+        matches!(&late, AcquireOutcome::Indeterminate { reason } if reason.contains("ran out")),
+        "{late:?}"
+    );
+    // Retrying with the same attempt learns what Redis holds: the 300 ms lease ran out meanwhile,
+    // so the retry takes a fresh one, with time left to use.
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let (_, valid_for) = held(&fx.acquire("bob", &b, 10_000).await);
+    assert!(valid_for > Duration::from_secs(9), "{valid_for:?}");
+}
+
+#[tokio::test]
 async fn redis_restarted_mid_lease_reloads_each_script_once() {
     let mut fx = Fixture::start();
     let a = attempt("alice-token", "op-1");

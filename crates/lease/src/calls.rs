@@ -87,14 +87,18 @@ impl Calls {
         };
         let remaining = Duration::from_millis(u64::try_from(remaining).unwrap_or_default());
         let held = match status {
-            1 => AcquireOutcome::Acquired {
-                fence,
-                valid_for: self.validity(remaining, sent_at),
-            },
-            2 => AcquireOutcome::Replayed {
-                fence,
-                valid_for: self.validity(remaining, sent_at),
-            },
+            1 | 2 => {
+                let Some(valid_for) = self.validity(remaining, sent_at) else {
+                    return AcquireOutcome::Indeterminate {
+                        reason: ran_out(sent_at),
+                    };
+                };
+                if status == 1 {
+                    AcquireOutcome::Acquired { fence, valid_for }
+                } else {
+                    AcquireOutcome::Replayed { fence, valid_for }
+                }
+            }
             3 => return AcquireOutcome::Conflict,
             _ => {
                 return AcquireOutcome::Contended {
@@ -135,8 +139,11 @@ impl Calls {
         ];
         match self.runner.run(&RENEW, &[&keys.lease], &args, &[]).await {
             Ok(frames) => match frames[0] {
-                Frame::Integer(1) => RenewOutcome::Renewed {
-                    valid_for: self.validity(ttl, sent_at),
+                Frame::Integer(1) => match self.validity(ttl, sent_at) {
+                    Some(valid_for) => RenewOutcome::Renewed { valid_for },
+                    None => RenewOutcome::Indeterminate {
+                        reason: ran_out(sent_at),
+                    },
                 },
                 Frame::Integer(0) => RenewOutcome::Lost {
                     reason: LostReason::Absent,
@@ -202,11 +209,26 @@ impl Calls {
     }
 
     /// Server-side remaining time, less drift, less the time since the call was sent.
-    fn validity(&self, remaining: Duration, sent_at: Instant) -> Duration {
-        remaining
-            .saturating_sub(self.drift)
-            .saturating_sub(sent_at.elapsed())
+    /// How long the holder may count on the lease: what the server had left, less the drift budget
+    /// and the time since the call was sent. `None` when nothing is left: a reply that arrives
+    /// after the lease's validity (Redis paused, a slow link) must not be reported as held.
+    fn validity(&self, remaining: Duration, sent_at: Instant) -> Option<Duration> {
+        Some(
+            remaining
+                .saturating_sub(self.drift)
+                .saturating_sub(sent_at.elapsed()),
+        )
+        .filter(|valid_for| !valid_for.is_zero())
     }
+}
+
+/// Why a call that Redis answered "held" is indeterminate: its validity ran out in flight.
+fn ran_out(sent_at: Instant) -> String {
+    format!(
+        "the lease's validity ran out before Redis's reply arrived ({} ms after sending); retry \
+         with the same attempt to learn what Redis holds",
+        sent_at.elapsed().as_millis()
+    )
 }
 
 /// The three calls that change Redis share how a failed script maps onto their outcomes.
