@@ -1,5 +1,6 @@
 //! What `/readyz` checks: the daemon has finished starting (a policy is loaded), the lanes are open,
-//! and Redis answers a PING sent through the REGULAR lane as its ACL user within a short deadline;
+//! and Redis answers a PING sent through the REGULAR lane as its ACL user within a short deadline,
+//! and another through the lease service's own lanes as the lease user;
 //! any lane that cannot connect right now is named, and so is an embedded server that is down and
 //! being restarted. Each problem is reported as a sentence.
 //! [`ping`] is the raw probe used before the lanes exist (waiting for the embedded server).
@@ -17,15 +18,18 @@ const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 
 pub struct Readiness {
     lanes: Lanes,
+    /// The lease service's own lanes.
+    lease_lanes: Lanes,
     /// The embedded server's pid, when the daemon runs one.
     embedded: Option<ChildPid>,
     started: AtomicBool,
 }
 
 impl Readiness {
-    pub fn new(lanes: Lanes, embedded: Option<ChildPid>) -> Self {
+    pub fn new(lanes: Lanes, lease_lanes: Lanes, embedded: Option<ChildPid>) -> Self {
         Self {
             lanes,
+            lease_lanes,
             embedded,
             started: AtomicBool::new(false),
         }
@@ -54,15 +58,31 @@ impl Readiness {
         {
             problems.push("embedded redis-server exited; it is being restarted".to_owned());
         }
-        if let Err(error) = self.lanes.ping(PROBE_TIMEOUT).await {
+        let (clients, leases) = tokio::join!(
+            self.lanes.ping(PROBE_TIMEOUT),
+            self.lease_lanes.ping(PROBE_TIMEOUT)
+        );
+        if let Err(error) = clients {
             problems.push(format!("redis unavailable: {error}"));
         }
-        for lane in status.lanes {
-            if let Some(reason) = lane.unavailable {
-                problems.push(format!("lane {} unavailable: {reason}", lane.lane.shout()));
-            }
+        if let Err(error) = leases {
+            problems.push(format!("redis unavailable to the lease service: {error}"));
         }
+        unavailable_lanes(&status, "lane", &mut problems);
+        unavailable_lanes(&self.lease_lanes.status(), "lease lane", &mut problems);
         problems
+    }
+}
+
+/// A sentence for each lane of `status` that cannot connect right now.
+fn unavailable_lanes(status: &tollgate_lanes::LanesStatus, what: &str, problems: &mut Vec<String>) {
+    for lane in &status.lanes {
+        if let Some(reason) = &lane.unavailable {
+            problems.push(format!(
+                "{what} {} unavailable: {reason}",
+                lane.lane.shout()
+            ));
+        }
     }
 }
 

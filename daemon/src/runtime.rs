@@ -125,7 +125,11 @@ impl Daemon {
         let leases = LeaseService::new(&lease_lanes, config.leases.clone(), &mut registry);
         let identities = Identities::new(admission.clone(), &config.identity, &config.admin);
         let shared = Arc::new(Shared {
-            readiness: Readiness::new(lanes.clone(), embedded.as_ref().map(Supervisor::pid)),
+            readiness: Readiness::new(
+                lanes.clone(),
+                lease_lanes.clone(),
+                embedded.as_ref().map(Supervisor::pid),
+            ),
             lanes: lanes.clone(),
             leases: leases.clone(),
             admission: admission.clone(),

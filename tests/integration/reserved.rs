@@ -413,3 +413,27 @@ async fn fences_strictly_increase_whatever_clients_do_meanwhile() {
         fences.len()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_names_the_lease_service_when_its_connections_cannot_reach_redis() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    assert_eq!(daemon.get("/readyz").await.status, 200);
+    // The lease user goes away (and Redis drops its connections); the client lanes are untouched.
+    assert!(redis
+        .inline(&format!("ACL DELUSER {}", tollgate_lanes::LEASE_USER))
+        .starts_with(":1"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let reply = loop {
+        let reply = daemon.get("/readyz").await;
+        if reply.status == 503 || std::time::Instant::now() > deadline {
+            break reply;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(reply.status, 503, "{}", reply.body);
+    assert!(reply.body.contains("lease"), "{}", reply.body);
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    assert_eq!(text(&client.call(&["SET", "still", "served"]).await), "OK");
+    daemon.stop().await;
+}
