@@ -32,4 +32,5 @@ mod policy_snapshots;
 mod policy_support;
 mod reserved;
 mod runtime_dir;
+mod session_compat;
 mod support;

@@ -139,6 +139,72 @@ impl Local {
     pub fn allowed_while_subscribed(self) -> bool {
         matches!(self, Local::Ping | Local::Quit | Local::Reset)
     }
+
+    /// Is a command of this kind queued inside MULTI, its reply taking its place in EXEC's? These
+    /// are the ones Redis queues; the rest act at once (RESET, QUIT) or change how the connection
+    /// speaks (HELLO, CLIENT REPLY), which the daemon keeps immediate.
+    pub fn queues_in_multi(self) -> bool {
+        matches!(
+            self,
+            Local::Ping
+                | Local::Echo
+                | Local::Auth
+                | Local::ClientSetName
+                | Local::ClientGetName
+                | Local::ClientId
+                | Local::ClientSetInfo
+                | Local::Select
+                | Local::ConfigGet
+                | Local::Unshareable
+        )
+    }
+
+    /// Redis's name for the command in arity errors, and whether `argc` words fit its arity (as
+    /// Redis checks it before running or queueing the command).
+    pub fn arity(self, argc: usize) -> Arity {
+        let (name, fits) = match self {
+            Local::Ping => ("ping", argc <= 2),
+            Local::Echo => ("echo", argc == 2),
+            Local::Quit | Local::Hello => return Arity::Fits,
+            Local::Auth => ("auth", (2..=3).contains(&argc)),
+            Local::ClientSetName => ("client|setname", argc == 3),
+            Local::ClientGetName => ("client|getname", argc == 2),
+            Local::ClientId => ("client|id", argc == 2),
+            Local::ClientSetInfo => ("client|setinfo", argc == 4),
+            Local::ClientReply => ("client|reply", argc == 3),
+            Local::Unshareable => return Arity::Fits,
+            Local::Select => ("select", argc == 2),
+            Local::ConfigGet => ("config|get", argc >= 3),
+            Local::Reset => ("reset", argc == 1),
+        };
+        if fits {
+            Arity::Fits
+        } else {
+            Arity::Wrong(name)
+        }
+    }
+}
+
+/// Whether a command's argument count fits, and if not, the name its error uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arity {
+    Fits,
+    Wrong(&'static str),
+}
+
+/// `-ERR wrong number of arguments for '<command>' command`, Redis's text.
+pub fn wrong_arity(command: &str) -> Bytes {
+    super::replies::error(format!(
+        "ERR wrong number of arguments for '{command}' command"
+    ))
+}
+
+/// The null a client of `protocol` reads: `_` in RESP3, `$-1` in RESP2.
+pub fn null(protocol: Protocol) -> Frame {
+    match protocol {
+        Protocol::Resp3 => Frame::Null3,
+        Protocol::Resp2 => Frame::Null,
+    }
 }
 
 /// `PING [message]`: in RESP2 subscribed mode Redis answers with a `pong` array instead.

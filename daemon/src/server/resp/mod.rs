@@ -4,6 +4,7 @@
 mod deadline;
 mod local;
 mod pending;
+mod queued;
 mod replies;
 mod session;
 mod subscriptions;

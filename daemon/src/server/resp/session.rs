@@ -26,8 +26,10 @@ use tollgate_policy::{Decision, DenyCause};
 use tollgate_resp::{Command, Frame, ProtocolError};
 
 use super::local::{self, Local, Protocol, ReplyMode, Voice};
+use super::local::{wrong_arity, Arity};
 use super::pending::{Class, InOrder, Pending};
-use super::subscriptions::{self, Subscriptions};
+use super::queued::QueuedLocally;
+use super::subscriptions::{self, Eviction, Subscriptions};
 use super::{deadline, replies, FrontDoor};
 use crate::server::identity::Refused;
 use crate::server::limits::TooMany;
@@ -77,6 +79,8 @@ struct Transaction {
     in_multi: bool,
     /// A command was refused while queueing, so EXEC must fail as Redis fails it (EXECABORT).
     poisoned: bool,
+    /// The queue's commands answered by the daemon, and where their replies go in EXEC's.
+    local: QueuedLocally,
 }
 
 struct Session {
@@ -249,17 +253,18 @@ impl Session {
                     }
                 }
                 Some(message) = self.subscriptions.next(), if !self.subscriptions.is_empty() => {
-                    // `CLIENT REPLY OFF` silences messages too, as in Redis.
-                    if self.reply_mode != ReplyMode::Off {
-                        let frame = subscriptions::message_frame(message, self.protocol);
-                        tollgate_resp::encode(&frame, &mut self.out);
-                    }
+                    // Delivered whatever `CLIENT REPLY` says, as Redis 7 delivers them.
+                    let frame = subscriptions::message_frame(message, self.protocol);
+                    tollgate_resp::encode(&frame, &mut self.out);
                 }
                 _ = &mut evicted => {
-                    let reason = self.subscriptions.eviction_reason();
-                    self.out.extend_from_slice(&replies::error(format!("ERR tollgate: {reason}; disconnected")));
+                    let eviction = self.subscriptions.eviction_reason();
+                    if let Eviction::TooSlow(why) = &eviction {
+                        self.out.extend_from_slice(&replies::error(format!("ERR tollgate: {why}; disconnected")));
+                    }
                     let _ = tokio::time::timeout(std::time::Duration::from_millis(100), self.flush(&mut writer)).await;
-                    return Err(reason);
+                    tracing::info!(client = self.id, principal = %self.caller.principal, %eviction, "subscriber disconnected");
+                    return Err(eviction.to_string());
                 }
                 _ = &mut stopped, if !stopping => stopping = true,
             }
@@ -336,8 +341,10 @@ impl Session {
     /// Whether `command`'s reply reaches the client, as `CLIENT REPLY` left it; a `SKIP` is used
     /// up here. `CLIENT REPLY` itself is always heard (only `ON` answers, as in Redis).
     fn voice(&mut self, command: &Command) -> Voice {
+        // Subscription confirmations are out-of-band: Redis 7 sends them whatever the mode.
         if self.reply_mode == ReplyMode::On
             || Local::of(command.name(), command.word(1)) == Some(Local::ClientReply)
+            || subscription_command(command.name()).is_some()
         {
             return Voice::Heard;
         }
@@ -426,8 +433,14 @@ impl Session {
                 String::from_utf8_lossy(command.name()).to_lowercase()
             )));
         }
-        if let Some(local) = local.filter(|l| !l.needs_admission()) {
-            return self.local(local, &command.argv());
+        if let Some(local) = local {
+            if let Arity::Wrong(name) = local.arity(command.len()) {
+                return self.queued(local, Step::Reply(wrong_arity(name)));
+            }
+            if !local.needs_admission() {
+                let step = self.local(local, &command.argv());
+                return self.queued(local, step);
+            }
         }
         let decision = self.front.admission.admit(&self.caller, &command.argv());
         self.route(command, decision, local, subscription)
@@ -452,12 +465,13 @@ impl Session {
             }
         };
         match local {
-            Some(Local::Select) => return Step::Reply(select(&command.argv())),
-            Some(Local::ConfigGet) if command.len() >= 3 => {
-                let reply = local::config_get(&command.argv(), self.protocol);
-                return Step::Reply(replies::encode(&reply));
+            Some(Local::Select) => {
+                return self.queued(Local::Select, Step::Reply(select(&command.argv())))
             }
-            Some(Local::ConfigGet) => return Step::Reply(wrong_arity("config|get")),
+            Some(Local::ConfigGet) => {
+                let reply = local::config_get(&command.argv(), self.protocol);
+                return self.queued(Local::ConfigGet, Step::Reply(replies::encode(&reply)));
+            }
             _ => {}
         }
         if let Some((kind, subscribe)) = subscription {
@@ -478,14 +492,31 @@ impl Session {
         }
     }
 
+    /// Inside MULTI, a locally answered command is queued as Redis would queue it: `+QUEUED` now,
+    /// its reply in EXEC's; an error (a wrong arity, a refusal) answers at once and makes EXEC
+    /// fail, as Redis does for a command it refuses to queue.
+    fn queued(&mut self, local: Local, step: Step) -> Step {
+        let Some(transaction) = self.transaction.as_mut().filter(|t| t.in_multi) else {
+            return step;
+        };
+        match step {
+            Step::Reply(reply) if reply.starts_with(b"-") => {
+                transaction.poisoned = true;
+                Step::Reply(reply)
+            }
+            Step::Reply(reply) if local.queues_in_multi() => {
+                transaction.local.queue(reply);
+                Step::Reply(Bytes::from_static(b"+QUEUED\r\n"))
+            }
+            step => step,
+        }
+    }
+
     fn local(&mut self, local: Local, argv: &[&[u8]]) -> Step {
         let subscribed_resp2 = self.protocol == Protocol::Resp2 && !self.subscriptions.is_empty();
         let frame = match local {
             Local::Ping => local::ping(argv, subscribed_resp2),
-            Local::Echo => match argv.get(1) {
-                Some(message) if argv.len() == 2 => Frame::Bulk(Bytes::copy_from_slice(message)),
-                _ => return Step::Reply(wrong_arity("echo")),
-            },
+            Local::Echo => Frame::Bulk(Bytes::copy_from_slice(argv[1])),
             Local::Quit => return Step::Close(replies::ok()),
             Local::Reset => return Step::InPlace(InPlace::Reset),
             Local::Auth => return Step::Reply(replies::ok()),
@@ -497,21 +528,19 @@ impl Session {
                 Err(error) => return Step::Reply(replies::error(error)),
             },
             Local::ClientSetName => {
-                match argv.get(2) {
-                    Some(name) if argv.len() == 3 && local::valid_client_name(name) => {
-                        self.name = (!name.is_empty()).then(|| Bytes::copy_from_slice(name));
-                        return Step::Reply(replies::ok());
-                    }
-                    Some(_) if argv.len() == 3 => return Step::Reply(replies::error(
+                let name = argv[2];
+                if !local::valid_client_name(name) {
+                    return Step::Reply(replies::error(
                         "ERR Client names cannot contain spaces, newlines or special characters."
                             .to_owned(),
-                    )),
-                    _ => return Step::Reply(wrong_arity("client|setname")),
+                    ));
                 }
+                self.name = (!name.is_empty()).then(|| Bytes::copy_from_slice(name));
+                return Step::Reply(replies::ok());
             }
             Local::ClientGetName => match &self.name {
                 Some(name) => Frame::Bulk(name.clone()),
-                None => Frame::Null,
+                None => local::null(self.protocol),
             },
             Local::ClientId => Frame::Integer(self.id as i64),
             Local::ClientSetInfo => return Step::Reply(replies::ok()),
@@ -691,6 +720,7 @@ impl Session {
                             conn,
                             in_multi: false,
                             poisoned: false,
+                            local: QueuedLocally::default(),
                         })
                     }
                     Err(error) => return replies::lane_failed(&error),
@@ -719,7 +749,15 @@ impl Session {
                     if name.as_slice() == b"MULTI" && !reply.is_error() {
                         transaction.in_multi = true;
                     }
-                    reply.into_bytes()
+                    let reply = reply.into_bytes();
+                    if transaction.in_multi && &reply[..] == b"+QUEUED\r\n" {
+                        transaction.local.queued_by_redis();
+                    }
+                    if name.as_slice() == b"EXEC" {
+                        std::mem::take(&mut transaction.local).splice(reply)
+                    } else {
+                        reply
+                    }
                 }
                 Err(error) => {
                     // The connection is gone and the transaction with it.
@@ -859,10 +897,4 @@ fn select(argv: &[&[u8]]) -> Bytes {
         ),
         _ => wrong_arity("select"),
     }
-}
-
-fn wrong_arity(command: &str) -> Bytes {
-    replies::error(format!(
-        "ERR wrong number of arguments for '{command}' command"
-    ))
 }

@@ -10,7 +10,9 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tollgate_lanes::{LaneError, Message, PubSub, Subscription, SubscriptionKind};
+use tollgate_lanes::{
+    LaneError, Message, PubSub, Subscription, SubscriptionEnded, SubscriptionKind,
+};
 use tollgate_resp::Frame;
 
 use super::local::Protocol;
@@ -21,7 +23,27 @@ pub struct Subscriptions {
     receiver: mpsc::Receiver<Message>,
     /// Cancelled when this client must be disconnected; `why` says for what.
     evicted: CancellationToken,
-    why: Arc<Mutex<Option<String>>>,
+    why: Arc<Mutex<Option<Eviction>>>,
+}
+
+/// Why a subscriber is disconnected.
+#[derive(Debug, Clone)]
+pub enum Eviction {
+    /// It did not keep up: told so in an error before the close.
+    TooSlow(String),
+    /// The shared subscription ended (Redis restarted, failed over, or the daemon is stopping):
+    /// the connection is closed without a reply, as a lost Redis connection looks to a client, so
+    /// that its reconnect logic runs.
+    Ended(SubscriptionEnded),
+}
+
+impl std::fmt::Display for Eviction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Eviction::TooSlow(why) => f.write_str(why),
+            Eviction::Ended(why) => write!(f, "{why}"),
+        }
+    }
 }
 
 impl Subscriptions {
@@ -104,11 +126,11 @@ impl Subscriptions {
         self.evicted.clone()
     }
 
-    pub fn eviction_reason(&self) -> String {
+    pub fn eviction_reason(&self) -> Eviction {
         self.why
             .lock()
             .clone()
-            .unwrap_or_else(|| "subscription ended".to_owned())
+            .unwrap_or(Eviction::Ended(SubscriptionEnded::Closed))
     }
 }
 
@@ -122,22 +144,25 @@ async fn forward(
     mut subscription: Subscription,
     sender: mpsc::Sender<Message>,
     evicted: CancellationToken,
-    why: Arc<Mutex<Option<String>>>,
+    why: Arc<Mutex<Option<Eviction>>>,
 ) {
     let reason = loop {
         match subscription.recv().await {
             Ok(message) => match sender.try_send(message) {
                 Ok(()) => {}
                 Err(mpsc::error::TrySendError::Full(_)) => {
-                    break format!(
+                    break Eviction::TooSlow(format!(
                         "subscriber too slow: {} messages waiting",
                         sender.max_capacity()
-                    )
+                    ))
                 }
                 // The session is gone; nothing to report.
                 Err(mpsc::error::TrySendError::Closed(_)) => return,
             },
-            Err(ended) => break ended.to_string(),
+            Err(SubscriptionEnded::Lagged) => {
+                break Eviction::TooSlow(SubscriptionEnded::Lagged.to_string())
+            }
+            Err(ended) => break Eviction::Ended(ended),
         }
     };
     why.lock().get_or_insert(reason);
@@ -178,7 +203,8 @@ pub fn confirmation(
     out_of_band(
         vec![
             Frame::Bulk(Bytes::from_static(kind.as_bytes())),
-            name.map(Frame::Bulk).unwrap_or(Frame::Null),
+            name.map(Frame::Bulk)
+                .unwrap_or_else(|| super::local::null(protocol)),
             Frame::Integer(count as i64),
         ],
         protocol,

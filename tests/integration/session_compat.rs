@@ -1,0 +1,230 @@
+//! What an unchanged client expects of its connection, checked against what Redis itself answers:
+//! the daemon's own replies inside MULTI, RESP3 nulls, arity errors, and pub/sub that delivers what
+//! is published once SUBSCRIBE was confirmed.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use tollgate_resp::Frame;
+use tollgate_testkit::RedisServer;
+
+use crate::support::daemon::TestDaemon;
+use crate::support::raw::{text, RawClient};
+
+fn bulk(text: &str) -> Frame {
+    Frame::Bulk(Bytes::copy_from_slice(text.as_bytes()))
+}
+
+fn simple(text: &str) -> Frame {
+    Frame::Simple(Bytes::copy_from_slice(text.as_bytes()))
+}
+
+fn is_error(frame: &Frame) -> bool {
+    matches!(frame, Frame::Error(_))
+}
+
+/// The same commands against Redis directly and through the daemon give the same replies.
+async fn same_replies(redis: &RedisServer, daemon: &TestDaemon, script: &[&[&str]]) {
+    let mut direct = RawClient::connect(redis.socket()).await;
+    let mut through = RawClient::connect(&daemon.resp_socket()).await;
+    for argv in script {
+        let expected = direct.call(argv).await;
+        let got = through.call(argv).await;
+        assert_eq!(got, expected, "{argv:?}: daemon vs redis");
+    }
+}
+
+#[tokio::test]
+async fn commands_the_daemon_answers_itself_are_queued_inside_multi_and_answered_by_exec() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    assert_eq!(client.call(&["MULTI"]).await, simple("OK"));
+    for argv in [
+        &["PING"][..],
+        &["SET", "k", "v"],
+        &["ECHO", "hi"],
+        &["CLIENT", "SETNAME", "worker-1"],
+        &["SELECT", "0"],
+        &["GET", "k"],
+        &["CLIENT", "GETNAME"],
+    ] {
+        assert_eq!(client.call(argv).await, simple("QUEUED"), "{argv:?}");
+    }
+    assert_eq!(
+        client.call(&["EXEC"]).await,
+        Frame::Array(vec![
+            simple("PONG"),
+            simple("OK"),
+            bulk("hi"),
+            simple("OK"),
+            simple("OK"),
+            bulk("v"),
+            bulk("worker-1"),
+        ])
+    );
+    // The connection is usable as usual afterwards.
+    assert_eq!(client.call(&["PING"]).await, simple("PONG"));
+}
+
+#[tokio::test]
+async fn a_local_command_with_bad_arguments_aborts_the_transaction_as_redis_does() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    let script: &[&[&str]] = &[
+        &["MULTI"],
+        &["SET", "k", "v"],
+        &["ECHO"],
+        &["EXEC"],
+        &["EXISTS", "k"],
+    ];
+    same_replies(&redis, &daemon, script).await;
+}
+
+#[tokio::test]
+async fn discard_drops_queued_local_replies_and_a_failed_watch_gives_a_null_exec() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    client.call(&["MULTI"]).await;
+    client.call(&["PING"]).await;
+    assert_eq!(client.call(&["DISCARD"]).await, simple("OK"));
+    // A later transaction's EXEC holds only its own replies.
+    client.call(&["MULTI"]).await;
+    client.call(&["ECHO", "second"]).await;
+    assert_eq!(
+        client.call(&["EXEC"]).await,
+        Frame::Array(vec![bulk("second")])
+    );
+
+    assert_eq!(client.call(&["WATCH", "w"]).await, simple("OK"));
+    redis.inline("SET w changed");
+    client.call(&["MULTI"]).await;
+    client.call(&["PING"]).await;
+    client.call(&["GET", "w"]).await;
+    assert_eq!(client.call(&["EXEC"]).await, Frame::NullArray);
+}
+
+#[tokio::test]
+async fn resp3_nulls_are_written_as_resp3_nulls() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    assert!(matches!(client.call(&["HELLO", "3"]).await, Frame::Map(_)));
+    assert_eq!(client.call(&["CLIENT", "GETNAME"]).await, Frame::Null3);
+    let reply = client.call(&["UNSUBSCRIBE"]).await;
+    assert_eq!(
+        reply,
+        Frame::Push(vec![bulk("unsubscribe"), Frame::Null3, Frame::Integer(0)])
+    );
+    // RESP2 keeps its own null.
+    let mut resp2 = RawClient::connect(&daemon.resp_socket()).await;
+    assert_eq!(resp2.call(&["CLIENT", "GETNAME"]).await, Frame::Null);
+}
+
+#[tokio::test]
+async fn the_daemons_own_commands_check_their_arity_as_redis_does() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    let script: &[&[&str]] = &[
+        &["PING", "a", "b"],
+        &["PING", "a"],
+        &["ECHO", "a", "b"],
+        &["CLIENT", "GETNAME", "extra"],
+        &["CLIENT", "ID", "extra"],
+        &["PING"],
+    ];
+    same_replies(&redis, &daemon, script).await;
+}
+
+#[tokio::test]
+async fn client_reply_off_still_delivers_messages_and_confirmations() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    let mut subscriber = RawClient::connect(&daemon.resp_socket()).await;
+    subscriber.send(&["CLIENT", "REPLY", "OFF"]).await;
+    subscriber.send(&["SUBSCRIBE", "quiet"]).await;
+    let confirmation = subscriber.read().await;
+    assert_eq!(
+        confirmation,
+        Frame::Array(vec![bulk("subscribe"), bulk("quiet"), Frame::Integer(1)])
+    );
+    let mut publisher = RawClient::connect(&daemon.resp_socket()).await;
+    publisher.call(&["PUBLISH", "quiet", "still heard"]).await;
+    assert_eq!(
+        subscriber.read().await,
+        Frame::Array(vec![bulk("message"), bulk("quiet"), bulk("still heard")])
+    );
+}
+
+/// channels-redis' pattern: subscribe, then publish on another connection at once. Every message
+/// published after the confirmation arrives, every run, including when the channel was just left
+/// by another subscriber (the shared subscription is torn down and built again).
+#[tokio::test]
+async fn a_message_published_after_subscribe_is_confirmed_is_always_delivered() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    let mut publisher = RawClient::connect(&daemon.resp_socket()).await;
+    for run in 0..200 {
+        let channel = format!("run-{}", run % 3);
+        let mut subscriber = RawClient::connect(&daemon.resp_socket()).await;
+        let confirmation = subscriber.call(&["SUBSCRIBE", &channel]).await;
+        assert!(!is_error(&confirmation), "run {run}: {confirmation:?}");
+        let payload = format!("m{run}");
+        publisher.call(&["PUBLISH", &channel, &payload]).await;
+        let message = subscriber
+            .read_within(Duration::from_secs(5))
+            .await
+            .unwrap_or_else(|()| panic!("run {run}: message lost"))
+            .expect("connection open");
+        assert_eq!(
+            message,
+            Frame::Array(vec![bulk("message"), bulk(&channel), bulk(&payload)]),
+            "run {run}"
+        );
+        // Leaving at once makes the next run of this channel race the shared unsubscribe.
+        drop(subscriber);
+    }
+    let mut check = RawClient::connect(&daemon.resp_socket()).await;
+    assert_eq!(text(&check.call(&["PING"]).await), "PONG");
+}
+
+/// redis-py and most clients reconnect their pub/sub on a connection error, but give up on an
+/// error reply: a lost Redis ends a subscription by closing the client's connection, no `-ERR`.
+#[tokio::test]
+async fn a_lost_redis_closes_subscribers_without_an_error_so_that_they_reconnect() {
+    // The embedded Redis: its supervisor brings it back with the lane users after a crash.
+    let daemon = TestDaemon::start_embedded().await;
+    let mut subscriber = RawClient::connect(&daemon.resp_socket()).await;
+    subscriber.call(&["SUBSCRIBE", "jobs"]).await;
+    let pid = daemon.embedded_pid().expect("an embedded redis-server");
+    assert!(std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let seen = subscriber.read_until_closed(Duration::from_secs(10)).await;
+    assert!(
+        seen.iter().all(|frame| !is_error(frame)),
+        "closed with {seen:?}"
+    );
+    // The client's reconnect: subscribing again works and delivers.
+    let resubscribed = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let mut again = RawClient::connect(&daemon.resp_socket()).await;
+            if !is_error(&again.call(&["SUBSCRIBE", "jobs"]).await) {
+                return again;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("subscribing works again after Redis is back");
+    let mut subscriber = resubscribed;
+    let mut publisher = RawClient::connect(&daemon.resp_socket()).await;
+    publisher.call(&["PUBLISH", "jobs", "after"]).await;
+    assert_eq!(
+        subscriber.read().await,
+        Frame::Array(vec![bulk("message"), bulk("jobs"), bulk("after")])
+    );
+}
