@@ -214,7 +214,7 @@ async fn commands_before_malformed_input_are_answered_before_it_closes() {
     let frames = client.read_until_closed(Duration::from_secs(5)).await;
     assert!(
         matches!(frames.as_slice(), [ok, one, error]
-            if text(ok) == "OK" && *one == bulk("1") && is_error_starting(error, "ERR protocol error")),
+            if text(ok) == "OK" && *one == bulk("1") && is_error_starting(error, "ERR Protocol error")),
         "{frames:?}"
     );
     daemon.stop().await;
@@ -675,7 +675,7 @@ async fn malformed_input_closes_only_that_connection() {
     broken.write(b"*1\r\n$abc\r\n").await;
     let frames = broken.read_until_closed(Duration::from_secs(5)).await;
     assert!(
-        matches!(frames.as_slice(), [error] if is_error_starting(error, "ERR protocol error")),
+        matches!(frames.as_slice(), [error] if is_error_starting(error, "ERR Protocol error")),
         "{frames:?}"
     );
     assert_eq!(healthy.call(&["GET", "survivor"]).await, bulk("1"));
@@ -692,7 +692,7 @@ async fn an_oversized_command_is_refused_and_closes_its_connection() {
     client.send(&["SET", "big", &big]).await;
     let frames = client.read_until_closed(Duration::from_secs(5)).await;
     assert!(
-        matches!(frames.as_slice(), [error] if is_error_starting(error, "ERR protocol error: frame larger than 4096")),
+        matches!(frames.as_slice(), [error] if is_error_starting(error, "ERR Protocol error: frame larger than 4096")),
         "{frames:?}"
     );
     assert!(redis.inline("EXISTS big").contains(":0"));

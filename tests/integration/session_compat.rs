@@ -228,3 +228,25 @@ async fn a_lost_redis_closes_subscribers_without_an_error_so_that_they_reconnect
         Frame::Array(vec![bulk("message"), bulk("jobs"), bulk("after")])
     );
 }
+
+/// Malformed frames get Redis's own protocol-error text before the connection closes.
+#[tokio::test]
+async fn malformed_frames_get_the_protocol_errors_redis_gives() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    for malformed in [
+        &b"*abc\r\n"[..],
+        b"*1\r\n$x\r\n",
+        b"*1\r\n$-5\r\n",
+        b"*1\r\nfoo\r\n",
+        b"SET \"unbalanced\r\n",
+    ] {
+        let mut direct = RawClient::connect(redis.socket()).await;
+        let mut through = RawClient::connect(&daemon.resp_socket()).await;
+        direct.write(malformed).await;
+        through.write(malformed).await;
+        let expected = direct.read_until_closed(Duration::from_secs(5)).await;
+        let got = through.read_until_closed(Duration::from_secs(5)).await;
+        assert_eq!(got, expected, "{}", String::from_utf8_lossy(malformed));
+    }
+}

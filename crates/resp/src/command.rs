@@ -129,7 +129,9 @@ fn multibulk(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Command>, Pro
     let Some(line) = walker.line()? else {
         return Ok(None);
     };
-    let count = walker.length(line)?;
+    let count = walker
+        .length(line)
+        .map_err(|_| ProtocolError::InvalidMultibulkLength)?;
     if count > limits.max_elements as i64 {
         return Err(ProtocolError::TooManyElements {
             count,
@@ -147,7 +149,7 @@ fn multibulk(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Command>, Pro
                 walker.pos = span.1 + 2;
                 span
             }
-            None => match argument(&mut walker, buf)? {
+            None => match argument(&mut walker)? {
                 Some(span) => span,
                 None => return Ok(None),
             },
@@ -171,7 +173,7 @@ fn multibulk(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Command>, Pro
 }
 
 /// One argument through the [`Walker`]: its span, `None` while incomplete, or what is wrong.
-fn argument(walker: &mut Walker, buf: &[u8]) -> Result<Option<(usize, usize)>, ProtocolError> {
+fn argument(walker: &mut Walker) -> Result<Option<(usize, usize)>, ProtocolError> {
     let Some(tag) = walker.peek() else {
         return Ok(None);
     };
@@ -182,11 +184,10 @@ fn argument(walker: &mut Walker, buf: &[u8]) -> Result<Option<(usize, usize)>, P
     let Some(line) = walker.line()? else {
         return Ok(None);
     };
-    let len = walker.length(line)?;
-    if len < 0 {
-        return Err(ProtocolError::InvalidLength(lossy(&buf[line.0..line.1])));
+    match walker.length(line) {
+        Ok(len) if len >= 0 => walker.blob(len as usize),
+        _ => Err(ProtocolError::InvalidBulkLength),
     }
-    walker.blob(len as usize)
 }
 
 fn inline(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Command>, ProtocolError> {

@@ -38,25 +38,31 @@ impl Default for Limits {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProtocolError {
-    #[error("protocol error: unknown frame type byte 0x{0:02x}")]
+    #[error("Protocol error: unknown frame type byte 0x{0:02x}")]
     UnknownType(u8),
-    #[error("protocol error: invalid length `{0}`")]
+    #[error("Protocol error: invalid length `{0}`")]
     InvalidLength(String),
-    #[error("protocol error: invalid {what} `{text}`")]
+    #[error("Protocol error: invalid {what} `{text}`")]
     InvalidValue { what: &'static str, text: String },
-    #[error("protocol error: missing CRLF after a bulk string")]
+    #[error("Protocol error: missing CRLF after a bulk string")]
     MissingCrlf,
-    #[error("protocol error: frame larger than {limit} bytes")]
+    #[error("Protocol error: frame larger than {limit} bytes")]
     FrameTooLarge { limit: usize },
-    #[error("protocol error: aggregate of {count} elements exceeds {limit}")]
+    #[error("Protocol error: aggregate of {count} elements exceeds {limit}")]
     TooManyElements { count: i64, limit: usize },
-    #[error("protocol error: nesting deeper than {limit}")]
+    #[error("Protocol error: nesting deeper than {limit}")]
     TooDeep { limit: usize },
-    #[error("protocol error: line longer than {limit} bytes")]
+    #[error("Protocol error: line longer than {limit} bytes")]
     LineTooLong { limit: usize },
-    #[error("protocol error: expected a bulk string in a command, got type byte 0x{0:02x}")]
+    /// A command's argument count is not a number (Redis's text).
+    #[error("Protocol error: invalid multibulk length")]
+    InvalidMultibulkLength,
+    /// A command's argument length is not a length (Redis's text).
+    #[error("Protocol error: invalid bulk length")]
+    InvalidBulkLength,
+    #[error("Protocol error: expected '$', got '{}'", char::from(*.0))]
     ExpectedBulk(u8),
-    #[error("protocol error: unbalanced quotes in inline command")]
+    #[error("Protocol error: unbalanced quotes in request")]
     UnbalancedQuotes,
 }
 
