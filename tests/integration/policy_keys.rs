@@ -103,7 +103,8 @@ fn sides() -> Sides {
 
 impl Sides {
     /// The catalog's descriptor of `argv`; `None` for the server-wide commands the host refuses
-    /// whatever the policy says (FLUSHALL, SWAPDB: they name no key).
+    /// whatever the policy says (FLUSHALL, SWAPDB: they name no key), and for an argv of the
+    /// wrong arity, which the host refuses before reading keys (Redis's GETKEYS refuses it too).
     fn descriptor(&self, argv: &[Vec<u8>]) -> Option<std::sync::Arc<Descriptor>> {
         let argv: Vec<Bytes> = argv.iter().map(|a| Bytes::from(a.clone())).collect();
         match self.admission.admit(&caller("keys"), &argv) {
@@ -114,6 +115,7 @@ impl Sides {
             {
                 None
             }
+            Decision::Denied(denial) if denial.cause == DenyCause::WrongArity => None,
             Decision::Denied(denial) => panic!("{}: {denial}", show(&argv)),
         }
     }
@@ -492,7 +494,7 @@ async fn a_name_with_a_nul_is_unknown_even_after_the_name_was_cached() {
     for name in ["SET\0", "set\0\0", "SET\0X", "SET ", "\0SET"] {
         let reply = client.call(&[name, "k", name]).await;
         assert!(
-            matches!(&reply, Frame::Error(e) if e.starts_with(b"NOPERM tollgate: rule catalog")),
+            matches!(&reply, Frame::Error(e) if e.starts_with(b"ERR unknown command")),
             "{name:?}: {reply:?}"
         );
     }

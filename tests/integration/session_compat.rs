@@ -133,6 +133,14 @@ async fn the_daemons_own_commands_check_their_arity_as_redis_does() {
         &["CLIENT", "GETNAME", "extra"],
         &["CLIENT", "ID", "extra"],
         &["PING"],
+        // Checked by the admission host before any catalog reads key positions.
+        &["LMPOP"],
+        &["LMPOP", "1"],
+        &["SINTERCARD"],
+        &["GET"],
+        &["GET", "a", "b"],
+        &["FOOBAR", "x", "y"],
+        &["foobar"],
     ];
     same_replies(&redis, &daemon, script).await;
 }

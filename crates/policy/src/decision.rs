@@ -52,6 +52,8 @@ pub enum DenyCause {
     NoRule,
     /// No catalog knows the command.
     UnknownCommand,
+    /// The command has too few or too many arguments for its arity (Redis would refuse it too).
+    WrongArity,
     /// The module trapped.
     Trap,
     /// The module ran out of its budget: fuel, or the wall-clock deadline.
@@ -78,6 +80,7 @@ impl DenyCause {
             DenyCause::Rule => "rule",
             DenyCause::NoRule => "no-rule",
             DenyCause::UnknownCommand => "unknown-command",
+            DenyCause::WrongArity => "wrong-arity",
             DenyCause::Trap => "trap",
             DenyCause::Deadline => "deadline",
             DenyCause::OutOfMemory => "out-of-memory",

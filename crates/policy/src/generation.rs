@@ -21,7 +21,7 @@ use crate::described::{Described, DescribedCache};
 use crate::error::PolicyError;
 use crate::reserved;
 use crate::sandbox::bindings::{self, Access, Argv, Categories, CommandFlags, KeyAccess, Verdict};
-use crate::sandbox::{Allocator, Catalog, Fault, Guard, Lowered, Sandbox, Shared};
+use crate::sandbox::{fits_arity, Allocator, Catalog, Fault, Guard, Lowered, Sandbox, Shared};
 
 const BUILTIN_CATALOG: &[u8] =
     include_bytes!(concat!(env!("TOLLGATE_COMPONENTS"), "/catalog.wasm"));
@@ -414,7 +414,9 @@ impl Generation {
             None => match Lowered::with(|lowered| self.describe(lowered.bounded(argv))) {
                 Ok(Some(described)) => {
                     let described = Arc::new(described);
-                    self.described.offer(argv, &described);
+                    if fits_arity(described.wit.arity, argv.len()) {
+                        self.described.offer(argv, &described);
+                    }
                     described
                 }
                 Ok(None) => {
@@ -437,6 +439,21 @@ impl Generation {
                 }
             },
         };
+        // Checked by the host, as Redis checks it before anything else: a catalog's key positions
+        // for too few arguments are meaningless, and the client gets Redis's own error.
+        if !fits_arity(described.wit.arity, argv.len()) {
+            let reason = format!(
+                "wrong number of arguments for '{}' command",
+                described.wit.name.to_ascii_lowercase()
+            );
+            return Err(denied(
+                HOST,
+                "arity",
+                &reason,
+                DenyCause::WrongArity,
+                String::from_utf8_lossy(name.as_ref()).to_ascii_uppercase(),
+            ));
+        }
         if let Some(steps) = steps {
             steps.push(Step {
                 module: self.catalogs[described.catalog].name().to_owned(),

@@ -27,10 +27,11 @@ struct ReloadLabels {
 }
 
 /// Every cause a denial can have, so their counters exist (and cost no lookup) from the start.
-const CAUSES: [DenyCause; 8] = [
+const CAUSES: [DenyCause; 9] = [
     DenyCause::Rule,
     DenyCause::NoRule,
     DenyCause::UnknownCommand,
+    DenyCause::WrongArity,
     DenyCause::Trap,
     DenyCause::Deadline,
     DenyCause::OutOfMemory,

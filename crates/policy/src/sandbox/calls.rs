@@ -35,11 +35,18 @@ impl Catalog {
 
     /// The descriptor of `argv` (bounded arguments, the name first); `None` for an unknown command.
     pub fn describe(&self, argv: &Argv) -> Result<Option<Descriptor>, Fault> {
-        let answer = self
+        let mut answer = self
             .module
             .call(|catalog, store| catalog.tollgate_policy_catalog().call_describe(store, argv))?;
-        if let Some(descriptor) = &answer {
-            check_descriptor(descriptor, Some(argc(argv)))?;
+        if let Some(descriptor) = &mut answer {
+            if fits_arity(descriptor.arity, argc(argv)) {
+                check_descriptor(descriptor, Some(argc(argv)))?;
+            } else {
+                // Refused for its arity before anything reads them; positions a catalog computes
+                // for too few arguments say nothing.
+                descriptor.keys.clear();
+                descriptor.reuse = None;
+            }
         }
         Ok(answer)
     }
@@ -50,6 +57,16 @@ impl Catalog {
             .call(|catalog, store| catalog.tollgate_policy_catalog().call_all(store))?;
         all.iter().try_for_each(|d| check_descriptor(d, None))?;
         Ok(all)
+    }
+}
+
+/// Whether `argc` words (the name included) fit a Redis arity: exactly `arity`, or at least
+/// `-arity` when negative.
+pub fn fits_arity(arity: i32, argc: usize) -> bool {
+    let argc = i64::try_from(argc).unwrap_or(i64::MAX);
+    match i64::from(arity) {
+        exact if exact >= 0 => argc == exact,
+        at_least => argc >= -at_least,
     }
 }
 

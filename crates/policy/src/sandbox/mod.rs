@@ -8,7 +8,7 @@ mod engine;
 mod module;
 mod packing;
 
-pub use calls::{Catalog, Guard};
+pub use calls::{fits_arity, Catalog, Guard};
 pub use engine::{Allocator, Sandbox, Shared};
 pub use module::Fault;
 pub use packing::Lowered;

@@ -2,17 +2,40 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use tollgate_lanes::{CallError, LaneError};
-use tollgate_policy::Denial;
+use tollgate_policy::{Denial, DenyCause};
 use tollgate_resp::Frame;
 
-/// `-NOPERM tollgate: rule <id> denies <COMMAND>: <reason>`
-pub fn denied(command: &[u8], denial: &Denial) -> Bytes {
-    error(format!(
-        "NOPERM tollgate: rule {} denies {}: {}",
-        denial.rule,
-        String::from_utf8_lossy(command).to_uppercase(),
-        denial.reason
-    ))
+/// `-NOPERM tollgate: rule <id> denies <COMMAND>: <reason>`. A command no catalog knows, or
+/// with the wrong number of arguments, gets Redis's own error instead: no rule decided it, and
+/// clients and their tests match on Redis's text.
+pub fn denied(argv: &[&[u8]], denial: &Denial) -> Bytes {
+    let name = argv.first().copied().unwrap_or_default();
+    match denial.cause {
+        DenyCause::WrongArity => error(format!("ERR {}", denial.reason)),
+        DenyCause::UnknownCommand => error(unknown_command(name, &argv[1.min(argv.len())..])),
+        _ => error(format!(
+            "NOPERM tollgate: rule {} denies {}: {}",
+            denial.rule,
+            String::from_utf8_lossy(name).to_uppercase(),
+            denial.reason
+        )),
+    }
+}
+
+/// Redis's text for an unknown command: the name as sent and the first arguments, each quoted,
+/// until 128 bytes of them are shown.
+fn unknown_command(name: &[u8], args: &[&[u8]]) -> String {
+    let mut shown = String::new();
+    for arg in args {
+        if shown.len() >= 128 {
+            break;
+        }
+        let room = 128 - shown.len();
+        let arg = String::from_utf8_lossy(&arg[..arg.len().min(room)]).into_owned();
+        shown.push_str(&format!("'{arg}' "));
+    }
+    let name = String::from_utf8_lossy(&name[..name.len().min(128)]).into_owned();
+    format!("ERR unknown command '{name}', with args beginning with: {shown}")
 }
 
 pub fn lane_failed(error: &LaneError) -> Bytes {

@@ -461,7 +461,7 @@ impl Session {
                 if let Some(transaction) = self.transaction.as_mut().filter(|t| t.in_multi) {
                     transaction.poisoned = true;
                 }
-                return Step::Reply(replies::denied(command.name(), &denial));
+                return Step::Reply(replies::denied(&command.argv(), &denial));
             }
         };
         match local {
