@@ -159,6 +159,7 @@ impl Daemon {
             lanes.clone(),
             config.resp.clone(),
             ConnectionLimits::new(&config.limits, "resp"),
+            resp_socket.path.display().to_string(),
         ));
         tasks.spawn(resp::serve(resp_listener, front_door, stop.clone()));
 

@@ -258,3 +258,77 @@ async fn malformed_frames_get_the_protocol_errors_redis_gives() {
         assert_eq!(got, expected, "{}", String::from_utf8_lossy(malformed));
     }
 }
+
+const CLIENTS_POLICY: &str = r#"
+principals:
+  local: { any: true }
+rules:
+  - id: everything
+    commands: ["*"]
+    allow: this test's clients may do anything
+"#;
+
+fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    line.split(' ')
+        .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+}
+
+/// Tools find their workers by `CLIENT SETNAME` (BullMQ's getWorkers, RQ): the list must show the
+/// daemon's client sessions, not its lane connections to Redis.
+#[tokio::test]
+async fn client_list_shows_the_clients_sessions_and_client_kill_ends_one() {
+    let redis = RedisServer::start();
+    let policy = redis.dir().join("clients.yaml");
+    std::fs::write(&policy, CLIENTS_POLICY).unwrap();
+    let daemon = TestDaemon::start_with(&redis, |config| config.policy.files = vec![policy]).await;
+    let mut first = RawClient::connect(&daemon.resp_socket()).await;
+    let mut second = RawClient::connect(&daemon.resp_socket()).await;
+    first.call(&["CLIENT", "SETNAME", "worker-a"]).await;
+    second.call(&["CLIENT", "SETNAME", "worker-b"]).await;
+    second.call(&["SUBSCRIBE", "jobs"]).await;
+    let first_id = match first.call(&["CLIENT", "ID"]).await {
+        Frame::Integer(id) => id,
+        other => panic!("CLIENT ID: {other:?}"),
+    };
+
+    let list = text(&first.call(&["CLIENT", "LIST"]).await);
+    let lines: Vec<&str> = list.lines().collect();
+    let names: Vec<Option<&str>> = lines.iter().map(|line| field(line, "name")).collect();
+    assert_eq!(names, [Some("worker-a"), Some("worker-b")], "{list}");
+    assert_eq!(field(lines[0], "id"), Some(first_id.to_string().as_str()));
+    assert_eq!(field(lines[0], "cmd"), Some("client|list"));
+    assert_eq!(field(lines[1], "sub"), Some("1"));
+    assert_eq!(field(lines[1], "flags"), Some("PU"));
+    assert!(
+        !list.contains("user=tollgate-"),
+        "no lane connection is listed: {list}"
+    );
+    let info = text(&first.call(&["CLIENT", "INFO"]).await);
+    assert_eq!(
+        info.trim_end(),
+        lines[0].replace("cmd=client|list", "cmd=client|info")
+    );
+    let pubsub = text(&first.call(&["CLIENT", "LIST", "TYPE", "pubsub"]).await);
+    assert_eq!(pubsub.lines().count(), 1, "{pubsub}");
+
+    // Killed by another session: its connection closes, the killer goes on.
+    let second_id = field(lines[1], "id").unwrap();
+    assert_eq!(
+        first.call(&["CLIENT", "KILL", "ID", second_id]).await,
+        Frame::Integer(1)
+    );
+    assert!(second
+        .read_until_closed(Duration::from_secs(5))
+        .await
+        .is_empty());
+    let after = text(&first.call(&["CLIENT", "LIST"]).await);
+    assert_eq!(after.lines().count(), 1, "{after}");
+    assert_eq!(
+        first.call(&["CLIENT", "KILL", "ID", second_id]).await,
+        Frame::Integer(0)
+    );
+    assert!(is_error(
+        &first.call(&["CLIENT", "KILL", "no-such:1"]).await
+    ));
+    assert_eq!(text(&first.call(&["PING"]).await), "PONG");
+}

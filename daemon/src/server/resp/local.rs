@@ -75,6 +75,13 @@ pub enum Local {
     ClientSetName,
     ClientGetName,
     ClientId,
+    /// `CLIENT INFO`: this session's `CLIENT LIST` line.
+    ClientInfo,
+    /// Admitted by the policy first, then answered from the daemon's own sessions (see
+    /// `clients.rs`): Redis's list would show the shared lane connections.
+    ClientList,
+    /// Admitted by the policy first; kills the daemon's sessions, never lane connections.
+    ClientKill,
     /// `CLIENT SETINFO lib-name …`, which modern clients send on connect.
     ClientSetInfo,
     /// `CLIENT REPLY ON|OFF|SKIP`: which replies this client gets, kept by the daemon (forwarded,
@@ -117,6 +124,12 @@ impl Local {
             Local::ClientGetName
         } else if is(b"CLIENT") && sub(b"ID") {
             Local::ClientId
+        } else if is(b"CLIENT") && sub(b"INFO") {
+            Local::ClientInfo
+        } else if is(b"CLIENT") && sub(b"LIST") {
+            Local::ClientList
+        } else if is(b"CLIENT") && sub(b"KILL") {
+            Local::ClientKill
         } else if is(b"CLIENT") && sub(b"SETINFO") {
             Local::ClientSetInfo
         } else if is(b"CLIENT") && sub(b"REPLY") {
@@ -132,7 +145,10 @@ impl Local {
 
     /// Must the policy admit this before the daemon answers it?
     pub fn needs_admission(self) -> bool {
-        matches!(self, Local::Select | Local::ConfigGet)
+        matches!(
+            self,
+            Local::Select | Local::ConfigGet | Local::ClientList | Local::ClientKill
+        )
     }
 
     /// May this run while a RESP2 client is subscribed? (Redis allows only these there.)
@@ -152,6 +168,9 @@ impl Local {
                 | Local::ClientSetName
                 | Local::ClientGetName
                 | Local::ClientId
+                | Local::ClientInfo
+                | Local::ClientList
+                | Local::ClientKill
                 | Local::ClientSetInfo
                 | Local::Select
                 | Local::ConfigGet
@@ -162,25 +181,46 @@ impl Local {
     /// Redis's name for the command in arity errors, and whether `argc` words fit its arity (as
     /// Redis checks it before running or queueing the command).
     pub fn arity(self, argc: usize) -> Arity {
-        let (name, fits) = match self {
-            Local::Ping => ("ping", argc <= 2),
-            Local::Echo => ("echo", argc == 2),
-            Local::Quit | Local::Hello => return Arity::Fits,
-            Local::Auth => ("auth", (2..=3).contains(&argc)),
-            Local::ClientSetName => ("client|setname", argc == 3),
-            Local::ClientGetName => ("client|getname", argc == 2),
-            Local::ClientId => ("client|id", argc == 2),
-            Local::ClientSetInfo => ("client|setinfo", argc == 4),
-            Local::ClientReply => ("client|reply", argc == 3),
-            Local::Unshareable => return Arity::Fits,
-            Local::Select => ("select", argc == 2),
-            Local::ConfigGet => ("config|get", argc >= 3),
-            Local::Reset => ("reset", argc == 1),
+        let fits = match self {
+            Local::Ping => argc <= 2,
+            Local::Echo | Local::ClientGetName | Local::ClientId | Local::ClientInfo => argc == 2,
+            Local::Quit | Local::Hello | Local::Unshareable => true,
+            Local::Auth => (2..=3).contains(&argc),
+            Local::ClientSetName | Local::ClientReply => argc == 3,
+            Local::ClientKill => argc >= 3,
+            Local::ClientSetInfo => argc == 4,
+            Local::ClientList => argc >= 2,
+            Local::Select => argc == 2,
+            Local::ConfigGet => argc >= 3,
+            Local::Reset => argc == 1,
         };
         if fits {
             Arity::Fits
         } else {
-            Arity::Wrong(name)
+            Arity::Wrong(self.name())
+        }
+    }
+
+    /// Redis's name for the command, as errors and `CLIENT LIST`'s `cmd=` show it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Local::Ping => "ping",
+            Local::Echo => "echo",
+            Local::Quit => "quit",
+            Local::Hello => "hello",
+            Local::Auth => "auth",
+            Local::ClientSetName => "client|setname",
+            Local::ClientGetName => "client|getname",
+            Local::ClientId => "client|id",
+            Local::ClientInfo => "client|info",
+            Local::ClientList => "client|list",
+            Local::ClientKill => "client|kill",
+            Local::ClientSetInfo => "client|setinfo",
+            Local::ClientReply => "client|reply",
+            Local::Unshareable => "client",
+            Local::Select => "select",
+            Local::ConfigGet => "config|get",
+            Local::Reset => "reset",
         }
     }
 }
@@ -349,7 +389,8 @@ mod tests {
             Local::of(b"client", Some(b"setname")),
             Some(Local::ClientSetName)
         );
-        assert_eq!(Local::of(b"CLIENT", Some(b"LIST")), None);
+        assert_eq!(Local::of(b"CLIENT", Some(b"LIST")), Some(Local::ClientList));
+        assert_eq!(Local::of(b"CLIENT", Some(b"PAUSE")), None);
         assert_eq!(
             Local::of(b"client", Some(b"reply")),
             Some(Local::ClientReply)

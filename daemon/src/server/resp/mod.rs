@@ -1,6 +1,7 @@
 //! The Redis-protocol front door: any Redis client on the RESP Unix socket. Each connection is a
 //! [`session`]; every command it sends is admitted by the policy, then travels on its lane.
 
+mod clients;
 mod deadline;
 mod local;
 mod pending;
@@ -19,6 +20,7 @@ use tollgate_lanes::Lanes;
 use tollgate_policy::Admission;
 use tollgate_resp::Limits;
 
+use self::clients::Clients;
 use crate::config::RespConfig;
 use crate::server::identity::Identities;
 use crate::server::limits::ConnectionLimits;
@@ -34,6 +36,10 @@ pub struct FrontDoor {
     config: RespConfig,
     limits: Limits,
     next_client_id: AtomicU64,
+    /// The live sessions, as `CLIENT LIST` shows them.
+    clients: Arc<Clients>,
+    /// The socket's path, which `CLIENT LIST` shows as each session's address.
+    socket: String,
 }
 
 impl FrontDoor {
@@ -43,6 +49,7 @@ impl FrontDoor {
         lanes: Lanes,
         config: RespConfig,
         connections: ConnectionLimits,
+        socket: String,
     ) -> Self {
         Self {
             admission,
@@ -52,6 +59,8 @@ impl FrontDoor {
             limits: config.limits(),
             config,
             next_client_id: AtomicU64::new(1),
+            clients: Arc::default(),
+            socket,
         }
     }
 }

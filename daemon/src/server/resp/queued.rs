@@ -20,6 +20,11 @@ impl QueuedLocally {
         self.queued += 1;
     }
 
+    /// How many commands are queued.
+    pub fn count(&self) -> usize {
+        self.queued
+    }
+
     /// A command answered here was queued; `reply` is its place in EXEC's array.
     pub fn queue(&mut self, reply: Bytes) {
         self.replies.push((self.queued, reply));

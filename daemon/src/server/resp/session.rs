@@ -25,6 +25,7 @@ use tollgate_model::{Caller, Lane};
 use tollgate_policy::{Decision, DenyCause};
 use tollgate_resp::{Command, Frame, ProtocolError};
 
+use super::clients::{KillFilter, ListFilter, Registration};
 use super::local::{self, Local, Protocol, ReplyMode, Voice};
 use super::local::{wrong_arity, Arity};
 use super::pending::{Class, InOrder, Pending};
@@ -88,7 +89,8 @@ struct Session {
     caller: Caller,
     id: u64,
     protocol: Protocol,
-    name: Option<Bytes>,
+    /// This session in the listener's list (`CLIENT LIST`): its name, last command and state.
+    me: Registration,
     regular: Option<Channel>,
     script: Option<Channel>,
     transaction: Option<Transaction>,
@@ -135,6 +137,10 @@ pub async fn run(stream: UnixStream, front: Arc<FrontDoor>, stop: CancellationTo
         Ok(caller) => caller,
         Err(refused) => return refuse(stream, &refused, &stop).await,
     };
+    let admin = front.identities.admin(peer, "").is_ok();
+    let me = front
+        .clients
+        .register(id, caller.principal.clone(), admin, &front.socket);
     let (reader, writer) = stream.into_split();
     let mut session = Session {
         subscriptions: Subscriptions::new(front.config.subscriber_buffer),
@@ -142,7 +148,7 @@ pub async fn run(stream: UnixStream, front: Arc<FrontDoor>, stop: CancellationTo
         caller,
         id,
         protocol: Protocol::Resp2,
-        name: None,
+        me,
         regular: None,
         script: None,
         transaction: None,
@@ -210,6 +216,8 @@ impl Session {
         let eviction = self.subscriptions.eviction();
         let mut evicted = Quiet::new(eviction.cancelled());
         let mut stopped = Quiet::new(stop.cancelled());
+        let killed = self.me.client.killed();
+        let mut killed = Quiet::new(killed.cancelled());
         loop {
             if !stopping {
                 if let Some(close) = self.dispatch(&mut input, &mut reader).await? {
@@ -265,6 +273,15 @@ impl Session {
                     let _ = tokio::time::timeout(std::time::Duration::from_millis(100), self.flush(&mut writer)).await;
                     tracing::info!(client = self.id, principal = %self.caller.principal, %eviction, "subscriber disconnected");
                     return Err(eviction.to_string());
+                }
+                _ = &mut killed => {
+                    // A kill of this session by itself answers first, as Redis closes after the reply.
+                    while let Some(Some((class, reply))) = self.pending.next().now_or_never() {
+                        self.settle(class);
+                        self.out.extend_from_slice(&reply);
+                    }
+                    let _ = tokio::time::timeout(std::time::Duration::from_millis(100), self.flush(&mut writer)).await;
+                    return Err("killed by CLIENT KILL".to_owned());
                 }
                 _ = &mut stopped, if !stopping => stopping = true,
             }
@@ -434,6 +451,7 @@ impl Session {
             )));
         }
         if let Some(local) = local {
+            self.me.client.update(|state| state.ran_local(local.name()));
             if let Arity::Wrong(name) = local.arity(command.len()) {
                 return self.queued(local, Step::Reply(wrong_arity(name)));
             }
@@ -455,7 +473,12 @@ impl Session {
         subscription: Option<(SubscriptionKind, bool)>,
     ) -> Step {
         let lane = match decision {
-            Decision::Admitted { lane, .. } => lane,
+            Decision::Admitted {
+                lane, descriptor, ..
+            } => {
+                self.me.client.update(|state| state.ran(descriptor));
+                lane
+            }
             Decision::Denied(denial) => {
                 self.owes_yield |= denial.cause == DenyCause::Deadline;
                 if let Some(transaction) = self.transaction.as_mut().filter(|t| t.in_multi) {
@@ -471,6 +494,30 @@ impl Session {
             Some(Local::ConfigGet) => {
                 let reply = local::config_get(&command.argv(), self.protocol);
                 return self.queued(Local::ConfigGet, Step::Reply(replies::encode(&reply)));
+            }
+            Some(Local::ClientList) => {
+                let reply = match ListFilter::parse(&command.argv()[2..]) {
+                    Ok(filter) => {
+                        let list = self.front.clients.list(&self.me.client, &filter);
+                        replies::encode(&self.listing(list))
+                    }
+                    Err(error) => replies::error(error),
+                };
+                return self.queued(Local::ClientList, Step::Reply(reply));
+            }
+            Some(Local::ClientKill) => {
+                let reply = match KillFilter::parse(&command.argv()[2..]) {
+                    Ok(filter) => {
+                        let killed = self.front.clients.kill(&self.me.client, &filter);
+                        match (filter.legacy(), killed) {
+                            (true, 0) => replies::error("ERR No such client".to_owned()),
+                            (true, _) => replies::ok(),
+                            (false, killed) => replies::encode(&Frame::Integer(killed as i64)),
+                        }
+                    }
+                    Err(error) => replies::error(error),
+                };
+                return self.queued(Local::ClientKill, Step::Reply(reply));
             }
             _ => {}
         }
@@ -535,14 +582,16 @@ impl Session {
                             .to_owned(),
                     ));
                 }
-                self.name = (!name.is_empty()).then(|| Bytes::copy_from_slice(name));
+                let name = (!name.is_empty()).then(|| Bytes::copy_from_slice(name));
+                self.me.client.update(|state| state.name = name);
                 return Step::Reply(replies::ok());
             }
-            Local::ClientGetName => match &self.name {
+            Local::ClientGetName => match self.me.client.name() {
                 Some(name) => Frame::Bulk(name.clone()),
                 None => local::null(self.protocol),
             },
             Local::ClientId => Frame::Integer(self.id as i64),
+            Local::ClientInfo => self.listing(self.me.client.line() + "\n"),
             Local::ClientSetInfo => return Step::Reply(replies::ok()),
             Local::ClientReply => {
                 return Step::Reply(match local::parse_client_reply(argv) {
@@ -562,11 +611,22 @@ impl Session {
                     String::from_utf8_lossy(argv.get(1).copied().unwrap_or_default()).to_uppercase()
                 )))
             }
-            Local::Select | Local::ConfigGet => {
+            Local::Select | Local::ConfigGet | Local::ClientList | Local::ClientKill => {
                 unreachable!("the policy admits {local:?} before it is answered")
             }
         };
         Step::Reply(replies::encode(&frame))
+    }
+
+    /// `CLIENT LIST`/`INFO` text: a bulk string in RESP2, a verbatim `txt` string in RESP3 (Redis's).
+    fn listing(&self, text: String) -> Frame {
+        match self.protocol {
+            Protocol::Resp2 => Frame::Bulk(Bytes::from(text)),
+            Protocol::Resp3 => Frame::Verbatim {
+                format: *b"txt",
+                text: Bytes::from(text),
+            },
+        }
     }
 
     /// Takes a valid `HELLO`'s protocol and name; the reply describes the server.
@@ -574,8 +634,8 @@ impl Session {
         if let Some(protocol) = hello.protocol {
             self.speak(protocol);
         }
-        if hello.name.is_some() {
-            self.name = hello.name;
+        if let Some(name) = hello.name {
+            self.me.client.update(|state| state.name = Some(name));
         }
         local::hello_reply(self.protocol, self.id)
     }
@@ -586,6 +646,12 @@ impl Session {
     fn speak(&mut self, protocol: Protocol) {
         if protocol != self.protocol {
             self.protocol = protocol;
+            self.me.client.update(|state| {
+                state.resp = match protocol {
+                    Protocol::Resp2 => 2,
+                    Protocol::Resp3 => 3,
+                }
+            });
             self.regular = None;
             self.script = None;
         }
@@ -684,7 +750,23 @@ impl Session {
         }))
     }
 
+    /// Work that changes the session; what `CLIENT LIST` shows of it follows.
     async fn in_place(&mut self, work: InPlace) -> Bytes {
+        let reply = self.change(work).await;
+        let subscriptions = self.subscriptions.counts();
+        let multi = self
+            .transaction
+            .as_ref()
+            .filter(|t| t.in_multi)
+            .map(|t| t.local.count());
+        self.me.client.update(|state| {
+            state.subscriptions = subscriptions;
+            state.multi = multi;
+        });
+        reply
+    }
+
+    async fn change(&mut self, work: InPlace) -> Bytes {
         match work {
             InPlace::Transaction(command) => self.transaction_command(command).await,
             InPlace::Subscribe(kind, argv) => self.subscribe(kind, argv).await,
@@ -696,7 +778,7 @@ impl Session {
                     transaction.conn.release().await;
                 }
                 self.speak(Protocol::Resp2);
-                self.name = None;
+                self.me.client.update(|state| state.name = None);
                 self.reply_mode = ReplyMode::On;
                 Bytes::from_static(b"+RESET\r\n")
             }

@@ -15,6 +15,7 @@ use tollgate_lanes::{
 };
 use tollgate_resp::Frame;
 
+use super::clients::Subscribed;
 use super::local::Protocol;
 
 pub struct Subscriptions {
@@ -69,6 +70,19 @@ impl Subscriptions {
 
     pub fn is_empty(&self) -> bool {
         self.active.is_empty()
+    }
+
+    /// Channels, patterns and shard channels, each counted apart (as `CLIENT LIST` shows them).
+    pub fn counts(&self) -> Subscribed {
+        let mut counts = Subscribed::default();
+        for (kind, _) in self.active.keys() {
+            match kind {
+                SubscriptionKind::Channel => counts.channels += 1,
+                SubscriptionKind::Pattern => counts.patterns += 1,
+                SubscriptionKind::Shard => counts.shards += 1,
+            }
+        }
+        counts
     }
 
     /// The names of one kind, for an `UNSUBSCRIBE` without arguments.
