@@ -332,3 +332,65 @@ async fn client_list_shows_the_clients_sessions_and_client_kill_ends_one() {
     ));
     assert_eq!(text(&first.call(&["PING"]).await), "PONG");
 }
+
+const MONITOR_POLICY: &str = r#"
+principals:
+  local: { any: true }
+rules:
+  - id: no-del
+    commands: [DEL]
+    deny: this test's clients may not delete
+  - id: everything
+    commands: ["*"]
+    allow: this test's clients may do anything else
+"#;
+
+/// MONITOR streams what the daemon's sessions run, in Redis's format, and nothing the policy
+/// refused (it never ran); the default policy refuses MONITOR itself.
+#[tokio::test]
+async fn monitor_streams_the_commands_sessions_run_in_redis_format() {
+    let redis = RedisServer::start();
+    let default = TestDaemon::start(&redis).await;
+    let mut refused = RawClient::connect(&default.resp_socket()).await;
+    assert!(is_error(&refused.call(&["MONITOR"]).await));
+
+    let policy = redis.dir().join("monitor.yaml");
+    std::fs::write(&policy, MONITOR_POLICY).unwrap();
+    let daemon = TestDaemon::start_with(&redis, |config| config.policy.files = vec![policy]).await;
+    let mut monitor = RawClient::connect(&daemon.resp_socket()).await;
+    assert_eq!(monitor.call(&["MONITOR"]).await, simple("OK"));
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    client.call(&["SET", "k", "a \"quoted\" value"]).await;
+    assert!(is_error(&client.call(&["DEL", "k"]).await));
+    client.call(&["PING"]).await;
+    let mut lines = Vec::new();
+    for _ in 0..2 {
+        lines.push(text(&monitor.read().await));
+    }
+    let shape = |line: &str| {
+        line.split_once(" [0 unix:")
+            .map(|(_, rest)| rest.to_owned())
+    };
+    let time: f64 = lines[0]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .expect("a timestamp");
+    assert!(time > 1.0e9, "{}", lines[0]);
+    let first = shape(&lines[0]).expect("Redis's shape");
+    assert!(
+        first.ends_with(r#"] "SET" "k" "a \"quoted\" value""#),
+        "{first}"
+    );
+    assert!(
+        shape(&lines[1]).unwrap().ends_with(r#"] "PING""#),
+        "{}",
+        lines[1]
+    );
+    // Nothing more: the refused DEL (between SET and PING) was never shown.
+    assert!(monitor
+        .read_within(Duration::from_millis(300))
+        .await
+        .is_err());
+}

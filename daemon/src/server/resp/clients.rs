@@ -209,7 +209,17 @@ impl Clients {
 
 impl Client {
     fn sees(&self, other: &Client) -> bool {
-        self.admin || self.principal == other.principal
+        self.sees_principal(&other.principal)
+    }
+
+    /// Whether this session may see the sessions of `principal`.
+    pub fn sees_principal(&self, principal: &str) -> bool {
+        self.admin || self.principal == principal
+    }
+
+    /// The address `CLIENT LIST` and `MONITOR` show for this session.
+    pub fn addr(&self) -> &str {
+        &self.addr
     }
 
     fn kind(&self) -> Kind {

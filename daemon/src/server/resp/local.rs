@@ -82,6 +82,8 @@ pub enum Local {
     ClientList,
     /// Admitted by the policy first; kills the daemon's sessions, never lane connections.
     ClientKill,
+    /// Admitted by the policy first; streams the daemon's sessions' commands (`monitor.rs`).
+    Monitor,
     /// `CLIENT SETINFO lib-name …`, which modern clients send on connect.
     ClientSetInfo,
     /// `CLIENT REPLY ON|OFF|SKIP`: which replies this client gets, kept by the daemon (forwarded,
@@ -116,6 +118,8 @@ impl Local {
             Local::Auth
         } else if is(b"SELECT") {
             Local::Select
+        } else if is(b"MONITOR") {
+            Local::Monitor
         } else if is(b"RESET") {
             Local::Reset
         } else if is(b"CLIENT") && sub(b"SETNAME") {
@@ -147,7 +151,11 @@ impl Local {
     pub fn needs_admission(self) -> bool {
         matches!(
             self,
-            Local::Select | Local::ConfigGet | Local::ClientList | Local::ClientKill
+            Local::Select
+                | Local::ConfigGet
+                | Local::ClientList
+                | Local::ClientKill
+                | Local::Monitor
         )
     }
 
@@ -192,7 +200,7 @@ impl Local {
             Local::ClientList => argc >= 2,
             Local::Select => argc == 2,
             Local::ConfigGet => argc >= 3,
-            Local::Reset => argc == 1,
+            Local::Reset | Local::Monitor => argc == 1,
         };
         if fits {
             Arity::Fits
@@ -221,6 +229,7 @@ impl Local {
             Local::Select => "select",
             Local::ConfigGet => "config|get",
             Local::Reset => "reset",
+            Local::Monitor => "monitor",
         }
     }
 }

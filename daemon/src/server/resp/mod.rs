@@ -4,6 +4,7 @@
 mod clients;
 mod deadline;
 mod local;
+mod monitor;
 mod pending;
 mod queued;
 mod replies;
@@ -21,6 +22,7 @@ use tollgate_policy::Admission;
 use tollgate_resp::Limits;
 
 use self::clients::Clients;
+use self::monitor::Monitors;
 use crate::config::RespConfig;
 use crate::server::identity::Identities;
 use crate::server::limits::ConnectionLimits;
@@ -38,6 +40,8 @@ pub struct FrontDoor {
     next_client_id: AtomicU64,
     /// The live sessions, as `CLIENT LIST` shows them.
     clients: Arc<Clients>,
+    /// Sessions in `MONITOR`, and the stream of commands they see.
+    monitors: Arc<Monitors>,
     /// The socket's path, which `CLIENT LIST` shows as each session's address.
     socket: String,
 }
@@ -60,6 +64,7 @@ impl FrontDoor {
             config,
             next_client_id: AtomicU64::new(1),
             clients: Arc::default(),
+            monitors: Arc::default(),
             socket,
         }
     }

@@ -25,9 +25,10 @@ use tollgate_model::{Caller, Lane};
 use tollgate_policy::{Decision, DenyCause};
 use tollgate_resp::{Command, Frame, ProtocolError};
 
-use super::clients::{KillFilter, ListFilter, Registration};
+use super::clients::{Client, KillFilter, ListFilter, Registration};
 use super::local::{self, Local, Protocol, ReplyMode, Voice};
 use super::local::{wrong_arity, Arity};
+use super::monitor::Watch;
 use super::pending::{Class, InOrder, Pending};
 use super::queued::QueuedLocally;
 use super::subscriptions::{self, Eviction, Subscriptions};
@@ -71,6 +72,8 @@ enum InPlace {
     /// `HELLO` with another protocol: the lane connections change with it, so it waits for what
     /// was sent before on the old ones.
     Hello(local::Hello),
+    /// `MONITOR`: from now on, the commands of the sessions this one may see are streamed to it.
+    Monitor,
     Reset,
 }
 
@@ -91,6 +94,8 @@ struct Session {
     protocol: Protocol,
     /// This session in the listener's list (`CLIENT LIST`): its name, last command and state.
     me: Registration,
+    /// Set once the session sent `MONITOR`.
+    monitor: Option<Watch>,
     regular: Option<Channel>,
     script: Option<Channel>,
     transaction: Option<Transaction>,
@@ -149,6 +154,7 @@ pub async fn run(stream: UnixStream, front: Arc<FrontDoor>, stop: CancellationTo
         id,
         protocol: Protocol::Resp2,
         me,
+        monitor: None,
         regular: None,
         script: None,
         transaction: None,
@@ -273,6 +279,9 @@ impl Session {
                     let _ = tokio::time::timeout(std::time::Duration::from_millis(100), self.flush(&mut writer)).await;
                     tracing::info!(client = self.id, principal = %self.caller.principal, %eviction, "subscriber disconnected");
                     return Err(eviction.to_string());
+                }
+                Some(line) = monitored(&mut self.monitor, &self.me.client), if self.monitor.is_some() => {
+                    self.out.extend_from_slice(&line);
                 }
                 _ = &mut killed => {
                     // A kill of this session by itself answers first, as Redis closes after the reply.
@@ -452,6 +461,10 @@ impl Session {
         }
         if let Some(local) = local {
             self.me.client.update(|state| state.ran_local(local.name()));
+            // Credentials are never shown, as Redis hides AUTH and HELLO.
+            if !local.needs_admission() && !matches!(local, Local::Auth | Local::Hello) {
+                self.front.monitors.ran(&self.me.client, &command);
+            }
             if let Arity::Wrong(name) = local.arity(command.len()) {
                 return self.queued(local, Step::Reply(wrong_arity(name)));
             }
@@ -477,6 +490,7 @@ impl Session {
                 lane, descriptor, ..
             } => {
                 self.me.client.update(|state| state.ran(descriptor));
+                self.front.monitors.ran(&self.me.client, &command);
                 lane
             }
             Decision::Denied(denial) => {
@@ -495,6 +509,7 @@ impl Session {
                 let reply = local::config_get(&command.argv(), self.protocol);
                 return self.queued(Local::ConfigGet, Step::Reply(replies::encode(&reply)));
             }
+            Some(Local::Monitor) => return Step::InPlace(InPlace::Monitor),
             Some(Local::ClientList) => {
                 let reply = match ListFilter::parse(&command.argv()[2..]) {
                     Ok(filter) => {
@@ -611,7 +626,11 @@ impl Session {
                     String::from_utf8_lossy(argv.get(1).copied().unwrap_or_default()).to_uppercase()
                 )))
             }
-            Local::Select | Local::ConfigGet | Local::ClientList | Local::ClientKill => {
+            Local::Select
+            | Local::ConfigGet
+            | Local::ClientList
+            | Local::ClientKill
+            | Local::Monitor => {
                 unreachable!("the policy admits {local:?} before it is answered")
             }
         };
@@ -772,8 +791,13 @@ impl Session {
             InPlace::Subscribe(kind, argv) => self.subscribe(kind, argv).await,
             InPlace::Unsubscribe(kind, argv) => self.unsubscribe(kind, argv),
             InPlace::Hello(hello) => replies::encode(&self.hello(hello)),
+            InPlace::Monitor => {
+                self.monitor = Some(self.front.monitors.watch());
+                replies::ok()
+            }
             InPlace::Reset => {
                 self.subscriptions.clear();
+                self.monitor = None;
                 if let Some(transaction) = self.transaction.take() {
                     transaction.conn.release().await;
                 }
@@ -938,6 +962,14 @@ async fn until_hang_up<T>(
                 Err(error) => return Err(format!("read failed: {error}")),
             },
         }
+    }
+}
+
+/// The next `MONITOR` line for this session, once it monitors.
+async fn monitored(watch: &mut Option<Watch>, viewer: &Client) -> Option<Bytes> {
+    match watch {
+        Some(watch) => watch.next(viewer).await,
+        None => std::future::pending().await,
     }
 }
 
