@@ -394,3 +394,75 @@ async fn monitor_streams_the_commands_sessions_run_in_redis_format() {
         .await
         .is_err());
 }
+
+/// Redis counts the daemon's one subscribed connection; clients count the clients.
+#[tokio::test]
+async fn numsub_and_publish_count_the_clients_subscribed_through_the_daemon() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    let mut a = RawClient::connect(&daemon.resp_socket()).await;
+    let mut b = RawClient::connect(&daemon.resp_socket()).await;
+    let mut p = RawClient::connect(&daemon.resp_socket()).await;
+    a.call(&["SUBSCRIBE", "news"]).await;
+    b.call(&["SUBSCRIBE", "news"]).await;
+    p.call(&["PSUBSCRIBE", "ne*"]).await;
+    // Someone subscribed to Redis directly counts too.
+    let mut direct = RawClient::connect(redis.socket()).await;
+    direct.call(&["SUBSCRIBE", "news"]).await;
+
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    assert_eq!(
+        client.call(&["PUBSUB", "NUMSUB", "news", "other"]).await,
+        Frame::Array(vec![
+            bulk("news"),
+            Frame::Integer(3),
+            bulk("other"),
+            Frame::Integer(0)
+        ])
+    );
+    assert_eq!(
+        client.call(&["PUBLISH", "news", "hello"]).await,
+        Frame::Integer(4),
+        "two channel subscribers here, one pattern subscriber here, one directly"
+    );
+    assert_eq!(
+        client.call(&["PUBLISH", "other", "hello"]).await,
+        Frame::Integer(0)
+    );
+}
+
+/// CONFIG GET answers from Redis where the ADMIN lane's user may read the configuration, never
+/// with a password, and with the one database the daemon serves.
+#[tokio::test]
+async fn config_get_shows_redis_values_without_secrets() {
+    let redis = RedisServer::builder()
+        .arg("--masterauth")
+        .arg("hunter2")
+        .start();
+    let daemon = TestDaemon::start_with(&redis, |_| {
+        // As an operator whose policy lets clients read the configuration would.
+        assert!(redis
+            .inline("ACL SETUSER tollgate-admin +config|get")
+            .starts_with("+OK"));
+    })
+    .await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    let reply = client
+        .call(&[
+            "CONFIG",
+            "GET",
+            "maxmemory-policy",
+            "masterauth",
+            "databases",
+        ])
+        .await;
+    assert_eq!(
+        reply,
+        Frame::Array(vec![
+            bulk("maxmemory-policy"),
+            bulk("noeviction"),
+            bulk("databases"),
+            bulk("1"),
+        ])
+    );
+}

@@ -76,6 +76,17 @@ impl PubSub {
     ) -> Result<Subscription, LaneError> {
         self.0.subscribe(kind, name, capacity).await
     }
+
+    /// How many local subscribers `name` has, when the daemon's subscription to it is active in
+    /// Redis: Redis counts the daemon's one connection for all of them.
+    pub fn local_subscribers(&self, kind: SubscriptionKind, name: Bytes) -> Option<usize> {
+        self.0.local_subscribers(kind, name)
+    }
+
+    /// Every active pattern subscription, with its number of local subscribers.
+    pub fn patterns(&self) -> Vec<(Bytes, usize)> {
+        self.0.patterns()
+    }
 }
 
 impl Lanes {

@@ -243,6 +243,33 @@ impl PubSubLane {
         error
     }
 
+    /// How many local subscribers `name` has, if the daemon's own subscription to it is active in
+    /// Redis (so Redis counts the daemon's connection once for all of them).
+    pub(crate) fn local_subscribers(&self, kind: SubscriptionKind, name: Bytes) -> Option<usize> {
+        let key = (kind, name);
+        let state = self.shard_of(&key).state.lock();
+        let topic = state.topics.get(&key)?;
+        topic.confirmed.then_some(topic.subscribers.len())
+    }
+
+    /// Every active pattern subscription with its number of local subscribers.
+    pub(crate) fn patterns(&self) -> Vec<(Bytes, usize)> {
+        let mut patterns = Vec::new();
+        for shard in &self.shards {
+            let state = shard.state.lock();
+            patterns.extend(
+                state
+                    .topics
+                    .iter()
+                    .filter(|((kind, _), topic)| {
+                        *kind == SubscriptionKind::Pattern && topic.confirmed
+                    })
+                    .map(|((_, pattern), topic)| (pattern.clone(), topic.subscribers.len())),
+            );
+        }
+        patterns
+    }
+
     fn shard_of(&self, key: &Key) -> &Arc<Shard> {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         key.1.hash(&mut hasher);

@@ -27,7 +27,7 @@ pub use decision::{Decision, Denial, DenyCause, Descriptor, KeyAccess, Traits};
 pub use error::PolicyError;
 pub use generation::{FileInfo, Generation, GenerationInfo, ModuleInfo, Step, DEFAULT_POLICY};
 pub use sandbox::Allocator;
-pub use tollgate_policy_rules::{Category, CategorySet};
+pub use tollgate_policy_rules::{glob, Category, CategorySet};
 
 /// Where scripts/build-guests.sh put the component `name` (`hostile`, `key-prefix`, ...) when this
 /// crate was built: for tests and for configs that load the example guards from the source tree.

@@ -1,6 +1,7 @@
 //! The Redis-protocol front door: any Redis client on the RESP Unix socket. Each connection is a
 //! [`session`]; every command it sends is admitted by the policy, then travels on its lane.
 
+mod amend;
 mod clients;
 mod deadline;
 mod local;

@@ -10,9 +10,10 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::Stream;
-use tollgate_lanes::SendFuture;
+use tollgate_lanes::{PubSub, SendFuture};
 use tollgate_model::Lane;
 
+use super::amend::Amend;
 use super::local::Voice;
 use super::replies;
 
@@ -31,6 +32,15 @@ pub enum Pending {
     Ready(Option<(Class, Bytes)>),
     Multiplexed(Lane, SendFuture),
     Exclusive(BoxFuture<'static, Bytes>),
+    /// A reply the daemon corrects once it arrives (see [`Amend`]); rare, so boxed.
+    Amended(Box<Amended>),
+}
+
+pub struct Amended {
+    pub inner: Pending,
+    /// Taken when the reply arrives.
+    pub amend: Option<Amend>,
+    pub pubsub: PubSub,
 }
 
 impl Future for Pending {
@@ -54,6 +64,14 @@ impl Future for Pending {
                 .as_mut()
                 .poll(cx)
                 .map(|reply| (Class::Exclusive, reply)),
+            Pending::Amended(amended) => {
+                let (class, reply) = std::task::ready!(Pin::new(&mut amended.inner).poll(cx));
+                let reply = match amended.amend.take() {
+                    Some(amend) => amend.apply(reply, &amended.pubsub),
+                    None => reply,
+                };
+                Poll::Ready((class, reply))
+            }
         }
     }
 }

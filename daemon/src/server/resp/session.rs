@@ -25,11 +25,12 @@ use tollgate_model::{Caller, Lane};
 use tollgate_policy::{Decision, DenyCause};
 use tollgate_resp::{Command, Frame, ProtocolError};
 
+use super::amend::Amend;
 use super::clients::{Client, KillFilter, ListFilter, Registration};
 use super::local::{self, Local, Protocol, ReplyMode, Voice};
 use super::local::{wrong_arity, Arity};
 use super::monitor::Watch;
-use super::pending::{Class, InOrder, Pending};
+use super::pending::{Amended, Class, InOrder, Pending};
 use super::queued::QueuedLocally;
 use super::subscriptions::{self, Eviction, Subscriptions};
 use super::{deadline, replies, FrontDoor};
@@ -62,6 +63,17 @@ enum Step {
     InPlace(InPlace),
     /// Write this reply, then close the connection.
     Close(Bytes),
+    /// Send as the inner step says, and correct the reply when it arrives.
+    Amended(Box<Step>, Amend),
+}
+
+impl Step {
+    fn amended(self, amend: Option<Amend>) -> Step {
+        match amend {
+            Some(amend) => Step::Amended(Box::new(self), amend),
+            None => self,
+        }
+    }
 }
 
 enum InPlace {
@@ -329,6 +341,10 @@ impl Session {
                     None => return Ok(None),
                 },
             };
+            let (step, amend) = match step {
+                Step::Amended(inner, amend) => (*inner, Some(amend)),
+                step => (step, None),
+            };
             match step {
                 Step::Reply(reply) => self.push(
                     Class::Local,
@@ -338,18 +354,21 @@ impl Session {
                 Step::Close(reply) => return Ok(Some(voice.say(reply))),
                 Step::Multiplexed(lane, encoded) => {
                     if self.needs_barrier(Class::Multiplexed(lane)) {
-                        self.parked = Some((Step::Multiplexed(lane, encoded), voice));
+                        self.parked =
+                            Some((Step::Multiplexed(lane, encoded).amended(amend), voice));
                         return Ok(None);
                     }
                     let future = self.send_multiplexed(lane, encoded);
+                    let future = self.amend(future, amend);
                     self.push(Class::Multiplexed(lane), future, voice);
                 }
                 Step::Exclusive(lane, command) => {
                     if self.needs_barrier(Class::Exclusive) {
-                        self.parked = Some((Step::Exclusive(lane, command), voice));
+                        self.parked = Some((Step::Exclusive(lane, command).amended(amend), voice));
                         return Ok(None);
                     }
                     let future = self.send_exclusive(lane, command);
+                    let future = self.amend(future, amend);
                     self.push(Class::Exclusive, future, voice);
                 }
                 Step::InPlace(work) => {
@@ -360,6 +379,7 @@ impl Session {
                     let reply = until_hang_up(self.in_place(work), reader, input).await?;
                     self.out.extend_from_slice(&voice.say(reply));
                 }
+                Step::Amended(..) => unreachable!("unwrapped above, never nested"),
             }
         }
     }
@@ -485,13 +505,14 @@ impl Session {
         local: Option<Local>,
         subscription: Option<(SubscriptionKind, bool)>,
     ) -> Step {
-        let lane = match decision {
+        let (lane, amend) = match decision {
             Decision::Admitted {
                 lane, descriptor, ..
             } => {
+                let amend = Amend::of(&descriptor.name, command.word(1));
                 self.me.client.update(|state| state.ran(descriptor));
                 self.front.monitors.ran(&self.me.client, &command);
-                lane
+                (lane, amend)
             }
             Decision::Denied(denial) => {
                 self.owes_yield |= denial.cause == DenyCause::Deadline;
@@ -506,8 +527,12 @@ impl Session {
                 return self.queued(Local::Select, Step::Reply(select(&command.argv())))
             }
             Some(Local::ConfigGet) => {
-                let reply = local::config_get(&command.argv(), self.protocol);
-                return self.queued(Local::ConfigGet, Step::Reply(replies::encode(&reply)));
+                let fallback = replies::encode(&local::config_get(&command.argv(), self.protocol));
+                if self.transaction.as_ref().is_some_and(|t| t.in_multi) {
+                    return self.queued(Local::ConfigGet, Step::Reply(fallback));
+                }
+                // Redis's own values, where its lane user may read them.
+                return sending(lane, command).amended(Some(Amend::ConfigGet { fallback }));
             }
             Some(Local::Monitor) => return Step::InPlace(InPlace::Monitor),
             Some(Local::ClientList) => {
@@ -546,12 +571,7 @@ impl Session {
         if self.transaction.is_some() || lane == Lane::Transaction {
             return Step::InPlace(InPlace::Transaction(command));
         }
-        match lane {
-            Lane::Regular | Lane::Script => Step::Multiplexed(lane, command.encoded()),
-            Lane::Blocking | Lane::Admin => Step::Exclusive(lane, command),
-            // PUBLISH and the PUBSUB introspection commands are ordinary requests.
-            Lane::Pubsub | Lane::Transaction => Step::Multiplexed(Lane::Regular, command.encoded()),
-        }
+        sending(lane, command).amended(amend)
     }
 
     /// Inside MULTI, a locally answered command is queued as Redis would queue it: `+QUEUED` now,
@@ -721,6 +741,17 @@ impl Session {
             .map_err(|error| format!("write failed: {error}"))?;
         self.out.clear();
         Ok(())
+    }
+
+    fn amend(&self, pending: Pending, amend: Option<Amend>) -> Pending {
+        match amend {
+            Some(amend) => Pending::Amended(Box::new(Amended {
+                inner: pending,
+                amend: Some(amend),
+                pubsub: self.front.lanes.pubsub(),
+            })),
+            None => pending,
+        }
     }
 
     fn send_multiplexed(&mut self, lane: Lane, encoded: Bytes) -> Pending {
@@ -962,6 +993,16 @@ async fn until_hang_up<T>(
                 Err(error) => return Err(format!("read failed: {error}")),
             },
         }
+    }
+}
+
+/// How a command admitted for `lane` is sent.
+fn sending(lane: Lane, command: Command) -> Step {
+    match lane {
+        Lane::Regular | Lane::Script => Step::Multiplexed(lane, command.encoded()),
+        Lane::Blocking | Lane::Admin => Step::Exclusive(lane, command),
+        // PUBLISH and the PUBSUB introspection commands are ordinary requests.
+        Lane::Pubsub | Lane::Transaction => Step::Multiplexed(Lane::Regular, command.encoded()),
     }
 }
 

@@ -1,0 +1,204 @@
+//! Redis's replies that the daemon corrects, because its shared connections stand between clients
+//! and Redis: subscriber counts (Redis counts the daemon's one subscribed connection, not the
+//! clients behind it) and `CONFIG GET` (secrets removed; one database, as the daemon serves).
+
+use bytes::Bytes;
+use tollgate_lanes::{PubSub, SubscriptionKind};
+use tollgate_policy::glob;
+use tollgate_resp::{Frame, Limits};
+
+use super::replies;
+
+/// Parameters `CONFIG GET` never shows through the daemon: passwords Redis would print in clear.
+const SECRET: [&str; 4] = [
+    "requirepass",
+    "masterauth",
+    "tls-key-file-pass",
+    "tls-client-key-file-pass",
+];
+
+/// How one command's reply is corrected.
+#[derive(Debug)]
+pub enum Amend {
+    /// `PUBLISH` (channels and patterns) or `SPUBLISH` (shard channels): the receivers Redis
+    /// counted, with the daemon's subscriptions replaced by the clients subscribed through them.
+    Publish(SubscriptionKind, Bytes),
+    /// `PUBSUB NUMSUB` / `SHARDNUMSUB`: each count with the daemon's connection replaced by its
+    /// local subscribers.
+    NumSub(SubscriptionKind),
+    /// `CONFIG GET`: Redis's answer without secrets and with `databases` 1; `fallback` (the
+    /// daemon's own short answer) when the lane's user may not read the configuration.
+    ConfigGet { fallback: Bytes },
+}
+
+impl Amend {
+    /// The correction `name` (a catalog name, `PUBSUB|NUMSUB`) needs, if any.
+    pub fn of(name: &str, first: Option<&[u8]>) -> Option<Amend> {
+        let channel = || first.map(Bytes::copy_from_slice);
+        match name {
+            "PUBLISH" => Some(Amend::Publish(SubscriptionKind::Channel, channel()?)),
+            "SPUBLISH" => Some(Amend::Publish(SubscriptionKind::Shard, channel()?)),
+            "PUBSUB|NUMSUB" => Some(Amend::NumSub(SubscriptionKind::Channel)),
+            "PUBSUB|SHARDNUMSUB" => Some(Amend::NumSub(SubscriptionKind::Shard)),
+            _ => None,
+        }
+    }
+
+    /// Redis's `reply`, corrected. A reply of another shape (an error, say) is left as it is.
+    pub fn apply(self, reply: Bytes, pubsub: &PubSub) -> Bytes {
+        match self {
+            Amend::Publish(kind, channel) => publish(reply, pubsub, kind, &channel),
+            Amend::NumSub(kind) => edit(reply, |frame| numsub(frame, pubsub, kind)),
+            Amend::ConfigGet { fallback } if reply.starts_with(b"-") => fallback,
+            Amend::ConfigGet { .. } => edit(reply, config_get),
+        }
+    }
+}
+
+fn publish(reply: Bytes, pubsub: &PubSub, kind: SubscriptionKind, channel: &Bytes) -> Bytes {
+    let Some(counted) = integer(&reply) else {
+        return reply;
+    };
+    let (mut ours, mut clients) = (0, 0);
+    if let Some(local) = pubsub.local_subscribers(kind, channel.clone()) {
+        ours += 1;
+        clients += local;
+    }
+    if kind == SubscriptionKind::Channel {
+        for (pattern, local) in pubsub.patterns() {
+            if glob::matches(&pattern, channel) {
+                ours += 1;
+                clients += local;
+            }
+        }
+    }
+    if ours == 0 {
+        return reply;
+    }
+    let receivers = counted.saturating_sub(ours) + clients as i64;
+    replies::encode(&Frame::Integer(receivers))
+}
+
+fn numsub(frame: &mut Frame, pubsub: &PubSub, kind: SubscriptionKind) {
+    let correct = |name: &Frame, count: &mut Frame| {
+        let (Some(name), Frame::Integer(n)) = (name.as_bytes(), count) else {
+            return;
+        };
+        if let Some(local) = pubsub.local_subscribers(kind, name.clone()) {
+            *n = n.saturating_sub(1) + local as i64;
+        }
+    };
+    match frame {
+        Frame::Array(items) => {
+            for pair in items.chunks_exact_mut(2) {
+                let (name, count) = pair.split_at_mut(1);
+                correct(&name[0], &mut count[0]);
+            }
+        }
+        Frame::Map(pairs) => {
+            for (name, count) in pairs {
+                correct(name, count);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn config_get(frame: &mut Frame) {
+    let secret = |name: &Frame| {
+        name.as_bytes()
+            .is_some_and(|n| SECRET.iter().any(|s| n.eq_ignore_ascii_case(s.as_bytes())))
+    };
+    let one_database = |name: &Frame, value: &mut Frame| {
+        if name
+            .as_bytes()
+            .is_some_and(|n| n.eq_ignore_ascii_case(b"databases"))
+        {
+            *value = Frame::Bulk(Bytes::from_static(b"1"));
+        }
+    };
+    match frame {
+        Frame::Array(items) => {
+            let pairs: Vec<Frame> = std::mem::take(items);
+            let mut pairs = pairs.into_iter();
+            while let (Some(name), Some(mut value)) = (pairs.next(), pairs.next()) {
+                if !secret(&name) {
+                    one_database(&name, &mut value);
+                    items.extend([name, value]);
+                }
+            }
+        }
+        Frame::Map(pairs) => {
+            pairs.retain(|(name, _)| !secret(name));
+            for (name, value) in pairs {
+                one_database(name, value);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `reply` decoded, changed by `change`, encoded again; as it was if it does not decode.
+fn edit(reply: Bytes, change: impl FnOnce(&mut Frame)) -> Bytes {
+    let limits = Limits {
+        max_frame_bytes: reply.len(),
+        max_elements: usize::MAX,
+        ..Limits::default()
+    };
+    let mut buffer = bytes::BytesMut::from(&reply[..]);
+    match tollgate_resp::parse(&mut buffer, &limits) {
+        Ok(Some(mut frame)) if buffer.is_empty() => {
+            change(&mut frame);
+            replies::encode(&frame)
+        }
+        _ => reply,
+    }
+}
+
+fn integer(reply: &[u8]) -> Option<i64> {
+    let digits = reply.strip_prefix(b":")?.strip_suffix(b"\r\n")?;
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(reply: &str) -> String {
+        let mut out = Vec::new();
+        let amended = edit(Bytes::from(reply.to_owned()), config_get);
+        out.extend_from_slice(&amended);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn config_get_hides_passwords_and_shows_one_database() {
+        assert_eq!(
+            config("*6\r\n$11\r\nrequirepass\r\n$6\r\nsecret\r\n$9\r\ndatabases\r\n$2\r\n16\r\n$9\r\nmaxmemory\r\n$1\r\n0\r\n"),
+            "*4\r\n$9\r\ndatabases\r\n$1\r\n1\r\n$9\r\nmaxmemory\r\n$1\r\n0\r\n"
+        );
+        assert_eq!(
+            config("%2\r\n$10\r\nmasterauth\r\n$1\r\nx\r\n$7\r\ntimeout\r\n$1\r\n0\r\n"),
+            "%1\r\n$7\r\ntimeout\r\n$1\r\n0\r\n"
+        );
+    }
+
+    #[test]
+    fn a_reply_that_is_not_the_expected_shape_is_left_alone() {
+        assert_eq!(config("-NOPERM no\r\n"), "-NOPERM no\r\n");
+        assert_eq!(integer(b":12\r\n"), Some(12));
+        assert_eq!(integer(b"-ERR\r\n"), None);
+    }
+
+    #[test]
+    fn only_pubsub_counts_and_config_get_are_amended() {
+        let first = Some(&b"news"[..]);
+        assert!(matches!(
+            Amend::of("PUBLISH", first),
+            Some(Amend::Publish(SubscriptionKind::Channel, _))
+        ));
+        assert!(Amend::of("PUBLISH", None).is_none());
+        assert!(Amend::of("PUBSUB|CHANNELS", first).is_none());
+        assert!(Amend::of("GET", first).is_none());
+    }
+}
