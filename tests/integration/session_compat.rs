@@ -466,3 +466,73 @@ async fn config_get_shows_redis_values_without_secrets() {
         ])
     );
 }
+
+const SCOPED_POLICY: &str = r#"
+principals:
+  local: { any: true }
+rules:
+  - id: whole-keyspace
+    commands: [KEYS, SCAN, DBSIZE, RANDOMKEY, FLUSHDB]
+    allow: whole-keyspace commands, which see only this client's keys
+  - id: app-keys
+    commands: ["@read", "@write", "@keyspace"]
+    keys: ["app:*"]
+    allow: the app's own keys
+  - id: transactions
+    commands: [MULTI, EXEC, DISCARD]
+    allow: transactions
+"#;
+
+/// A tenant's whole-keyspace commands see and flush that tenant's keys and no one else's.
+#[tokio::test]
+async fn whole_keyspace_commands_act_only_on_the_keys_the_caller_may_touch() {
+    let redis = RedisServer::start();
+    for key in ["app:1", "app:2", "other:1", "other:2"] {
+        redis.inline(&format!("SET {key} v"));
+    }
+    let policy = redis.dir().join("scoped.yaml");
+    std::fs::write(&policy, SCOPED_POLICY).unwrap();
+    let daemon = TestDaemon::start_with(&redis, |config| config.policy.files = vec![policy]).await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    let sorted = |frame: Frame| {
+        let Frame::Array(items) = frame else {
+            panic!("an array: {frame:?}")
+        };
+        let mut keys: Vec<String> = items.iter().map(text).collect();
+        keys.sort();
+        keys
+    };
+    assert_eq!(
+        sorted(client.call(&["KEYS", "*"]).await),
+        ["app:1", "app:2"]
+    );
+    assert_eq!(sorted(client.call(&["KEYS", "*:1"]).await), ["app:1"]);
+    assert_eq!(client.call(&["DBSIZE"]).await, Frame::Integer(2));
+    let mut scanned = Vec::new();
+    let mut cursor = "0".to_owned();
+    loop {
+        let Frame::Array(mut reply) = client.call(&["SCAN", &cursor, "COUNT", "1"]).await else {
+            panic!("SCAN's reply is an array")
+        };
+        scanned.extend(sorted(reply.pop().unwrap()));
+        cursor = text(&reply.pop().unwrap());
+        if cursor == "0" {
+            break;
+        }
+    }
+    scanned.sort();
+    assert_eq!(scanned, ["app:1", "app:2"]);
+    let random = text(&client.call(&["RANDOMKEY"]).await);
+    assert!(random.starts_with("app:"), "{random}");
+
+    // Inside a transaction it cannot be served key by key: refused, and EXEC fails.
+    client.call(&["MULTI"]).await;
+    assert!(is_error(&client.call(&["FLUSHDB"]).await));
+    assert!(is_error(&client.call(&["EXEC"]).await));
+
+    assert_eq!(client.call(&["FLUSHDB"]).await, simple("OK"));
+    assert_eq!(client.call(&["DBSIZE"]).await, Frame::Integer(0));
+    assert_eq!(client.call(&["RANDOMKEY"]).await, Frame::Null);
+    assert!(redis.inline("DBSIZE").contains(":2"), "other keys are kept");
+    assert!(redis.inline("EXISTS other:1 other:2").contains(":2"));
+}

@@ -107,6 +107,23 @@ impl Admission {
         decisions
     }
 
+    /// The `keys` the caller may `access` (a command such as `EXISTS` or `UNLINK` applied to each
+    /// alone) under the current policy, in their order. Not counted or logged as admissions: this
+    /// is the daemon asking on the caller's behalf, for a whole-keyspace command already admitted.
+    pub fn touchable<K: AsRef<[u8]>>(&self, caller: &Caller, access: &str, keys: Vec<K>) -> Vec<K> {
+        let argvs: Vec<[&[u8]; 2]> = keys
+            .iter()
+            .map(|key| [access.as_bytes(), key.as_ref()])
+            .collect();
+        let argvs: Vec<&[&[u8]]> = argvs.iter().map(|argv| &argv[..]).collect();
+        let decisions = self.inner.current.load().admit_all(caller, &argvs);
+        keys.into_iter()
+            .zip(decisions)
+            .filter(|(_, decision)| matches!(decision, Decision::Admitted { .. }))
+            .map(|(key, _)| key)
+            .collect()
+    }
+
     fn record<A: AsRef<[u8]>>(
         &self,
         log: &DecisionLog,

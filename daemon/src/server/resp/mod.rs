@@ -4,6 +4,7 @@
 mod amend;
 mod clients;
 mod deadline;
+mod keyspace;
 mod local;
 mod monitor;
 mod pending;

@@ -27,6 +27,7 @@ use tollgate_resp::{Command, Frame, ProtocolError};
 
 use super::amend::Amend;
 use super::clients::{Client, KillFilter, ListFilter, Registration};
+use super::keyspace::{self, Whole};
 use super::local::{self, Local, Protocol, ReplyMode, Voice};
 use super::local::{wrong_arity, Arity};
 use super::monitor::Watch;
@@ -86,6 +87,8 @@ enum InPlace {
     Hello(local::Hello),
     /// `MONITOR`: from now on, the commands of the sessions this one may see are streamed to it.
     Monitor,
+    /// A whole-keyspace command, run key by key over SCAN (see `keyspace.rs`).
+    Keyspace(Whole, Vec<Bytes>),
     Reset,
 }
 
@@ -509,6 +512,9 @@ impl Session {
             Decision::Admitted {
                 lane, descriptor, ..
             } => {
+                if let Some(whole) = Whole::of(&descriptor.name) {
+                    return self.whole_keyspace(whole, command);
+                }
                 let amend = Amend::of(&descriptor.name, command.word(1));
                 self.me.client.update(|state| state.ran(descriptor));
                 self.front.monitors.ran(&self.me.client, &command);
@@ -572,6 +578,19 @@ impl Session {
             return Step::InPlace(InPlace::Transaction(command));
         }
         sending(lane, command).amended(amend)
+    }
+
+    /// A whole-keyspace command runs key by key, which a transaction cannot hold: inside one it is
+    /// refused (and EXEC fails), never sent raw.
+    fn whole_keyspace(&mut self, whole: Whole, command: Command) -> Step {
+        if let Some(transaction) = self.transaction.as_mut() {
+            transaction.poisoned |= transaction.in_multi;
+            return Step::Reply(replies::error(format!(
+                "ERR tollgate: {} cannot run inside a transaction: it is served key by key, over the keys this client may touch",
+                String::from_utf8_lossy(command.name()).to_uppercase()
+            )));
+        }
+        Step::InPlace(InPlace::Keyspace(whole, command.shared_argv()))
     }
 
     /// Inside MULTI, a locally answered command is queued as Redis would queue it: `+QUEUED` now,
@@ -822,6 +841,26 @@ impl Session {
             InPlace::Subscribe(kind, argv) => self.subscribe(kind, argv).await,
             InPlace::Unsubscribe(kind, argv) => self.unsubscribe(kind, argv),
             InPlace::Hello(hello) => replies::encode(&self.hello(hello)),
+            InPlace::Keyspace(whole, argv) => {
+                let channel = match &self.regular {
+                    Some(channel) => channel.clone(),
+                    None => match self
+                        .front
+                        .lanes
+                        .multiplexed_speaking(Lane::Regular, self.protocol)
+                    {
+                        Ok(channel) => channel,
+                        Err(error) => return replies::lane_failed(&error),
+                    },
+                };
+                let scope = keyspace::Scope {
+                    caller: &self.caller,
+                    admission: &self.front.admission,
+                    channel: &channel,
+                    protocol: self.protocol,
+                };
+                keyspace::serve(whole, &argv, scope).await
+            }
             InPlace::Monitor => {
                 self.monitor = Some(self.front.monitors.watch());
                 replies::ok()
