@@ -1,6 +1,7 @@
 //! `tollgate.yaml`: the daemon's configuration, with defaults for everything, unknown keys rejected,
 //! and errors that name the file, line, column and key.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -90,11 +91,26 @@ pub struct RespConfig {
     pub max_pipeline: usize,
     /// Pub/sub messages buffered for one subscriber before it is disconnected as too slow.
     pub subscriber_buffer: usize,
-    /// How long a command on the BLOCKING or ADMIN lane may go unanswered before its connection
-    /// is closed and the client gets `-IOERR … (command may have run)`. Commands that say how long
-    /// they take (blocking commands, `WAIT`, `DEBUG SLEEP`) get that plus 2 s instead.
+    /// How long Redis may take to answer a command, on any lane, before its connection is closed
+    /// (and replaced) and the client gets `-IOERR … (command may have run)`. Commands that say how
+    /// long they take (blocking commands, `WAIT`, `DEBUG SLEEP`) get that plus 2 s instead.
     #[serde(with = "humantime_serde")]
     pub command_timeout: Duration,
+    /// Deadlines of commands known to run longer than `command_timeout`, by name (`SAVE`) or name
+    /// and subcommand (`DEBUG RELOAD`), over the built-in ones (`server::resp::deadline`).
+    #[serde(deserialize_with = "durations")]
+    pub command_deadlines: BTreeMap<String, Duration>,
+}
+
+/// A map of names to human-readable durations (`5m`).
+fn durations<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<BTreeMap<String, Duration>, D::Error> {
+    let written = BTreeMap::<String, humantime_serde::Serde<Duration>>::deserialize(deserializer)?;
+    Ok(written
+        .into_iter()
+        .map(|(name, deadline)| (name, deadline.into_inner()))
+        .collect())
 }
 
 impl Default for RespConfig {
@@ -106,6 +122,7 @@ impl Default for RespConfig {
             max_pipeline: 1024,
             subscriber_buffer: 1024,
             command_timeout: Duration::from_secs(10),
+            command_deadlines: BTreeMap::new(),
         }
     }
 }
@@ -359,6 +376,17 @@ impl Config {
         if self.resp.command_timeout.is_zero() {
             return Err((
                 "resp.command_timeout".to_owned(),
+                "must be longer than zero".to_owned(),
+            ));
+        }
+        if let Some((name, _)) = self
+            .resp
+            .command_deadlines
+            .iter()
+            .find(|(_, deadline)| deadline.is_zero())
+        {
+            return Err((
+                format!("resp.command_deadlines.{name}"),
                 "must be longer than zero".to_owned(),
             ));
         }

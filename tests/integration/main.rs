@@ -2,6 +2,7 @@
 //! on temporary sockets, and the real `tollgate` binary. One test binary keeps links fast.
 
 mod embedded_supervision;
+mod faults;
 mod foundation;
 mod front_door;
 mod front_door_faults;
@@ -12,6 +13,7 @@ mod lanes_ceiling;
 mod lanes_daemon;
 mod lanes_lifecycle;
 mod lanes_privilege;
+mod lanes_share;
 mod lanes_pubsub;
 mod lanes_sentinel;
 mod lease;

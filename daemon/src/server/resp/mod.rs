@@ -31,6 +31,7 @@ pub struct FrontDoor {
     /// How many connections this listener holds (`limits:`).
     connections: ConnectionLimits,
     config: RespConfig,
+    deadlines: deadline::Deadlines,
     limits: Limits,
     next_client_id: AtomicU64,
 }
@@ -49,6 +50,7 @@ impl FrontDoor {
             lanes,
             connections,
             limits: config.limits(),
+            deadlines: deadline::Deadlines::new(config.command_timeout, &config.command_deadlines),
             config,
             next_client_id: AtomicU64::new(1),
         }

@@ -28,7 +28,7 @@ use tollgate_resp::{Command, Frame, ProtocolError};
 use super::local::{self, Local, Protocol, ReplyMode, Voice};
 use super::pending::{Class, InOrder, Pending};
 use super::subscriptions::{self, Subscriptions};
-use super::{deadline, replies, FrontDoor};
+use super::{replies, FrontDoor};
 use crate::server::identity::Refused;
 use crate::server::limits::TooMany;
 use crate::server::peer::peer_credentials;
@@ -50,8 +50,8 @@ const REFUSED_WAIT: Duration = Duration::from_secs(5);
 enum Step {
     /// A reply the daemon writes itself.
     Reply(Bytes),
-    /// Send these encoded bytes on a multiplexed lane (REGULAR, SCRIPT).
-    Multiplexed(Lane, Bytes),
+    /// Send these encoded bytes on a multiplexed lane (REGULAR, SCRIPT), with this deadline.
+    Multiplexed(Lane, Bytes, Option<Duration>),
     /// Borrow a BLOCKING or ADMIN connection for this one command.
     Exclusive(Lane, Command),
     /// Awaited in place once everything before it has been answered: it changes the session.
@@ -305,12 +305,12 @@ impl Session {
                     voice,
                 ),
                 Step::Close(reply) => return Ok(Some(voice.say(reply))),
-                Step::Multiplexed(lane, encoded) => {
+                Step::Multiplexed(lane, encoded, deadline) => {
                     if self.needs_barrier(Class::Multiplexed(lane)) {
-                        self.parked = Some((Step::Multiplexed(lane, encoded), voice));
+                        self.parked = Some((Step::Multiplexed(lane, encoded, deadline), voice));
                         return Ok(None);
                     }
-                    let future = self.send_multiplexed(lane, encoded);
+                    let future = self.send_multiplexed(lane, encoded, deadline);
                     self.push(Class::Multiplexed(lane), future, voice);
                 }
                 Step::Exclusive(lane, command) => {
@@ -470,11 +470,15 @@ impl Session {
         if self.transaction.is_some() || lane == Lane::Transaction {
             return Step::InPlace(InPlace::Transaction(command));
         }
+        let multiplexed = |lane| {
+            let deadline = self.front.deadlines.of_command(&command);
+            Step::Multiplexed(lane, command.encoded(), deadline)
+        };
         match lane {
-            Lane::Regular | Lane::Script => Step::Multiplexed(lane, command.encoded()),
+            Lane::Regular | Lane::Script => multiplexed(lane),
             Lane::Blocking | Lane::Admin => Step::Exclusive(lane, command),
             // PUBLISH and the PUBSUB introspection commands are ordinary requests.
-            Lane::Pubsub | Lane::Transaction => Step::Multiplexed(Lane::Regular, command.encoded()),
+            Lane::Pubsub | Lane::Transaction => multiplexed(Lane::Regular),
         }
     }
 
@@ -609,7 +613,7 @@ impl Session {
         Ok(())
     }
 
-    fn send_multiplexed(&mut self, lane: Lane, encoded: Bytes) -> Pending {
+    fn send_multiplexed(&mut self, lane: Lane, encoded: Bytes, deadline: Option<Duration>) -> Pending {
         // Between commands, follow the lane's choice of connection (it packs work on few); with
         // commands in flight, stay, so that their replies keep their order.
         let between_commands = self.in_flight_count(Class::Multiplexed(lane)) == 0;
@@ -629,24 +633,21 @@ impl Session {
             },
         }
         let channel = slot.as_ref().expect("channel opened above");
-        Pending::Multiplexed(lane, channel.send(encoded))
+        Pending::Multiplexed(lane, channel.send_within(encoded, deadline))
     }
 
     fn send_exclusive(&mut self, lane: Lane, command: Command) -> Pending {
         let lanes = self.front.lanes.clone();
         let protocol = self.protocol;
-        let command_timeout = self.front.config.command_timeout;
+        let deadline = self.front.deadlines.of_command(&command);
+        let principal = self.caller.principal.clone();
         Pending::Exclusive(Box::pin(async move {
-            let mut conn = match lanes.borrow_speaking(lane, protocol).await {
+            let mut conn = match lanes.borrow_for(lane, protocol, &principal).await {
                 Ok(conn) => conn,
                 Err(error) => return replies::lane_failed(&error),
             };
             let encoded = command.encoded();
-            let outcome = match deadline::of(&command.argv(), command_timeout) {
-                Some(deadline) => conn.send_with_timeout(encoded, deadline).await,
-                None => conn.send(encoded).await,
-            };
-            let reply = match outcome {
+            let reply = match conn.send_within(encoded, deadline).await {
                 Ok(reply) => reply.into_bytes(),
                 Err(error) => replies::call_failed(&error),
             };
@@ -683,7 +684,7 @@ impl Session {
                 b"WATCH" | b"MULTI" => match self
                     .front
                     .lanes
-                    .borrow_speaking(Lane::Transaction, self.protocol)
+                    .borrow_for(Lane::Transaction, self.protocol, &self.caller.principal)
                     .await
                 {
                     Ok(conn) => {
@@ -714,7 +715,8 @@ impl Session {
                 .await;
             replies::error("EXECABORT Transaction discarded because of previous errors.".to_owned())
         } else {
-            match transaction.conn.send(command.encoded()).await {
+            let deadline = self.front.deadlines.of_command(&command);
+            match transaction.conn.send_within(command.encoded(), deadline).await {
                 Ok(reply) => {
                     if name.as_slice() == b"MULTI" && !reply.is_error() {
                         transaction.in_multi = true;
