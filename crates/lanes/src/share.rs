@@ -86,9 +86,9 @@ impl Drop for Share {
 mod tests {
     use super::*;
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn a_principal_gets_its_share_and_no_more_while_others_get_theirs() {
-        let shares = Shares::new(2, Duration::from_secs(1));
+        let shares = Shares::new(2, Duration::from_millis(50));
         let first = shares.enter("a", Instant::now()).await.unwrap();
         let _second = shares.enter("a", Instant::now()).await.unwrap();
         assert!(shares.enter("a", Instant::now()).await.is_err());
@@ -97,9 +97,9 @@ mod tests {
         let _third = shares.enter("a", Instant::now()).await.unwrap();
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn a_principal_with_nothing_held_leaves_nothing_behind() {
-        let shares = Shares::new(1, Duration::from_secs(1));
+        let shares = Shares::new(1, Duration::from_millis(50));
         let held = shares.enter("a", Instant::now()).await.unwrap();
         assert!(shares.enter("a", Instant::now()).await.is_err());
         assert_eq!(shares.held.lock().len(), 1);
