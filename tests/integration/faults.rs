@@ -237,28 +237,36 @@ async fn write_load(
                 connection.send(&["SET", &key, "v"]).await;
                 let reply = connection.read_within(PATIENCE).await;
                 let took = sent.elapsed();
-                let mut load = load.lock().unwrap();
-                load.longest = load.longest.max(took);
-                match reply {
-                    Err(()) => panic!("SET {key}: no reply within {PATIENCE:?}"),
-                    Ok(None) => panic!("SET {key}: the daemon closed the connection"),
-                    Ok(Some(Frame::Simple(ok))) if &ok[..] == b"OK" => load.acknowledged.push(key),
-                    Ok(Some(reply)) => {
-                        load.longest_error = load.longest_error.max(took);
-                        match typed_error(&reply) {
-                            Some(code) => {
-                                *load.errors.entry(code).or_default() += 1;
-                                // Durations in backoff texts vary; the cause is what counts.
-                                let cause = text(&reply);
-                                let cause = cause.split(" (next attempt in").next().unwrap_or_default();
-                                load.causes.insert(cause.to_owned());
-                            }
-                            None => load.untyped.push(format!("{reply:?}")),
+                let failed = {
+                    let mut load = load.lock().unwrap();
+                    load.longest = load.longest.max(took);
+                    match reply {
+                        Err(()) => panic!("SET {key}: no reply within {PATIENCE:?}"),
+                        Ok(None) => panic!("SET {key}: the daemon closed the connection"),
+                        Ok(Some(Frame::Simple(ok))) if &ok[..] == b"OK" => {
+                            load.acknowledged.push(key);
+                            false
                         }
-                        drop(load);
-                        // As a client backs off after an error.
-                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        Ok(Some(reply)) => {
+                            load.longest_error = load.longest_error.max(took);
+                            match typed_error(&reply) {
+                                Some(code) => {
+                                    *load.errors.entry(code).or_default() += 1;
+                                    // Durations in backoff texts vary; the cause is what counts.
+                                    let cause = text(&reply);
+                                    let cause =
+                                        cause.split(" (next attempt in").next().unwrap_or_default();
+                                    load.causes.insert(cause.to_owned());
+                                }
+                                None => load.untyped.push(format!("{reply:?}")),
+                            }
+                            true
+                        }
                     }
+                };
+                if failed {
+                    // As a client backs off after an error.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
                 }
             }
         }));
@@ -326,10 +334,7 @@ async fn a_write_load_across_a_stopped_redis_gets_typed_errors_and_loses_no_ackn
     report(
         "SIGSTOP 4 s",
         &load,
-        &format!(
-            "acknowledged {} present {present}",
-            load.acknowledged.len()
-        ),
+        &format!("acknowledged {} present {present}", load.acknowledged.len()),
     );
     assert!(load.untyped.is_empty(), "{:?}", load.untyped);
     // Stopped for four deadlines: SETs failed (rather than waiting out the pause), each as
@@ -339,12 +344,12 @@ async fn a_write_load_across_a_stopped_redis_gets_typed_errors_and_loses_no_ackn
         "{:?}",
         load.errors
     );
-    assert!(load.causes.iter().all(|cause| bounded(cause)), "{:?}", load.causes);
-    assert_eq!(
-        present,
-        load.acknowledged.len(),
-        "acknowledged writes lost"
+    assert!(
+        load.causes.iter().all(|cause| bounded(cause)),
+        "{:?}",
+        load.causes
     );
+    assert_eq!(present, load.acknowledged.len(), "acknowledged writes lost");
     daemon.stop().await;
 }
 

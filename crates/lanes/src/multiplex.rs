@@ -405,7 +405,16 @@ async fn pipeline(
     let unanswered = Unanswered::default();
     let (unsent, ()) = tokio::join!(
         write_loop(lane, writer, first, queue, in_flight, &unanswered, &lost),
-        read_loop(lane, slot, reader, read, owed, &unanswered, &lost, generation),
+        read_loop(
+            lane,
+            slot,
+            reader,
+            read,
+            owed,
+            &unanswered,
+            &lost,
+            generation
+        ),
     );
     slot.owed_since.store(0, Ordering::Relaxed);
     if lost.is_cancelled() {

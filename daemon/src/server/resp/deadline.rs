@@ -73,8 +73,7 @@ impl Deadlines {
 
     /// The configured deadline of `name sub`, else of `name`, else the command timeout.
     fn per_command(&self, name: &[u8], sub: Option<&[u8]>) -> Duration {
-        self.configured(name, sub)
-            .unwrap_or(self.command_timeout)
+        self.configured(name, sub).unwrap_or(self.command_timeout)
     }
 
     fn configured(&self, name: &[u8], sub: Option<&[u8]>) -> Option<Duration> {

@@ -613,7 +613,12 @@ impl Session {
         Ok(())
     }
 
-    fn send_multiplexed(&mut self, lane: Lane, encoded: Bytes, deadline: Option<Duration>) -> Pending {
+    fn send_multiplexed(
+        &mut self,
+        lane: Lane,
+        encoded: Bytes,
+        deadline: Option<Duration>,
+    ) -> Pending {
         // Between commands, follow the lane's choice of connection (it packs work on few); with
         // commands in flight, stay, so that their replies keep their order.
         let between_commands = self.in_flight_count(Class::Multiplexed(lane)) == 0;
@@ -716,7 +721,11 @@ impl Session {
             replies::error("EXECABORT Transaction discarded because of previous errors.".to_owned())
         } else {
             let deadline = self.front.deadlines.of_command(&command);
-            match transaction.conn.send_within(command.encoded(), deadline).await {
+            match transaction
+                .conn
+                .send_within(command.encoded(), deadline)
+                .await
+            {
                 Ok(reply) => {
                     if name.as_slice() == b"MULTI" && !reply.is_error() {
                         transaction.in_multi = true;
