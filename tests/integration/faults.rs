@@ -162,7 +162,9 @@ async fn a_stopped_redis_gives_every_lane_a_typed_error_within_its_deadline_and_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn other_clients_reads_are_answered_while_a_paused_write_holds_its_connection() {
     let redis = RedisServer::start();
-    let daemon = daemon_for(&redis).await;
+    let policy = policy_file(redis.dir());
+    // The default command timeout (10 s): longer than the pause, so the write waits it out.
+    let daemon = TestDaemon::start_with(&redis, |config| config.policy.files = vec![policy]).await;
     let mut writer = RawClient::connect(&daemon.resp_socket()).await;
     assert_eq!(text(&writer.call(&["SET", "k", "before"]).await), "OK");
 
