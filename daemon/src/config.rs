@@ -466,6 +466,7 @@ fn tidy_message(message: &str, key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tollgate_lanes::Lane;
 
     fn parse(text: &str) -> Result<Config, String> {
         Config::parse(Path::new("tollgate.yaml"), text).map_err(|e| e.to_string())
@@ -500,6 +501,36 @@ mod tests {
         let error = parse("lanes:\n  admin:\n    connections: 0\n").unwrap_err();
         assert!(
             error.contains("lanes.admin.connections must be at least 1"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn command_deadlines_and_lane_shares_are_read_and_checked() {
+        let config = parse(
+            "resp:\n  command_deadlines:\n    EVAL: 30s\n    DEBUG RELOAD: 10m\nlanes:\n  blocking:\n    per_principal: 5\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.resp.command_deadlines,
+            BTreeMap::from([
+                ("DEBUG RELOAD".to_owned(), Duration::from_secs(600)),
+                ("EVAL".to_owned(), Duration::from_secs(30)),
+            ])
+        );
+        assert_eq!(config.lanes.settings(Lane::Blocking).per_principal, 5);
+        // Three quarters of each lane's connections by default, never every one of a shared lane.
+        let defaults = Config::default();
+        assert_eq!(defaults.lanes.settings(Lane::Blocking).per_principal, 24);
+        assert_eq!(defaults.lanes.settings(Lane::Admin).per_principal, 1);
+        let error = parse("resp:\n  command_deadlines:\n    SAVE: 0s\n").unwrap_err();
+        assert!(
+            error.contains("key `resp.command_deadlines.SAVE`"),
+            "{error}"
+        );
+        let error = parse("lanes:\n  admin:\n    per_principal: 0\n").unwrap_err();
+        assert!(
+            error.contains("lanes.admin.per_principal must be at least 1"),
             "{error}"
         );
     }
