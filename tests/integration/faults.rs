@@ -400,3 +400,66 @@ async fn a_write_load_across_a_killed_embedded_redis_gets_typed_errors_and_recov
     assert!(load.untyped.is_empty(), "{:?}", load.untyped);
     daemon.stop().await;
 }
+
+/// A script that never ends holds its SCRIPT connection; with Redis answering others `BUSY` past
+/// its busy threshold, another client's script gets that `BUSY`, and `SCRIPT KILL` reaches Redis on
+/// another connection and stops it (issue 16), rather than waiting behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runaway_script_can_be_killed_and_other_scripts_get_redis_busy_meanwhile() {
+    let redis = RedisServer::builder()
+        .arg("--busy-reply-threshold")
+        .arg("200")
+        .start();
+    let policy = redis.dir().join("scripts.yaml");
+    std::fs::write(
+        &policy,
+        r#"
+principals:
+  local: { any: true }
+rules:
+  - id: scripts
+    commands: [EVAL, SCRIPT KILL, "@connection"]
+    scripts: unconstrained
+    allow: the runaway script test
+"#,
+    )
+    .expect("write the test policy");
+    let daemon = TestDaemon::start_with(&redis, |config| config.policy.files = vec![policy]).await;
+    let mut runaway = RawClient::connect(&daemon.resp_socket()).await;
+    assert_eq!(
+        runaway.call(&["EVAL", "return 1", "0"]).await,
+        Frame::Integer(1)
+    );
+    runaway.send(&["EVAL", "while true do end", "0"]).await;
+    // Past the busy threshold, and past the time after which the lane sends work elsewhere.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let mut other = RawClient::connect(&daemon.resp_socket()).await;
+    let until = Instant::now() + PATIENCE;
+    let busy = loop {
+        let reply = other.call(&["EVAL", "return 2", "0"]).await;
+        // The replacement connection may still be opening (its handshake waits for Redis too).
+        if !text(&reply).starts_with("UNAVAILABLE") {
+            break reply;
+        }
+        assert!(Instant::now() < until, "{reply:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        matches!(&busy, Frame::Error(e) if e.starts_with(b"BUSY Redis is busy running a script")),
+        "{busy:?}"
+    );
+    let mut killer = RawClient::connect(&daemon.resp_socket()).await;
+    assert_eq!(text(&killer.call(&["SCRIPT", "KILL"]).await), "OK");
+    let killed = runaway
+        .read_within(PATIENCE)
+        .await
+        .expect("the runaway script's reply")
+        .expect("its connection stays open");
+    assert!(text(&killed).contains("killed by user"), "{killed:?}");
+    assert_eq!(
+        runaway.call(&["EVAL", "return 3", "0"]).await,
+        Frame::Integer(3)
+    );
+    daemon.stop().await;
+}
