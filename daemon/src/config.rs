@@ -1,6 +1,7 @@
 //! `tollgate.yaml`: the daemon's configuration, with defaults for everything, unknown keys rejected,
 //! and errors that name the file, line, column and key.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -90,11 +91,26 @@ pub struct RespConfig {
     pub max_pipeline: usize,
     /// Pub/sub messages buffered for one subscriber before it is disconnected as too slow.
     pub subscriber_buffer: usize,
-    /// How long a command on the BLOCKING or ADMIN lane may go unanswered before its connection
-    /// is closed and the client gets `-IOERR … (command may have run)`. Commands that say how long
-    /// they take (blocking commands, `WAIT`, `DEBUG SLEEP`) get that plus 2 s instead.
+    /// How long Redis may take to answer a command, on any lane, before its connection is closed
+    /// (and replaced) and the client gets `-IOERR … (command may have run)`. Commands that say how
+    /// long they take (blocking commands, `WAIT`, `DEBUG SLEEP`) get that plus 2 s instead.
     #[serde(with = "humantime_serde")]
     pub command_timeout: Duration,
+    /// Deadlines of commands known to run longer than `command_timeout`, by name (`SAVE`) or name
+    /// and subcommand (`DEBUG RELOAD`), over the built-in ones (`server::resp::deadline`).
+    #[serde(deserialize_with = "durations")]
+    pub command_deadlines: BTreeMap<String, Duration>,
+}
+
+/// A map of names to human-readable durations (`5m`).
+fn durations<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<BTreeMap<String, Duration>, D::Error> {
+    let written = BTreeMap::<String, humantime_serde::Serde<Duration>>::deserialize(deserializer)?;
+    Ok(written
+        .into_iter()
+        .map(|(name, deadline)| (name, deadline.into_inner()))
+        .collect())
 }
 
 impl Default for RespConfig {
@@ -106,6 +122,7 @@ impl Default for RespConfig {
             max_pipeline: 1024,
             subscriber_buffer: 1024,
             command_timeout: Duration::from_secs(10),
+            command_deadlines: BTreeMap::new(),
         }
     }
 }
@@ -362,6 +379,17 @@ impl Config {
                 "must be longer than zero".to_owned(),
             ));
         }
+        if let Some((name, _)) = self
+            .resp
+            .command_deadlines
+            .iter()
+            .find(|(_, deadline)| deadline.is_zero())
+        {
+            return Err((
+                format!("resp.command_deadlines.{name}"),
+                "must be longer than zero".to_owned(),
+            ));
+        }
         if self.limits.max_clients == 0 || self.limits.max_clients_per_uid == 0 {
             return Err((
                 "limits".to_owned(),
@@ -438,6 +466,7 @@ fn tidy_message(message: &str, key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tollgate_lanes::Lane;
 
     fn parse(text: &str) -> Result<Config, String> {
         Config::parse(Path::new("tollgate.yaml"), text).map_err(|e| e.to_string())
@@ -472,6 +501,36 @@ mod tests {
         let error = parse("lanes:\n  admin:\n    connections: 0\n").unwrap_err();
         assert!(
             error.contains("lanes.admin.connections must be at least 1"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn command_deadlines_and_lane_shares_are_read_and_checked() {
+        let config = parse(
+            "resp:\n  command_deadlines:\n    EVAL: 30s\n    DEBUG RELOAD: 10m\nlanes:\n  blocking:\n    per_principal: 5\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.resp.command_deadlines,
+            BTreeMap::from([
+                ("DEBUG RELOAD".to_owned(), Duration::from_secs(600)),
+                ("EVAL".to_owned(), Duration::from_secs(30)),
+            ])
+        );
+        assert_eq!(config.lanes.settings(Lane::Blocking).per_principal, 5);
+        // Three quarters of each lane's connections by default, never every one of a shared lane.
+        let defaults = Config::default();
+        assert_eq!(defaults.lanes.settings(Lane::Blocking).per_principal, 24);
+        assert_eq!(defaults.lanes.settings(Lane::Admin).per_principal, 1);
+        let error = parse("resp:\n  command_deadlines:\n    SAVE: 0s\n").unwrap_err();
+        assert!(
+            error.contains("key `resp.command_deadlines.SAVE`"),
+            "{error}"
+        );
+        let error = parse("lanes:\n  admin:\n    per_principal: 0\n").unwrap_err();
+        assert!(
+            error.contains("lanes.admin.per_principal must be at least 1"),
             "{error}"
         );
     }

@@ -114,6 +114,10 @@ impl Daemon {
             }
             None => (config.lanes.clone(), None),
         };
+        let lanes_config = tollgate_lanes::LanesConfig {
+            command_timeout: Some(config.resp.command_timeout),
+            ..lanes_config
+        };
         let (lanes, lease_lanes) = open_checked_lanes(
             &topology,
             &lanes_config,

@@ -25,7 +25,7 @@ static USERADD: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 pub(crate) struct OsUser {
     name: String,
-    uid: u32,
+    pub(crate) uid: u32,
     gid: u32,
 }
 

@@ -15,7 +15,10 @@ async fn a_connection_abandoned_mid_blocking_command_is_never_lent_again() {
     // Given up on by deadline.
     let mut conn = lanes.borrow(Lane::Blocking).await.unwrap();
     let outcome = conn
-        .send_with_timeout(cmd(&["BLPOP", "queue", "0"]), Duration::from_millis(100))
+        .send_within(
+            cmd(&["BLPOP", "queue", "0"]),
+            Some(Duration::from_millis(100)),
+        )
         .await;
     assert!(
         matches!(outcome, Err(CallError::Indeterminate { .. })),

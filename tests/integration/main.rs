@@ -2,6 +2,7 @@
 //! on temporary sockets, and the real `tollgate` binary. One test binary keeps links fast.
 
 mod embedded_supervision;
+mod faults;
 mod foundation;
 mod front_door;
 mod front_door_faults;
@@ -14,6 +15,7 @@ mod lanes_lifecycle;
 mod lanes_privilege;
 mod lanes_pubsub;
 mod lanes_sentinel;
+mod lanes_share;
 mod lease;
 mod lease_fenced;
 mod lease_http;

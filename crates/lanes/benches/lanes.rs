@@ -30,6 +30,8 @@ fn open_lanes(redis: &RedisServer, regular_connections: usize) -> Lanes {
     let mut config = LanesConfig::default();
     config.regular.connections = Some(regular_connections);
     config.regular.in_flight = Some(BATCH * 2);
+    // As the daemon runs them: every command with a deadline.
+    config.command_timeout = Some(std::time::Duration::from_secs(10));
     Lanes::open(
         &Topology::Standalone(Endpoint::Unix(redis.socket().to_owned())),
         &config,

@@ -25,6 +25,11 @@ pub struct LanesConfig {
     /// server it starts; the config file cannot set it.
     #[serde(skip)]
     pub server_uid: Option<u32>,
+    /// How long Redis may take to answer a command on any lane before its connection is closed
+    /// and the command fails as indeterminate (commands that say how long they take get their own
+    /// deadline from their caller). Set by the daemon from `resp.command_timeout`; `None`: no limit.
+    #[serde(skip)]
+    pub command_timeout: Option<Duration>,
 }
 
 /// `lanes.leases`: how the lease service reaches Redis. Its user is the only one that may touch the
@@ -68,6 +73,8 @@ pub struct LaneOverrides {
     pub acquire_timeout: Option<Duration>,
     /// How many borrowers may wait at once before new ones are refused at once.
     pub queue_length: Option<usize>,
+    /// Most connections of an exclusive lane lent to one principal at once.
+    pub per_principal: Option<usize>,
 }
 
 /// A lane's settings after defaults are applied.
@@ -80,6 +87,10 @@ pub struct LaneSettings {
     pub in_flight: usize,
     pub acquire_timeout: Duration,
     pub queue_length: usize,
+    /// Most connections one principal may borrow at once (exclusive lanes).
+    pub per_principal: usize,
+    /// See [`LanesConfig::command_timeout`].
+    pub command_timeout: Option<Duration>,
 }
 
 impl LanesConfig {
@@ -114,9 +125,13 @@ impl LanesConfig {
             user: written.user.clone(),
             password_file: written.password_file.clone(),
             connections: written.connections.unwrap_or(connections),
+            per_principal: written
+                .per_principal
+                .unwrap_or_else(|| default_share(written.connections.unwrap_or(connections))),
             in_flight: written.in_flight.unwrap_or(in_flight),
             acquire_timeout: written.acquire_timeout.unwrap_or(Duration::from_secs(2)),
             queue_length: written.queue_length.unwrap_or(1024),
+            command_timeout: self.command_timeout,
         }
     }
 
@@ -137,6 +152,7 @@ impl LanesConfig {
             admin: as_lease_user(&self.admin),
             leases: self.leases.clone(),
             server_uid: self.server_uid,
+            command_timeout: self.command_timeout,
         }
     }
 
@@ -150,9 +166,18 @@ impl LanesConfig {
             if settings.in_flight == 0 {
                 return Err(format!("lanes.{lane}.in_flight must be at least 1"));
             }
+            if settings.per_principal == 0 {
+                return Err(format!("lanes.{lane}.per_principal must be at least 1"));
+            }
         }
         Ok(())
     }
+}
+
+/// Three quarters of an exclusive lane's connections (at least one): no principal holds every
+/// connection of a lane that has more than one.
+fn default_share(connections: usize) -> usize {
+    (connections.saturating_mul(3) / 4).max(1)
 }
 
 /// DESIGN.md's table: (connections, commands in flight per lane).

@@ -13,13 +13,27 @@ pub enum Saturation {
     WaitExpired,
     /// The wait queue was already full, so it was refused at once.
     QueueFull,
+    /// The borrower's principal held its whole share of the lane for the whole acquire timeout.
+    PrincipalShare,
+}
+
+impl Saturation {
+    /// What the refusal adds to "lane … saturated" for the client.
+    fn detail(self) -> &'static str {
+        match self {
+            Saturation::WaitExpired | Saturation::QueueFull => "",
+            Saturation::PrincipalShare => {
+                ": this principal holds its whole share of the lane's connections"
+            }
+        }
+    }
 }
 
 /// Borrowing or opening a channel failed; nothing was sent to Redis.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum LaneError {
-    #[error("lane {} saturated", lane.shout())]
+    #[error("lane {} saturated{}", lane.shout(), cause.detail())]
     Saturated {
         lane: Lane,
         waited: Duration,
@@ -38,7 +52,7 @@ pub enum LaneError {
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum CallError {
-    #[error("lane {} saturated", lane.shout())]
+    #[error("lane {} saturated{}", lane.shout(), cause.detail())]
     Saturated {
         lane: Lane,
         waited: Duration,

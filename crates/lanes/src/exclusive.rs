@@ -13,12 +13,13 @@ use tollgate_model::{Lane, Protocol};
 use crate::config::LaneSettings;
 use crate::conn::Conn;
 use crate::connector::Connector;
-use crate::error::{CallError, LaneError};
+use crate::error::{CallError, LaneError, Saturation};
 use crate::gate::{Gate, Permit, Queue};
 use crate::hygiene::{Cleanup, Session};
 use crate::life::Life;
 use crate::metrics::{LaneMetrics, Rejection};
 use crate::reply::Reply;
+use crate::share::{Share, Shares};
 use crate::stream::Probe;
 
 pub(crate) struct ExclusiveLane {
@@ -28,6 +29,9 @@ pub(crate) struct ExclusiveLane {
     pub(crate) connector: Arc<Connector>,
     pub(crate) metrics: LaneMetrics,
     life: Arc<Life>,
+    /// The deadline of a command sent without one of its own; `None`: none.
+    command_timeout: Option<Duration>,
+    shares: Arc<Shares>,
 }
 
 /// A connection lent to one borrower. Send commands with [`Borrowed::send`]; give it back with
@@ -39,6 +43,7 @@ pub struct Borrowed {
     owes_reply: bool,
     lane: Arc<ExclusiveLane>,
     _permit: Permit,
+    _share: Option<Share>,
 }
 
 impl ExclusiveLane {
@@ -61,20 +66,37 @@ impl ExclusiveLane {
             connector,
             metrics,
             life,
+            command_timeout: settings.command_timeout,
+            shares: Shares::new(settings.per_principal, settings.acquire_timeout),
         }
     }
 
     /// A connection speaking `protocol`: an idle one (switched with `HELLO` if it spoke the other
-    /// protocol), or a new one.
+    /// protocol), or a new one; for `principal`, within its share of the lane (`None`: the
+    /// daemon's own work, not counted against any share).
     pub(crate) async fn borrow(
         self: &Arc<Self>,
         protocol: Protocol,
+        principal: Option<&str>,
     ) -> Result<Borrowed, LaneError> {
         if !self.life.is_open() {
             self.metrics.reject(Rejection::Closed);
             return Err(LaneError::Closed);
         }
-        let permit = self.gate.enter(Instant::now()).await?;
+        let since = Instant::now();
+        let share = match principal {
+            Some(principal) => Some(self.shares.enter(principal, since).await.map_err(|_| {
+                let cause = Saturation::PrincipalShare;
+                self.metrics.reject(Rejection::Saturated(cause));
+                LaneError::Saturated {
+                    lane: self.lane,
+                    waited: since.elapsed(),
+                    cause,
+                }
+            })?),
+            None => None,
+        };
+        let permit = self.gate.enter(since).await?;
         let idle = match self.take_idle() {
             Some(mut conn) if conn.protocol() != protocol => {
                 conn.switch(protocol).await.ok().map(|()| conn)
@@ -95,6 +117,7 @@ impl ExclusiveLane {
             owes_reply: false,
             lane: self.clone(),
             _permit: permit,
+            _share: share,
         })
     }
 
@@ -139,8 +162,34 @@ impl Borrowed {
         self.lane.lane
     }
 
-    /// Sends one encoded command and waits for its reply.
+    /// Sends one encoded command and waits for its reply, within the lane's command timeout.
     pub async fn send(&mut self, command: Bytes) -> Result<Reply, CallError> {
+        self.send_within(command, self.lane.command_timeout).await
+    }
+
+    /// [`Borrowed::send`] with the command's own deadline (`None`: none, for commands that may
+    /// block forever). Past it the connection is closed (Redis may still answer later, so it can
+    /// never be lent again) and the outcome is indeterminate.
+    pub async fn send_within(
+        &mut self,
+        command: Bytes,
+        deadline: Option<Duration>,
+    ) -> Result<Reply, CallError> {
+        let Some(deadline) = deadline else {
+            return self.send_unbounded(command).await;
+        };
+        match tokio::time::timeout(deadline, self.send_unbounded(command)).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                self.conn = None;
+                Err(CallError::Indeterminate {
+                    reason: format!("no reply within {deadline:?}; the connection was closed"),
+                })
+            }
+        }
+    }
+
+    async fn send_unbounded(&mut self, command: Bytes) -> Result<Reply, CallError> {
         if self.owes_reply {
             self.conn = None;
         }
@@ -171,25 +220,6 @@ impl Borrowed {
                 self.conn = None;
                 self.lane.connector.note_lost();
                 Err(CallError::Indeterminate { reason })
-            }
-        }
-    }
-
-    /// [`Borrowed::send`] with a deadline for commands that may block. Past it the connection is
-    /// closed (Redis may still answer later, so it can never be lent again) and the outcome is
-    /// indeterminate.
-    pub async fn send_with_timeout(
-        &mut self,
-        command: Bytes,
-        timeout: Duration,
-    ) -> Result<Reply, CallError> {
-        match tokio::time::timeout(timeout, self.send(command)).await {
-            Ok(outcome) => outcome,
-            Err(_) => {
-                self.conn = None;
-                Err(CallError::Indeterminate {
-                    reason: format!("no reply within {timeout:?}; the connection was closed"),
-                })
             }
         }
     }

@@ -231,6 +231,28 @@ impl Lanes {
         lane: Lane,
         protocol: Protocol,
     ) -> Result<Borrowed, LaneError> {
+        self.borrow_within_share(lane, protocol, None).await
+    }
+
+    /// [`Lanes::borrow_speaking`] for a client of `principal`, which may hold at most its share of
+    /// the lane's connections at once (`lanes.<lane>.per_principal`); past it the borrower waits
+    /// for one of its own to come back, up to the acquire timeout.
+    pub async fn borrow_for(
+        &self,
+        lane: Lane,
+        protocol: Protocol,
+        principal: &str,
+    ) -> Result<Borrowed, LaneError> {
+        self.borrow_within_share(lane, protocol, Some(principal))
+            .await
+    }
+
+    async fn borrow_within_share(
+        &self,
+        lane: Lane,
+        protocol: Protocol,
+        principal: Option<&str>,
+    ) -> Result<Borrowed, LaneError> {
         let pool = match lane {
             Lane::Blocking => &self.0.blocking,
             Lane::Transaction => &self.0.transaction,
@@ -242,7 +264,7 @@ impl Lanes {
                 })
             }
         };
-        pool.borrow(protocol).await
+        pool.borrow(protocol, principal).await
     }
 
     pub fn pubsub(&self) -> PubSub {

@@ -22,6 +22,7 @@ mod pubsub;
 mod quiet;
 mod reach;
 mod reply;
+mod share;
 mod status;
 mod stream;
 mod topology;

@@ -35,6 +35,7 @@ impl Rejection {
         match self {
             Rejection::Saturated(Saturation::WaitExpired) => "wait_expired",
             Rejection::Saturated(Saturation::QueueFull) => "queue_full",
+            Rejection::Saturated(Saturation::PrincipalShare) => "principal_share",
             Rejection::Unavailable => "unavailable",
             Rejection::Closed => "closed",
         }
@@ -150,6 +151,7 @@ impl Families {
             wait: self.wait.get_or_create(&label).clone(),
             wait_expired: rejection(Rejection::Saturated(Saturation::WaitExpired)),
             queue_full: rejection(Rejection::Saturated(Saturation::QueueFull)),
+            principal_share: rejection(Rejection::Saturated(Saturation::PrincipalShare)),
             unavailable: rejection(Rejection::Unavailable),
             closed_rejections: rejection(Rejection::Closed),
             reconnects: self.reconnects.get_or_create(&label).clone(),
@@ -170,6 +172,7 @@ pub(crate) struct LaneMetrics {
     pub(crate) wait: Histogram,
     wait_expired: Counter,
     queue_full: Counter,
+    principal_share: Counter,
     unavailable: Counter,
     closed_rejections: Counter,
     pub(crate) reconnects: Counter,
@@ -191,6 +194,7 @@ impl LaneMetrics {
         match cause {
             Rejection::Saturated(Saturation::WaitExpired) => &self.wait_expired,
             Rejection::Saturated(Saturation::QueueFull) => &self.queue_full,
+            Rejection::Saturated(Saturation::PrincipalShare) => &self.principal_share,
             Rejection::Unavailable => &self.unavailable,
             Rejection::Closed => &self.closed_rejections,
         }

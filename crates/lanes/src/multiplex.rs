@@ -5,12 +5,18 @@
 //! first connections with room. Commands in flight per lane are capped by the lane's gate; the number
 //! queued behind the cap is bounded too. Each protocol (RESP2, RESP3) has its own connections, opened
 //! when a client of that protocol first needs one; the lane's ceiling counts both.
+//!
+//! Every command carries a deadline (the lane's command timeout unless the caller gives its own). A
+//! connection whose oldest unanswered command has waited past its deadline is closed: everything
+//! written on it is indeterminate, and the next command opens a new one. New work is not packed on
+//! a connection whose oldest reply is overdue by [`STALLED_AFTER`] while another one answers.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures::task::AtomicWaker;
@@ -39,6 +45,10 @@ const MAX_BATCH: usize = 64 * 1024;
 /// clients on 2 cores, spreading them over REGULAR's 4 connections served 25-33% fewer requests
 /// per second than packing them on one.
 const SPILL_AT: usize = 128;
+/// How long a connection's oldest unanswered command may wait before new work is sent elsewhere:
+/// one write held up in Redis (a paused client, a busy script) holds up everything pipelined behind
+/// it. Far above any healthy reply time, so packing (and batching) is undisturbed in normal use.
+const STALLED_AFTER: Duration = Duration::from_millis(500);
 
 type ReplySender = oneshot::Sender<Result<Reply, CallError>>;
 
@@ -53,6 +63,10 @@ pub(crate) struct MultiplexedLane {
     pub(crate) connector: Arc<Connector>,
     pub(crate) metrics: LaneMetrics,
     life: Arc<Life>,
+    /// The deadline of a command sent without one of its own; `None`: none.
+    command_timeout: Option<Duration>,
+    /// The origin of the slots' [`Slot::owed_since`] clocks.
+    epoch: Instant,
 }
 
 /// One pooled connection as callers see it: the queue into its driver and its current load.
@@ -60,6 +74,18 @@ pub(crate) struct Slot {
     queue: mpsc::UnboundedSender<Request>,
     load: AtomicUsize,
     protocol: Protocol,
+    /// Since when (ms after the lane's epoch, plus one) the connection has owed its oldest
+    /// unanswered reply; 0 while it owes none.
+    owed_since: AtomicU64,
+}
+
+impl Slot {
+    /// Whether the connection's oldest reply has been owed longer than [`STALLED_AFTER`] at `now`
+    /// (ms after the lane's epoch).
+    fn stalled(&self, now: u64) -> bool {
+        let since = self.owed_since.load(Ordering::Relaxed);
+        since != 0 && now.saturating_sub(since) > STALLED_AFTER.as_millis() as u64
+    }
 }
 
 /// A handle on one pooled connection of a multiplexed lane; cheap to clone. A client session keeps one
@@ -74,6 +100,8 @@ struct Request {
     command: Bytes,
     reply: ReplySender,
     since: Instant,
+    /// How long Redis may take to answer it once it is the connection's oldest unanswered command.
+    deadline: Option<Duration>,
     ticket: Ticket,
 }
 
@@ -117,6 +145,7 @@ impl Drop for Ticket {
 /// A command written to Redis whose reply is owed.
 struct InFlight {
     reply: ReplySender,
+    deadline: Option<Duration>,
     permit: Permit,
     ticket: Ticket,
 }
@@ -129,6 +158,7 @@ impl InFlight {
             reply,
             permit,
             ticket,
+            ..
         } = self;
         drop((permit, ticket));
         let _ = reply.send(outcome);
@@ -185,12 +215,14 @@ impl MultiplexedLane {
             (0..connections)
                 .map(|_| {
                     let (queue, receiver) = mpsc::unbounded_channel();
-                    receivers.push((receiver, protocol));
-                    Arc::new(Slot {
+                    let slot = Arc::new(Slot {
                         queue,
                         load: AtomicUsize::new(0),
                         protocol,
-                    })
+                        owed_since: AtomicU64::new(0),
+                    });
+                    receivers.push((receiver, slot.clone()));
+                    slot
                 })
                 .collect()
         });
@@ -203,9 +235,11 @@ impl MultiplexedLane {
             connector,
             metrics,
             life,
+            command_timeout: settings.command_timeout,
+            epoch: Instant::now(),
         });
-        for (receiver, protocol) in receivers {
-            drivers.spawn(drive(this.clone(), receiver, protocol));
+        for (receiver, slot) in receivers {
+            drivers.spawn(drive(this.clone(), receiver, slot));
         }
         this
     }
@@ -219,16 +253,27 @@ impl MultiplexedLane {
     }
 
     /// The first connection of `protocol` with fewer than [`SPILL_AT`] commands outstanding, or,
-    /// when every one is that busy, the least loaded. Connections past the first open only when
-    /// work spills.
+    /// when every one is that busy, the least loaded; a stalled connection only when every one is
+    /// stalled. Connections past the first open only when work spills (or one stalls).
     fn pick(&self, protocol: Protocol) -> &Arc<Slot> {
         let slots = &self.slots[protocol.index()];
         let load = |slot: &&Arc<Slot>| slot.load.load(Ordering::Relaxed);
+        let now = std::cell::OnceCell::new();
+        let healthy = |slot: &&Arc<Slot>| {
+            slot.owed_since.load(Ordering::Relaxed) == 0
+                || !slot.stalled(*now.get_or_init(|| self.clock()))
+        };
         slots
             .iter()
-            .find(|slot| load(slot) < SPILL_AT)
+            .find(|slot| load(slot) < SPILL_AT && healthy(slot))
+            .or_else(|| slots.iter().filter(healthy).min_by_key(load))
             .or_else(|| slots.iter().min_by_key(load))
             .expect("a lane has at least one connection")
+    }
+
+    /// Now, for [`Slot::owed_since`]: ms after the lane's epoch, plus one (0 means "nothing owed").
+    fn clock(&self) -> u64 {
+        (self.epoch.elapsed().as_millis() as u64).saturating_add(1)
     }
 
     pub(crate) fn close_gate(&self) {
@@ -250,8 +295,16 @@ impl Channel {
         }
     }
 
-    /// Queues `command` (one encoded command) for writing now; the future resolves to its reply.
+    /// Queues `command` (one encoded command) for writing now, with the lane's command timeout; the
+    /// future resolves to its reply.
     pub fn send(&self, command: Bytes) -> SendFuture {
+        self.send_within(command, self.lane.command_timeout)
+    }
+
+    /// [`Channel::send`] with the command's own deadline (`None`: none), counted from when Redis
+    /// could start on it: when it is the oldest command its connection owes a reply to. Past it the
+    /// connection is closed and every command written on it fails as indeterminate.
+    pub fn send_within(&self, command: Bytes, deadline: Option<Duration>) -> SendFuture {
         let lane = &self.lane;
         if !lane.life.is_open() {
             lane.metrics.reject(Rejection::Closed);
@@ -272,6 +325,7 @@ impl Channel {
             command,
             reply,
             since: Instant::now(),
+            deadline,
             ticket,
         };
         match self.slot.queue.send(request) {
@@ -295,8 +349,9 @@ impl Request {
 async fn drive(
     lane: Arc<MultiplexedLane>,
     mut queue: mpsc::UnboundedReceiver<Request>,
-    protocol: Protocol,
+    slot: Arc<Slot>,
 ) {
+    let protocol = slot.protocol;
     let life = lane.life.clone();
     let mut next = None;
     loop {
@@ -313,7 +368,7 @@ async fn drive(
             },
         };
         match lane.connector.connect(protocol).await {
-            Ok(conn) => next = pipeline(&lane, conn, first, &mut queue).await,
+            Ok(conn) => next = pipeline(&lane, &slot, conn, first, &mut queue).await,
             Err(reason) => {
                 // Fail fast: everything queued now would meet the same outage.
                 let mut failed = Some(first);
@@ -337,6 +392,7 @@ async fn drive(
 /// connection was lost before it could be.
 async fn pipeline(
     lane: &MultiplexedLane,
+    slot: &Slot,
     conn: Conn,
     first: Request,
     queue: &mut mpsc::UnboundedReceiver<Request>,
@@ -349,8 +405,18 @@ async fn pipeline(
     let unanswered = Unanswered::default();
     let (unsent, ()) = tokio::join!(
         write_loop(lane, writer, first, queue, in_flight, &unanswered, &lost),
-        read_loop(lane, reader, read, owed, &unanswered, &lost, generation),
+        read_loop(
+            lane,
+            slot,
+            reader,
+            read,
+            owed,
+            &unanswered,
+            &lost,
+            generation
+        ),
     );
+    slot.owed_since.store(0, Ordering::Relaxed);
     if lost.is_cancelled() {
         lane.connector.note_lost();
     }
@@ -465,13 +531,16 @@ fn stage(
     // Registered before the bytes are written, so the reader always knows whose reply arrives.
     let _ = in_flight.send(InFlight {
         reply: request.reply,
+        deadline: request.deadline,
         permit,
         ticket: request.ticket,
     });
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn read_loop(
     lane: &MultiplexedLane,
+    slot: &Slot,
     mut reader: ReadHalf<Stream>,
     mut read: BytesMut,
     mut owed: mpsc::UnboundedReceiver<InFlight>,
@@ -485,9 +554,14 @@ async fn read_loop(
     let mut gone = Quiet::new(lost.cancelled());
     let mut killed = Quiet::new(lane.life.killed().cancelled());
     let mut moved = Quiet::new(lane.connector.moved(generation));
+    let mut overdue = Overdue::new();
     let failure = loop {
         match hand_out(&mut read, &mut replies, &mut current, &mut owed) {
-            Ok(answered) => unanswered.answered(answered),
+            Ok(0) => {}
+            Ok(answered) => {
+                unanswered.answered(answered);
+                overdue.head(lane, slot, current.as_ref());
+            }
             Err(error) => break format!("redis sent an unreadable reply: {error}"),
         }
         if read.capacity() - read.len() < 4096 {
@@ -498,8 +572,14 @@ async fn read_loop(
             _ = &mut gone => break "the connection failed".to_owned(),
             _ = &mut killed => break "lanes closed before the reply arrived".to_owned(),
             _ = &mut moved => break "the redis master moved to another server".to_owned(),
+            missed = overdue.passed(), if overdue.armed() => if let Some(deadline) = missed {
+                break format!("no reply within {deadline:?}; the connection was closed");
+            },
             waiting = owed.recv(), if current.is_none() => match waiting {
-                Some(waiting) => current = Some(waiting),
+                Some(waiting) => {
+                    current = Some(waiting);
+                    overdue.head(lane, slot, current.as_ref());
+                }
                 None => return,
             },
             n = reader.read_buf(&mut read) => match n {
@@ -554,6 +634,68 @@ fn hand_out(
         answered += 1;
     }
     Ok(answered)
+}
+
+/// The deadline of the command a connection owes its oldest reply to, counted from when it became
+/// the oldest (Redis answers in order: before then it could not have been answered). One timer per
+/// connection, moved only when a deadline earlier than the one it is set for appears, or when it
+/// fires early: replies move the head far more often than a deadline passes.
+struct Overdue {
+    timer: Pin<Box<tokio::time::Sleep>>,
+    /// When the timer is set to fire; `None` when it is not set.
+    set_for: Option<Instant>,
+    /// The current head's deadline: when, and how long it was given.
+    due: Option<(Instant, Duration)>,
+}
+
+impl Overdue {
+    fn new() -> Self {
+        Overdue {
+            timer: Box::pin(tokio::time::sleep_until(Instant::now())),
+            set_for: None,
+            due: None,
+        }
+    }
+
+    /// `head` is now the oldest command owed a reply (or none is).
+    fn head(&mut self, lane: &MultiplexedLane, slot: &Slot, head: Option<&InFlight>) {
+        let owed_since = match head {
+            Some(_) => lane.clock(),
+            None => 0,
+        };
+        slot.owed_since.store(owed_since, Ordering::Relaxed);
+        self.due = head
+            .and_then(|head| head.deadline)
+            .map(|deadline| (Instant::now() + deadline, deadline));
+        if let Some((at, _)) = self.due {
+            if self.set_for.is_none_or(|set_for| at < set_for) {
+                self.timer.as_mut().reset(at);
+                self.set_for = Some(at);
+            }
+        }
+    }
+
+    fn armed(&self) -> bool {
+        self.set_for.is_some()
+    }
+
+    /// Resolves when the timer fires: with the deadline the head missed, or `None` (the timer is
+    /// set again for the head's own deadline, or left unset when nothing has one).
+    async fn passed(&mut self) -> Option<Duration> {
+        (&mut self.timer).await;
+        match self.due {
+            Some((at, deadline)) if at <= Instant::now() => Some(deadline),
+            Some((at, _)) => {
+                self.timer.as_mut().reset(at);
+                self.set_for = Some(at);
+                None
+            }
+            None => {
+                self.set_for = None;
+                None
+            }
+        }
+    }
 }
 
 /// Whether `frame` is a RESP3 push (`>`), which answers no command. The front door refuses what

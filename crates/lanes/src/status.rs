@@ -52,6 +52,8 @@ pub struct LaneStatus {
 pub struct Rejections {
     pub wait_expired: u64,
     pub queue_full: u64,
+    /// Borrowers whose principal held its whole share of the lane (exclusive lanes).
+    pub principal_share: u64,
     pub unavailable: u64,
     pub closed: u64,
 }
@@ -82,6 +84,7 @@ impl LaneStatus {
             rejections: Rejections {
                 wait_expired: m.rejections(Rejection::Saturated(Saturation::WaitExpired)),
                 queue_full: m.rejections(Rejection::Saturated(Saturation::QueueFull)),
+                principal_share: m.rejections(Rejection::Saturated(Saturation::PrincipalShare)),
                 unavailable: m.rejections(Rejection::Unavailable),
                 closed: m.rejections(Rejection::Closed),
             },

@@ -89,6 +89,11 @@ impl RedisServer {
         self.spawn();
     }
 
+    /// The server's process id while it runs (to stop it with `SIGSTOP`, as a hung server would).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn is_running(&self) -> bool {
         self.child.is_some()
     }

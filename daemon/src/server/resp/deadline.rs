@@ -1,22 +1,122 @@
-//! How long a command may hold the BLOCKING or ADMIN connection it borrowed before the daemon
-//! gives up on its reply and closes the connection: the configured `resp.command_timeout`, or for
-//! commands known to take long (the blocking family, `WAIT`, `DEBUG SLEEP`) their own timeout
-//! plus a grace, or no limit for a timeout of zero ("block forever", as Redis means it).
+//! How long Redis may take to answer a command before the daemon gives up on its reply and closes
+//! the connection it was sent on: the configured `resp.command_timeout`; for commands that say how
+//! long they take (the blocking family, `WAIT`, `WAITAOF`, `DEBUG SLEEP`, `MIGRATE`) their own
+//! timeout plus a grace; for commands known to run long without saying so (`SAVE`, `FLUSHALL`, …)
+//! a per-command deadline (`resp.command_deadlines`, over the built-in ones); no limit for a
+//! timeout of zero ("block forever", as Redis means it).
 //!
 //! The timeout is the client's: any spelling (huge, negative, NaN, `inf`) is read without panicking.
 //! One that is no timeout Redis would accept is sent all the same, so that Redis answers it with
 //! its own error.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
+
+use tollgate_resp::Command;
 
 /// Extra time past the command's own timeout before the daemon gives up on the reply.
 pub const GRACE: Duration = Duration::from_secs(2);
 
-/// The deadline for `argv`'s reply; `None` when the command may block forever.
-pub fn of(argv: &[&[u8]], command_timeout: Duration) -> Option<Duration> {
-    let Some(name) = argv.first().map(|name| name.to_ascii_uppercase()) else {
-        return Some(command_timeout);
-    };
+/// Commands that run long without saying how long, and the deadline each gets unless
+/// `resp.command_deadlines` says otherwise: a synchronous save or flush of a large dataset takes
+/// minutes, and a cut while it runs would only leave the client guessing.
+pub const BUILT_IN: [(&str, Duration); 4] = [
+    ("SAVE", Duration::from_secs(300)),
+    ("FLUSHALL", Duration::from_secs(120)),
+    ("FLUSHDB", Duration::from_secs(120)),
+    ("DEBUG RELOAD", Duration::from_secs(300)),
+];
+
+/// The deadlines of the commands a session sends.
+#[derive(Debug, Clone)]
+pub struct Deadlines {
+    command_timeout: Duration,
+    /// Per command: `NAME` or `NAME SUBCOMMAND`, upper-case.
+    per_command: BTreeMap<Vec<u8>, Duration>,
+}
+
+impl Deadlines {
+    /// `configured` (names in any case) over [`BUILT_IN`].
+    pub fn new(command_timeout: Duration, configured: &BTreeMap<String, Duration>) -> Self {
+        let built_in = BUILT_IN.iter().map(|(name, deadline)| (*name, *deadline));
+        let configured = configured
+            .iter()
+            .map(|(name, deadline)| (name.as_str(), *deadline));
+        let per_command = built_in
+            .chain(configured)
+            .map(|(name, deadline)| (normalise(name), deadline))
+            .collect();
+        Deadlines {
+            command_timeout,
+            per_command,
+        }
+    }
+
+    /// The deadline for `argv`'s reply; `None` when the command may block forever.
+    pub fn of(&self, argv: &[&[u8]]) -> Option<Duration> {
+        let name = argv.first().copied().unwrap_or_default();
+        match own_timeout(argv, self.command_timeout) {
+            Some(own) => own,
+            None => Some(self.per_command(name, argv.get(1).copied())),
+        }
+    }
+
+    /// [`Deadlines::of`] `command`, whose words are only gathered for the few commands that say
+    /// how long they take: this is asked of every command sent.
+    pub fn of_command(&self, command: &Command) -> Option<Duration> {
+        if says_how_long(command.name()) {
+            self.of(&command.argv())
+        } else {
+            Some(self.per_command(command.name(), command.word(1)))
+        }
+    }
+
+    /// The configured deadline of `name sub`, else of `name`, else the command timeout.
+    fn per_command(&self, name: &[u8], sub: Option<&[u8]>) -> Duration {
+        self.configured(name, sub).unwrap_or(self.command_timeout)
+    }
+
+    fn configured(&self, name: &[u8], sub: Option<&[u8]>) -> Option<Duration> {
+        // Upper-cased on the stack: no allocation for a lookup.
+        let mut buffer = [0u8; 64];
+        let mut key = |words: &[&[u8]]| -> Option<Duration> {
+            let mut len = 0;
+            for (at, word) in words.iter().enumerate() {
+                let end = len + usize::from(at > 0) + word.len();
+                let slot = buffer.get_mut(len..end)?;
+                let (space, rest) = slot.split_at_mut(usize::from(at > 0));
+                space.fill(b' ');
+                rest.copy_from_slice(word);
+                rest.make_ascii_uppercase();
+                len = end;
+            }
+            self.per_command.get(&buffer[..len]).copied()
+        };
+        match sub {
+            Some(sub) => key(&[name, sub]).or_else(|| key(&[name])),
+            None => key(&[name]),
+        }
+    }
+}
+
+/// `DEBUG reload` and `debug  RELOAD` as the one key `DEBUG RELOAD`.
+fn normalise(name: &str) -> Vec<u8> {
+    name.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_ascii_uppercase()
+        .into_bytes()
+}
+
+/// The deadline of a command that says how long it may take (`Some(None)`: forever); `None` for
+/// every other command.
+fn own_timeout(argv: &[&[u8]], command_timeout: Duration) -> Option<Option<Duration>> {
+    let first = argv.first()?;
+    // Only the few names below are upper-cased (and allocated); every other command is done here.
+    if !says_how_long(first) {
+        return None;
+    }
+    let name = first.to_ascii_uppercase();
     let arg = |at: usize| argv.get(at).copied();
     let own = match name.as_slice() {
         // Timeout in seconds, last argument.
@@ -27,26 +127,52 @@ pub fn of(argv: &[&[u8]], command_timeout: Duration) -> Option<Duration> {
         b"BLMPOP" | b"BZMPOP" => arg(1).and_then(seconds),
         // Timeout in milliseconds, last argument.
         b"WAIT" | b"WAITAOF" => argv.last().and_then(|last| millis(last)),
+        // `MIGRATE host port key db timeout …`: milliseconds, the fifth argument, per I/O step;
+        // Redis waits that long at most for the target to take the keys.
+        b"MIGRATE" => arg(5).and_then(millis),
         // `BLOCK <ms>` option; without it the command does not block.
         b"XREAD" | b"XREADGROUP" => match block_option(argv) {
             Some(ms) => millis(ms),
-            None => return Some(command_timeout),
+            None => return Some(Some(command_timeout)),
         },
         // Sleeps as long as it is told: seconds, a float.
         b"DEBUG" if arg(1).is_some_and(|sub| sub.eq_ignore_ascii_case(b"SLEEP")) => {
             arg(2).and_then(seconds)
         }
-        _ => return Some(command_timeout),
+        // `DEBUG` without `SLEEP` goes by its subcommand (`resp.command_deadlines`).
+        _ => return None,
     };
-    match own {
+    Some(match own {
         Some(timeout) if timeout.is_zero() && blocks_forever(&name, argv) => None,
         // Saturating: no client-given timeout may overflow the addition.
         Some(timeout) => Some(timeout.saturating_add(GRACE)),
         // A timeout the daemon cannot read is refused by Redis at once, or is one Redis reads in a
         // spelling Rust does not (`0x10`): the ordinary deadline bounds both.
         None => Some(command_timeout),
-    }
+    })
 }
+
+fn says_how_long(name: &[u8]) -> bool {
+    LONG.iter().any(|long| name.eq_ignore_ascii_case(long))
+}
+
+/// The commands [`own_timeout`] reads a timeout from.
+const LONG: [&[u8]; 14] = [
+    b"BLPOP",
+    b"BRPOP",
+    b"BRPOPLPUSH",
+    b"BLMOVE",
+    b"BZPOPMIN",
+    b"BZPOPMAX",
+    b"BLMPOP",
+    b"BZMPOP",
+    b"WAIT",
+    b"WAITAOF",
+    b"MIGRATE",
+    b"XREAD",
+    b"XREADGROUP",
+    b"DEBUG",
+];
 
 /// A zero timeout means "forever" for the blocking family, but "do not block" for the rest.
 fn blocks_forever(name: &[u8], argv: &[&[u8]]) -> bool {
@@ -85,7 +211,7 @@ mod tests {
     const ORDINARY: Duration = Duration::from_secs(10);
 
     fn deadline(words: &str) -> Option<Duration> {
-        of(&argv(words), ORDINARY)
+        Deadlines::new(ORDINARY, &BTreeMap::new()).of(&argv(words))
     }
 
     #[test]
@@ -117,7 +243,7 @@ mod tests {
     fn every_other_command_gets_the_command_timeout() {
         for command in [
             "INFO",
-            "SAVE",
+            "SAVEX",
             "XREAD STREAMS s 0",
             "DEBUG OBJECT k",
             "BLPOP",
@@ -125,7 +251,38 @@ mod tests {
         ] {
             assert_eq!(deadline(command), Some(ORDINARY), "{command}");
         }
-        assert_eq!(of(&[], ORDINARY), Some(ORDINARY));
+        let deadlines = Deadlines::new(ORDINARY, &BTreeMap::new());
+        assert_eq!(deadlines.of(&[]), Some(ORDINARY));
+    }
+
+    #[test]
+    fn commands_known_to_run_long_get_their_own_deadline_which_the_config_can_change() {
+        assert_eq!(deadline("save"), Some(Duration::from_secs(300)));
+        assert_eq!(deadline("FLUSHALL SYNC"), Some(Duration::from_secs(120)));
+        assert_eq!(deadline("debug Reload"), Some(Duration::from_secs(300)));
+        assert_eq!(
+            deadline("MIGRATE host 6379 k 0 5000"),
+            Some(Duration::from_secs(5) + GRACE)
+        );
+        let configured = BTreeMap::from([
+            ("eval".to_owned(), Duration::from_secs(60)),
+            ("SAVE".to_owned(), Duration::from_secs(30)),
+            ("script  flush".to_owned(), Duration::from_secs(20)),
+        ]);
+        let deadlines = Deadlines::new(ORDINARY, &configured);
+        let of = |words: &str| deadlines.of(&argv(words));
+        assert_eq!(of("EVAL return 0"), Some(Duration::from_secs(60)));
+        assert_eq!(of("SAVE"), Some(Duration::from_secs(30)));
+        assert_eq!(of("SCRIPT FLUSH"), Some(Duration::from_secs(20)));
+        assert_eq!(of("SCRIPT EXISTS x"), Some(ORDINARY));
+        // Longer than any key the map holds: the ordinary deadline, no panic.
+        let long = format!("GET {}", "k".repeat(100));
+        assert_eq!(of(&long), Some(ORDINARY));
+        assert_eq!(of(&"K".repeat(100)), Some(ORDINARY));
+        // A command that says how long it takes goes by that, whatever the map says.
+        let configured = BTreeMap::from([("BLPOP".to_owned(), Duration::from_secs(1))]);
+        let deadlines = Deadlines::new(ORDINARY, &configured);
+        assert_eq!(deadlines.of(&argv("BLPOP q 0")), None);
     }
 
     #[test]

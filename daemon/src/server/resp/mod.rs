@@ -38,6 +38,7 @@ pub struct FrontDoor {
     /// How many connections this listener holds (`limits:`).
     connections: ConnectionLimits,
     config: RespConfig,
+    deadlines: deadline::Deadlines,
     limits: Limits,
     next_client_id: AtomicU64,
     /// The live sessions, as `CLIENT LIST` shows them.
@@ -63,6 +64,7 @@ impl FrontDoor {
             lanes,
             connections,
             limits: config.limits(),
+            deadlines: deadline::Deadlines::new(config.command_timeout, &config.command_deadlines),
             config,
             next_client_id: AtomicU64::new(1),
             clients: Arc::default(),

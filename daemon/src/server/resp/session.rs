@@ -34,7 +34,7 @@ use super::monitor::Watch;
 use super::pending::{Amended, Class, InOrder, Pending};
 use super::queued::QueuedLocally;
 use super::subscriptions::{self, Eviction, Subscriptions};
-use super::{deadline, replies, FrontDoor};
+use super::{replies, FrontDoor};
 use crate::server::identity::Refused;
 use crate::server::limits::TooMany;
 use crate::server::peer::peer_credentials;
@@ -56,8 +56,8 @@ const REFUSED_WAIT: Duration = Duration::from_secs(5);
 enum Step {
     /// A reply the daemon writes itself.
     Reply(Bytes),
-    /// Send these encoded bytes on a multiplexed lane (REGULAR, SCRIPT).
-    Multiplexed(Lane, Bytes),
+    /// Send these encoded bytes on a multiplexed lane (REGULAR, SCRIPT), with this deadline.
+    Multiplexed(Lane, Bytes, Option<Duration>),
     /// Borrow a BLOCKING or ADMIN connection for this one command.
     Exclusive(Lane, Command),
     /// Awaited in place once everything before it has been answered: it changes the session.
@@ -355,13 +355,15 @@ impl Session {
                     voice,
                 ),
                 Step::Close(reply) => return Ok(Some(voice.say(reply))),
-                Step::Multiplexed(lane, encoded) => {
+                Step::Multiplexed(lane, encoded, deadline) => {
                     if self.needs_barrier(Class::Multiplexed(lane)) {
-                        self.parked =
-                            Some((Step::Multiplexed(lane, encoded).amended(amend), voice));
+                        self.parked = Some((
+                            Step::Multiplexed(lane, encoded, deadline).amended(amend),
+                            voice,
+                        ));
                         return Ok(None);
                     }
-                    let future = self.send_multiplexed(lane, encoded);
+                    let future = self.send_multiplexed(lane, encoded, deadline);
                     let future = self.amend(future, amend);
                     self.push(Class::Multiplexed(lane), future, voice);
                 }
@@ -538,7 +540,9 @@ impl Session {
                     return self.queued(Local::ConfigGet, Step::Reply(fallback));
                 }
                 // Redis's own values, where its lane user may read them.
-                return sending(lane, command).amended(Some(Amend::ConfigGet { fallback }));
+                return self
+                    .sending(lane, command)
+                    .amended(Some(Amend::ConfigGet { fallback }));
             }
             Some(Local::Monitor) => return Step::InPlace(InPlace::Monitor),
             Some(Local::ClientList) => {
@@ -577,7 +581,7 @@ impl Session {
         if self.transaction.is_some() || lane == Lane::Transaction {
             return Step::InPlace(InPlace::Transaction(command));
         }
-        sending(lane, command).amended(amend)
+        self.sending(lane, command).amended(amend)
     }
 
     /// A whole-keyspace command runs key by key, which a transaction cannot hold: inside one it is
@@ -610,6 +614,20 @@ impl Session {
                 Step::Reply(Bytes::from_static(b"+QUEUED\r\n"))
             }
             step => step,
+        }
+    }
+
+    /// How a command admitted for `lane` is sent.
+    fn sending(&self, lane: Lane, command: Command) -> Step {
+        let multiplexed = |lane| {
+            let deadline = self.front.deadlines.of_command(&command);
+            Step::Multiplexed(lane, command.encoded(), deadline)
+        };
+        match lane {
+            Lane::Regular | Lane::Script => multiplexed(lane),
+            Lane::Blocking | Lane::Admin => Step::Exclusive(lane, command),
+            // PUBLISH and the PUBSUB introspection commands are ordinary requests.
+            Lane::Pubsub | Lane::Transaction => multiplexed(Lane::Regular),
         }
     }
 
@@ -773,7 +791,12 @@ impl Session {
         }
     }
 
-    fn send_multiplexed(&mut self, lane: Lane, encoded: Bytes) -> Pending {
+    fn send_multiplexed(
+        &mut self,
+        lane: Lane,
+        encoded: Bytes,
+        deadline: Option<Duration>,
+    ) -> Pending {
         // Between commands, follow the lane's choice of connection (it packs work on few); with
         // commands in flight, stay, so that their replies keep their order.
         let between_commands = self.in_flight_count(Class::Multiplexed(lane)) == 0;
@@ -793,24 +816,21 @@ impl Session {
             },
         }
         let channel = slot.as_ref().expect("channel opened above");
-        Pending::Multiplexed(lane, channel.send(encoded))
+        Pending::Multiplexed(lane, channel.send_within(encoded, deadline))
     }
 
     fn send_exclusive(&mut self, lane: Lane, command: Command) -> Pending {
         let lanes = self.front.lanes.clone();
         let protocol = self.protocol;
-        let command_timeout = self.front.config.command_timeout;
+        let deadline = self.front.deadlines.of_command(&command);
+        let principal = self.caller.principal.clone();
         Pending::Exclusive(Box::pin(async move {
-            let mut conn = match lanes.borrow_speaking(lane, protocol).await {
+            let mut conn = match lanes.borrow_for(lane, protocol, &principal).await {
                 Ok(conn) => conn,
                 Err(error) => return replies::lane_failed(&error),
             };
             let encoded = command.encoded();
-            let outcome = match deadline::of(&command.argv(), command_timeout) {
-                Some(deadline) => conn.send_with_timeout(encoded, deadline).await,
-                None => conn.send(encoded).await,
-            };
-            let reply = match outcome {
+            let reply = match conn.send_within(encoded, deadline).await {
                 Ok(reply) => reply.into_bytes(),
                 Err(error) => replies::call_failed(&error),
             };
@@ -888,7 +908,7 @@ impl Session {
                 b"WATCH" | b"MULTI" => match self
                     .front
                     .lanes
-                    .borrow_speaking(Lane::Transaction, self.protocol)
+                    .borrow_for(Lane::Transaction, self.protocol, &self.caller.principal)
                     .await
                 {
                     Ok(conn) => {
@@ -920,7 +940,12 @@ impl Session {
                 .await;
             replies::error("EXECABORT Transaction discarded because of previous errors.".to_owned())
         } else {
-            match transaction.conn.send(command.encoded()).await {
+            let deadline = self.front.deadlines.of_command(&command);
+            match transaction
+                .conn
+                .send_within(command.encoded(), deadline)
+                .await
+            {
                 Ok(reply) => {
                     if name.as_slice() == b"MULTI" && !reply.is_error() {
                         transaction.in_multi = true;
@@ -1032,16 +1057,6 @@ async fn until_hang_up<T>(
                 Err(error) => return Err(format!("read failed: {error}")),
             },
         }
-    }
-}
-
-/// How a command admitted for `lane` is sent.
-fn sending(lane: Lane, command: Command) -> Step {
-    match lane {
-        Lane::Regular | Lane::Script => Step::Multiplexed(lane, command.encoded()),
-        Lane::Blocking | Lane::Admin => Step::Exclusive(lane, command),
-        // PUBLISH and the PUBSUB introspection commands are ordinary requests.
-        Lane::Pubsub | Lane::Transaction => Step::Multiplexed(Lane::Regular, command.encoded()),
     }
 }
 

@@ -1,0 +1,109 @@
+//! A principal's share of an exclusive lane: at most so many of the lane's connections lent to one
+//! principal at once, so that one user's long blocking commands (or pinned transactions) cannot take
+//! every connection of the lane from everyone else. A principal past its share waits, in order,
+//! for one of its own connections to come back, up to the lane's acquire timeout.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+pub(crate) struct Shares {
+    /// Connections one principal may hold at once.
+    share: usize,
+    timeout: Duration,
+    /// The principals holding (or waiting for) a connection, each with its share's permits.
+    held: Mutex<HashMap<String, Arc<Semaphore>>>,
+}
+
+/// One principal's hold on one unit of its share; given back when dropped.
+pub(crate) struct Share {
+    permit: Option<OwnedSemaphorePermit>,
+    principal: String,
+    shares: Arc<Shares>,
+}
+
+/// The principal already holds its whole share and none came back in time.
+#[derive(Debug)]
+pub(crate) struct ShareTaken;
+
+impl Shares {
+    pub(crate) fn new(share: usize, timeout: Duration) -> Arc<Self> {
+        Arc::new(Shares {
+            share,
+            timeout,
+            held: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// One unit of `principal`'s share, waiting until `since` plus the acquire timeout.
+    pub(crate) async fn enter(
+        self: &Arc<Self>,
+        principal: &str,
+        since: Instant,
+    ) -> Result<Share, ShareTaken> {
+        let semaphore = self
+            .held
+            .lock()
+            .entry(principal.to_owned())
+            .or_insert_with(|| Arc::new(Semaphore::new(self.share)))
+            .clone();
+        let acquired = tokio::time::timeout_at(since + self.timeout, semaphore.acquire_owned())
+            .await
+            .ok()
+            .and_then(Result::ok);
+        // Built in either case, so that the map entry is dropped with the last one who used it.
+        let share = Share {
+            permit: acquired,
+            principal: principal.to_owned(),
+            shares: self.clone(),
+        };
+        match share.permit {
+            Some(_) => Ok(share),
+            None => Err(ShareTaken),
+        }
+    }
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        let mut held = self.shares.held.lock();
+        drop(self.permit.take());
+        // Only the map still knows the semaphore: nobody holds or waits for this principal's share.
+        if held
+            .get(&self.principal)
+            .is_some_and(|semaphore| Arc::strong_count(semaphore) == 1)
+        {
+            held.remove(&self.principal);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_principal_gets_its_share_and_no_more_while_others_get_theirs() {
+        let shares = Shares::new(2, Duration::from_millis(50));
+        let first = shares.enter("a", Instant::now()).await.unwrap();
+        let _second = shares.enter("a", Instant::now()).await.unwrap();
+        assert!(shares.enter("a", Instant::now()).await.is_err());
+        let _other = shares.enter("b", Instant::now()).await.unwrap();
+        drop(first);
+        let _third = shares.enter("a", Instant::now()).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_principal_with_nothing_held_leaves_nothing_behind() {
+        let shares = Shares::new(1, Duration::from_millis(50));
+        let held = shares.enter("a", Instant::now()).await.unwrap();
+        assert!(shares.enter("a", Instant::now()).await.is_err());
+        assert_eq!(shares.held.lock().len(), 1);
+        drop(held);
+        assert!(shares.held.lock().is_empty());
+    }
+}
