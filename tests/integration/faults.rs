@@ -463,3 +463,32 @@ rules:
     );
     daemon.stop().await;
 }
+
+/// Connection pools health-check with PING: it says PONG only while Redis answers.
+#[tokio::test]
+async fn ping_fails_while_redis_is_stopped_and_answers_again_after() {
+    let redis = RedisServer::start();
+    let daemon = daemon_for(&redis).await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    assert_eq!(text(&client.call(&["PING"]).await), "PONG");
+    let stopped = Stopped::new(redis.pid().expect("a running redis-server"));
+    let reply = tokio::time::timeout(PATIENCE, client.call(&["PING"]))
+        .await
+        .expect("PING answers within the deadline, not never");
+    assert!(
+        typed_error(&reply).is_some(),
+        "PING while stopped: {reply:?}"
+    );
+    drop(stopped);
+    let again = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let mut client = RawClient::connect(&daemon.resp_socket()).await;
+            if text(&client.call(&["PING", "back"]).await) == "back" {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(again.is_ok(), "PING answers again once Redis does");
+}

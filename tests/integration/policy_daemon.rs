@@ -258,3 +258,43 @@ fn cli_review_diff_and_explain() {
         "{explained}"
     );
 }
+
+/// `tollgate policy review … | head`: the reader leaving early ends the CLI as SIGPIPE ends any
+/// Unix filter, with nothing on stderr (no panic in `println!`).
+#[test]
+fn a_review_piped_into_a_reader_that_stops_early_ends_quietly() {
+    use std::io::Read;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::process::ExitStatusExt;
+    // A pipe smaller than the review, so that the CLI is still writing when the reader leaves.
+    let mut ends = [0; 2];
+    // SAFETY: `ends` has room for the two descriptors pipe(2) writes; each is owned exactly once
+    // below.
+    let (reader, writer) = unsafe {
+        // Close-on-exec: a read end inherited by the CLI would keep the pipe from ever breaking.
+        assert_eq!(libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC), 0);
+        assert!(libc::fcntl(ends[1], libc::F_SETPIPE_SZ, 4096) >= 4096);
+        (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1]))
+    };
+    let mut review = tollgate()
+        .args(["policy", "review", "policies/default.yaml"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run tollgate");
+    let mut stdout = std::fs::File::from(reader);
+    let mut first = [0u8; 16];
+    stdout.read_exact(&mut first).expect("some output");
+    drop(stdout);
+    let mut stderr = String::new();
+    review
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let status = review.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGPIPE), "{status:?}: {stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+}

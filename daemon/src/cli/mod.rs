@@ -68,10 +68,23 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Serve { config, log_format } => serve::run(config, log_format.map(Into::into)),
         Command::Lease(command) => lease::run(command),
-        Command::Policy(command) => policy::run(command),
-        Command::RedisAcl(args) => redis_acl::run(args),
-        Command::CheckConfig { file } => check_config(&file),
+        Command::Policy(command) => printing(|| policy::run(command)),
+        Command::RedisAcl(args) => printing(|| redis_acl::run(args)),
+        Command::CheckConfig { file } => printing(|| check_config(&file)),
     }
+}
+
+/// Runs a subcommand whose work is printing, such as `policy review | head`: a reader that goes
+/// away ends it quietly with the conventional status (killed by SIGPIPE, 141 in a shell) instead
+/// of a panic in `println!`. Only here: the daemon and the lease commands, which talk over
+/// sockets, keep Rust's default of ignoring SIGPIPE and seeing `EPIPE`.
+fn printing(run: impl FnOnce() -> ExitCode) -> ExitCode {
+    // SAFETY: called before any thread is started by this subcommand; restoring a signal's default
+    // disposition has no other effect on the process's state.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    run()
 }
 
 /// The file parses and validates; with an external Redis, the daemon can reach it and its lane

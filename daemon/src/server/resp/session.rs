@@ -493,6 +493,9 @@ impl Session {
             if let Arity::Wrong(name) = local.arity(command.len()) {
                 return self.queued(local, Step::Reply(wrong_arity(name)));
             }
+            if local == Local::Ping && self.pings_redis() {
+                return self.sending(Lane::Regular, command);
+            }
             if !local.needs_admission() {
                 let step = self.local(local, &command.argv());
                 return self.queued(local, step);
@@ -582,6 +585,16 @@ impl Session {
             return Step::InPlace(InPlace::Transaction(command));
         }
         self.sending(lane, command).amended(amend)
+    }
+
+    /// Whether `PING` goes to Redis, so that it answers `PONG` only while Redis does (pools that
+    /// health-check with PING see an outage): always, except where Redis itself could not take
+    /// it on a shared connection — a RESP2 subscriber's PING (answered with a `pong` array, the
+    /// subscription lane's health being the subscriber's stream) and one queued inside MULTI.
+    fn pings_redis(&self) -> bool {
+        let subscribed_resp2 = self.protocol == Protocol::Resp2 && !self.subscriptions.is_empty();
+        let in_multi = self.transaction.as_ref().is_some_and(|t| t.in_multi);
+        !subscribed_resp2 && !in_multi
     }
 
     /// A whole-keyspace command runs key by key, which a transaction cannot hold: inside one it is
