@@ -16,7 +16,7 @@ failed is reported under its teardown error. Standard library only; run it with 
 
     python3 tools/compat/redis_py.py [--tollgate target/debug/tollgate] [--protocols 2,3]
 
-`--lane-acl wide` gives the client lanes' users `+@admin +@dangerous` on top (still without
+`--lane-acl wide` gives the client and ADMIN lanes' users `+@admin +@dangerous` on top (still without
 FLUSHALL/SWAPDB/SELECT and outside the reserved keyspace), which separates what the daemon does
 from what the lane users' fixed rules refuse (issue 16).
 """
@@ -82,6 +82,7 @@ rules:
     allow: compatibility run
 """
 
+# The lanes whose users `--lane-acl wide` widens (the ADMIN lane serves ACL, CONFIG GET, …).
 CLIENT_LANES = ["regular", "blocking", "transaction", "script"]
 
 
@@ -201,7 +202,7 @@ class Tollgate:
                                capture_output=True, text=True, check=True).stdout
         self.redis.cli(stdin=users)
         if lane_acl == "wide":
-            for lane in CLIENT_LANES:
+            for lane in CLIENT_LANES + ["admin"]:
                 self.redis.cli("ACL", "SETUSER", f"tollgate-{lane}", "+@admin", "+@dangerous",
                                "-flushall", "-swapdb", "-select")
         lanes = subprocess.run([binary, "redis-acl", "--passwords", str(acl), "--lanes-yaml"],
@@ -301,7 +302,8 @@ def report(results, protocols, lane_acl):
     for protocol in protocols:
         direct, through = results[protocol]
         regressions = {
-            test: through.get(test, ("missing", "call", "not run through Tollgate"))
+            # Missing: pytest stopped before reaching it (an INTERNALERROR, say).
+            test: through.get(test, ("missing", "not run", "pytest stopped before this test"))
             for test, (outcome, _, _) in direct.items()
             if outcome == "passed" and through.get(test, ("missing",))[0] != "passed"
         }
