@@ -71,7 +71,7 @@ fn mutated_configs_parse_or_say_where_they_are_wrong() {
 }
 
 #[test]
-fn hostile_configs_end_in_an_error() {
+fn hostile_configs_end_in_a_config_or_an_error_that_points_into_the_file() {
     let hostile = prop_oneof![
         (1usize..5000).prop_map(|depth| format!(
             "lanes: {}{}",
