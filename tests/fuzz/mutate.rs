@@ -35,12 +35,12 @@ pub enum Mutation {
 pub fn mutations(max: usize, specials: &'static [u8]) -> impl Strategy<Value = Vec<Mutation>> {
     let index = any::<usize>();
     let mutation = prop_oneof![
-        (index.clone(), 0u8..8).prop_map(|(at, bit)| Mutation::Flip { at, bit }),
-        (index.clone(), any::<u8>()).prop_map(|(at, byte)| Mutation::Insert { at, byte }),
-        index.clone().prop_map(|at| Mutation::Remove { at }),
-        (index.clone(), proptest::sample::select(specials))
+        (index, 0u8..8).prop_map(|(at, bit)| Mutation::Flip { at, bit }),
+        (index, any::<u8>()).prop_map(|(at, byte)| Mutation::Insert { at, byte }),
+        index.prop_map(|at| Mutation::Remove { at }),
+        (index, proptest::sample::select(specials))
             .prop_map(|(at, byte)| Mutation::Special { at, byte }),
-        index.clone().prop_map(|at| Mutation::Truncate { at }),
+        index.prop_map(|at| Mutation::Truncate { at }),
         (index, 1usize..16, 1usize..8).prop_map(|(at, len, times)| Mutation::Repeat {
             at,
             len,
