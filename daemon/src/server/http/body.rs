@@ -132,8 +132,13 @@ pub async fn read_json<T: DeserializeOwned>(request: Request<Incoming>) -> Resul
                 }
             }
         })?;
-    let bytes = collected.to_bytes();
-    let mut deserializer = serde_json::Deserializer::from_slice(&bytes);
+    decode_json(&collected.to_bytes())
+}
+
+/// Decodes a request body into `T`: a typed [`ApiError::BadRequest`] naming the offending field
+/// for anything else, whatever the bytes (the fuzz suite feeds it hostile ones).
+pub fn decode_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
         let path = error.path().to_string();
         let inner = error.into_inner();

@@ -24,7 +24,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::UnixListener;
 use tokio_util::sync::CancellationToken;
 
-pub use body::{json, read_json, text, ApiError, BODY_LIMIT};
+pub use body::{decode_json, json, read_json, text, ApiError, BODY_LIMIT};
 pub use throttle::Throttle;
 
 use tollgate_model::Caller;
