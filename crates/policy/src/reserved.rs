@@ -21,12 +21,13 @@ pub fn refusal<A: AsRef<[u8]>>(descriptor: &Descriptor, argv: &[A]) -> Option<St
     let channels = match descriptor.name.as_str() {
         "PUBLISH" | "SPUBLISH" => argv.get(1..2),
         "SUBSCRIBE" | "SSUBSCRIBE" | "PSUBSCRIBE" => argv.get(1..),
-        // They ignore key patterns: FLUSHALL would wipe the lease database's fence counters, SWAPDB
-        // would trade it for one a client can write.
-        "FLUSHALL" | "SWAPDB" => {
+        // It ignores key patterns: SWAPDB would trade the lease database for one a client can
+        // write. (FLUSHALL is served by the front door as UNLINK of the caller's own keys, and
+        // Redis's ACL refuses a raw one on every client lane.)
+        "SWAPDB" => {
             return Some(format!(
                 "it reaches every database, the daemon's reserved keyspace {RESERVED_PREFIX}* \
-                 among them (FLUSHDB clears the clients' database)"
+                 among them"
             ))
         }
         _ => None,

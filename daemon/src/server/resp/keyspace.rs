@@ -1,6 +1,6 @@
 //! Whole-keyspace commands, where the policy allows them, act on the keys the caller may touch and
 //! no others: `KEYS` (served with SCAN, so Redis never blocks on it), `SCAN`, `DBSIZE`,
-//! `RANDOMKEY` and `FLUSHDB` (as UNLINK of those keys). A tenant's FLUSHDB empties that tenant's
+//! `RANDOMKEY` and `FLUSHDB`/`FLUSHALL` (as UNLINK of those keys). A tenant's FLUSHDB empties that tenant's
 //! keys; a raw server-wide flush never runs on a client lane. Which keys a caller may touch is the
 //! policy's own answer for `EXISTS <key>` (reading) or `UNLINK <key>` (flushing).
 
@@ -38,7 +38,8 @@ impl Whole {
             "SCAN" => Whole::Scan,
             "DBSIZE" => Whole::DbSize,
             "RANDOMKEY" => Whole::RandomKey,
-            "FLUSHDB" => Whole::FlushDb,
+            // The daemon serves one database: FLUSHALL clears what FLUSHDB does.
+            "FLUSHDB" | "FLUSHALL" => Whole::FlushDb,
             _ => return None,
         })
     }
@@ -168,7 +169,10 @@ async fn flush(argv: &[Bytes], scope: &Scope<'_>) -> Result<Bytes, Failed> {
         [_] => {}
         [_, mode] if mode.eq_ignore_ascii_case(b"ASYNC") || mode.eq_ignore_ascii_case(b"SYNC") => {}
         [_, _] => return Err(replies::error("ERR syntax error".to_owned())),
-        _ => return Err(super::local::wrong_arity("flushdb")),
+        _ => {
+            let name = String::from_utf8_lossy(&argv[0]).to_ascii_lowercase();
+            return Err(super::local::wrong_arity(&name));
+        }
     }
     let mut cursor = Bytes::from_static(b"0");
     loop {
