@@ -822,7 +822,7 @@ async fn until_hang_up<T>(
 }
 
 /// `(kind, true)` for the subscribe commands, `(kind, false)` for the unsubscribes.
-fn subscription_command(name: &[u8]) -> Option<(SubscriptionKind, bool)> {
+pub(super) fn subscription_command(name: &[u8]) -> Option<(SubscriptionKind, bool)> {
     const COMMANDS: [(&[u8], SubscriptionKind, bool); 6] = [
         (b"SUBSCRIBE", SubscriptionKind::Channel, true),
         (b"PSUBSCRIBE", SubscriptionKind::Pattern, true),
