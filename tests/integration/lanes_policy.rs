@@ -27,9 +27,17 @@ async fn embedded_with(text: &str) -> (TestDaemon, std::path::PathBuf, tempfile:
     (TestDaemon::start_config(dir, config).await, policy, files)
 }
 
+/// A reply as text, integers as their digits.
+fn shown(frame: &Frame) -> String {
+    match frame {
+        Frame::Integer(n) => n.to_string(),
+        other => text(other),
+    }
+}
+
 fn strings(frame: &Frame) -> Vec<String> {
     match frame {
-        Frame::Array(items) => items.iter().map(text).collect(),
+        Frame::Array(items) => items.iter().map(shown).collect(),
         other => panic!("not an array: {other:?}"),
     }
 }
@@ -48,7 +56,7 @@ async fn sort_restore_and_a_script_calling_keys_are_answered_by_redis_when_the_p
     let (daemon, _policy, _files) = embedded_with(ALLOW_ALL).await;
     let mut client = RawClient::connect(&daemon.resp_socket()).await;
     assert_eq!(
-        text(&client.call(&["RPUSH", "list", "3", "1", "2"]).await),
+        shown(&client.call(&["RPUSH", "list", "3", "1", "2"]).await),
         "3"
     );
     assert_eq!(
@@ -119,7 +127,7 @@ async fn a_reload_that_narrows_the_policy_narrows_the_lane_users() {
             .call(&["EVAL", "return redis.call('SORT', 'list')", "0"])
             .await,
     );
-    assert!(script.contains("no permissions"), "{script}");
+    assert!(script.contains("can't run this command"), "{script}");
     daemon.stop().await;
 }
 
@@ -137,7 +145,7 @@ async fn the_embedded_default_still_refuses_flushall_and_keys_by_policy_and_redi
             .call(&["EVAL", "return redis.call('KEYS', '*')", "0"])
             .await,
     );
-    assert!(keys.contains("no permissions"), "{keys}");
+    assert!(keys.contains("can't run this command"), "{keys}");
     for user in [
         "tollgate-regular",
         "tollgate-script",
@@ -170,11 +178,11 @@ async fn eval_and_evalsha_run_inside_multi_and_after_watch_on_the_embedded_defau
 
     assert_eq!(text(&client.call(&["WATCH", "counter"]).await), "OK");
     assert_eq!(
-        text(&client.call(&["EVALSHA", &sha, "1", "counter"]).await),
+        shown(&client.call(&["EVALSHA", &sha, "1", "counter"]).await),
         "3"
     );
     assert_eq!(
-        text(&client.call(&["EVAL", script, "1", "other"]).await),
+        shown(&client.call(&["EVAL", script, "1", "other"]).await),
         "1"
     );
     assert_eq!(text(&client.call(&["MULTI"]).await), "OK");

@@ -136,6 +136,13 @@ pub fn plumbing(lane: Lane) -> &'static [&'static str] {
     }
 }
 
+/// Whether [`acl_rules`] lets `lane`'s user run `name` (lower case): granted or plumbing, and not
+/// always refused.
+pub(crate) fn may_run(lane: Lane, grants: &LaneGrants, name: &str) -> bool {
+    (grants.is_granted(lane, name) || plumbing(lane).contains(&name))
+        && (lane == Lane::Pubsub || !ALWAYS_REFUSED.contains(&name))
+}
+
 /// What `lane`'s user may do, as `ACL SETUSER` rules applied after `reset` (no keys, commands or
 /// channels): the commands `grants` gives the lane, and [`plumbing`]. Every lane but PUBSUB gets
 /// the key and channel patterns outside the reserved keyspace and then loses [`ALWAYS_REFUSED`].
