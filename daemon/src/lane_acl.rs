@@ -67,7 +67,7 @@ enum Keeper {
     /// The operator made them: the daemon checks them, as the lease user.
     External {
         lease_lanes: Lanes,
-        clients: LanesConfig,
+        clients: Box<LanesConfig>,
     },
 }
 
@@ -79,7 +79,7 @@ impl LaneUsers {
     pub fn external(lease_lanes: Lanes, clients: LanesConfig) -> LaneUsers {
         LaneUsers(Arc::new(Keeper::External {
             lease_lanes,
-            clients,
+            clients: Box::new(clients),
         }))
     }
 
