@@ -94,19 +94,18 @@ pub const LEASE_USER: &str = "tollgate-leases";
 
 /// Commands no client lane's user may run whatever the policy grants, each because it reaches past
 /// the key patterns into the lease database or the lease user: they wipe, swap or open every
-/// database (`flushall`, `swapdb`, `select`); a replica's resync or a reload replaces every
-/// database (`replicaof`, `slaveof`, `failover`, `debug`); a replication stream or `monitor` reads
+/// database (`flushall`, `swapdb`, `select`); a replica's resync replaces every database
+/// (`replicaof`, `slaveof`, `failover`); a replication stream or `monitor` reads
 /// every database or every connection's commands (`sync`, `psync`, `monitor`); they change or
 /// disconnect other users (`acl|setuser`, `acl|deluser`, `acl|load`, `client|kill`); a module's
 /// code runs unchecked (`module|load`, `module|loadex`).
-pub const ALWAYS_REFUSED: [&str; 16] = [
+pub const ALWAYS_REFUSED: [&str; 15] = [
     "flushall",
     "swapdb",
     "select",
     "replicaof",
     "slaveof",
     "failover",
-    "debug",
     "sync",
     "psync",
     "monitor",
