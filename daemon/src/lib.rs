@@ -4,6 +4,7 @@
 pub mod cli;
 pub mod config;
 pub mod embedded;
+pub mod lane_acl;
 pub mod logging;
 pub mod metrics;
 pub mod readiness;

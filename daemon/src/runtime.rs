@@ -14,6 +14,7 @@ use tollgate_policy::Admission;
 
 use crate::config::Config;
 use crate::embedded::{EmbeddedError, EmbeddedRedis};
+use crate::lane_acl::{self, LaneUsers};
 use crate::metrics::Metrics;
 use crate::readiness::Readiness;
 use crate::server::http::Throttle;
@@ -37,6 +38,8 @@ pub struct Shared {
     pub identities: Identities,
     /// Spaces out policy reloads over HTTP (`admin.reload_interval`).
     pub reloads: Throttle,
+    /// The lanes' Redis ACL users, kept in step with the policy.
+    pub lane_users: LaneUsers,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +71,7 @@ pub struct Daemon {
     lanes: Lanes,
     lease_lanes: Lanes,
     admission: Admission,
+    lane_users: LaneUsers,
     config: Config,
 }
 
@@ -94,25 +98,37 @@ impl Daemon {
 
         let mut registry = Registry::with_prefix("tollgate");
         let stop = CancellationToken::new();
+        // The policy comes first: the lanes' users are cut to what it can admit.
+        let admission = Admission::load(&config.policy, &mut registry)?;
+        let grants = lane_acl::grants(&admission.current().admissible());
         // The daemon owns an embedded server, so it gives each lane and the lease service its own
         // least-privilege user, and starts the server again (with those users) whenever it exits.
-        let (lanes_config, embedded) = match embedded {
+        let (lanes_config, embedded, provisioned) = match embedded {
             Some(embedded) => {
-                let provisioned =
-                    tollgate_lanes::provision(&[embedded.endpoint()], &runtime_dir, &config.lanes)
-                        .await?;
+                let endpoint = embedded.endpoint();
+                let provisioned = tollgate_lanes::provision(
+                    std::slice::from_ref(&endpoint),
+                    &runtime_dir,
+                    &config.lanes,
+                    &grants,
+                )
+                .await?;
                 let mut lanes_config = provisioned.config;
                 // The daemon's own child runs as the daemon's uid; lanes talk to nothing else.
                 lanes_config.server_uid = Some(nix::unistd::geteuid().as_raw());
                 let restart = Restart {
                     config: config.embedded.clone(),
                     dir: runtime_dir.clone(),
-                    users: provisioned.users,
+                    users: provisioned.users.clone(),
                 };
                 let supervisor = Supervisor::start(embedded, restart, stop.clone(), &mut registry);
-                (lanes_config, Some(supervisor))
+                (
+                    lanes_config,
+                    Some(supervisor),
+                    Some((provisioned.users, endpoint)),
+                )
             }
-            None => (config.lanes.clone(), None),
+            None => (config.lanes.clone(), None, None),
         };
         let lanes_config = tollgate_lanes::LanesConfig {
             command_timeout: Some(config.resp.command_timeout),
@@ -125,7 +141,13 @@ impl Daemon {
             &mut registry,
         )
         .await?;
-        let admission = Admission::load(&config.policy, &mut registry)?;
+        let lane_users = match provisioned {
+            Some((users, endpoint)) => LaneUsers::embedded(users, endpoint),
+            None => {
+                lane_acl::check(&lease_lanes, &lanes_config, &grants).await;
+                LaneUsers::external(lease_lanes.clone(), lanes_config.clone())
+            }
+        };
         let leases = LeaseService::new(&lease_lanes, config.leases.clone(), &mut registry);
         let identities = Identities::new(admission.clone(), &config.identity, &config.admin);
         let shared = Arc::new(Shared {
@@ -139,6 +161,7 @@ impl Daemon {
             admission: admission.clone(),
             identities: identities.clone(),
             reloads: Throttle::new(config.admin.reload_interval),
+            lane_users: lane_users.clone(),
             metrics: Metrics::new(registry),
         });
 
@@ -182,6 +205,7 @@ impl Daemon {
             lanes,
             lease_lanes,
             admission,
+            lane_users,
             config,
         })
     }
@@ -189,6 +213,11 @@ impl Daemon {
     /// The policy in force; `reload` on SIGHUP swaps its generation.
     pub fn admission(&self) -> &Admission {
         &self.admission
+    }
+
+    /// The lanes' ACL users; after a reload, `follow` cuts them to the new policy.
+    pub fn lane_users(&self) -> &LaneUsers {
+        &self.lane_users
     }
 
     pub fn http_socket(&self) -> &Path {

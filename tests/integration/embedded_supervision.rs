@@ -100,7 +100,9 @@ async fn a_killed_embedded_redis_is_reaped_restarted_with_its_users_and_serves_a
 
     // Every daemon user is back, with the password the lanes read at start-up.
     let mut redis = RawClient::connect(&daemon.dir().join("redis.sock")).await;
-    for user in tollgate_lanes::daemon_users(daemon.dir()) {
+    for user in
+        tollgate_lanes::daemon_users(daemon.dir(), &crate::support::daemon::default_grants())
+    {
         let password = std::fs::read_to_string(&user.password_file).unwrap();
         let reply = redis.call(&["AUTH", &user.name, password.trim_end()]).await;
         assert_eq!(text(&reply), "OK", "{}", user.name);

@@ -25,7 +25,8 @@ impl Fixture {
         let mut base = LanesConfig::default();
         adjust(&mut base);
         let endpoint = endpoint(redis.socket());
-        let provisioned = tollgate_lanes::provision(&[endpoint], dir.path(), &base)
+        let grants = crate::support::daemon::default_grants();
+        let provisioned = tollgate_lanes::provision(&[endpoint], dir.path(), &base, &grants)
             .await
             .expect("provision lane users");
         Fixture::open(redis, dir, &provisioned.config)

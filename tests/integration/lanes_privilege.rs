@@ -150,20 +150,32 @@ async fn no_client_lane_user_reaches_the_reserved_keyspace_whatever_it_sends() {
             );
         }
     }
-    // The complement is exact: names that only resemble the prefix stay the clients'.
-    for lane in [Lane::Regular, Lane::Blocking, Lane::Transaction] {
-        for key in [
-            "t",
-            "tollgate",
-            "tollgat:x",
-            "tollgatex",
-            "Tollgate:x",
-            "x:tollgate:y",
-            "[^t]",
-        ] {
+    // The complement is exact: names that only resemble the prefix stay the clients'. (BLOCKING's
+    // user runs only the blocking commands the policy admits.)
+    for key in [
+        "t",
+        "tollgate",
+        "tollgat:x",
+        "tollgatex",
+        "Tollgate:x",
+        "x:tollgate:y",
+        "[^t]",
+    ] {
+        for lane in [Lane::Regular, Lane::Transaction] {
             let reply = on_lane(lanes, lane, &["SET", key, "v"]).await;
             assert_eq!(&reply.bytes()[..], b"+OK\r\n", "{lane} refused key {key:?}");
         }
+        let reply = on_lane(
+            lanes,
+            Lane::Blocking,
+            &["BLMOVE", key, "other", "LEFT", "LEFT", "0.01"],
+        )
+        .await;
+        assert!(
+            !refused(&reply),
+            "BLOCKING refused key {key:?}: {:?}",
+            reply.frame()
+        );
     }
     let script = on_lane(
         lanes,

@@ -12,6 +12,7 @@ mod lanes_batching;
 mod lanes_ceiling;
 mod lanes_daemon;
 mod lanes_lifecycle;
+mod lanes_policy;
 mod lanes_privilege;
 mod lanes_pubsub;
 mod lanes_sentinel;

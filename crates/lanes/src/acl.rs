@@ -4,14 +4,18 @@
 //! directory and handed to the lanes through the usual `user` / `password_file` settings; and
 //! creating them again, with the same passwords, on a server that lost them.
 //!
-//! Client lanes' users reach every key and channel except the reserved keyspace
-//! ([`complement_patterns`]); only the lease user reaches it.
+//! Client lanes' users run the commands the active policy could admit on their lane ([`LaneGrants`])
+//! on every key and channel except the reserved keyspace ([`complement_patterns`]); only the lease
+//! user reaches it.
 
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bytes::BytesMut;
+use parking_lot::Mutex;
 use rand::Rng;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tollgate_model::Lane;
@@ -19,6 +23,7 @@ use tollgate_resp::Frame;
 
 use tollgate_model::reserved::RESERVED_PREFIX;
 
+use crate::grants::LaneGrants;
 use crate::reply::reply_limits;
 use crate::stream::Stream;
 use crate::{Endpoint, LanesConfig};
@@ -46,14 +51,26 @@ pub struct Provisioned {
 
 /// The users [`provision`] created, with the passwords the lanes read from their files, so that a
 /// server that lost them (an embedded server restarted without persistence) gets exactly those
-/// back: the lanes keep the passwords they read at open and never read the files again.
+/// back: the lanes keep the passwords they read at open and never read the files again. Clones
+/// share the users, so rules [`ProvisionedUsers::regrant`]ed after a policy reload are the ones a
+/// restarted server gets.
 #[derive(Clone)]
-pub struct ProvisionedUsers(Vec<(DaemonUser, String)>);
+pub struct ProvisionedUsers(Arc<Mutex<Vec<(DaemonUser, String)>>>);
 
 impl ProvisionedUsers {
-    /// `ACL SETUSER` for each user on `endpoint`, with its password unchanged.
+    /// `ACL SETUSER` for each user on `endpoint`, with its password and current rules.
     pub async fn apply(&self, endpoint: &Endpoint) -> Result<(), AclError> {
-        set_users(endpoint, &self.0).await
+        let users = self.0.lock().clone();
+        set_users(endpoint, &users).await
+    }
+
+    /// Cuts the lanes' users to `grants` from now on (the next [`ProvisionedUsers::apply`]).
+    pub fn regrant(&self, grants: &LaneGrants) {
+        for (user, _) in self.0.lock().iter_mut() {
+            if let Some(lane) = user.lane {
+                user.rules = acl_rules(lane, grants);
+            }
+        }
     }
 }
 
@@ -61,7 +78,7 @@ impl std::fmt::Debug for ProvisionedUsers {
     /// The user names only: the passwords stay out of logs.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list()
-            .entries(self.0.iter().map(|(user, _)| &user.name))
+            .entries(self.0.lock().iter().map(|(user, _)| user.name.clone()))
             .finish()
     }
 }
@@ -75,76 +92,79 @@ pub fn user_name(lane: Lane) -> String {
 /// keyspace.
 pub const LEASE_USER: &str = "tollgate-leases";
 
-/// Commands no client lane may run whatever the policy says: they ignore key patterns and would
-/// wipe, swap or open the lease service's database.
-const RESERVED_GUARD: [&str; 3] = ["-flushall", "-swapdb", "-select"];
+/// Commands no client lane's user may run whatever the policy grants, each because it reaches past
+/// the key patterns into the lease database or the lease user: they wipe, swap or open every
+/// database (`flushall`, `swapdb`, `select`); a replica's resync replaces every database
+/// (`replicaof`, `slaveof`, `failover`); a replication stream or `monitor` reads
+/// every database or every connection's commands (`sync`, `psync`, `monitor`); they change or
+/// disconnect other users (`acl|setuser`, `acl|deluser`, `acl|load`, `client|kill`); a module's
+/// code runs unchecked (`module|load`, `module|loadex`).
+pub const ALWAYS_REFUSED: [&str; 15] = [
+    "flushall",
+    "swapdb",
+    "select",
+    "replicaof",
+    "slaveof",
+    "failover",
+    "sync",
+    "psync",
+    "monitor",
+    "acl|setuser",
+    "acl|deluser",
+    "acl|load",
+    "client|kill",
+    "module|load",
+    "module|loadex",
+];
 
-/// What each lane's user may do, as `ACL SETUSER` rules applied after `reset` (no keys, commands or
-/// channels). Operators of an external Redis give their lane users the same (`docs/lanes.md`).
-pub fn acl_rules(lane: Lane) -> Vec<String> {
-    let (outside_reserved, commands): (bool, &[&str]) = match lane {
-        // Application traffic: data commands outside the reserved keyspace, never scripts, admin
-        // or dangerous commands.
-        Lane::Regular | Lane::Blocking => {
-            (true, &["+@all", "-@scripting", "-@admin", "-@dangerous"])
-        }
-        // Scripts call data commands on the script user's authority, so its key patterns are what
-        // keeps a script's `redis.call` out of the reserved keyspace. A transaction runs the scripts
-        // the policy admits inside it (`WATCH` then `EVAL`, `EVAL` queued in `MULTI`), as on Redis.
-        Lane::Script | Lane::Transaction => (true, &["+@all", "-@admin", "-@dangerous"]),
-        // Subscribing only. Redis matches a PSUBSCRIBE pattern literally against a user's channel
-        // patterns, so this user keeps every channel; it cannot publish, and the lease service's
-        // release notifications go by SPUBLISH, which no client subscription of another name hears.
-        Lane::Pubsub => (
-            false,
-            &[
-                "&*",
-                "+subscribe",
-                "+psubscribe",
-                "+ssubscribe",
-                "+unsubscribe",
-                "+punsubscribe",
-                "+sunsubscribe",
-                "+ping",
-                "+hello",
-            ],
-        ),
-        // Read-only diagnostics; no keys at all.
-        Lane::Admin => (
-            false,
-            &[
-                "+info",
-                "+ping",
-                "+hello",
-                "+client|list",
-                "+client|info",
-                "+slowlog|get",
-                "+slowlog|len",
-                "+latency|latest",
-                "+latency|history",
-                "+latency|doctor",
-                "+memory|stats",
-                "+memory|doctor",
-                "+dbsize",
-                "+command|docs",
-                "+command|info",
-                "+command|count",
-                "+command|list",
-                "+time",
-                "+role",
-                "+lastsave",
-            ],
-        ),
-    };
+/// What a lane's connections send on their own, whatever the policy: `HELLO` (with `AUTH` and
+/// `SETNAME`) to open, `PING` to probe; a TRANSACTION connection's `DISCARD`/`UNWATCH` to come back
+/// clean; the shared subscriber connection's unsubscribes when a channel's last local subscriber
+/// leaves.
+pub fn plumbing(lane: Lane) -> &'static [&'static str] {
+    match lane {
+        Lane::Transaction => &["hello", "ping", "discard", "unwatch"],
+        Lane::Pubsub => &[
+            "hello",
+            "ping",
+            "unsubscribe",
+            "punsubscribe",
+            "sunsubscribe",
+        ],
+        Lane::Regular | Lane::Blocking | Lane::Script | Lane::Admin => &["hello", "ping"],
+    }
+}
+
+/// Whether [`acl_rules`] lets `lane`'s user run `name` (lower case): granted or plumbing, and not
+/// always refused.
+pub(crate) fn may_run(lane: Lane, grants: &LaneGrants, name: &str) -> bool {
+    (grants.is_granted(lane, name) || plumbing(lane).contains(&name))
+        && (lane == Lane::Pubsub || !ALWAYS_REFUSED.contains(&name))
+}
+
+/// What `lane`'s user may do, as `ACL SETUSER` rules applied after `reset` (no keys, commands or
+/// channels): the commands `grants` gives the lane, and [`plumbing`]. Every lane but PUBSUB gets
+/// the key and channel patterns outside the reserved keyspace and then loses [`ALWAYS_REFUSED`].
+/// PUBSUB keeps every channel: Redis matches a PSUBSCRIBE pattern literally against a user's
+/// channel patterns; its user never publishes, and the lease service's release notifications go by
+/// SPUBLISH, which no client subscription of another name hears.
+pub fn acl_rules(lane: Lane, grants: &LaneGrants) -> Vec<String> {
     let mut rules = Vec::new();
-    if outside_reserved {
+    if lane == Lane::Pubsub {
+        rules.push("&*".to_owned());
+    } else {
         let patterns = complement_patterns(RESERVED_PREFIX);
         rules.extend(patterns.iter().map(|pattern| format!("~{pattern}")));
         rules.extend(patterns.iter().map(|pattern| format!("&{pattern}")));
     }
-    rules.extend(commands.iter().map(|rule| (*rule).to_owned()));
-    if outside_reserved {
-        rules.extend(RESERVED_GUARD.iter().map(|rule| (*rule).to_owned()));
+    let commands: BTreeSet<&str> = plumbing(lane)
+        .iter()
+        .copied()
+        .chain(grants.granted(lane))
+        .collect();
+    rules.extend(commands.iter().map(|name| format!("+{name}")));
+    if lane != Lane::Pubsub {
+        rules.extend(ALWAYS_REFUSED.iter().map(|name| format!("-{name}")));
     }
     rules
 }
@@ -227,12 +247,13 @@ impl DaemonUser {
     }
 }
 
-/// Every user the daemon connects as, with its password file in `dir`.
-pub fn daemon_users(dir: &Path) -> Vec<DaemonUser> {
+/// Every user the daemon connects as, with its password file in `dir`, the lanes' users cut to
+/// `grants`.
+pub fn daemon_users(dir: &Path, grants: &LaneGrants) -> Vec<DaemonUser> {
     let lanes = Lane::ALL.into_iter().map(|lane| DaemonUser {
         lane: Some(lane),
         name: user_name(lane),
-        rules: acl_rules(lane),
+        rules: acl_rules(lane, grants),
         password_file: dir.join(format!("lane-{}.password", lane.as_str())),
     });
     lanes
@@ -270,8 +291,9 @@ pub async fn provision(
     endpoints: &[Endpoint],
     dir: &Path,
     base: &LanesConfig,
+    grants: &LaneGrants,
 ) -> Result<Provisioned, AclError> {
-    let users: Vec<(DaemonUser, String)> = daemon_users(dir)
+    let users: Vec<(DaemonUser, String)> = daemon_users(dir, grants)
         .into_iter()
         .map(|user| (user, random_password()))
         .collect();
@@ -287,7 +309,7 @@ pub async fn provision(
     let names: Vec<DaemonUser> = users.iter().map(|(user, _)| user.clone()).collect();
     Ok(Provisioned {
         config: configured(base, &names),
-        users: ProvisionedUsers(users),
+        users: ProvisionedUsers(Arc::new(Mutex::new(users))),
     })
 }
 

@@ -12,6 +12,7 @@ mod connector;
 mod error;
 mod exclusive;
 mod gate;
+mod grants;
 mod hygiene;
 mod lanes;
 mod life;
@@ -29,17 +30,21 @@ mod topology;
 
 pub use acl::{
     acl_rules, complement_patterns, configured, daemon_users, lease_acl_rules, password_in,
-    provision, user_name, AclError, DaemonUser, Provisioned, ProvisionedUsers, LEASE_USER,
+    plumbing, provision, user_name, AclError, DaemonUser, Provisioned, ProvisionedUsers,
+    ALWAYS_REFUSED, LEASE_USER,
 };
 pub use config::{LaneOverrides, LaneSettings, LanesConfig, LeaseConnections};
 pub use error::{CallError, LaneError, OpenError, Saturation};
 pub use exclusive::Borrowed;
+pub use grants::LaneGrants;
 pub use lanes::{CloseOutcome, Lanes, PubSub};
 pub use life::LifeState;
 pub use multiplex::{Channel, SendFuture};
 pub use pubsub::{Message, Subscription, SubscriptionEnded, SubscriptionKind};
 pub use quiet::Quiet;
-pub use reach::{check_reserved_unreachable, ReachError, CHECK_PATIENCE};
+pub use reach::{
+    check_grants, check_reserved_unreachable, GrantMismatch, ReachError, CHECK_PATIENCE,
+};
 pub use reply::Reply;
 pub use status::{LaneStatus, LanesStatus, Rejections, Sharing};
 pub use tollgate_model::{Lane, Protocol};

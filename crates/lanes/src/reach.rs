@@ -3,6 +3,9 @@
 //! set of probes (read, write and publish a reserved name; the server-wide commands that ignore key
 //! patterns; `SELECT` of the lease database). Nothing is executed. An external Redis whose operator
 //! gave the lanes broader users than `docs/lanes.md` says is refused with the user and the probe.
+//!
+//! And, in the same way, whether each lane's user may run exactly the commands the active policy
+//! grants its lane ([`check_grants`]): a mismatch is reported, not refused.
 
 use std::time::Duration;
 
@@ -11,7 +14,9 @@ use tollgate_model::reserved::RESERVED_PREFIX;
 use tollgate_model::Lane;
 use tollgate_resp::Frame;
 
-use crate::{Lanes, LanesConfig};
+use crate::acl::may_run;
+use crate::grants::LaneGrants;
+use crate::{Borrowed, Lanes, LanesConfig};
 
 /// Why the daemon will not serve on this Redis.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -71,40 +76,26 @@ async fn check_once(
     leases: &Lanes,
     clients: &LanesConfig,
 ) -> Result<Result<(), ReachError>, Unanswered> {
-    let cannot = |reason: String| ReachError::CannotCheck { reason };
     let mut conn = leases
         .borrow(Lane::Admin)
         .await
         .map_err(|error| Unanswered(error.to_string()))?;
     let result = async {
         for lane in Lane::ALL {
-            // A lane without a user of its own connects as Redis's `default` user.
-            let user = clients
-                .settings(lane)
-                .user
-                .unwrap_or_else(|| "default".to_owned());
+            let user = lane_user(clients, lane);
             for probe in probes(clients.leases.database) {
-                let mut argv = vec!["ACL".to_owned(), "DRYRUN".to_owned(), user.clone()];
-                argv.extend(probe.iter().cloned());
-                let reply = match conn.send(command(&argv)).await {
-                    Ok(reply) => reply,
-                    Err(error) => return Err(Unanswered(error.to_string())),
-                };
-                let frame = match reply.frame() {
-                    Ok(frame) => frame,
-                    Err(error) => return Ok(Err(cannot(error.to_string()))),
-                };
-                match frame {
-                    Frame::Simple(ok) if ok.as_ref() == b"OK" => {
+                match dryrun(&mut conn, &user, &probe).await? {
+                    Ok(DryRun::Allowed) => {
                         return Ok(Err(ReachError::Reachable {
                             lane,
                             user,
                             probe: probe.join(" "),
                         }))
                     }
-                    // Redis says why the user may not: that is the answer wanted.
-                    Frame::Bulk(_) => {}
-                    other => return Ok(Err(cannot(describe(&other)))),
+                    Ok(DryRun::Refused) => {}
+                    Ok(DryRun::Unknown(reason)) | Err(reason) => {
+                        return Ok(Err(ReachError::CannotCheck { reason }))
+                    }
                 }
             }
         }
@@ -113,6 +104,151 @@ async fn check_once(
     .await;
     conn.release().await;
     result
+}
+
+/// The ACL user `lane` connects as; a lane without a user of its own connects as Redis's
+/// `default` user.
+fn lane_user(clients: &LanesConfig, lane: Lane) -> String {
+    clients
+        .settings(lane)
+        .user
+        .unwrap_or_else(|| "default".to_owned())
+}
+
+/// What `ACL DRYRUN` said of one command.
+enum DryRun {
+    Allowed,
+    /// Redis says why the user may not: the answer wanted when probing the reserved keyspace.
+    Refused,
+    /// Redis could not judge it (a command it does not know, a wrong argument count).
+    Unknown(String),
+}
+
+/// `ACL DRYRUN <user> <argv…>` on `conn`: `Err` when the check itself failed (the outer `Err`:
+/// Redis could not be reached at all, worth trying again).
+async fn dryrun(
+    conn: &mut Borrowed,
+    user: &str,
+    argv: &[String],
+) -> Result<Result<DryRun, String>, Unanswered> {
+    let mut line = vec!["ACL".to_owned(), "DRYRUN".to_owned(), user.to_owned()];
+    line.extend(argv.iter().cloned());
+    let reply = conn
+        .send(command(&line))
+        .await
+        .map_err(|error| Unanswered(error.to_string()))?;
+    let frame = match reply.frame() {
+        Ok(frame) => frame,
+        Err(error) => return Ok(Err(error.to_string())),
+    };
+    Ok(match frame {
+        Frame::Simple(ok) if ok.as_ref() == b"OK" => Ok(DryRun::Allowed),
+        Frame::Bulk(_) => Ok(DryRun::Refused),
+        Frame::Error(reason) if !reason.starts_with(b"NOPERM") => Ok(DryRun::Unknown(
+            String::from_utf8_lossy(&reason).into_owned(),
+        )),
+        other => Err(describe(&other)),
+    })
+}
+
+/// A lane user whose commands differ from the ones the policy's grants give its lane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantMismatch {
+    pub lane: Lane,
+    pub user: String,
+    /// Granted, but Redis refuses the user: clients get Redis's `NOPERM` for what the policy allows.
+    pub too_narrow: Vec<String>,
+    /// Not granted, yet Redis lets the user run it: Redis no longer backs the policy's refusals.
+    pub too_wide: Vec<String>,
+}
+
+impl std::fmt::Display for GrantMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "redis ACL user `{}` of lane {}", self.user, self.lane)?;
+        if !self.too_narrow.is_empty() {
+            write!(
+                f,
+                " is too narrow for the policy: it may not run {}",
+                self.too_narrow.join(" ")
+            )?;
+        }
+        if !self.too_wide.is_empty() {
+            let joint = if self.too_narrow.is_empty() { "" } else { ";" };
+            write!(
+                f,
+                "{joint} is too wide for the policy: it may run {}",
+                self.too_wide.join(" ")
+            )?;
+        }
+        write!(
+            f,
+            " (`tollgate redis-acl` prints the users the policy needs)"
+        )
+    }
+}
+
+/// Asks Redis, through a connection of `leases`, whether each client lane's user in `clients` may
+/// run exactly what [`acl_rules`](crate::acl_rules) gives it under `grants`: each known command once,
+/// with placeholder arguments (`0`), none of which names the reserved keyspace. Commands Redis
+/// cannot judge (unknown to this server) are left out. Nothing is executed.
+pub async fn check_grants(
+    leases: &Lanes,
+    clients: &LanesConfig,
+    grants: &LaneGrants,
+) -> Result<Vec<GrantMismatch>, ReachError> {
+    let unreachable = |reason: String| ReachError::CannotCheck { reason };
+    let mut conn = leases
+        .borrow(Lane::Admin)
+        .await
+        .map_err(|error| unreachable(error.to_string()))?;
+    let mut mismatches = Vec::new();
+    let result = async {
+        for lane in Lane::ALL {
+            let user = lane_user(clients, lane);
+            let (mut too_narrow, mut too_wide) = (Vec::new(), Vec::new());
+            for (name, arity) in grants.known() {
+                if ACL_EXEMPT.contains(&name) {
+                    continue;
+                }
+                let wanted = may_run(lane, grants, name);
+                let probe = placeholder_argv(name, arity);
+                let answer = dryrun(&mut conn, &user, &probe)
+                    .await
+                    .map_err(|Unanswered(reason)| reason)?;
+                match (answer?, wanted) {
+                    (DryRun::Allowed, false) => too_wide.push(name.to_owned()),
+                    (DryRun::Refused, true) => too_narrow.push(name.to_owned()),
+                    _ => {}
+                }
+            }
+            if !too_narrow.is_empty() || !too_wide.is_empty() {
+                mismatches.push(GrantMismatch {
+                    lane,
+                    user,
+                    too_narrow,
+                    too_wide,
+                });
+            }
+        }
+        Ok::<(), String>(())
+    }
+    .await;
+    conn.release().await;
+    result.map_err(unreachable)?;
+    Ok(mismatches)
+}
+
+/// Commands Redis lets every user run, whatever its rules: nothing to check.
+const ACL_EXEMPT: [&str; 3] = ["auth", "quit", "reset"];
+
+/// `client|list` with arity -2 as `client list`; every further argument Redis requires as `0`.
+fn placeholder_argv(name: &str, arity: i32) -> Vec<String> {
+    let mut argv: Vec<String> = name.split('|').map(str::to_owned).collect();
+    let wanted = arity.unsigned_abs() as usize;
+    while argv.len() < wanted {
+        argv.push("0".to_owned());
+    }
+    argv
 }
 
 /// The commands no client lane's user may run.

@@ -86,7 +86,8 @@ fn benches(c: &mut Criterion) {
     let (daemon, direct) = runtime.block_on(async {
         // The lane and lease users, as an operator of an external Redis sets them up.
         let endpoint = Endpoint::Unix(redis.socket().to_owned());
-        config.lanes = tollgate_lanes::provision(&[endpoint], dir.path(), &config.lanes)
+        let grants = tollgate::lane_acl::grants_for(&config.policy).expect("the policy compiles");
+        config.lanes = tollgate_lanes::provision(&[endpoint], dir.path(), &config.lanes, &grants)
             .await
             .expect("create the lane users")
             .config;

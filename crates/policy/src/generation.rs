@@ -12,8 +12,9 @@ use bytes::Bytes;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tollgate_model::Caller;
-use tollgate_policy_rules::LEASE_COMMAND;
+use tollgate_policy_rules::{CompiledPolicy, LEASE_COMMAND};
 
+use crate::admissible::{self, Admissible};
 use crate::compile::{self, CatalogCommand, CatalogIndex, CompiledFile, Expected, Principal};
 use crate::config::PolicyConfig;
 use crate::decision::{Decision, Denial, DenyCause, Descriptor};
@@ -280,6 +281,18 @@ impl Generation {
 
     pub fn principals(&self) -> &[Principal] {
         &self.principals
+    }
+
+    /// What each principal could be admitted to run, from the rules (see [`admissible`]).
+    pub fn admissible(&self) -> Admissible {
+        let policies: Vec<&CompiledPolicy> = self.files.iter().map(|file| &file.policy).collect();
+        let mut principals: Vec<&str> = self.principals.iter().map(|p| p.name.as_str()).collect();
+        principals.sort_unstable();
+        principals.dedup();
+        let descriptors: Vec<Descriptor> = self.catalog().collect();
+        // Every file has a YAML guard; any guard beyond those is an operator's module.
+        let modules = self.guards.len() > self.files.len();
+        admissible::derive(&policies, modules, &principals, &descriptors)
     }
 
     /// Every command the catalog knows, in catalog order.

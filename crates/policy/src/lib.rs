@@ -3,6 +3,7 @@
 //! [`Admission`] is the entry point (`admit`, `admit_lease`, `reload`); [`compile`] turns YAML
 //! policies into what the `yaml-guard` module evaluates; [`review`] prints decision tables.
 
+mod admissible;
 mod admission;
 pub mod compile;
 mod config;
@@ -18,6 +19,7 @@ mod sandbox;
 
 use std::path::PathBuf;
 
+pub use admissible::{Admissible, AdmissibleCommand, PrincipalReach};
 pub use admission::Admission;
 pub use config::{
     DecisionLogConfig, KeyRendering, ModuleConfig, ModuleLimits, PolicyConfig, SandboxLimits,

@@ -1,5 +1,5 @@
-//! `tollgate redis-acl`: the Redis ACL users an external Redis needs for the daemon, as
-//! `ACL SETUSER` lines to pipe into `redis-cli` (on every server of a Sentinel group: Redis does not
+//! `tollgate redis-acl`: the Redis ACL users an external Redis needs for the daemon under the
+//! policy of a config file (the default policy without one), as `ACL SETUSER` lines to pipe into `redis-cli` (on every server of a Sentinel group: Redis does not
 //! replicate ACLs), with passwords kept in files in a directory of the operator's choosing; and,
 //! with `--lanes-yaml`, the `lanes:` section of `tollgate.yaml` that points at those users.
 
@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use tollgate_lanes::{daemon_users, password_in, DaemonUser};
+
+use crate::config::Config;
 
 #[derive(Debug, clap::Args)]
 pub struct RedisAclArgs {
@@ -18,6 +20,9 @@ pub struct RedisAclArgs {
     /// Print the `lanes:` section of the config instead of the ACL commands.
     #[arg(long)]
     lanes_yaml: bool,
+    /// The daemon's configuration: the lane users get the commands its policy can admit.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
 }
 
 pub fn run(args: RedisAclArgs) -> ExitCode {
@@ -30,7 +35,24 @@ pub fn run(args: RedisAclArgs) -> ExitCode {
         eprintln!("tollgate: {}: {error}", args.passwords.display());
         return ExitCode::FAILURE;
     }
-    let users = daemon_users(&args.passwords);
+    let policy = match &args.config {
+        Some(file) => match Config::load(file) {
+            Ok(config) => config.policy,
+            Err(error) => {
+                eprintln!("tollgate: {error}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => Default::default(),
+    };
+    let grants = match crate::lane_acl::grants_for(&policy) {
+        Ok(grants) => grants,
+        Err(error) => {
+            eprintln!("tollgate: policy: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let users = daemon_users(&args.passwords, &grants);
     let printed = if args.lanes_yaml {
         lanes_yaml(&users)
     } else {

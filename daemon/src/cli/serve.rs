@@ -124,7 +124,10 @@ fn raise_open_files_limit(limits: &LimitsConfig) {
 async fn reload_policy(daemon: &Daemon) {
     tracing::info!("SIGHUP received; reloading the policy");
     let admission = daemon.admission().clone();
-    if let Err(error) = tokio::task::spawn_blocking(move || admission.reload()).await {
-        tracing::error!(%error, "policy reload task failed");
+    match tokio::task::spawn_blocking(move || admission.reload()).await {
+        Ok(Ok(_)) => daemon.lane_users().follow(daemon.admission()).await,
+        // The running generation stays, and so do the lane users cut to it.
+        Ok(Err(_)) => {}
+        Err(error) => tracing::error!(%error, "policy reload task failed"),
     }
 }

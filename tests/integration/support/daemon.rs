@@ -2,10 +2,12 @@
 //! embedded one), with a shutdown handle. Dropping it without `stop` still removes its sockets.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use tollgate::config::Config;
 use tollgate::Daemon;
-use tollgate_lanes::{Endpoint, RedisConfig};
+use tollgate_lanes::{Endpoint, LaneGrants, RedisConfig};
+use tollgate_policy::PolicyConfig;
 use tollgate_testkit::http::{self, HttpReply};
 use tollgate_testkit::{RedisServer, RedisServerBuilder};
 
@@ -37,8 +39,9 @@ impl TestDaemon {
         let dir = tempdir();
         let mut config = Self::config(dir.path());
         config.redis = Some(RedisConfig::standalone(endpoint(redis)));
-        config.lanes = lane_users(&[redis], dir.path()).await;
         adjust(&mut config);
+        let grants = grants_for(&config.policy);
+        config.lanes = provisioned(&[redis], dir.path(), &config.lanes, &grants).await;
         Self::start_config(dir, config).await
     }
 
@@ -109,20 +112,49 @@ fn endpoint(redis: &RedisServer) -> Endpoint {
     Endpoint::Unix(redis.socket().to_owned())
 }
 
-/// The daemon's lane and lease users, created on each of `nodes` with their passwords in `dir`.
+/// The daemon's lane and lease users under the default policy, created on each of `nodes` with
+/// their passwords in `dir`.
 pub async fn lane_users(nodes: &[&RedisServer], dir: &Path) -> tollgate_lanes::LanesConfig {
+    provisioned(nodes, dir, &Default::default(), &default_grants()).await
+}
+
+/// `base` with the lane and lease users cut to `grants` created on each of `nodes`.
+async fn provisioned(
+    nodes: &[&RedisServer],
+    dir: &Path,
+    base: &tollgate_lanes::LanesConfig,
+    grants: &LaneGrants,
+) -> tollgate_lanes::LanesConfig {
     let endpoints: Vec<Endpoint> = nodes.iter().map(|node| endpoint(node)).collect();
-    tollgate_lanes::provision(&endpoints, dir, &Default::default())
+    tollgate_lanes::provision(&endpoints, dir, base, grants)
         .await
         .expect("create the lane users")
         .config
+}
+
+/// The lane users' grants under the default policy (compiled once per test run).
+pub fn default_grants() -> LaneGrants {
+    static DEFAULT: OnceLock<LaneGrants> = OnceLock::new();
+    DEFAULT
+        .get_or_init(|| {
+            tollgate::lane_acl::grants_for(&PolicyConfig::default()).expect("default policy")
+        })
+        .clone()
+}
+
+/// The lane users' grants under `policy`.
+pub fn grants_for(policy: &PolicyConfig) -> LaneGrants {
+    if *policy == PolicyConfig::default() {
+        return default_grants();
+    }
+    tollgate::lane_acl::grants_for(policy).expect("the test's policy compiles")
 }
 
 /// A Redis server whose command line carries the daemon's lane and lease users, so they survive
 /// `kill()` / `restart()` the way users in an ACL file would, and the lanes config that uses them
 /// (passwords in `dir`).
 pub fn durable_lane_users(dir: &Path) -> (RedisServerBuilder, tollgate_lanes::LanesConfig) {
-    let users = tollgate_lanes::daemon_users(dir);
+    let users = tollgate_lanes::daemon_users(dir, &default_grants());
     let mut builder = RedisServer::builder();
     for user in &users {
         let password = format!("secret-{}", user.name);

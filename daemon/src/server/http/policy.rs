@@ -67,6 +67,10 @@ async fn reload(request: Request<Incoming>, shared: &Shared) -> Result<HttpRespo
     let outcome = tokio::task::spawn_blocking(move || admission.reload())
         .await
         .map_err(|error| ApiError::Internal(format!("reload task failed: {error}")))?;
+    if outcome.is_ok() {
+        // Answered once Redis backs the new policy, so a client that saw the reload sees it.
+        shared.lane_users.follow(&shared.admission).await;
+    }
     Ok(match outcome {
         Ok(generation) => reply(
             StatusCode::OK,

@@ -30,6 +30,39 @@ use crate::server::identity::Identities;
 use crate::server::limits::ConnectionLimits;
 use crate::server::socket;
 
+/// Where the front door sends an admitted command, by its canonical name (`CLIENT|SETNAME`) and
+/// the lane admission named: the lane-ACL derivation asks this rather than knowing the routing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// The daemon answers it itself; it never reaches Redis.
+    Answered,
+    /// On the lane's shared subscriber connection (SUBSCRIBE and the like); never in a transaction.
+    Subscription,
+    /// On this lane's connections, or on the TRANSACTION connection while the session holds one.
+    Lane(tollgate_lanes::Lane),
+}
+
+impl Route {
+    pub fn of(name: &str, admitted_on: tollgate_lanes::Lane) -> Route {
+        use tollgate_lanes::Lane;
+        let (command, sub) = match name.split_once('|') {
+            Some((command, sub)) => (command, Some(sub.as_bytes())),
+            None => (name, None),
+        };
+        if local::Local::of(command.as_bytes(), sub).is_some() {
+            return Route::Answered;
+        }
+        if session::subscription_command(command.as_bytes()).is_some() {
+            return Route::Subscription;
+        }
+        Route::Lane(match admitted_on {
+            // PUBLISH and the PUBSUB introspection commands are ordinary requests.
+            Lane::Pubsub => Lane::Regular,
+            lane => lane,
+        })
+    }
+}
+
 /// What every session shares.
 pub struct FrontDoor {
     pub admission: Admission,

@@ -1082,7 +1082,7 @@ async fn monitored(watch: &mut Option<Watch>, viewer: &Client) -> Option<Bytes> 
 }
 
 /// `(kind, true)` for the subscribe commands, `(kind, false)` for the unsubscribes.
-fn subscription_command(name: &[u8]) -> Option<(SubscriptionKind, bool)> {
+pub(super) fn subscription_command(name: &[u8]) -> Option<(SubscriptionKind, bool)> {
     const COMMANDS: [(&[u8], SubscriptionKind, bool); 6] = [
         (b"SUBSCRIBE", SubscriptionKind::Channel, true),
         (b"PSUBSCRIBE", SubscriptionKind::Pattern, true),
