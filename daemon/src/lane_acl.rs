@@ -35,11 +35,18 @@ pub fn grants(admissible: &Admissible) -> LaneGrants {
                     grants.grant(lane, &command.name);
                     grants.grant(Lane::Transaction, &command.name);
                 }
+                Route::ServedWith(sends) => {
+                    for send in sends {
+                        grants.grant(Lane::Regular, send);
+                    }
+                }
                 Route::Answered => {}
             }
             // Inside a script even the commands the daemon answers itself (PING, ECHO) reach
-            // Redis; subscribing does not exist there.
-            if runs_scripts && route != Route::Subscription {
+            // Redis; subscribing does not exist there, and a raw flush of the clients' database
+            // runs on no client lane (the front door serves FLUSHDB key by key).
+            let raw_flush = matches!(command.name.as_str(), "FLUSHDB" | "FLUSHALL");
+            if runs_scripts && route != Route::Subscription && !raw_flush {
                 grants.grant(Lane::Script, &command.name);
             }
         }
@@ -191,11 +198,11 @@ mod tests {
         assert_eq!(granted(&grants, Lane::Regular), ["get", "publish"]);
         assert_eq!(granted(&grants, Lane::Pubsub), ["subscribe"]);
         assert_eq!(granted(&grants, Lane::Blocking), ["blpop"]);
-        // CONFIG GET is answered by the daemon and never sent.
-        assert_eq!(granted(&grants, Lane::Admin), ["info"]);
+        // CONFIG GET is sent for Redis's values (the daemon removes the secrets).
+        assert_eq!(granted(&grants, Lane::Admin), ["config|get", "info"]);
         assert_eq!(
             granted(&grants, Lane::Transaction),
-            ["blpop", "get", "info", "multi", "publish"]
+            ["blpop", "config|get", "get", "info", "multi", "publish"]
         );
         // No principal runs scripts: the SCRIPT user runs nothing.
         assert_eq!(granted(&grants, Lane::Script), Vec::<&str>::new());
@@ -214,7 +221,9 @@ mod tests {
         assert_eq!(granted(&grants, Lane::Script), ["eval", "get"]);
         // KEYS is run by a principal who cannot run scripts: scripts do not get it.
         assert!(!grants.is_granted(Lane::Script, "keys"));
-        assert!(grants.is_granted(Lane::Regular, "keys"));
+        // KEYS is served with SCAN: Redis never runs a raw KEYS for a client.
+        assert!(!grants.is_granted(Lane::Regular, "keys"));
+        assert!(grants.is_granted(Lane::Regular, "scan"));
         assert!(grants.is_granted(Lane::Transaction, "eval"));
     }
 }

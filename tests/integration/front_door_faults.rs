@@ -225,12 +225,9 @@ async fn an_admin_command_that_says_how_long_it_takes_is_not_cut_short() {
         .arg("yes")
         .start();
     // An ordinary deadline shorter than the sleep: the sleep's own argument decides.
+    // The ADMIN lane's user may run DEBUG because the policy lets clients run it.
     let daemon = admin_daemon(&redis, |config| {
         config.resp.command_timeout = Duration::from_secs(1);
-        // The operator lets the ADMIN lane's user run DEBUG, as the policy does.
-        assert!(redis
-            .inline("ACL SETUSER tollgate-admin +debug")
-            .starts_with("+OK"));
     })
     .await;
     let mut client = RawClient::connect(&daemon.resp_socket()).await;
@@ -255,8 +252,14 @@ async fn an_admin_command_unanswered_past_the_command_timeout_gets_ioerr() {
         matches!(&reply, Frame::Error(e) if e.starts_with(b"IOERR") && text(&reply).contains("no reply within 500ms")),
         "{reply:?}"
     );
-    // The session goes on, and once Redis answers again so does the lane.
-    assert_eq!(client.call(&["PING"]).await, pong());
+    // The session goes on (PING asks Redis: a typed error while it is paused, or PONG once it
+    // answers), and once Redis answers again so does the lane.
+    let ping = client.call(&["PING"]).await;
+    assert!(
+        ping == pong()
+            || matches!(&ping, Frame::Error(e) if e.starts_with(b"IOERR") || e.starts_with(b"UNAVAILABLE")),
+        "{ping:?}"
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let reply = client.call(&["INFO", "server"]).await;

@@ -50,9 +50,11 @@ async fn each_lane_user_can_do_its_job_and_nothing_more() {
     );
 
     let mut admin = lanes.borrow(Lane::Admin).await.unwrap();
+    // Under the default policy, which lets clients read diagnostics (CLIENT LIST is answered by
+    // the daemon from its own sessions, never sent).
     for argv in [
         &["INFO", "server"][..],
-        &["CLIENT", "LIST"],
+        &["CONFIG", "GET", "maxmemory"],
         &["SLOWLOG", "GET"],
     ] {
         let reply = admin.send(cmd(argv)).await.unwrap();
@@ -63,7 +65,7 @@ async fn each_lane_user_can_do_its_job_and_nothing_more() {
         );
     }
     for argv in [
-        &["CONFIG", "GET", "maxmemory"][..],
+        &["CLIENT", "LIST"][..],
         &["CONFIG", "SET", "maxmemory", "1"],
         &["GET", "k"],
         &["SET", "k", "x"],

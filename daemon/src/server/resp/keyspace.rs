@@ -43,6 +43,15 @@ impl Whole {
             _ => return None,
         })
     }
+
+    /// The commands the daemon sends to serve it.
+    pub fn served_with(self) -> &'static [&'static str] {
+        match self {
+            Whole::Keys | Whole::Scan | Whole::DbSize => &["SCAN"],
+            Whole::RandomKey => &["RANDOMKEY", "SCAN"],
+            Whole::FlushDb => &["SCAN", "UNLINK"],
+        }
+    }
 }
 
 /// What the command is run with.

@@ -40,6 +40,9 @@ pub enum Route {
     Subscription,
     /// On this lane's connections, or on the TRANSACTION connection while the session holds one.
     Lane(tollgate_lanes::Lane),
+    /// A whole-keyspace command: never sent as it is; the daemon serves it with these commands
+    /// on REGULAR (see `keyspace.rs`), and refuses it inside a transaction.
+    ServedWith(&'static [&'static str]),
 }
 
 impl Route {
@@ -49,8 +52,14 @@ impl Route {
             Some((command, sub)) => (command, Some(sub.as_bytes())),
             None => (name, None),
         };
-        if local::Local::of(command.as_bytes(), sub).is_some() {
-            return Route::Answered;
+        if let Some(whole) = keyspace::Whole::of(name) {
+            return Route::ServedWith(whole.served_with());
+        }
+        match local::Local::of(command.as_bytes(), sub) {
+            // Forwarded to its lane once admitted (and answered locally where Redis refuses).
+            Some(local::Local::ConfigGet) => {}
+            Some(_) => return Route::Answered,
+            None => {}
         }
         if session::subscription_command(command.as_bytes()).is_some() {
             return Route::Subscription;
