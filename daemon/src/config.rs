@@ -1,10 +1,13 @@
 //! `tollgate.yaml`: the daemon's configuration, with defaults for everything, unknown keys rejected,
 //! and errors that name the file, line, column and key.
 
+mod budgets;
+
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use budgets::{BudgetsConfig, ByteSize, ClassBudgets, Limit};
 use serde::Deserialize;
 use tollgate_lanes::{LanesConfig, RedisConfig};
 use tollgate_lease::LeaseConfig;
@@ -95,6 +98,10 @@ pub struct RespConfig {
     /// they take (blocking commands, `WAIT`, `DEBUG SLEEP`) get that plus 2 s instead.
     #[serde(with = "humantime_serde")]
     pub command_timeout: Duration,
+    /// Most subscriptions (channels, patterns and shard channels together) one client may hold.
+    pub max_subscriptions: usize,
+    /// Bytes held for clients: replies not yet read, input not yet parsed.
+    pub budgets: BudgetsConfig,
 }
 
 impl Default for RespConfig {
@@ -106,6 +113,8 @@ impl Default for RespConfig {
             max_pipeline: 1024,
             subscriber_buffer: 1024,
             command_timeout: Duration::from_secs(10),
+            max_subscriptions: 10_000,
+            budgets: BudgetsConfig::default(),
         }
     }
 }

@@ -6,6 +6,7 @@
 //! front door can pass them through unchanged.
 
 mod acl;
+mod budget;
 mod config;
 mod conn;
 mod connector;
@@ -30,6 +31,7 @@ pub use acl::{
     acl_rules, complement_patterns, configured, daemon_users, lease_acl_rules, password_in,
     provision, user_name, AclError, DaemonUser, Provisioned, ProvisionedUsers, LEASE_USER,
 };
+pub use budget::{Budget, Held, OverBudget};
 pub use config::{LaneOverrides, LaneSettings, LanesConfig, LeaseConnections};
 pub use error::{CallError, LaneError, OpenError, Saturation};
 pub use exclusive::Borrowed;

@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tollgate_model::{Lane, Protocol};
 
+use crate::budget::{Budget, Held};
 use crate::config::LaneSettings;
 use crate::conn::Conn;
 use crate::connector::Connector;
@@ -40,7 +41,9 @@ const MAX_BATCH: usize = 64 * 1024;
 /// per second than packing them on one.
 const SPILL_AT: usize = 128;
 
-type ReplySender = oneshot::Sender<Result<Reply, CallError>>;
+/// A reply and, when its caller has a budget, the bytes it holds against it until taken.
+type Delivery = (Result<Reply, CallError>, Option<Held>);
+type ReplySender = oneshot::Sender<Delivery>;
 
 pub(crate) struct MultiplexedLane {
     pub(crate) lane: Lane,
@@ -68,11 +71,14 @@ pub(crate) struct Slot {
 pub struct Channel {
     slot: Arc<Slot>,
     lane: Arc<MultiplexedLane>,
+    /// What this channel's replies are counted against while they wait for their caller.
+    budget: Option<Arc<dyn Budget>>,
 }
 
 struct Request {
     command: Bytes,
     reply: ReplySender,
+    budget: Option<Arc<dyn Budget>>,
     since: Instant,
     ticket: Ticket,
 }
@@ -117,21 +123,31 @@ impl Drop for Ticket {
 /// A command written to Redis whose reply is owed.
 struct InFlight {
     reply: ReplySender,
+    budget: Option<Arc<dyn Budget>>,
     permit: Permit,
     ticket: Ticket,
 }
 
 impl InFlight {
     /// Frees the lane's capacity first, then answers: a caller that sends again as soon as it has
-    /// the reply must find the capacity free.
+    /// the reply must find the capacity free. A reply is counted against the caller's budget from
+    /// here until the caller takes it; one the budget refuses is dropped here, unrelayed.
     fn answer(self, outcome: Result<Reply, CallError>) {
         let InFlight {
             reply,
+            budget,
             permit,
             ticket,
         } = self;
         drop((permit, ticket));
-        let _ = reply.send(outcome);
+        let delivery = match (outcome, budget) {
+            (Ok(answer), Some(budget)) => match Held::new(&budget, answer.bytes().len()) {
+                Ok(held) => (Ok(answer), Some(held)),
+                Err(over) => (Err(over.into()), None),
+            },
+            (outcome, _) => (outcome, None),
+        };
+        let _ = reply.send(delivery);
     }
 }
 
@@ -140,7 +156,7 @@ pub struct SendFuture(SendState);
 
 enum SendState {
     Done(Option<Result<Reply, CallError>>),
-    Waiting(oneshot::Receiver<Result<Reply, CallError>>),
+    Waiting(oneshot::Receiver<Delivery>),
 }
 
 impl Future for SendFuture {
@@ -151,12 +167,17 @@ impl Future for SendFuture {
             SendState::Done(outcome) => {
                 Poll::Ready(outcome.take().expect("SendFuture polled after completion"))
             }
-            SendState::Waiting(receiver) => Pin::new(receiver).poll(cx).map(|outcome| {
-                outcome.unwrap_or_else(|_| {
-                    Err(CallError::Indeterminate {
-                        reason: "the connection's driver stopped before the reply arrived".into(),
-                    })
-                })
+            // Taken, the reply no longer counts against the lane's hold: its caller counts it now.
+            SendState::Waiting(receiver) => Pin::new(receiver).poll(cx).map(|delivery| {
+                delivery.map_or_else(
+                    |_| {
+                        Err(CallError::Indeterminate {
+                            reason: "the connection's driver stopped before the reply arrived"
+                                .into(),
+                        })
+                    },
+                    |(outcome, _held)| outcome,
+                )
             }),
         }
     }
@@ -215,6 +236,7 @@ impl MultiplexedLane {
         Channel {
             slot: self.pick(protocol).clone(),
             lane: self.clone(),
+            budget: None,
         }
     }
 
@@ -239,6 +261,12 @@ impl MultiplexedLane {
 impl Channel {
     pub fn lane(&self) -> Lane {
         self.lane.lane
+    }
+
+    /// Counts the replies to this channel's commands against `budget` while they wait to be taken.
+    pub fn charged_to(mut self, budget: Arc<dyn Budget>) -> Channel {
+        self.budget = Some(budget);
+        self
     }
 
     /// Moves the channel to the connection a new channel would get. Only for a caller with nothing
@@ -271,6 +299,7 @@ impl Channel {
         let request = Request {
             command,
             reply,
+            budget: self.budget.clone(),
             since: Instant::now(),
             ticket,
         };
@@ -286,7 +315,7 @@ impl Request {
     fn fail(self, error: CallError) {
         let Request { reply, ticket, .. } = self;
         drop(ticket);
-        let _ = reply.send(Err(error));
+        let _ = reply.send((Err(error), None));
     }
 }
 
@@ -465,6 +494,7 @@ fn stage(
     // Registered before the bytes are written, so the reader always knows whose reply arrives.
     let _ = in_flight.send(InFlight {
         reply: request.reply,
+        budget: request.budget,
         permit,
         ticket: request.ticket,
     });

@@ -1,6 +1,7 @@
 //! The Redis-protocol front door: any Redis client on the RESP Unix socket. Each connection is a
 //! [`session`]; every command it sends is admitted by the policy, then travels on its lane.
 
+mod budget;
 mod deadline;
 mod local;
 mod pending;
@@ -32,6 +33,8 @@ pub struct FrontDoor {
     connections: ConnectionLimits,
     config: RespConfig,
     limits: Limits,
+    /// Every client's held bytes together (`resp.budgets.total`).
+    pool: Arc<budget::Pool>,
     next_client_id: AtomicU64,
 }
 
@@ -49,6 +52,7 @@ impl FrontDoor {
             lanes,
             connections,
             limits: config.limits(),
+            pool: budget::Pool::new(&config.budgets),
             config,
             next_client_id: AtomicU64::new(1),
         }
