@@ -64,9 +64,9 @@ impl Pool {
         Ok(())
     }
 
-    /// Adds `bytes` already in memory (they cannot be refused, only reported).
-    fn add(&self, bytes: usize) -> usize {
-        self.used.fetch_add(bytes, Ordering::AcqRel) + bytes
+    /// Adds `bytes` already in memory, or too few to refuse.
+    fn add(&self, bytes: usize) {
+        self.used.fetch_add(bytes, Ordering::AcqRel);
     }
 
     fn give_back(&self, bytes: usize) {
@@ -201,7 +201,9 @@ pub struct ClientBudget {
     output_soft_since: AtomicU64,
     input_soft_since: AtomicU64,
     breach: Mutex<Option<Breach>>,
-    /// A breach, or a direction going over its soft limit (a deadline to watch).
+    /// A breach, or a direction going over its soft limit (a deadline to watch). Every waiter is
+    /// woken (the session's loop and a write in progress both wait); each registers before it
+    /// looks at the state, so no change is missed.
     changed: Notify,
 }
 
@@ -237,17 +239,7 @@ impl ClientBudget {
         if self.subscribed.load(Ordering::Relaxed) != subscribed {
             self.subscribed.store(subscribed, Ordering::Relaxed);
         }
-        let before = self.buffered.swap(buffered, Ordering::AcqRel);
-        if buffered >= before {
-            let grew = buffered - before;
-            let total = self.pool.add(grew);
-            let held = self.output.fetch_add(grew, Ordering::AcqRel) + grew;
-            if grew > 0 {
-                self.check_growth(Direction::Output, held, total);
-            }
-        } else {
-            self.give_back_output(before - buffered);
-        }
+        self.buffered(buffered);
         let before = self.input.swap(input, Ordering::AcqRel);
         if input >= before {
             self.pool.add(input - before);
@@ -255,6 +247,23 @@ impl ClientBudget {
             self.pool.give_back(before - input);
         }
         self.track_soft(Direction::Input, input);
+    }
+
+    /// Records the session's write buffer alone (around a write that may wait for the client).
+    pub fn buffered(&self, buffered: usize) {
+        let before = self.buffered.swap(buffered, Ordering::AcqRel);
+        if buffered >= before {
+            let grew = buffered - before;
+            // Already in memory: only the client's own limits apply (the total refuses replies
+            // as lanes hold them, and input as it is read).
+            self.pool.add(grew);
+            let held = self.output.fetch_add(grew, Ordering::AcqRel) + grew;
+            if grew > 0 {
+                self.check_growth(Direction::Output, held, 0);
+            }
+        } else {
+            self.give_back_output(before - buffered);
+        }
     }
 
     /// How much the session may read now, given `input` bytes already unparsed.
@@ -352,7 +361,7 @@ impl ClientBudget {
                 "disconnecting a RESP client over its budget: {breach}"
             );
             *slot = Some(breach);
-            self.changed.notify_one();
+            self.changed.notify_waiters();
         }
     }
 
@@ -419,7 +428,7 @@ impl ClientBudget {
                     .compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok()
                 {
-                    self.changed.notify_one();
+                    self.changed.notify_waiters();
                 }
             } else {
                 self.check_soft();
@@ -487,7 +496,11 @@ impl Budget for ClientBudget {
             self.check_growth(Direction::Output, held, 0);
             return Err(OverBudget(self.breach_reason().unwrap_or_default()));
         }
-        if let Err(total) = self.pool.take(bytes) {
+        // Small replies are always held, as small input is always read: a full total holds up
+        // big transfers, never ordinary commands.
+        if held <= ALWAYS_READ {
+            self.pool.add(bytes);
+        } else if let Err(total) = self.pool.take(bytes) {
             self.output.fetch_sub(bytes, Ordering::AcqRel);
             self.check_growth(Direction::Output, 0, total);
             return Err(OverBudget(self.breach_reason().unwrap_or_default()));
@@ -627,19 +640,22 @@ mod tests {
 
     #[test]
     fn the_total_refuses_one_client_s_reply_when_others_hold_the_rest() {
-        let config = config(100, limit(0, 0, NEVER), limit(0, 0, NEVER));
+        let total = 4 * ALWAYS_READ;
+        let config = config(total, limit(0, 0, NEVER), limit(0, 0, NEVER));
         let pool = Pool::new(&config);
         let first = client(&config, &pool);
         let second = client(&config, &pool);
-        first.hold(80).unwrap();
-        let refused = second.hold(30).unwrap_err();
-        assert!(
-            refused
-                .0
-                .contains("to 110 bytes, over resp.budgets.total (100 bytes)"),
-            "{refused}"
+        first.hold(total - 10).unwrap();
+        // A small reply is held all the same (ordinary commands go on while the total is full).
+        second.hold(100).unwrap();
+        let refused = second.hold(ALWAYS_READ).unwrap_err();
+        let expected = format!(
+            "to {} bytes, over resp.budgets.total ({total} bytes)",
+            total + 90 + ALWAYS_READ
         );
-        assert!(first.hold(20).is_ok(), "the first client is not breached");
+        assert!(refused.0.contains(&expected), "{refused}");
+        second.release(100);
+        assert!(first.hold(10).is_ok(), "the first client is not breached");
         drop(first);
         assert_eq!(pool.used(), 0, "a client's bytes leave the total with it");
     }

@@ -623,7 +623,9 @@ impl Session {
         if self.out.is_empty() {
             return Ok(());
         }
-        // A client that does not read is disconnected at its budget, not waited for.
+        // A client that does not read is disconnected at its budget, not waited for; what waits to
+        // be written counts against it meanwhile.
+        self.budget.buffered(self.out.len());
         let breached = self.budget.clone().breached();
         tokio::select! {
             biased;
@@ -634,6 +636,7 @@ impl Session {
         }
         self.out.clear();
         budget::trim(&mut self.out, 0);
+        self.budget.buffered(0);
         Ok(())
     }
 
