@@ -201,6 +201,8 @@ pub struct ClientBudget {
     output_soft_since: AtomicU64,
     input_soft_since: AtomicU64,
     breach: Mutex<Option<Breach>>,
+    /// Set with `breach`, for the questions asked per read and per reply without a lock.
+    breached: AtomicBool,
     /// A breach, or a direction going over its soft limit (a deadline to watch). Every waiter is
     /// woken (the session's loop and a write in progress both wait); each registers before it
     /// looks at the state, so no change is missed.
@@ -229,6 +231,7 @@ impl ClientBudget {
             output_soft_since: AtomicU64::new(0),
             input_soft_since: AtomicU64::new(0),
             breach: Mutex::new(None),
+            breached: AtomicBool::new(false),
             changed: Notify::new(),
         })
     }
@@ -240,8 +243,14 @@ impl ClientBudget {
             self.subscribed.store(subscribed, Ordering::Relaxed);
         }
         self.buffered(buffered);
-        let before = self.input.swap(input, Ordering::AcqRel);
-        if input >= before {
+        // Only the session writes `buffered` and `input`; unchanged (the common case, asked on
+        // every turn of its loop), the total shared by all sessions is not touched.
+        let before = self.input.load(Ordering::Relaxed);
+        if input == before {
+            return;
+        }
+        self.input.store(input, Ordering::Relaxed);
+        if input > before {
             self.pool.add(input - before);
         } else {
             self.pool.give_back(before - input);
@@ -251,16 +260,18 @@ impl ClientBudget {
 
     /// Records the session's write buffer alone (around a write that may wait for the client).
     pub fn buffered(&self, buffered: usize) {
-        let before = self.buffered.swap(buffered, Ordering::AcqRel);
-        if buffered >= before {
+        let before = self.buffered.load(Ordering::Relaxed);
+        if buffered == before {
+            return;
+        }
+        self.buffered.store(buffered, Ordering::Relaxed);
+        if buffered > before {
             let grew = buffered - before;
             // Already in memory: only the client's own limits apply (the total refuses replies
             // as lanes hold them, and input as it is read).
             self.pool.add(grew);
             let held = self.output.fetch_add(grew, Ordering::AcqRel) + grew;
-            if grew > 0 {
-                self.check_growth(Direction::Output, held, 0);
-            }
+            self.check_growth(Direction::Output, held, 0);
         } else {
             self.give_back_output(before - buffered);
         }
@@ -268,7 +279,7 @@ impl ClientBudget {
 
     /// How much the session may read now, given `input` bytes already unparsed.
     pub fn room(&self, input: usize) -> Room {
-        if self.breach.lock().is_some() {
+        if self.is_breached() {
             return Room::Paused;
         }
         let limits = self.limits();
@@ -361,8 +372,13 @@ impl ClientBudget {
                 "disconnecting a RESP client over its budget: {breach}"
             );
             *slot = Some(breach);
+            self.breached.store(true, Ordering::Release);
             self.changed.notify_waiters();
         }
+    }
+
+    fn is_breached(&self) -> bool {
+        self.breached.load(Ordering::Acquire)
     }
 
     fn breach_reason(&self) -> Option<String> {
@@ -484,7 +500,8 @@ impl ClientBudget {
 /// The lanes' side: replies and messages held for this client until its session takes them.
 impl Budget for ClientBudget {
     fn hold(&self, bytes: usize) -> Result<(), OverBudget> {
-        if let Some(reason) = self.breach_reason() {
+        if self.is_breached() {
+            let reason = self.breach_reason().unwrap_or_default();
             return Err(OverBudget(format!(
                 "the client is being disconnected: {reason}"
             )));
