@@ -554,6 +554,38 @@ mod tests {
     }
 
     #[test]
+    fn budgets_parse_sizes_and_point_at_a_soft_limit_over_its_hard_one() {
+        let config = parse(
+            "resp:\n  max_subscriptions: 50\n  budgets:\n    total: 1GiB\n    pubsub:\n      output: {hard: 4MiB, soft: 1MiB, soft_for: 5s}\n      input: {hard: 65536}\n",
+        )
+        .unwrap();
+        let budgets = &config.resp.budgets;
+        assert_eq!(config.resp.max_subscriptions, 50);
+        assert_eq!(budgets.total, ByteSize(1 << 30));
+        assert_eq!(budgets.pubsub.output.hard, ByteSize(4 << 20));
+        assert_eq!(budgets.pubsub.output.soft_for, Duration::from_secs(5));
+        assert_eq!(budgets.pubsub.input.soft, ByteSize(0));
+        assert_eq!(budgets.normal, BudgetsConfig::default().normal);
+        let error = parse(
+            "resp:\n  budgets:\n    normal:\n      output: {hard: 1MiB, soft: 2MiB}\n      input: {hard: 1MiB}\n",
+        )
+        .unwrap_err();
+        assert!(
+            error.starts_with("tollgate.yaml:4:7: key `resp.budgets.normal.output`"),
+            "{error}"
+        );
+        assert!(
+            error.contains("soft (2097152 bytes) is over hard (1048576 bytes)"),
+            "{error}"
+        );
+        let error = parse("resp:\n  budgets:\n    total: lots\n").unwrap_err();
+        assert!(
+            error.contains("key `resp.budgets.total`: invalid size `lots`"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn socket_mode_is_octal() {
         let config = parse("listen:\n  mode: \"0600\"\n").unwrap();
         assert_eq!(config.listen.mode, SocketMode(0o600));
