@@ -1,11 +1,14 @@
 //! `tollgate.yaml`: the daemon's configuration, with defaults for everything, unknown keys rejected,
 //! and errors that name the file, line, column and key.
 
+mod budgets;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use budgets::{BudgetsConfig, ByteSize, ClassBudgets, Limit};
 use serde::Deserialize;
 use tollgate_lanes::{LanesConfig, RedisConfig};
 use tollgate_lease::LeaseConfig;
@@ -96,6 +99,10 @@ pub struct RespConfig {
     /// long they take (blocking commands, `WAIT`, `DEBUG SLEEP`) get that plus 2 s instead.
     #[serde(with = "humantime_serde")]
     pub command_timeout: Duration,
+    /// Most subscriptions (channels, patterns and shard channels together) one client may hold.
+    pub max_subscriptions: usize,
+    /// Bytes held for clients: replies not yet read, input not yet parsed.
+    pub budgets: BudgetsConfig,
     /// Deadlines of commands known to run longer than `command_timeout`, by name (`SAVE`) or name
     /// and subcommand (`DEBUG RELOAD`), over the built-in ones (`server::resp::deadline`).
     #[serde(deserialize_with = "durations")]
@@ -123,6 +130,8 @@ impl Default for RespConfig {
             subscriber_buffer: 1024,
             command_timeout: Duration::from_secs(10),
             command_deadlines: BTreeMap::new(),
+            max_subscriptions: 10_000,
+            budgets: BudgetsConfig::default(),
         }
     }
 }
@@ -601,6 +610,38 @@ mod tests {
         assert!(error.contains("key `limits`"), "{error}");
         let error = parse("limits:\n  http_idle_timeout: 0s\n").unwrap_err();
         assert!(error.contains("key `limits.http_idle_timeout`"), "{error}");
+    }
+
+    #[test]
+    fn budgets_parse_sizes_and_point_at_a_soft_limit_over_its_hard_one() {
+        let config = parse(
+            "resp:\n  max_subscriptions: 50\n  budgets:\n    total: 1GiB\n    pubsub:\n      output: {hard: 4MiB, soft: 1MiB, soft_for: 5s}\n      input: {hard: 65536}\n",
+        )
+        .unwrap();
+        let budgets = &config.resp.budgets;
+        assert_eq!(config.resp.max_subscriptions, 50);
+        assert_eq!(budgets.total, ByteSize(1 << 30));
+        assert_eq!(budgets.pubsub.output.hard, ByteSize(4 << 20));
+        assert_eq!(budgets.pubsub.output.soft_for, Duration::from_secs(5));
+        assert_eq!(budgets.pubsub.input.soft, ByteSize(0));
+        assert_eq!(budgets.normal, BudgetsConfig::default().normal);
+        let error = parse(
+            "resp:\n  budgets:\n    normal:\n      output: {hard: 1MiB, soft: 2MiB}\n      input: {hard: 1MiB}\n",
+        )
+        .unwrap_err();
+        assert!(
+            error.starts_with("tollgate.yaml:4:7: key `resp.budgets.normal.output`"),
+            "{error}"
+        );
+        assert!(
+            error.contains("soft (2097152 bytes) is over hard (1048576 bytes)"),
+            "{error}"
+        );
+        let error = parse("resp:\n  budgets:\n    total: lots\n").unwrap_err();
+        assert!(
+            error.contains("key `resp.budgets.total`: invalid size `lots`"),
+            "{error}"
+        );
     }
 
     #[test]

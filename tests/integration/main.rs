@@ -1,6 +1,7 @@
 //! Integration tests: real `redis-server` processes on temporary Unix sockets, the daemon in-process
 //! on temporary sockets, and the real `tollgate` binary. One test binary keeps links fast.
 
+mod budgets;
 mod embedded_supervision;
 mod faults;
 mod foundation;

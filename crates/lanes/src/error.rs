@@ -63,6 +63,10 @@ pub enum CallError {
     /// The command was (or may have been) written; whether Redis ran it is unknown.
     #[error("redis reply lost (command may have run): {reason}")]
     Indeterminate { reason: String },
+    /// The command ran, but its reply was dropped unrelayed: holding it would break the caller's
+    /// [`Budget`](crate::Budget).
+    #[error("reply dropped (the command ran): {0}")]
+    OverBudget(#[from] crate::budget::OverBudget),
     #[error("lanes are closed (daemon shutting down)")]
     Closed,
 }

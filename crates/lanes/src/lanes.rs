@@ -11,6 +11,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tollgate_model::{Lane, Protocol};
 
+use crate::budget::Budget;
 use crate::config::{LaneSettings, LanesConfig};
 use crate::connector::{Connector, Credentials};
 use crate::error::{CallError, LaneError, OpenError};
@@ -74,7 +75,20 @@ impl PubSub {
         name: Bytes,
         capacity: usize,
     ) -> Result<Subscription, LaneError> {
-        self.0.subscribe(kind, name, capacity).await
+        self.0.subscribe(kind, name, capacity, None).await
+    }
+
+    /// [`PubSub::subscribe`], with every message counted against `budget` from its fan-out until
+    /// the subscriber takes it ([`Subscription::recv_held`]); a message the budget refuses ends
+    /// the subscription ([`SubscriptionEnded::OverBudget`](crate::SubscriptionEnded::OverBudget)).
+    pub async fn subscribe_charged(
+        &self,
+        kind: SubscriptionKind,
+        name: Bytes,
+        capacity: usize,
+        budget: Arc<dyn Budget>,
+    ) -> Result<Subscription, LaneError> {
+        self.0.subscribe(kind, name, capacity, Some(budget)).await
     }
 
     /// How many local subscribers `name` has, when the daemon's subscription to it is active in

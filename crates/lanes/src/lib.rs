@@ -6,6 +6,7 @@
 //! front door can pass them through unchanged.
 
 mod acl;
+mod budget;
 mod config;
 mod conn;
 mod connector;
@@ -33,6 +34,7 @@ pub use acl::{
     plumbing, provision, user_name, AclError, DaemonUser, Provisioned, ProvisionedUsers,
     ALWAYS_REFUSED, LEASE_USER,
 };
+pub use budget::{Budget, Held, OverBudget};
 pub use config::{LaneOverrides, LaneSettings, LanesConfig, LeaseConnections};
 pub use error::{CallError, LaneError, OpenError, Saturation};
 pub use exclusive::Borrowed;

@@ -26,6 +26,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tollgate_model::{Lane, Protocol};
 
+use crate::budget::{Budget, Held};
 use crate::config::LaneSettings;
 use crate::conn::Conn;
 use crate::connector::Connector;
@@ -50,7 +51,9 @@ const SPILL_AT: usize = 128;
 /// it. Far above any healthy reply time, so packing (and batching) is undisturbed in normal use.
 const STALLED_AFTER: Duration = Duration::from_millis(500);
 
-type ReplySender = oneshot::Sender<Result<Reply, CallError>>;
+/// A reply and, when its caller has a budget, the bytes it holds against it until taken.
+type Delivery = (Result<Reply, CallError>, Option<Held>);
+type ReplySender = oneshot::Sender<Delivery>;
 
 pub(crate) struct MultiplexedLane {
     pub(crate) lane: Lane,
@@ -94,11 +97,14 @@ impl Slot {
 pub struct Channel {
     slot: Arc<Slot>,
     lane: Arc<MultiplexedLane>,
+    /// What this channel's replies are counted against while they wait for their caller.
+    budget: Option<Arc<dyn Budget>>,
 }
 
 struct Request {
     command: Bytes,
     reply: ReplySender,
+    budget: Option<Arc<dyn Budget>>,
     since: Instant,
     /// How long Redis may take to answer it once it is the connection's oldest unanswered command.
     deadline: Option<Duration>,
@@ -146,22 +152,32 @@ impl Drop for Ticket {
 struct InFlight {
     reply: ReplySender,
     deadline: Option<Duration>,
+    budget: Option<Arc<dyn Budget>>,
     permit: Permit,
     ticket: Ticket,
 }
 
 impl InFlight {
     /// Frees the lane's capacity first, then answers: a caller that sends again as soon as it has
-    /// the reply must find the capacity free.
+    /// the reply must find the capacity free. A reply is counted against the caller's budget from
+    /// here until the caller takes it; one the budget refuses is dropped here, unrelayed.
     fn answer(self, outcome: Result<Reply, CallError>) {
         let InFlight {
             reply,
+            budget,
             permit,
             ticket,
             ..
         } = self;
         drop((permit, ticket));
-        let _ = reply.send(outcome);
+        let delivery = match (outcome, budget) {
+            (Ok(answer), Some(budget)) => match Held::new(&budget, answer.bytes().len()) {
+                Ok(held) => (Ok(answer), Some(held)),
+                Err(over) => (Err(over.into()), None),
+            },
+            (outcome, _) => (outcome, None),
+        };
+        let _ = reply.send(delivery);
     }
 }
 
@@ -170,7 +186,7 @@ pub struct SendFuture(SendState);
 
 enum SendState {
     Done(Option<Result<Reply, CallError>>),
-    Waiting(oneshot::Receiver<Result<Reply, CallError>>),
+    Waiting(oneshot::Receiver<Delivery>),
 }
 
 impl Future for SendFuture {
@@ -181,12 +197,17 @@ impl Future for SendFuture {
             SendState::Done(outcome) => {
                 Poll::Ready(outcome.take().expect("SendFuture polled after completion"))
             }
-            SendState::Waiting(receiver) => Pin::new(receiver).poll(cx).map(|outcome| {
-                outcome.unwrap_or_else(|_| {
-                    Err(CallError::Indeterminate {
-                        reason: "the connection's driver stopped before the reply arrived".into(),
-                    })
-                })
+            // Taken, the reply no longer counts against the lane's hold: its caller counts it now.
+            SendState::Waiting(receiver) => Pin::new(receiver).poll(cx).map(|delivery| {
+                delivery.map_or_else(
+                    |_| {
+                        Err(CallError::Indeterminate {
+                            reason: "the connection's driver stopped before the reply arrived"
+                                .into(),
+                        })
+                    },
+                    |(outcome, _held)| outcome,
+                )
             }),
         }
     }
@@ -249,6 +270,7 @@ impl MultiplexedLane {
         Channel {
             slot: self.pick(protocol).clone(),
             lane: self.clone(),
+            budget: None,
         }
     }
 
@@ -284,6 +306,12 @@ impl MultiplexedLane {
 impl Channel {
     pub fn lane(&self) -> Lane {
         self.lane.lane
+    }
+
+    /// Counts the replies to this channel's commands against `budget` while they wait to be taken.
+    pub fn charged_to(mut self, budget: Arc<dyn Budget>) -> Channel {
+        self.budget = Some(budget);
+        self
     }
 
     /// Moves the channel to the connection a new channel would get. Only for a caller with nothing
@@ -324,6 +352,7 @@ impl Channel {
         let request = Request {
             command,
             reply,
+            budget: self.budget.clone(),
             since: Instant::now(),
             deadline,
             ticket,
@@ -340,7 +369,7 @@ impl Request {
     fn fail(self, error: CallError) {
         let Request { reply, ticket, .. } = self;
         drop(ticket);
-        let _ = reply.send(Err(error));
+        let _ = reply.send((Err(error), None));
     }
 }
 
@@ -532,6 +561,7 @@ fn stage(
     let _ = in_flight.send(InFlight {
         reply: request.reply,
         deadline: request.deadline,
+        budget: request.budget,
         permit,
         ticket: request.ticket,
     });

@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 use tollgate_model::Protocol;
 use tollgate_resp::Frame;
 
+use crate::budget::{Budget, Held, OverBudget};
 use crate::conn::Conn;
 use crate::connector::Connector;
 use crate::error::LaneError;
@@ -44,12 +45,22 @@ pub struct Message {
     pub payload: Bytes,
 }
 
+impl Message {
+    /// The bytes it holds (what a subscriber's budget counts).
+    pub fn size(&self) -> usize {
+        self.channel.len() + self.pattern.as_ref().map_or(0, Bytes::len) + self.payload.len()
+    }
+}
+
 /// Why a subscription delivers no more messages.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SubscriptionEnded {
     #[error("subscriber fell behind and its buffer overflowed; messages were dropped")]
     Lagged,
+    /// Holding the next message would have broken the subscriber's budget; it was dropped.
+    #[error("subscriber fell behind: {0}; messages were dropped")]
+    OverBudget(OverBudget),
     #[error("subscriber connection lost: {reason}; messages may have been missed")]
     Disconnected { reason: String },
     #[error("lanes are closed (daemon shutting down)")]
@@ -61,7 +72,7 @@ type Key = (SubscriptionKind, Bytes);
 /// A bounded receiver of messages for one name. Dropping it unsubscribes (on Redis, when it was the
 /// last local subscriber of that name).
 pub struct Subscription {
-    receiver: mpsc::Receiver<Message>,
+    receiver: mpsc::Receiver<(Message, Option<Held>)>,
     ended: Arc<Mutex<Option<SubscriptionEnded>>>,
     key: Key,
     id: u64,
@@ -72,8 +83,14 @@ pub struct Subscription {
 impl Subscription {
     /// The next message, in order; after the last one, why the subscription ended.
     pub async fn recv(&mut self) -> Result<Message, SubscriptionEnded> {
+        self.recv_held().await.map(|(message, _held)| message)
+    }
+
+    /// [`Subscription::recv`], with the message still counted against the subscriber's budget
+    /// (see [`PubSub::subscribe_charged`](crate::PubSub::subscribe_charged)) until the guard drops.
+    pub async fn recv_held(&mut self) -> Result<(Message, Option<Held>), SubscriptionEnded> {
         match self.receiver.recv().await {
-            Some(message) => Ok(message),
+            Some(delivery) => Ok(delivery),
             None => Err(self
                 .ended
                 .lock()
@@ -127,7 +144,8 @@ struct Topic {
 
 struct Subscriber {
     id: u64,
-    sender: mpsc::Sender<Message>,
+    sender: mpsc::Sender<(Message, Option<Held>)>,
+    budget: Option<Arc<dyn Budget>>,
     ended: Arc<Mutex<Option<SubscriptionEnded>>>,
 }
 
@@ -176,6 +194,7 @@ impl PubSubLane {
         kind: SubscriptionKind,
         name: Bytes,
         capacity: usize,
+        budget: Option<Arc<dyn Budget>>,
     ) -> Result<Subscription, LaneError> {
         if !self.life.is_open() {
             self.metrics.reject(Rejection::Closed);
@@ -194,6 +213,7 @@ impl PubSubLane {
             topic.subscribers.push(Subscriber {
                 id,
                 sender,
+                budget,
                 ended: ended.clone(),
             });
             let confirmation = (!topic.confirmed).then(|| {
@@ -488,16 +508,28 @@ fn handle(shard: &Shard, frame: Frame, unconfirmed: &mut VecDeque<Key>) -> Optio
             .unwrap_or_else(|| message.channel.clone()),
     );
     let topic = state.topics.get_mut(&key)?;
-    topic.subscribers.retain(
-        |subscriber| match subscriber.sender.try_send(message.clone()) {
+    let size = message.size();
+    topic.subscribers.retain(|subscriber| {
+        // Counted before it is queued, so that a refused message is never held.
+        let held = match &subscriber.budget {
+            Some(budget) => match Held::new(budget, size) {
+                Ok(held) => Some(held),
+                Err(over) => {
+                    *subscriber.ended.lock() = Some(SubscriptionEnded::OverBudget(over));
+                    return false;
+                }
+            },
+            None => None,
+        };
+        match subscriber.sender.try_send((message.clone(), held)) {
             Ok(()) => true,
             Err(mpsc::error::TrySendError::Full(_)) => {
                 *subscriber.ended.lock() = Some(SubscriptionEnded::Lagged);
                 false
             }
             Err(mpsc::error::TrySendError::Closed(_)) => false,
-        },
-    );
+        }
+    });
     if topic.subscribers.is_empty() {
         state.topics.remove(&key);
         return Some(Control::Unsubscribe(key));

@@ -24,6 +24,19 @@ impl RawClient {
         }
     }
 
+    pub fn from_stream(stream: UnixStream) -> RawClient {
+        RawClient {
+            stream,
+            buffer: BytesMut::new(),
+        }
+    }
+
+    /// The connection itself, for a test that stops reading it; nothing may be left unread.
+    pub fn into_stream(self) -> UnixStream {
+        assert!(self.buffer.is_empty(), "unread bytes");
+        self.stream
+    }
+
     /// Writes raw bytes as they are.
     pub async fn write(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).await.expect("write");

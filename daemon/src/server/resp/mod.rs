@@ -2,6 +2,7 @@
 //! [`session`]; every command it sends is admitted by the policy, then travels on its lane.
 
 mod amend;
+mod budget;
 mod clients;
 mod deadline;
 mod keyspace;
@@ -82,6 +83,8 @@ pub struct FrontDoor {
     config: RespConfig,
     deadlines: deadline::Deadlines,
     limits: Limits,
+    /// Every client's held bytes together (`resp.budgets.total`).
+    pool: Arc<budget::Pool>,
     next_client_id: AtomicU64,
     /// The live sessions, as `CLIENT LIST` shows them.
     clients: Arc<Clients>,
@@ -107,6 +110,7 @@ impl FrontDoor {
             connections,
             limits: config.limits(),
             deadlines: deadline::Deadlines::new(config.command_timeout, &config.command_deadlines),
+            pool: budget::Pool::new(&config.budgets),
             config,
             next_client_id: AtomicU64::new(1),
             clients: Arc::default(),

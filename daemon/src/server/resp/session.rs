@@ -26,6 +26,7 @@ use tollgate_policy::{Decision, DenyCause};
 use tollgate_resp::{Command, Frame, ProtocolError};
 
 use super::amend::Amend;
+use super::budget::{self, ClientBudget, Room};
 use super::clients::{Client, KillFilter, ListFilter, Registration};
 use super::keyspace::{self, Whole};
 use super::local::{self, Local, Protocol, ReplyMode, Voice};
@@ -128,6 +129,8 @@ struct Session {
     /// given back to other sessions before this one goes on.
     owes_yield: bool,
     out: BytesMut,
+    /// The bytes held for this client, against `resp.budgets`.
+    budget: Arc<ClientBudget>,
 }
 
 /// A command read ahead of its turn (see [`Session::read_ahead`]).
@@ -164,6 +167,7 @@ pub async fn run(stream: UnixStream, front: Arc<FrontDoor>, stop: CancellationTo
     let (reader, writer) = stream.into_split();
     let mut session = Session {
         subscriptions: Subscriptions::new(front.config.subscriber_buffer),
+        budget: ClientBudget::new(&front.config.budgets, front.pool.clone(), &caller, id),
         front,
         caller,
         id,
@@ -239,6 +243,8 @@ impl Session {
         let mut stopped = Quiet::new(stop.cancelled());
         let killed = self.me.client.killed();
         let mut killed = Quiet::new(killed.cancelled());
+        let mut breached = Quiet::new(self.budget.clone().breached());
+        let pool = self.front.pool.clone();
         loop {
             if !stopping {
                 if let Some(close) = self.dispatch(&mut input, &mut reader).await? {
@@ -260,6 +266,13 @@ impl Session {
             let may_read = !stopping
                 && self.pending.len() + self.ahead.len() < self.front.config.max_pipeline
                 && (self.parked.is_none() || input.len() < PARKED_INPUT_CAP);
+            budget::trim(&mut input, READ_CHUNK);
+            self.budget
+                .sync(self.out.len(), input.len(), !self.subscriptions.is_empty());
+            let room = match may_read {
+                true => self.budget.room(input.len()),
+                false => Room::Paused,
+            };
             tokio::select! {
                 Some((class, reply)) = self.pending.next(), if !self.pending.is_empty() => {
                     self.settle(class);
@@ -274,14 +287,15 @@ impl Session {
                         }
                     }
                 }
-                read = reader.read_buf(&mut input), if may_read => {
+                read = budget::read(&mut reader, &mut input, room.bytes()), if room.bytes() > 0 => {
                     match read {
                         Ok(0) => return Err("client closed the connection".to_owned()),
                         Ok(_) => {}
                         Err(error) => return Err(format!("read failed: {error}")),
                     }
                 }
-                Some(message) = self.subscriptions.next(), if !self.subscriptions.is_empty() => {
+                // The message counts against the budget (`_held`) until it is in `out`.
+                Some((message, _held)) = self.subscriptions.next(), if !self.subscriptions.is_empty() => {
                     // Delivered whatever `CLIENT REPLY` says, as Redis 7 delivers them.
                     let frame = subscriptions::message_frame(message, self.protocol);
                     tollgate_resp::encode(&frame, &mut self.out);
@@ -306,6 +320,14 @@ impl Session {
                     }
                     let _ = tokio::time::timeout(std::time::Duration::from_millis(100), self.flush(&mut writer)).await;
                     return Err("killed by CLIENT KILL".to_owned());
+                }
+                () = pool.room(), if room == Room::PoolFull => {}
+                breach = &mut breached => {
+                    // What is buffered was not read and will not be: only the reason is sent.
+                    self.out.clear();
+                    self.out.extend_from_slice(&replies::error(format!("ERR tollgate: {breach}; disconnected")));
+                    let _ = tokio::time::timeout(std::time::Duration::from_millis(100), writer.write_all(&self.out)).await;
+                    return Err(breach.to_string());
                 }
                 _ = &mut stopped, if !stopping => stopping = true,
             }
@@ -785,11 +807,20 @@ impl Session {
         if self.out.is_empty() {
             return Ok(());
         }
-        writer
-            .write_all(&self.out)
-            .await
-            .map_err(|error| format!("write failed: {error}"))?;
+        // A client that does not read is disconnected at its budget, not waited for; what waits to
+        // be written counts against it meanwhile.
+        self.budget.buffered(self.out.len());
+        let breached = self.budget.clone().breached();
+        tokio::select! {
+            biased;
+            written = writer.write_all(&self.out) => {
+                written.map_err(|error| format!("write failed: {error}"))?
+            }
+            breach = breached => return Err(breach.to_string()),
+        }
         self.out.clear();
+        budget::trim(&mut self.out, 0);
+        self.budget.buffered(0);
         Ok(())
     }
 
@@ -821,7 +852,7 @@ impl Session {
             Some(channel) if between_commands => channel.repick(),
             Some(_) => {}
             None => match self.front.lanes.multiplexed_speaking(lane, self.protocol) {
-                Ok(channel) => *slot = Some(channel),
+                Ok(channel) => *slot = Some(channel.charged_to(self.budget.clone())),
                 Err(error) => {
                     let reply = replies::lane_failed(&error);
                     return Pending::Ready(Some((Class::Multiplexed(lane), reply)));
@@ -992,10 +1023,19 @@ impl Session {
         let mut out = BytesMut::new();
         let pubsub = self.front.lanes.pubsub();
         let capacity = self.front.config.subscriber_buffer;
+        let names = &argv[1..];
+        let cap = self.front.config.max_subscriptions;
+        let fresh = self.subscriptions.new_names(kind, names);
+        if self.subscriptions.len() + fresh > cap {
+            return replies::error(format!(
+                "ERR tollgate: {} more subscriptions would take this client past resp.max_subscriptions ({cap}); none were made",
+                fresh
+            ));
+        }
         for name in argv.into_iter().skip(1) {
             if let Err(error) = self
                 .subscriptions
-                .subscribe(&pubsub, kind, name.clone(), capacity)
+                .subscribe(&pubsub, kind, name.clone(), capacity, self.budget.clone())
                 .await
             {
                 out.extend_from_slice(&replies::lane_failed(&error));

@@ -1,6 +1,8 @@
 //! One client's pub/sub subscriptions: each is a [`Subscription`] on the shared PUBSUB lane, drained
 //! by a small forwarder into this session's bounded queue. A client that does not keep up — its
-//! queue is full, or the lane dropped its subscription as lagging — is evicted rather than buffered.
+//! queue is full, or the lane dropped its subscription as lagging or over its budget — is evicted
+//! rather than buffered. A message counts against the client's budget from the lane's fan-out until
+//! the session has written it into its own buffer ([`Held`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,7 +13,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tollgate_lanes::{
-    LaneError, Message, PubSub, Subscription, SubscriptionEnded, SubscriptionKind,
+    Budget, Held, LaneError, Message, PubSub, Subscription, SubscriptionEnded, SubscriptionKind,
 };
 use tollgate_resp::Frame;
 
@@ -20,8 +22,8 @@ use super::local::Protocol;
 
 pub struct Subscriptions {
     active: HashMap<(SubscriptionKind, Bytes), JoinHandle<()>>,
-    sender: mpsc::Sender<Message>,
-    receiver: mpsc::Receiver<Message>,
+    sender: mpsc::Sender<(Message, Option<Held>)>,
+    receiver: mpsc::Receiver<(Message, Option<Held>)>,
     /// Cancelled when this client must be disconnected; `why` says for what.
     evicted: CancellationToken,
     why: Arc<Mutex<Option<Eviction>>>,
@@ -94,6 +96,22 @@ impl Subscriptions {
             .collect()
     }
 
+    /// How many of `names` this client does not hold yet.
+    pub fn new_names(&self, kind: SubscriptionKind, names: &[Bytes]) -> usize {
+        let mut fresh: Vec<&Bytes> = names
+            .iter()
+            .filter(|name| !self.active.contains_key(&(kind, (*name).clone())))
+            .collect();
+        fresh.sort_unstable();
+        fresh.dedup();
+        fresh.len()
+    }
+
+    /// Every subscription this client holds, of all kinds.
+    pub fn len(&self) -> usize {
+        self.active.len()
+    }
+
     /// Subscribes once per name; a second `SUBSCRIBE` of the same name only confirms again.
     pub async fn subscribe(
         &mut self,
@@ -101,12 +119,15 @@ impl Subscriptions {
         kind: SubscriptionKind,
         name: Bytes,
         capacity: usize,
+        budget: Arc<dyn Budget>,
     ) -> Result<(), LaneError> {
         let key = (kind, name.clone());
         if self.active.contains_key(&key) {
             return Ok(());
         }
-        let subscription = pubsub.subscribe(kind, name, capacity).await?;
+        let subscription = pubsub
+            .subscribe_charged(kind, name, capacity, budget)
+            .await?;
         let forwarder = tokio::spawn(forward(
             subscription,
             self.sender.clone(),
@@ -130,8 +151,8 @@ impl Subscriptions {
         }
     }
 
-    /// The next message for this client.
-    pub async fn next(&mut self) -> Option<Message> {
+    /// The next message for this client, counted against its budget until the guard drops.
+    pub async fn next(&mut self) -> Option<(Message, Option<Held>)> {
         self.receiver.recv().await
     }
 
@@ -156,12 +177,12 @@ impl Drop for Subscriptions {
 
 async fn forward(
     mut subscription: Subscription,
-    sender: mpsc::Sender<Message>,
+    sender: mpsc::Sender<(Message, Option<Held>)>,
     evicted: CancellationToken,
     why: Arc<Mutex<Option<Eviction>>>,
 ) {
     let reason = loop {
-        match subscription.recv().await {
+        match subscription.recv_held().await {
             Ok(message) => match sender.try_send(message) {
                 Ok(()) => {}
                 Err(mpsc::error::TrySendError::Full(_)) => {
@@ -173,8 +194,9 @@ async fn forward(
                 // The session is gone; nothing to report.
                 Err(mpsc::error::TrySendError::Closed(_)) => return,
             },
-            Err(SubscriptionEnded::Lagged) => {
-                break Eviction::TooSlow(SubscriptionEnded::Lagged.to_string())
+            // Too slow, by count or by bytes: told why before the close.
+            Err(ended @ (SubscriptionEnded::Lagged | SubscriptionEnded::OverBudget(_))) => {
+                break Eviction::TooSlow(ended.to_string())
             }
             Err(ended) => break Eviction::Ended(ended),
         }

@@ -1,0 +1,187 @@
+//! `resp.budgets`: the bytes the daemon may hold for RESP clients (replies not yet read, input not
+//! yet parsed), per client and in total, in the spirit of Redis's `client-output-buffer-limit` and
+//! `client-query-buffer-limit`. Sizes are bytes, or a string with a unit (`32MiB`).
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// A number of bytes: an integer, or a string such as `512KiB`, `32MiB`, `1GiB` (also `KB`, `MB`,
+/// `GB` as Redis writes them, meaning the same powers of 1024). Zero means "no limit".
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ByteSize(pub usize);
+
+impl ByteSize {
+    pub const fn mib(n: usize) -> Self {
+        ByteSize(n * 1024 * 1024)
+    }
+
+    fn parse(text: &str) -> Option<ByteSize> {
+        let text = text.trim();
+        let digits = text
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len());
+        let (number, unit) = text.split_at(digits);
+        let number: usize = number.parse().ok()?;
+        let scale: usize = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "k" | "kb" | "kib" => 1 << 10,
+            "m" | "mb" | "mib" => 1 << 20,
+            "g" | "gb" | "gib" => 1 << 30,
+            _ => return None,
+        };
+        number.checked_mul(scale).map(ByteSize)
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} bytes", self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Number(usize),
+            Text(String),
+        }
+        match Written::deserialize(deserializer)? {
+            Written::Number(bytes) => Ok(ByteSize(bytes)),
+            Written::Text(text) => ByteSize::parse(&text).ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "invalid size `{text}`: expected bytes or a number with KiB, MiB or GiB"
+                ))
+            }),
+        }
+    }
+}
+
+/// `resp.budgets`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct BudgetsConfig {
+    /// All clients' held bytes together (replies and input). A reply that would take the total past
+    /// it is dropped and its client disconnected; clients holding more than a little input stop
+    /// being read until there is room.
+    pub total: ByteSize,
+    /// Clients with no subscriptions.
+    pub normal: ClassBudgets,
+    /// Clients subscribed to at least one channel, pattern or shard channel.
+    pub pubsub: ClassBudgets,
+}
+
+impl Default for BudgetsConfig {
+    fn default() -> Self {
+        Self {
+            total: ByteSize::mib(512),
+            normal: ClassBudgets {
+                output: Limit::new(ByteSize::mib(128), ByteSize::mib(32)),
+                input: Limit::new(ByteSize::mib(64), ByteSize::mib(16)),
+            },
+            pubsub: ClassBudgets {
+                output: Limit::new(ByteSize::mib(32), ByteSize::mib(8)),
+                input: Limit::new(ByteSize::mib(1), ByteSize(0)),
+            },
+        }
+    }
+}
+
+/// The limits of one class of client; a class written in the file gives both.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClassBudgets {
+    /// Replies held for the client: arrived from Redis and not yet written to its socket.
+    pub output: Limit,
+    /// What the client sent that does not yet make a whole command.
+    pub input: Limit,
+}
+
+/// A hard limit, and a soft one that may be exceeded for `soft_for` at most (default 60 s). Past
+/// either the client is disconnected. Zero disables a limit.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, try_from = "WrittenLimit")]
+pub struct Limit {
+    pub hard: ByteSize,
+    pub soft: ByteSize,
+    pub soft_for: Duration,
+}
+
+impl Limit {
+    const fn new(hard: ByteSize, soft: ByteSize) -> Self {
+        Limit {
+            hard,
+            soft,
+            soft_for: Duration::from_secs(60),
+        }
+    }
+}
+
+/// [`Limit`] as written, checked as it is read so that an error points at the file, line and
+/// column like a type error does.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WrittenLimit {
+    hard: ByteSize,
+    #[serde(default)]
+    soft: ByteSize,
+    #[serde(default = "sixty_seconds", with = "humantime_serde")]
+    soft_for: Duration,
+}
+
+fn sixty_seconds() -> Duration {
+    Duration::from_secs(60)
+}
+
+impl TryFrom<WrittenLimit> for Limit {
+    type Error = String;
+
+    fn try_from(written: WrittenLimit) -> Result<Self, Self::Error> {
+        if written.hard.0 > 0 && written.soft > written.hard {
+            return Err(format!(
+                "soft ({}) is over hard ({}): the soft limit would never apply",
+                written.soft, written.hard
+            ));
+        }
+        if written.soft.0 > 0 && written.soft_for.is_zero() {
+            return Err("soft_for must be longer than zero (or drop `soft`)".to_owned());
+        }
+        Ok(Limit {
+            hard: written.hard,
+            soft: written.soft,
+            soft_for: written.soft_for,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_bytes_or_a_number_with_a_unit() {
+        for (text, bytes) in [
+            ("0", 0),
+            ("4096", 4096),
+            ("512KiB", 512 << 10),
+            ("32MiB", 32 << 20),
+            ("32mb", 32 << 20),
+            ("1 GiB", 1 << 30),
+        ] {
+            assert_eq!(ByteSize::parse(text), Some(ByteSize(bytes)), "{text}");
+        }
+        for text in [
+            "",
+            "MiB",
+            "1.5MiB",
+            "-1",
+            "3 parsecs",
+            "99999999999999999999GiB",
+        ] {
+            assert_eq!(ByteSize::parse(text), None, "{text}");
+        }
+    }
+}
