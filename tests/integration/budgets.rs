@@ -204,7 +204,8 @@ async fn budgets_a_client_that_never_reads_is_disconnected_at_its_output_limit()
         "RSS grew by {:.0} MiB",
         mib(peak - before)
     );
-    assert!(answered > 0);
+    // The bystander's PINGs (each a round trip to Redis) all got PONG, and one after the attack:
+    // how many fit in before the attacker is cut off is timing, so it is printed, not asserted.
 }
 
 #[tokio::test]
