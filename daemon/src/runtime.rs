@@ -157,6 +157,7 @@ impl Daemon {
             admission.clone(),
             identities,
             lanes.clone(),
+            shared.leases.clone(),
             config.resp.clone(),
             ConnectionLimits::new(&config.limits, "resp"),
         ));

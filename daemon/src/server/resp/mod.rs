@@ -2,6 +2,7 @@
 //! [`session`]; every command it sends is admitted by the policy, then travels on its lane.
 
 mod deadline;
+mod lease;
 mod local;
 mod pending;
 mod replies;
@@ -15,6 +16,7 @@ use tokio::net::UnixListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tollgate_lanes::Lanes;
+use tollgate_lease::LeaseService;
 use tollgate_policy::Admission;
 use tollgate_resp::Limits;
 
@@ -28,6 +30,8 @@ pub struct FrontDoor {
     pub admission: Admission,
     pub identities: Identities,
     pub lanes: Lanes,
+    /// `LEASE …` commands are served by the same lease service as the HTTP API.
+    pub leases: LeaseService,
     /// How many connections this listener holds (`limits:`).
     connections: ConnectionLimits,
     config: RespConfig,
@@ -40,6 +44,7 @@ impl FrontDoor {
         admission: Admission,
         identities: Identities,
         lanes: Lanes,
+        leases: LeaseService,
         config: RespConfig,
         connections: ConnectionLimits,
     ) -> Self {
@@ -47,6 +52,7 @@ impl FrontDoor {
             admission,
             identities,
             lanes,
+            leases,
             connections,
             limits: config.limits(),
             config,

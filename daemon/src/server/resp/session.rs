@@ -25,6 +25,7 @@ use tollgate_model::{Caller, Lane};
 use tollgate_policy::{Decision, DenyCause};
 use tollgate_resp::{Command, Frame, ProtocolError};
 
+use super::lease::{self, Intercept};
 use super::local::{self, Local, Protocol, ReplyMode, Voice};
 use super::pending::{Class, InOrder, Pending};
 use super::subscriptions::{self, Subscriptions};
@@ -69,6 +70,8 @@ enum InPlace {
     /// was sent before on the old ones.
     Hello(local::Hello),
     Reset,
+    /// `LEASE …`, which may wait for the lease.
+    Lease(Command),
 }
 
 /// The pinned TRANSACTION connection of a session in WATCH or MULTI.
@@ -101,6 +104,8 @@ struct Session {
     /// A guard ran out of its budget deciding this session's command: the worker it kept busy is
     /// given back to other sessions before this one goes on.
     owes_yield: bool,
+    /// Ends this connection's session-bound leases when the session is dropped.
+    leases: lease::Connection,
     out: BytesMut,
 }
 
@@ -148,6 +153,7 @@ pub async fn run(stream: UnixStream, front: Arc<FrontDoor>, stop: CancellationTo
         reply_mode: ReplyMode::On,
         ahead: VecDeque::new(),
         owes_yield: false,
+        leases: lease::Connection::new(id),
         out: BytesMut::new(),
     };
     let outcome = session.serve(reader, writer, stop).await;
@@ -405,6 +411,7 @@ impl Session {
         self.subscriptions.is_empty()
             && Local::of(command.name(), command.word(1)).is_none()
             && subscription_command(command.name()).is_none()
+            && !lease::is_ours(command)
     }
 
     /// Decides what `argv` becomes: connection-scoped commands are answered here; everything else
@@ -425,6 +432,11 @@ impl Session {
                 "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
                 String::from_utf8_lossy(command.name()).to_lowercase()
             )));
+        }
+        match lease::intercept(&command, self.protocol, self.transaction.is_some()) {
+            Some(Intercept::Reply(reply)) => return Step::Reply(reply),
+            Some(Intercept::Run) => return Step::InPlace(InPlace::Lease(command)),
+            None => {}
         }
         if let Some(local) = local.filter(|l| !l.needs_admission()) {
             return self.local(local, &command.argv());
@@ -661,6 +673,17 @@ impl Session {
             InPlace::Subscribe(kind, argv) => self.subscribe(kind, argv).await,
             InPlace::Unsubscribe(kind, argv) => self.unsubscribe(kind, argv),
             InPlace::Hello(hello) => replies::encode(&self.hello(hello)),
+            InPlace::Lease(command) => {
+                let argv = command.argv();
+                lease::run(
+                    &self.front,
+                    &self.caller,
+                    &self.leases,
+                    self.protocol,
+                    &argv,
+                )
+                .await
+            }
             InPlace::Reset => {
                 self.subscriptions.clear();
                 if let Some(transaction) = self.transaction.take() {
