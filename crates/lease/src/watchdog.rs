@@ -3,9 +3,10 @@
 //! ([`Holding`]), so it sends nothing once the lease is LOST, and it publishes what happens as
 //! [`LeaseEvent`]s for the holder to watch.
 //!
-//! A process-bound watchdog holds a pidfd, so a principal may run only `leases.max_watchdogs_per_principal` of
-//! them: a place is reserved ([`Slot`]) before the acquire is sent and counted until the watchdog's
-//! entry is gone, so one user cannot exhaust the daemon's file descriptors.
+//! A process-bound watchdog holds a pidfd and every watchdog a task, so a principal may run only
+//! `leases.max_watchdogs_per_principal` of them: a place is reserved ([`Slot`]) before the acquire
+//! is sent and counted until the watchdog's entry is gone, so one user cannot exhaust the daemon's
+//! file descriptors or fill it with renewals.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
