@@ -184,6 +184,7 @@ impl Daemon {
             admission.clone(),
             identities,
             lanes.clone(),
+            shared.leases.clone(),
             config.resp.clone(),
             ConnectionLimits::new(&config.limits, "resp"),
             resp_socket.path.display().to_string(),

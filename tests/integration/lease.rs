@@ -726,3 +726,78 @@ async fn the_watchdog_stops_at_the_maximum_hold_time() {
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(fx.inspect("alice", None).await, InspectOutcome::Free);
 }
+
+/// Every reserved key in databases 0 and 1, where the lease service's lanes may keep them.
+async fn reserved_keys(redis: &RedisServer) -> Vec<String> {
+    let mut keys = Vec::new();
+    for db in [0, 1] {
+        let url = format!("redis+unix://{}?db={db}", redis.socket().display());
+        let client = redis::Client::open(url).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let found: Vec<String> = redis::cmd("KEYS")
+            .arg("tollgate:*")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        keys.extend(found);
+    }
+    keys
+}
+
+/// Thousands of resources used once, released or left to expire, leave no key of their own behind
+/// (only the bounded bucket counters), and a resource used again still gets rising fences.
+#[tokio::test]
+async fn fence_state_does_not_pile_up_and_fences_still_rise() {
+    const RESOURCES: usize = 3000;
+    let fx = Fixture::start();
+    let reused = Resource::parse("orders:reused").unwrap();
+    let mut last_fence = 0;
+    for n in 0..RESOURCES {
+        let resource = Resource::parse(&format!("orders:once-{n}")).unwrap();
+        let a = attempt("alice", &format!("op-{n}"));
+        // Every tenth is left to expire instead of being released.
+        let ttl = if n % 10 == 0 { 50 } else { 10_000 };
+        let who = who("alice");
+        let outcome = fx
+            .leases
+            .acquire(&who, &resource, &request(&a, ttl, 0), None)
+            .await
+            .unwrap();
+        held(&outcome);
+        if n % 10 != 0 {
+            let release = ReleaseRequest { attempt: a };
+            let released = fx.leases.release(&who, &resource, &release).await.unwrap();
+            assert_eq!(released, ReleaseOutcome::Released);
+        }
+        if n % 500 == 0 {
+            let a = attempt("bob", &format!("reuse-{n}"));
+            let (fence, _) = held(
+                &fx.leases
+                    .acquire(&who, &reused, &request(&a, 10_000, 0), None)
+                    .await
+                    .unwrap(),
+            );
+            assert!(fence > last_fence, "{fence} after {last_fence}");
+            last_fence = fence;
+            let release = ReleaseRequest { attempt: a };
+            fx.leases.release(&who, &reused, &release).await.unwrap();
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let keys = reserved_keys(&fx.redis).await;
+    let counters: Vec<&String> = keys
+        .iter()
+        .filter(|key| key.starts_with("tollgate:lease:{") && key.ends_with("}:fence"))
+        .collect();
+    assert_eq!(
+        counters.len(),
+        keys.len(),
+        "only bucket counters are left: {:?}",
+        keys.iter().find(|key| !key.ends_with("}:fence"))
+    );
+    assert!(
+        counters.len() <= usize::from(tollgate_lease::resource::FENCE_BUCKETS),
+        "{} counters for {RESOURCES} resources",
+        counters.len()
+    );
+}

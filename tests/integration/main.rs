@@ -21,6 +21,7 @@ mod lanes_share;
 mod lease;
 mod lease_fenced;
 mod lease_http;
+mod lease_resp;
 mod lease_run;
 mod lease_watchdogs;
 mod limits;

@@ -1,8 +1,9 @@
 //! Lease costs against a real `redis-server`, side by side with the alternative, in one run:
 //!
 //! - `acquire_release`: one acquire + release pair through the daemon (lease client → HTTP → lease
-//!   service → SCRIPT lane) vs the same two Lua scripts run directly with redis-rs (EVALSHA on a
-//!   multiplexed connection). Criterion's time per pair gives pairs/s; p50/p99 of single pairs are
+//!   service → SCRIPT lane), the same pair as `LEASE ACQUIRE` / `LEASE RELEASE` on the daemon's RESP
+//!   socket (redis-rs, one multiplexed connection), and the same two Lua scripts run directly with
+//!   redis-rs (EVALSHA on a multiplexed connection). Criterion's time per pair gives pairs/s; p50/p99 of single pairs are
 //!   printed after the group.
 //! - `handoff`: a holder releases while a second caller waits: from the release to the waiter
 //!   holding, through the daemon's waiting (release notification) vs a client polling the daemon
@@ -83,7 +84,7 @@ fn benches(c: &mut Criterion) {
     config.redis = Some(RedisConfig::standalone(Endpoint::Unix(
         redis.socket().to_owned(),
     )));
-    let (daemon, direct) = runtime.block_on(async {
+    let (daemon, direct, resp) = runtime.block_on(async {
         // The lane and lease users, as an operator of an external Redis sets them up.
         let endpoint = Endpoint::Unix(redis.socket().to_owned());
         let grants = tollgate::lane_acl::grants_for(&config.policy).expect("the policy compiles");
@@ -97,7 +98,12 @@ fn benches(c: &mut Criterion) {
             .get_multiplexed_async_connection()
             .await
             .expect("redis-rs connection");
-        (daemon, direct)
+        let resp = redis::Client::open(format!("redis+unix://{}", daemon.resp_socket().display()))
+            .expect("redis-rs client of the RESP socket")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis-rs connection to the daemon");
+        (daemon, direct, resp)
     });
     let client = LeaseClient::new(daemon.http_socket());
     let resource = Resource::parse("bench:pairs").unwrap();
@@ -127,6 +133,32 @@ fn benches(c: &mut Criterion) {
         })
     });
     report("acquire_release/daemon", &latencies);
+    group.bench_function("resp", |b| {
+        b.to_async(&runtime).iter_custom(|iters| {
+            let mut connection = resp.clone();
+            timed(iters, &latencies, async move || {
+                let attempt = LeaseClient::new_attempt();
+                let (owner, op) = (attempt.owner.as_str(), attempt.operation_id.as_str());
+                let started = Instant::now();
+                let acquired: Vec<redis::Value> = redis::cmd("LEASE")
+                    .arg(&["ACQUIRE", "bench:pairs", "10000", "OWNER", owner, "OP", op])
+                    .query_async(&mut connection)
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    acquired.get(1),
+                    Some(&redis::Value::BulkString(b"acquired".to_vec()))
+                );
+                let _: redis::Value = redis::cmd("LEASE")
+                    .arg(&["RELEASE", "bench:pairs", "OWNER", owner, "OP", op])
+                    .query_async(&mut connection)
+                    .await
+                    .unwrap();
+                started.elapsed()
+            })
+        })
+    });
+    report("acquire_release/resp", &latencies);
     group.bench_function("redis_rs_direct", |b| {
         b.to_async(&runtime).iter_custom(|iters| {
             let (direct, keys, acquire_script, release_script) =

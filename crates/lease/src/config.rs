@@ -27,8 +27,9 @@ pub struct LeaseConfig {
     /// How long acquire waits for replicas to confirm when the caller asks for `replicas`.
     #[serde(with = "humantime_serde")]
     pub replica_timeout: Duration,
-    /// Watchdogs one principal may run at once (each holds a pidfd on its holder); past it, an
-    /// acquire asking for a watchdog is refused before anything is sent. Zero refuses watchdogs.
+    /// Watchdogs one principal may run at once (a process-bound one holds a pidfd on its holder;
+    /// RESP `SESSION` leases count too); past it, an acquire asking for a watchdog is refused
+    /// before anything is sent. Zero refuses watchdogs.
     pub max_watchdogs_per_principal: usize,
 }
 

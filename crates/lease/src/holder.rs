@@ -1,15 +1,23 @@
 //! What a watchdog is bound to: the holder process, through a pidfd, which polls readable once the
-//! process exits. A pidfd cannot be fooled by pid reuse: it names the process it was opened on.
+//! process exits (a pidfd cannot be fooled by pid reuse: it names the process it was opened on); or
+//! one client connection, through a token its session cancels when the connection ends (the
+//! etcd/Consul session model, for pooled and long-lived clients whose process outlives the lease).
 
+use std::fmt;
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
 
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
+use tokio_util::sync::CancellationToken;
 
 pub struct Holder {
-    pid: u32,
-    fd: AsyncFd<OwnedFd>,
+    kind: Kind,
+}
+
+enum Kind {
+    Process { pid: u32, fd: AsyncFd<OwnedFd> },
+    Connection { id: u64, closed: CancellationToken },
 }
 
 impl Holder {
@@ -29,16 +37,35 @@ impl Holder {
         // long as it is registered.
         let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
             .map_err(|error| io::Error::other(error.to_string()))?;
-        Ok(Holder { pid, fd })
+        Ok(Holder {
+            kind: Kind::Process { pid, fd },
+        })
     }
 
-    /// Resolves once the holder process has exited.
+    /// Binds to client connection `id`, gone once `closed` is cancelled.
+    pub fn connection(id: u64, closed: CancellationToken) -> Holder {
+        Holder {
+            kind: Kind::Connection { id, closed },
+        }
+    }
+
+    /// Resolves once the holder process has exited or its connection has closed.
     pub async fn gone(&self) {
-        let _ = self.fd.readable().await;
+        match &self.kind {
+            Kind::Process { fd, .. } => {
+                let _ = fd.readable().await;
+            }
+            Kind::Connection { closed, .. } => closed.cancelled().await,
+        }
     }
+}
 
-    pub fn pid(&self) -> u32 {
-        self.pid
+impl fmt::Display for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            Kind::Process { pid, .. } => write!(f, "process {pid}"),
+            Kind::Connection { id, .. } => write!(f, "RESP connection {id}"),
+        }
     }
 }
 
@@ -61,5 +88,18 @@ mod tests {
             .await
             .expect("gone after kill");
         child.wait().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_connection_is_gone_once_its_session_cancels() {
+        let closed = CancellationToken::new();
+        let holder = Holder::connection(7, closed.clone());
+        let early = tokio::time::timeout(Duration::from_millis(20), holder.gone()).await;
+        assert!(early.is_err(), "an open connection is not gone");
+        closed.cancel();
+        tokio::time::timeout(Duration::from_secs(5), holder.gone())
+            .await
+            .expect("gone after the session ends");
+        assert_eq!(holder.to_string(), "RESP connection 7");
     }
 }

@@ -1,11 +1,19 @@
 //! Resource names as callers write them, and the Redis keys derived from them. Redis never sees a raw
-//! name: every key holds the SHA-256 digest, inside a hash tag so that the lease, its fencing counter
-//! and its release channel live in one cluster slot (a script may only touch keys of one slot).
+//! name: every key holds the SHA-256 digest. Fences come from a counter shared by the resources of a
+//! *bucket* (one of [`FENCE_BUCKETS`], chosen by the digest), not from a counter per resource, so
+//! that nothing of a resource outlives its last lease: the lease hash goes when it is released or
+//! expires, and the counters stay bounded in number however many resources were ever used. The
+//! bucket is the hash tag, so a lease, its bucket's counter and its release channel live in one
+//! cluster slot (a script may only touch keys of one slot).
 
 use std::fmt;
 
 use sha2::{Digest, Sha256};
 use tollgate_model::reserved::RESERVED_PREFIX;
+
+/// How many fence counters there are at most. Part of the key layout: changing it would move every
+/// resource to another bucket, whose counter may be behind the old one.
+pub const FENCE_BUCKETS: u16 = 1024;
 
 /// The longest resource name accepted.
 pub const MAX_RESOURCE_LEN: usize = 200;
@@ -46,14 +54,16 @@ impl Resource {
         &self.0
     }
 
-    /// The Redis names of this resource's lease, fencing counter and release channel, all in the
-    /// daemon's reserved keyspace.
+    /// The Redis names of this resource's lease, its bucket's fencing counter and its release
+    /// channel, all in the daemon's reserved keyspace.
     pub fn keys(&self) -> LeaseKeys {
-        let digest = hex::encode(Sha256::digest(self.0.as_bytes()));
+        let digest = Sha256::digest(self.0.as_bytes());
+        let bucket = u16::from_be_bytes([digest[0], digest[1]]) % FENCE_BUCKETS;
+        let digest = hex::encode(digest);
         LeaseKeys {
-            lease: format!("{RESERVED_PREFIX}lease:{{{digest}}}"),
-            fence: format!("{RESERVED_PREFIX}lease:{{{digest}}}:fence"),
-            channel: format!("{RESERVED_PREFIX}lease:{{{digest}}}:released"),
+            lease: format!("{RESERVED_PREFIX}lease:{{{bucket:03x}}}:{digest}"),
+            fence: format!("{RESERVED_PREFIX}lease:{{{bucket:03x}}}:fence"),
+            channel: format!("{RESERVED_PREFIX}lease:{{{bucket:03x}}}:{digest}:released"),
         }
     }
 }
@@ -64,7 +74,7 @@ impl fmt::Display for Resource {
     }
 }
 
-/// The Redis names belonging to one resource; all share the hash tag `{<sha256 hex>}`.
+/// The Redis names belonging to one resource; all share the hash tag `{<bucket, 3 hex digits>}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseKeys {
     pub lease: String,
@@ -86,7 +96,7 @@ mod tests {
     fn keys_share_one_hash_tag_and_hide_the_name() {
         let keys = Resource::parse("orders:42").unwrap().keys();
         let tag = hash_tag(&keys.lease);
-        assert_eq!(tag.len(), 64);
+        assert_eq!(tag.len(), 3);
         assert_eq!(hash_tag(&keys.fence), tag);
         assert_eq!(hash_tag(&keys.channel), tag);
         for key in [&keys.lease, &keys.fence, &keys.channel] {
@@ -95,6 +105,19 @@ mod tests {
         }
         assert_ne!(keys.lease, keys.fence);
         assert_ne!(Resource::parse("orders:43").unwrap().keys(), keys);
+    }
+
+    #[test]
+    fn resources_share_a_bounded_set_of_fence_counters() {
+        let counters: std::collections::HashSet<String> = (0..20_000)
+            .map(|n| Resource::parse(&format!("r{n}")).unwrap().keys().fence)
+            .collect();
+        // 20,000 names fill every bucket and no more.
+        assert_eq!(counters.len(), usize::from(FENCE_BUCKETS));
+        let leases: std::collections::HashSet<String> = (0..20_000)
+            .map(|n| Resource::parse(&format!("r{n}")).unwrap().keys().lease)
+            .collect();
+        assert_eq!(leases.len(), 20_000, "each resource keeps its own lease");
     }
 
     #[test]

@@ -1,11 +1,12 @@
-//! The watchdog: renews a lease every ttl/3 for as long as its holder lives, releases it the moment
-//! the holder dies, and stops at `leases.max_hold`. It keeps the same state machine as a client
+//! The watchdog: renews a lease every ttl/3 for as long as its holder (a process or a RESP
+//! connection) lives, releases it the moment the holder dies, and stops at `leases.max_hold`. It keeps the same state machine as a client
 //! ([`Holding`]), so it sends nothing once the lease is LOST, and it publishes what happens as
 //! [`LeaseEvent`]s for the holder to watch.
 //!
-//! Each watchdog holds a pidfd, so a principal may run only `leases.max_watchdogs_per_principal` of
-//! them: a place is reserved ([`Slot`]) before the acquire is sent and counted until the watchdog's
-//! entry is gone, so one user cannot exhaust the daemon's file descriptors.
+//! A process-bound watchdog holds a pidfd and every watchdog a task, so a principal may run only
+//! `leases.max_watchdogs_per_principal` of them: a place is reserved ([`Slot`]) before the acquire
+//! is sent and counted until the watchdog's entry is gone, so one user cannot exhaust the daemon's
+//! file descriptors or fill it with renewals.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -197,7 +198,7 @@ impl Guard {
                 () = stop.cancelled() => return,
                 () = self.holder.gone() => {
                     let outcome = self.calls.release(&self.keys, &self.attempt).await;
-                    tracing::info!(holder_pid = self.holder.pid(), ?outcome, "lease holder gone; released");
+                    tracing::info!(holder = %self.holder, ?outcome, "lease holder gone; released");
                     let _ = events.send(match outcome {
                         ReleaseOutcome::NotOwner => LeaseEvent::Lost { fence, reason: LostReason::NotOwner },
                         _ => LeaseEvent::Released { fence },

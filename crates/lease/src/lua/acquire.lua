@@ -1,5 +1,7 @@
 -- Acquire a lease, or tell the caller why not. Atomic: one server execution.
--- KEYS[1] lease hash {owner, op, fence}   KEYS[2] fencing counter (never expires)
+-- KEYS[1] lease hash {owner, op, fence}   KEYS[2] fencing counter of the resource's bucket, shared
+-- with the other resources of the bucket (never expires; their number is bounded), so fences rise
+-- per resource even though nothing of a resource is left once its lease is gone.
 -- ARGV[1] bound owner   ARGV[2] operation id   ARGV[3] ttl in milliseconds
 -- Reply {status, fence, remaining ms}: 1 acquired, 2 replayed (same attempt, TTL untouched),
 -- 3 conflict (same owner, other operation), 0 contended (another owner).

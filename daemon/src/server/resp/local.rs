@@ -335,10 +335,7 @@ pub fn hello_reply(protocol: Protocol, client_id: u64) -> Frame {
         (text("role"), text("master")),
         (text("modules"), Frame::Array(Vec::new())),
     ];
-    match protocol {
-        Protocol::Resp3 => Frame::Map(pairs),
-        Protocol::Resp2 => Frame::Array(pairs.into_iter().flat_map(|(k, v)| [k, v]).collect()),
-    }
+    super::replies::map(protocol, pairs)
 }
 
 /// What `CONFIG GET` shows through the daemon: what is true of Tollgate's own service (one
@@ -362,10 +359,7 @@ pub fn config_get(argv: &[&[u8]], protocol: Protocol) -> Frame {
             )
         })
         .collect();
-    match protocol {
-        Protocol::Resp3 => Frame::Map(pairs),
-        Protocol::Resp2 => Frame::Array(pairs.into_iter().flat_map(|(k, v)| [k, v]).collect()),
-    }
+    super::replies::map(protocol, pairs)
 }
 
 /// The client name must not contain spaces or newlines (Redis's rule, so `CLIENT LIST` stays parseable).

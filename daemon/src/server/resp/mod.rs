@@ -6,6 +6,7 @@ mod budget;
 mod clients;
 mod deadline;
 mod keyspace;
+mod lease;
 mod local;
 mod monitor;
 mod pending;
@@ -21,6 +22,7 @@ use tokio::net::UnixListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tollgate_lanes::Lanes;
+use tollgate_lease::LeaseService;
 use tollgate_policy::Admission;
 use tollgate_resp::Limits;
 
@@ -78,6 +80,8 @@ pub struct FrontDoor {
     pub admission: Admission,
     pub identities: Identities,
     pub lanes: Lanes,
+    /// `LEASE …` commands are served by the same lease service as the HTTP API.
+    pub leases: LeaseService,
     /// How many connections this listener holds (`limits:`).
     connections: ConnectionLimits,
     config: RespConfig,
@@ -99,6 +103,7 @@ impl FrontDoor {
         admission: Admission,
         identities: Identities,
         lanes: Lanes,
+        leases: LeaseService,
         config: RespConfig,
         connections: ConnectionLimits,
         socket: String,
@@ -107,6 +112,7 @@ impl FrontDoor {
             admission,
             identities,
             lanes,
+            leases,
             connections,
             limits: config.limits(),
             deadlines: deadline::Deadlines::new(config.command_timeout, &config.command_deadlines),

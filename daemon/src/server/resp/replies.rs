@@ -2,6 +2,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use tollgate_lanes::{CallError, LaneError};
+use tollgate_model::Protocol;
 use tollgate_policy::{Denial, DenyCause};
 use tollgate_resp::Frame;
 
@@ -75,4 +76,12 @@ pub fn encode(frame: &Frame) -> Bytes {
     let mut out = BytesMut::new();
     tollgate_resp::encode(frame, &mut out);
     out.freeze()
+}
+
+/// A map reply: a map in RESP3, a flat array of keys and values in RESP2 (as Redis answers).
+pub fn map(protocol: Protocol, pairs: Vec<(Frame, Frame)>) -> Frame {
+    match protocol {
+        Protocol::Resp3 => Frame::Map(pairs),
+        Protocol::Resp2 => Frame::Array(pairs.into_iter().flat_map(|(k, v)| [k, v]).collect()),
+    }
 }

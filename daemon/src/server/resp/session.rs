@@ -29,6 +29,7 @@ use super::amend::Amend;
 use super::budget::{self, ClientBudget, Room};
 use super::clients::{Client, KillFilter, ListFilter, Registration};
 use super::keyspace::{self, Whole};
+use super::lease::{self, Intercept};
 use super::local::{self, Local, Protocol, ReplyMode, Voice};
 use super::local::{wrong_arity, Arity};
 use super::monitor::Watch;
@@ -91,6 +92,8 @@ enum InPlace {
     /// A whole-keyspace command, run key by key over SCAN (see `keyspace.rs`).
     Keyspace(Whole, Vec<Bytes>),
     Reset,
+    /// `LEASE …`, which may wait for the lease.
+    Lease(Command),
 }
 
 /// The pinned TRANSACTION connection of a session in WATCH or MULTI.
@@ -128,6 +131,8 @@ struct Session {
     /// A guard ran out of its budget deciding this session's command: the worker it kept busy is
     /// given back to other sessions before this one goes on.
     owes_yield: bool,
+    /// Ends this connection's session-bound leases when the session is dropped.
+    leases: lease::Connection,
     out: BytesMut,
     /// The bytes held for this client, against `resp.budgets`.
     budget: Arc<ClientBudget>,
@@ -183,6 +188,7 @@ pub async fn run(stream: UnixStream, front: Arc<FrontDoor>, stop: CancellationTo
         reply_mode: ReplyMode::On,
         ahead: VecDeque::new(),
         owes_yield: false,
+        leases: lease::Connection::new(id),
         out: BytesMut::new(),
     };
     let outcome = session.serve(reader, writer, stop).await;
@@ -485,6 +491,7 @@ impl Session {
         self.subscriptions.is_empty()
             && Local::of(command.name(), command.word(1)).is_none()
             && subscription_command(command.name()).is_none()
+            && !lease::is_ours(command)
     }
 
     /// Decides what `argv` becomes: connection-scoped commands are answered here; everything else
@@ -505,6 +512,11 @@ impl Session {
                 "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
                 String::from_utf8_lossy(command.name()).to_lowercase()
             )));
+        }
+        match lease::intercept(&command, self.protocol, self.transaction.is_some()) {
+            Some(Intercept::Reply(reply)) => return Step::Reply(reply),
+            Some(Intercept::Run) => return Step::InPlace(InPlace::Lease(command)),
+            None => {}
         }
         if let Some(local) = local {
             self.me.client.update(|state| state.ran_local(local.name()));
@@ -928,6 +940,17 @@ impl Session {
             InPlace::Monitor => {
                 self.monitor = Some(self.front.monitors.watch());
                 replies::ok()
+            }
+            InPlace::Lease(command) => {
+                let argv = command.argv();
+                lease::run(
+                    &self.front,
+                    &self.caller,
+                    &self.leases,
+                    self.protocol,
+                    &argv,
+                )
+                .await
             }
             InPlace::Reset => {
                 self.subscriptions.clear();

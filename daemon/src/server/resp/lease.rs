@@ -1,0 +1,628 @@
+//! `LEASE …` on the RESP socket: the lease service for any Redis client, one command per call
+//! (`LEASE ACQUIRE|RENEW|RELEASE|INSPECT`), admitted by the policy's `leases:` rules like the HTTP
+//! calls, answered with the HTTP API's outcome objects as RESP3 maps (flat arrays in RESP2). A
+//! waiting acquire is awaited in place, so it holds up only its own connection. A lease taken with
+//! `SESSION` is bound to the connection: a watchdog renews it while the connection lives and
+//! releases it when the connection closes. `COMMAND DOCS LEASE` is answered here too.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use tollgate_lease::api::{AcquireRequest, ReleaseRequest, RenewRequest};
+use tollgate_lease::{Attempt, Holder, Identity, InvalidRequest, Resource};
+use tollgate_lease_client::LeaseClient;
+use tollgate_model::Caller;
+use tollgate_policy::Decision;
+use tollgate_resp::{Command, Frame};
+
+use super::local::Protocol;
+use super::{replies, FrontDoor};
+
+/// What the session does with a command that belongs to this module.
+pub enum Intercept {
+    /// Answer at once.
+    Reply(Bytes),
+    /// Run it in place (it may wait), once everything before it has been answered.
+    Run,
+}
+
+/// Whether `command` is this module's: `LEASE …` or `COMMAND DOCS LEASE`.
+pub fn is_ours(command: &Command) -> bool {
+    command.name().eq_ignore_ascii_case(b"LEASE") || asks_docs(command)
+}
+
+/// What to do with `command`, `None` when it is not this module's.
+pub fn intercept(command: &Command, protocol: Protocol, in_transaction: bool) -> Option<Intercept> {
+    if asks_docs(command) {
+        return Some(Intercept::Reply(replies::encode(&docs(protocol))));
+    }
+    if !command.name().eq_ignore_ascii_case(b"LEASE") {
+        return None;
+    }
+    Some(match in_transaction {
+        // Queued in MULTI it would have to run at EXEC, on Redis, which knows no LEASE.
+        true => Intercept::Reply(replies::error(
+            "ERR tollgate: LEASE cannot be used inside WATCH or MULTI".to_owned(),
+        )),
+        false => Intercept::Run,
+    })
+}
+
+/// `COMMAND DOCS LEASE`, exactly: Redis knows no LEASE, so the daemon describes it.
+fn asks_docs(command: &Command) -> bool {
+    command.len() == 3
+        && command.name().eq_ignore_ascii_case(b"COMMAND")
+        && command
+            .word(1)
+            .is_some_and(|w| w.eq_ignore_ascii_case(b"DOCS"))
+        && command
+            .word(2)
+            .is_some_and(|w| w.eq_ignore_ascii_case(b"LEASE"))
+}
+
+/// The connection's side of its session-bound leases: dropped with the session, it ends them.
+pub struct Connection {
+    id: u64,
+    closed: CancellationToken,
+    _ends: DropGuard,
+}
+
+impl Connection {
+    pub fn new(id: u64) -> Connection {
+        let closed = CancellationToken::new();
+        Connection {
+            id,
+            _ends: closed.clone().drop_guard(),
+            closed,
+        }
+    }
+}
+
+/// One parsed `LEASE` call.
+#[derive(Debug, PartialEq)]
+enum Call {
+    Acquire {
+        resource: Resource,
+        request: AcquireRequest,
+        binding: Binding,
+    },
+    Renew {
+        resource: Resource,
+        request: RenewRequest,
+    },
+    Release {
+        resource: Resource,
+        request: ReleaseRequest,
+    },
+    Inspect {
+        resource: Resource,
+        attempt: Option<Attempt>,
+    },
+}
+
+/// What keeps an acquired lease alive, if anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Binding {
+    /// Nothing: it lasts its TTL unless renewed.
+    None,
+    /// `SESSION`: renewed while this connection lives, released when it closes.
+    Session,
+    /// `WATCHDOG`: renewed while the calling process lives (as HTTP's `watchdog: true`).
+    Process,
+}
+
+/// Runs one `LEASE` command for `caller` and returns the reply to write.
+pub async fn run(
+    front: &FrontDoor,
+    caller: &Caller,
+    connection: &Connection,
+    protocol: Protocol,
+    argv: &[&[u8]],
+) -> Bytes {
+    let call = match parse(argv) {
+        Ok(call) => call,
+        Err(message) => return replies::error(message),
+    };
+    let resource = match &call {
+        Call::Acquire { resource, .. }
+        | Call::Renew { resource, .. }
+        | Call::Release { resource, .. }
+        | Call::Inspect { resource, .. } => resource,
+    };
+    if let Decision::Denied(denial) = front.admission.admit_lease(caller, resource.as_str()) {
+        return replies::denied(argv, &denial);
+    }
+    let identity = Identity::from(caller);
+    let leases = &front.leases;
+    let answered = match &call {
+        Call::Acquire {
+            resource,
+            request,
+            binding,
+        } => {
+            let holder = match binding {
+                Binding::None => None,
+                Binding::Session => {
+                    Some(Holder::connection(connection.id, connection.closed.clone()))
+                }
+                Binding::Process => match Holder::process(caller.pid) {
+                    Ok(holder) => Some(holder),
+                    Err(error) => {
+                        return replies::error(format!(
+                            "ERR tollgate: cannot watch process {}: {error}",
+                            caller.pid
+                        ))
+                    }
+                },
+            };
+            leases
+                .acquire(&identity, resource, request, holder)
+                .await
+                .map(|outcome| with_attempt(value(&outcome), &request.attempt))
+        }
+        Call::Renew { resource, request } => leases
+            .renew(&identity, resource, request)
+            .await
+            .map(|outcome| value(&outcome)),
+        Call::Release { resource, request } => leases
+            .release(&identity, resource, request)
+            .await
+            .map(|outcome| value(&outcome)),
+        Call::Inspect { resource, attempt } => leases
+            .inspect(&identity, resource, attempt.as_ref())
+            .await
+            .map(|outcome| value(&outcome)),
+    };
+    match answered {
+        Ok(outcome) => replies::encode(&frame(&outcome, protocol)),
+        Err(InvalidRequest { field, message }) => {
+            replies::error(format!("ERR tollgate: {field}: {message}"))
+        }
+    }
+}
+
+/// An outcome as the HTTP API writes it: `{"outcome": "acquired", "fence": 7, …}`.
+fn value(outcome: &impl serde::Serialize) -> serde_json::Value {
+    serde_json::to_value(outcome).expect("lease outcomes always serialise")
+}
+
+/// The attempt goes back with every acquire, so that a caller who let the daemon make it can
+/// renew, release and retry with it.
+fn with_attempt(mut outcome: serde_json::Value, attempt: &Attempt) -> serde_json::Value {
+    if let Some(fields) = outcome.as_object_mut() {
+        fields.insert("owner".into(), attempt.owner.clone().into());
+        fields.insert("operation_id".into(), attempt.operation_id.clone().into());
+    }
+    outcome
+}
+
+/// JSON as RESP: objects are maps in RESP3 and flat arrays in RESP2, `true`/`false` booleans in
+/// RESP3 and 1/0 in RESP2, strings bulk strings.
+fn frame(value: &serde_json::Value, protocol: Protocol) -> Frame {
+    use serde_json::Value;
+    match value {
+        Value::Null => Frame::Null,
+        Value::Bool(flag) => match protocol {
+            Protocol::Resp3 => Frame::Boolean(*flag),
+            Protocol::Resp2 => Frame::Integer(i64::from(*flag)),
+        },
+        Value::Number(number) => match number.as_i64() {
+            Some(integer) => Frame::Integer(integer),
+            None => Frame::Bulk(Bytes::from(number.to_string())),
+        },
+        Value::String(text) => Frame::Bulk(Bytes::from(text.clone())),
+        Value::Array(items) => Frame::Array(items.iter().map(|v| frame(v, protocol)).collect()),
+        Value::Object(fields) => {
+            // `outcome` first, so that a person reading redis-cli sees it at the top.
+            let (head, tail): (Vec<_>, Vec<_>) =
+                fields.iter().partition(|(name, _)| *name == "outcome");
+            let pairs = head
+                .into_iter()
+                .chain(tail)
+                .map(|(name, v)| (Frame::Bulk(Bytes::from(name.clone())), frame(v, protocol)))
+                .collect();
+            replies::map(protocol, pairs)
+        }
+    }
+}
+
+/// Reads `LEASE <subcommand> …`; the error is the reply to send.
+fn parse(argv: &[&[u8]]) -> Result<Call, String> {
+    let sub = argv
+        .get(1)
+        .map(|word| String::from_utf8_lossy(word).to_ascii_uppercase())
+        .ok_or_else(|| "ERR wrong number of arguments for 'lease' command".to_owned())?;
+    let arity = || {
+        format!(
+            "ERR wrong number of arguments for 'lease|{}' command",
+            sub.to_lowercase()
+        )
+    };
+    let rest = &argv[2..];
+    match sub.as_str() {
+        "ACQUIRE" => {
+            let [name, ttl, options @ ..] = rest else {
+                return Err(arity());
+            };
+            let options = Options::read(
+                options,
+                &["WAIT", "OWNER", "OP", "REPLICAS"],
+                &["SESSION", "WATCHDOG"],
+            )?;
+            let binding = match (options.flag("SESSION"), options.flag("WATCHDOG")) {
+                (true, true) => {
+                    return Err("ERR tollgate: SESSION and WATCHDOG exclude each other".to_owned())
+                }
+                (true, false) => Binding::Session,
+                (false, true) => Binding::Process,
+                (false, false) => Binding::None,
+            };
+            Ok(Call::Acquire {
+                resource: resource(name)?,
+                request: AcquireRequest {
+                    attempt: options.attempt()?.unwrap_or_else(LeaseClient::new_attempt),
+                    ttl: millis("ttl-ms", ttl)?,
+                    wait: options.millis("WAIT")?.unwrap_or_default(),
+                    watchdog: binding == Binding::Process,
+                    replicas: options.number("REPLICAS")?.unwrap_or_default(),
+                },
+                binding,
+            })
+        }
+        "RENEW" => {
+            let [name, ttl, options @ ..] = rest else {
+                return Err(arity());
+            };
+            let options = Options::read(options, &["OWNER", "OP"], &[])?;
+            Ok(Call::Renew {
+                resource: resource(name)?,
+                request: RenewRequest {
+                    attempt: options.required_attempt()?,
+                    ttl: millis("ttl-ms", ttl)?,
+                },
+            })
+        }
+        "RELEASE" => {
+            let [name, options @ ..] = rest else {
+                return Err(arity());
+            };
+            let options = Options::read(options, &["OWNER", "OP"], &[])?;
+            Ok(Call::Release {
+                resource: resource(name)?,
+                request: ReleaseRequest {
+                    attempt: options.required_attempt()?,
+                },
+            })
+        }
+        "INSPECT" => {
+            let [name, options @ ..] = rest else {
+                return Err(arity());
+            };
+            let options = Options::read(options, &["OWNER", "OP"], &[])?;
+            Ok(Call::Inspect {
+                resource: resource(name)?,
+                attempt: options.attempt()?,
+            })
+        }
+        _ => Err(format!(
+            "ERR unknown subcommand '{}'. Try COMMAND DOCS LEASE.",
+            String::from_utf8_lossy(argv[1])
+        )),
+    }
+}
+
+/// The options after a subcommand's positional arguments: `NAME value` pairs and bare flags, each
+/// at most once, in any order, in any case.
+struct Options<'a> {
+    values: Vec<(&'static str, &'a [u8])>,
+    flags: Vec<&'static str>,
+}
+
+impl<'a> Options<'a> {
+    fn read(
+        words: &[&'a [u8]],
+        valued: &[&'static str],
+        flags: &[&'static str],
+    ) -> Result<Options<'a>, String> {
+        let mut options = Options {
+            values: Vec::new(),
+            flags: Vec::new(),
+        };
+        let mut words = words.iter();
+        while let Some(word) = words.next() {
+            let named = |names: &[&'static str]| {
+                names
+                    .iter()
+                    .copied()
+                    .find(|name| word.eq_ignore_ascii_case(name.as_bytes()))
+            };
+            let seen = |name: &str| {
+                options.flags.contains(&name) || options.values.iter().any(|(n, _)| *n == name)
+            };
+            if let Some(name) = named(valued) {
+                if seen(name) {
+                    return Err(format!("ERR tollgate: {name} given twice"));
+                }
+                let value = words
+                    .next()
+                    .ok_or_else(|| format!("ERR tollgate: {name} needs a value"))?;
+                options.values.push((name, value));
+            } else if let Some(name) = named(flags) {
+                if seen(name) {
+                    return Err(format!("ERR tollgate: {name} given twice"));
+                }
+                options.flags.push(name);
+            } else {
+                return Err(format!(
+                    "ERR syntax error: unknown option '{}'",
+                    String::from_utf8_lossy(word)
+                ));
+            }
+        }
+        Ok(options)
+    }
+
+    fn value(&self, name: &str) -> Option<&'a [u8]> {
+        self.values
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| *v)
+    }
+
+    fn flag(&self, name: &str) -> bool {
+        self.flags.contains(&name)
+    }
+
+    fn millis(&self, name: &'static str) -> Result<Option<Duration>, String> {
+        self.value(name).map(|v| millis(name, v)).transpose()
+    }
+
+    fn number(&self, name: &'static str) -> Result<Option<u32>, String> {
+        self.value(name)
+            .map(|v| {
+                std::str::from_utf8(v)
+                    .ok()
+                    .and_then(|text| text.parse().ok())
+                    .ok_or_else(|| format!("ERR tollgate: {name} must be a whole number"))
+            })
+            .transpose()
+    }
+
+    /// `OWNER o OP op`, both or neither.
+    fn attempt(&self) -> Result<Option<Attempt>, String> {
+        match (self.value("OWNER"), self.value("OP")) {
+            (None, None) => Ok(None),
+            (Some(owner), Some(op)) => Ok(Some(Attempt {
+                owner: String::from_utf8_lossy(owner).into_owned(),
+                operation_id: String::from_utf8_lossy(op).into_owned(),
+            })),
+            _ => Err("ERR tollgate: OWNER and OP go together".to_owned()),
+        }
+    }
+
+    fn required_attempt(&self) -> Result<Attempt, String> {
+        self.attempt()?
+            .ok_or_else(|| "ERR tollgate: OWNER <owner> OP <operation-id> are required".to_owned())
+    }
+}
+
+fn resource(word: &[u8]) -> Result<Resource, String> {
+    Resource::parse(&String::from_utf8_lossy(word))
+        .map_err(|error| format!("ERR tollgate: resource: {error}"))
+}
+
+fn millis(name: &str, word: &[u8]) -> Result<Duration, String> {
+    std::str::from_utf8(word)
+        .ok()
+        .and_then(|text| text.parse::<u64>().ok())
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("ERR tollgate: {name} must be a whole number of milliseconds"))
+}
+
+/// One argument as `COMMAND DOCS` describes it.
+struct Arg {
+    name: &'static str,
+    kind: &'static str,
+    token: Option<&'static str>,
+    optional: bool,
+}
+
+const fn arg(name: &'static str, kind: &'static str) -> Arg {
+    Arg {
+        name,
+        kind,
+        token: None,
+        optional: false,
+    }
+}
+
+const fn option(name: &'static str, kind: &'static str, token: &'static str) -> Arg {
+    Arg {
+        name,
+        kind,
+        token: Some(token),
+        optional: true,
+    }
+}
+
+/// The subcommands: name, summary, arguments.
+const SUBCOMMANDS: [(&str, &str, &[Arg]); 4] = [
+    (
+        "acquire",
+        "Takes a fenced lease on a resource, waiting up to WAIT ms; without OWNER/OP the daemon makes the attempt and returns it.",
+        &[
+            arg("resource", "string"),
+            arg("ttl-ms", "integer"),
+            option("wait-ms", "integer", "WAIT"),
+            option("owner", "string", "OWNER"),
+            option("operation-id", "string", "OP"),
+            option("replicas", "integer", "REPLICAS"),
+            option("session", "pure-token", "SESSION"),
+            option("watchdog", "pure-token", "WATCHDOG"),
+        ],
+    ),
+    (
+        "renew",
+        "Extends a lease the attempt holds.",
+        &[
+            arg("resource", "string"),
+            arg("ttl-ms", "integer"),
+            Arg { optional: false, ..option("owner", "string", "OWNER") },
+            Arg { optional: false, ..option("operation-id", "string", "OP") },
+        ],
+    ),
+    (
+        "release",
+        "Releases a lease the attempt holds and wakes one waiter.",
+        &[
+            arg("resource", "string"),
+            Arg { optional: false, ..option("owner", "string", "OWNER") },
+            Arg { optional: false, ..option("operation-id", "string", "OP") },
+        ],
+    ),
+    (
+        "inspect",
+        "Tells whether a resource is held, its fence and remaining time, and whether the named attempt holds it.",
+        &[
+            arg("resource", "string"),
+            option("owner", "string", "OWNER"),
+            option("operation-id", "string", "OP"),
+        ],
+    ),
+];
+
+/// `COMMAND DOCS LEASE`, in the shape Redis gives its own commands.
+fn docs(protocol: Protocol) -> Frame {
+    let text = |s: &str| Frame::Bulk(Bytes::from(s.to_owned()));
+    let set = |items: Vec<Frame>| match protocol {
+        Protocol::Resp3 => Frame::Set(items),
+        Protocol::Resp2 => Frame::Array(items),
+    };
+    let argument = |a: &Arg| {
+        let mut fields = vec![(text("name"), text(a.name)), (text("type"), text(a.kind))];
+        if let Some(token) = a.token {
+            fields.push((text("token"), text(token)));
+        }
+        if a.optional {
+            fields.push((
+                text("flags"),
+                set(vec![Frame::Simple(Bytes::from_static(b"optional"))]),
+            ));
+        }
+        replies::map(protocol, fields)
+    };
+    let about = |summary: &str, extra: Vec<(Frame, Frame)>| {
+        let mut fields = vec![
+            (text("summary"), text(summary)),
+            (text("since"), text("0.1.0")),
+            (text("group"), text("tollgate")),
+            (text("complexity"), text("O(1)")),
+        ];
+        fields.extend(extra);
+        replies::map(protocol, fields)
+    };
+    let subcommands = SUBCOMMANDS
+        .iter()
+        .map(|(name, summary, args)| {
+            let arguments = Frame::Array(args.iter().map(argument).collect());
+            (
+                text(&format!("lease|{name}")),
+                about(summary, vec![(text("arguments"), arguments)]),
+            )
+        })
+        .collect();
+    let lease = about(
+        "Fenced leases of the Tollgate daemon, admitted by the policy's leases: rules.",
+        vec![(text("subcommands"), replies::map(protocol, subcommands))],
+    );
+    replies::map(protocol, vec![(text("lease"), lease)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::resp::argv;
+
+    #[test]
+    fn acquire_reads_its_options_in_any_order_and_case() {
+        let Ok(Call::Acquire {
+            resource,
+            request,
+            binding,
+        }) = parse(&argv(
+            "LEASE acquire orders:1 5000 session op o-1 WAIT 250 owner me",
+        ))
+        else {
+            panic!("a valid acquire");
+        };
+        assert_eq!(resource.as_str(), "orders:1");
+        assert_eq!(request.ttl, Duration::from_millis(5000));
+        assert_eq!(request.wait, Duration::from_millis(250));
+        assert_eq!(
+            (
+                request.attempt.owner.as_str(),
+                request.attempt.operation_id.as_str()
+            ),
+            ("me", "o-1")
+        );
+        assert_eq!(binding, Binding::Session);
+        assert!(!request.watchdog);
+    }
+
+    #[test]
+    fn without_an_attempt_the_daemon_makes_a_fresh_one() {
+        let attempt = |words| match parse(&argv(words)) {
+            Ok(Call::Acquire { request, .. }) => request.attempt,
+            other => panic!("{other:?}"),
+        };
+        let (a, b) = (
+            attempt("LEASE ACQUIRE r 1000"),
+            attempt("LEASE ACQUIRE r 1000"),
+        );
+        assert_ne!(a, b);
+        assert!(a.validate().is_ok());
+    }
+
+    #[test]
+    fn bad_input_names_what_is_wrong() {
+        let error = |words| parse(&argv(words)).unwrap_err();
+        assert!(error("LEASE").contains("wrong number"));
+        assert!(error("LEASE ACQUIRE r").contains("lease|acquire"));
+        assert!(error("LEASE ACQUIRE r soon").contains("ttl-ms"));
+        assert!(error("LEASE ACQUIRE r 1000 OWNER o").contains("OWNER and OP"));
+        assert!(error("LEASE ACQUIRE r 1000 WAIT 1 WAIT 2").contains("twice"));
+        assert!(error("LEASE ACQUIRE r 1000 WAIT").contains("needs a value"));
+        assert!(error("LEASE ACQUIRE r 1000 COLOUR red").contains("unknown option"));
+        assert!(error("LEASE ACQUIRE r/1 1000").contains("resource"));
+        assert!(error("LEASE ACQUIRE r 1000 SESSION WATCHDOG").contains("exclude"));
+        assert!(error("LEASE RENEW r 1000").contains("required"));
+        assert!(error("LEASE RELEASE r OWNER o").contains("OWNER and OP"));
+        assert!(error("LEASE STEAL r").contains("unknown subcommand"));
+    }
+
+    #[test]
+    fn outcomes_are_maps_in_resp3_and_flat_arrays_in_resp2() {
+        let outcome = serde_json::json!({"outcome": "held", "fence": 7, "yours": true});
+        let bulk = |s: &'static str| Frame::Bulk(Bytes::from_static(s.as_bytes()));
+        assert_eq!(
+            frame(&outcome, Protocol::Resp3),
+            Frame::Map(vec![
+                (bulk("outcome"), bulk("held")),
+                (bulk("fence"), Frame::Integer(7)),
+                (bulk("yours"), Frame::Boolean(true)),
+            ])
+        );
+        assert_eq!(
+            frame(&outcome, Protocol::Resp2),
+            Frame::Array(vec![
+                bulk("outcome"),
+                bulk("held"),
+                bulk("fence"),
+                Frame::Integer(7),
+                bulk("yours"),
+                Frame::Integer(1),
+            ])
+        );
+    }
+}
