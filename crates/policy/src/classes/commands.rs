@@ -183,16 +183,21 @@ pub fn variants(generation: &Generation) -> Vec<Variant> {
             if lane == native.lane {
                 counts.push(native.keys.len());
             }
-            // More keys in the longest forms than in those two arguments shorter: unbounded.
+            // Of a variadic command, more keys in the longest forms than in those two arguments
+            // shorter: unbounded.
             let longest = mine.iter().map(|(_, argc, _)| *argc).max().unwrap_or(0);
             let keys_at = |argc: usize| {
                 mine.iter()
                     .filter(|(_, a, _)| *a == argc)
                     .map(|(_, _, f)| f.keys.len())
                     .max()
-                    .unwrap_or(0)
             };
-            let unbounded = longest >= 2 && keys_at(longest) > keys_at(longest - 2);
+            let unbounded = descriptor.arity < 0
+                && longest >= 2
+                && match (keys_at(longest), keys_at(longest - 2)) {
+                    (Some(more), Some(fewer)) => more > fewer,
+                    _ => false,
+                };
             let shape = Shape {
                 zero: counts.contains(&0),
                 max: if unbounded {

@@ -148,15 +148,16 @@ impl Diff {
     }
 
     /// The plan: the count line, then the changed classes grouped by the verdict that now decides
-    /// them, one a line with the witness to replay (`replay` prefixes it, as
-    /// `tollgate policy explain --policy OLD --against NEW`).
-    pub fn render(&self, replay: &str) -> String {
+    /// them and, within, by principal and former verdict, each group with the witness of its
+    /// first class (`replay` prefixes it, as `tollgate policy explain --policy OLD --against
+    /// NEW`). `every_class`: a line per class instead.
+    pub fn render(&self, replay: &str, every_class: bool) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "{}", self.summary());
         if self.rows.is_empty() {
             return out;
         }
-        let _ = writeln!(out, "replay a row: {replay} <witness>");
+        let _ = writeln!(out, "replay a witness: {replay} <witness>");
         let mut groups: BTreeMap<(bool, &str), Vec<&Row>> = BTreeMap::new();
         for row in &self.rows {
             groups
@@ -164,27 +165,44 @@ impl Diff {
                 .or_default()
                 .push(row);
         }
-        for ((_, _), rows) in groups {
-            let _ = writeln!(out, "\nnow {} ({}):", rows[0].new, rows.len());
-            for row in rows {
-                let mark = match row.change {
+        for rows in groups.values() {
+            let _ = writeln!(out, "\nnow {} ({} classes):", rows[0].new, rows.len());
+            let mut runs: Vec<Vec<&Row>> = Vec::new();
+            for &row in rows {
+                let same = |run: &Vec<&Row>| {
+                    !every_class
+                        && run[0].principal == row.principal
+                        && run[0].old.same(&row.old)
+                        && run[0].change == row.change
+                };
+                match runs.iter_mut().find(|run| same(run)) {
+                    Some(run) => run.push(row),
+                    None => runs.push(vec![row]),
+                }
+            }
+            for run in runs {
+                let first = run[0];
+                let mark = match first.change {
                     Change::NewlyAllowed => '+',
                     Change::NewlyDenied => '-',
                     Change::OtherRule => '~',
                 };
+                let commands: usize = run.iter().map(|r| r.commands.len()).sum();
+                let what = if run.len() == 1 {
+                    format!("{} keys {}", commands_label(&first.commands), first.keys)
+                } else {
+                    format!("{} classes, {commands} commands", run.len())
+                };
                 let _ = write!(
                     out,
-                    "  {mark} {:<28} {:<26} {:<16} was {:<22} {}",
-                    row.principal,
-                    commands_label(&row.commands),
-                    row.keys,
-                    row.old.to_string(),
-                    row.witness.replay()
+                    "  {mark} {:<30} was {:<24} {what}",
+                    first.principal,
+                    first.old.to_string(),
                 );
-                if let Some(note) = sampled(row) {
+                if let Some(note) = sampled(first) {
                     let _ = write!(out, "  [{note}]");
                 }
-                out.push('\n');
+                let _ = writeln!(out, "\n      e.g. {}", first.witness.replay());
             }
         }
         out

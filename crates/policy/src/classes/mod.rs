@@ -348,8 +348,12 @@ impl<'g> Space<'g> {
                     (LEASE.to_owned(), None, Some(argv), decisions)
                 }
                 Asks::Command(c) => {
-                    let variant = &self.commands[c].members[0];
-                    let argv = variant.argv(self.generations[0], &keys);
+                    // The first member with a form that holds these keys, else the first.
+                    let members = &self.commands[c].members;
+                    let (variant, argv) = members
+                        .iter()
+                        .find_map(|m| Some((m, m.argv(self.generations[0], &keys)?)))
+                        .map_or((&members[0], None), |(m, argv)| (m, Some(argv)));
                     let decisions = self
                         .generations
                         .iter()
@@ -443,7 +447,13 @@ impl<'g> Space<'g> {
             Asks::Command(c) => self.commands[c]
                 .members
                 .iter()
-                .map(|m| m.name.clone())
+                .map(|m| {
+                    let default = self.commands.iter().flat_map(|c| &c.members).find(|o| o.name == m.name);
+                    match default {
+                        Some(first) if first.lane != m.lane => format!("{}@{}", m.name, m.lane.as_str()),
+                        _ => m.name.clone(),
+                    }
+                })
                 .collect(),
             Asks::Lease => vec![LEASE.to_owned()],
         }
@@ -459,3 +469,6 @@ fn glob_escape(text: &str) -> String {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests;

@@ -64,19 +64,17 @@ pub fn classes(generations: &[&Generation]) -> Vec<PrincipalClass> {
     let uid_choices = uids.iter().map(|&u| (u, true)).chain([(other_uid, false)]);
     let mut out: Vec<PrincipalClass> = Vec::new();
     for (uid, named_uid) in uid_choices {
-        let gid_choices = gids.iter().map(|&g| (g, true)).chain([(other_gid, false)]);
+        // An unnamed gid first: it stands for a uid's class when the gid does not matter.
+        let gid_choices = [(other_gid, false)]
+            .into_iter()
+            .chain(gids.iter().map(|&g| (g, true)));
         for (gid, named_gid) in gid_choices {
             let names: Vec<Option<String>> = generations
                 .iter()
                 .map(|g| g.principal_for(uid, gid))
                 .collect();
-            // The first peer found for a mapping stands for all: a named uid before an unnamed
-            // one, an unnamed gid before a named one.
-            if let Some(known) = out.iter_mut().find(|c| c.names == names) {
-                if !known.named_uid && !named_uid && known.named_gid && !named_gid {
-                    known.gid = gid;
-                    known.named_gid = false;
-                }
+            // The first peer found for a mapping stands for all of its peers.
+            if out.iter().any(|c| c.names == names) {
                 continue;
             }
             out.push(PrincipalClass {
