@@ -444,3 +444,30 @@ fn random_requests_decide_as_their_class_under_generated_policies() {
         every_request_decides_as_its_class(&[&old, &new], seed, 500);
     }
 }
+
+/// The plan and the JSON of a real change, as insta snapshots in snapshots/ (reviewed like the
+/// decision tables).
+#[test]
+fn the_plan_and_its_json_have_reviewed_snapshots() {
+    let old = example(&repo("policies/default.yaml"));
+    let new = example(&repo("policies/examples/read-only.yaml"));
+    let changed = diff(&old, &new);
+    assert!(changed.changed());
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path(repo("snapshots"));
+    settings.set_prepend_module_to_snapshot(false);
+    settings.set_omit_expression(true);
+    settings.bind(|| {
+        insta::assert_snapshot!(
+            "diff__default__read-only",
+            changed.render(
+                "tollgate policy explain --policy policies/default.yaml --against policies/examples/read-only.yaml",
+                false
+            )
+        );
+        insta::assert_snapshot!(
+            "diff__default__read-only.json",
+            serde_json::to_string_pretty(&changed).unwrap()
+        );
+    });
+}
