@@ -112,8 +112,17 @@ fn the_diffs_witnesses_replay_through_explain() {
         let uid = row["witness"]["uid"].to_string();
         let gid = row["witness"]["gid"].to_string();
         let mut args = vec![
-            "policy", "explain", "--policy", old_arg, "--against", new_arg, "--uid", &uid,
-            "--gid", &gid, "--",
+            "policy",
+            "explain",
+            "--policy",
+            old_arg,
+            "--against",
+            new_arg,
+            "--uid",
+            &uid,
+            "--gid",
+            &gid,
+            "--",
         ];
         args.extend(argv.iter().map(|a| a.as_str().unwrap()));
         let explained = run(&args);
@@ -128,7 +137,10 @@ fn the_diffs_witnesses_replay_through_explain() {
             } else {
                 format!("rule {rule} denies")
             };
-            assert!(line.contains(&expected), "{side}: {line} (expected {expected}) for {args:?}");
+            assert!(
+                line.contains(&expected),
+                "{side}: {line} (expected {expected}) for {args:?}"
+            );
         }
     }
     assert!(seen.len() >= 10, "only {} kinds of change", seen.len());

@@ -63,7 +63,10 @@ pub fn table(generation: &Generation) -> Table {
 impl fmt::Display for Table {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if !self.complete {
-            writeln!(f, "INCOMPLETE: a partition hit its bound, classes may be missing")?;
+            writeln!(
+                f,
+                "INCOMPLETE: a partition hit its bound, classes may be missing"
+            )?;
         }
         for row in &self.rows {
             writeln!(
@@ -72,8 +75,11 @@ impl fmt::Display for Table {
                 row.principal, row.command, row.keys, row.verdict
             )?;
         }
-        writeln!(f, "
-command classes:")?;
+        writeln!(
+            f,
+            "
+command classes:"
+        )?;
         for (label, members) in &self.commands {
             writeln!(f, "{label}: {}", members.join(" "))?;
         }

@@ -200,9 +200,10 @@ fn execute(command: PolicyCommand) -> Result<Changed, PolicyError> {
 /// Prints each module's verdict on `argv` (`LEASE RESOURCE`: a lease request) and the decision.
 fn explain(admission: &Admission, caller: &Caller, argv: &[String]) {
     let (decision, steps) = match argv {
-        [lease, resource] if lease.eq_ignore_ascii_case(LEASE) => {
-            (admission.current().admit_lease(caller, resource), Vec::new())
-        }
+        [lease, resource] if lease.eq_ignore_ascii_case(LEASE) => (
+            admission.current().admit_lease(caller, resource),
+            Vec::new(),
+        ),
         argv => admission.explain(caller, argv),
     };
     for step in steps {

@@ -3,7 +3,7 @@
 //! Computed on the product of the globs' automata, read from [`glob::pieces`] so that classes,
 //! ranges and escapes mean what the matcher makes of them.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use tollgate_policy_rules::glob::{self, Piece};
 
@@ -109,7 +109,9 @@ impl Product<'_> {
                 let (g, at) = self.owner[bit];
                 match self.globs[g].get(at) {
                     Some(Piece::Star) => self.add(&mut next, g, at),
-                    Some(Piece::Byte(set)) if set[usize::from(byte / 64)] & (1 << (byte % 64)) != 0 => {
+                    Some(Piece::Byte(set))
+                        if set[usize::from(byte / 64)] & (1 << (byte % 64)) != 0 =>
+                    {
                         self.add(&mut next, g, at + 1)
                     }
                     _ => {}
@@ -177,11 +179,11 @@ impl Atoms {
         let product = Product::new(&globs);
         let letters = alphabet(&globs);
         let start = product.start();
-        let mut seen: HashMap<State, ()> = HashMap::new();
+        let mut seen: HashSet<State> = HashSet::new();
         let mut queue = VecDeque::new();
         let mut atoms: Vec<Atom> = Vec::new();
         let mut by_membership = HashMap::new();
-        seen.insert(start.clone(), ());
+        seen.insert(start.clone());
         queue.push_back((start, Vec::new()));
         let mut complete = true;
         while let Some((state, path)) = queue.pop_front() {
@@ -195,14 +197,14 @@ impl Atoms {
             }
             for &byte in &letters {
                 let next = product.step(&state, byte);
-                if seen.contains_key(&next) {
+                if seen.contains(&next) {
                     continue;
                 }
                 if seen.len() >= MAX_STATES {
                     complete = false;
                     continue;
                 }
-                seen.insert(next.clone(), ());
+                seen.insert(next.clone());
                 let mut longer = path.clone();
                 longer.push(byte);
                 queue.push_back((next, longer));
@@ -235,10 +237,6 @@ impl Atoms {
                 self.atoms[at].witness = longer;
             }
         }
-    }
-
-    pub fn globs(&self) -> usize {
-        self.globs.len()
     }
 
     fn membership_of(&self, key: &[u8]) -> Membership {
@@ -322,7 +320,16 @@ mod tests {
             }
         }
         // Every key falls in some region, the one its matches say.
-        for key in ["user:ax", "user:bx", "user:b", "a:profile", "*lit", "]y", "hello", ""] {
+        for key in [
+            "user:ax",
+            "user:bx",
+            "user:b",
+            "a:profile",
+            "*lit",
+            "]y",
+            "hello",
+            "",
+        ] {
             let at = atoms.atom_of(key.as_bytes()).expect("a region");
             for (g, pattern) in patterns.iter().enumerate() {
                 assert_eq!(

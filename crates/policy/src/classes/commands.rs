@@ -57,7 +57,11 @@ impl CommandClass {
     /// `SET (+171 more)` or `XREAD@blocking`.
     pub fn label(&self) -> String {
         let first = &self.members[0];
-        let name = if self.members.iter().any(|m| m.name == first.name && m.lane != first.lane) {
+        let name = if self
+            .members
+            .iter()
+            .any(|m| m.name == first.name && m.lane != first.lane)
+        {
             format!("{}@{}", first.name, first.lane.as_str())
         } else {
             first.name.clone()

@@ -104,7 +104,11 @@ impl Witness {
             None => format!(
                 "{} {}  (no argv found; judged from the descriptor)",
                 self.command,
-                self.keys.iter().map(|k| quote(k)).collect::<Vec<_>>().join(" ")
+                self.keys
+                    .iter()
+                    .map(|k| quote(k))
+                    .collect::<Vec<_>>()
+                    .join(" ")
             ),
         };
         format!("{who} -- {argv}")
@@ -243,7 +247,10 @@ impl<'g> Space<'g> {
                     };
                     let matches = command.matches[k];
                     k += 1;
-                    if !matches || !applies(placed) || closed.contains(&(placed.generation, placed.file)) {
+                    if !matches
+                        || !applies(placed)
+                        || closed.contains(&(placed.generation, placed.file))
+                    {
                         continue;
                     }
                     match globs {
@@ -334,38 +341,42 @@ impl<'g> Space<'g> {
             })
             .collect();
         let text = |bytes: &Vec<u8>| String::from_utf8_lossy(bytes).into_owned();
-        let (command, lane, argv, decisions): (String, Option<Lane>, Option<Vec<Vec<u8>>>, Vec<Decision>) =
-            match asks {
-                Asks::Lease => {
-                    let resource = keys.first().map(text).unwrap_or_default();
-                    let decisions = self
-                        .generations
-                        .iter()
-                        .zip(&callers)
-                        .map(|(g, caller)| g.admit_lease(caller, &resource))
-                        .collect();
-                    let argv = vec![LEASE.as_bytes().to_vec(), resource.into_bytes()];
-                    (LEASE.to_owned(), None, Some(argv), decisions)
-                }
-                Asks::Command(c) => {
-                    // The first member with a form that holds these keys, else the first.
-                    let members = &self.commands[c].members;
-                    let (variant, argv) = members
-                        .iter()
-                        .find_map(|m| Some((m, m.argv(self.generations[0], &keys)?)))
-                        .map_or((&members[0], None), |(m, argv)| (m, Some(argv)));
-                    let decisions = self
-                        .generations
-                        .iter()
-                        .zip(&callers)
-                        .map(|(g, caller)| match &argv {
-                            Some(argv) => g.admit(caller, argv),
-                            None => g.judge_sample(caller, &variant.descriptor, keys.clone()),
-                        })
-                        .collect();
-                    (variant.name.clone(), Some(variant.lane), argv, decisions)
-                }
-            };
+        let (command, lane, argv, decisions): (
+            String,
+            Option<Lane>,
+            Option<Vec<Vec<u8>>>,
+            Vec<Decision>,
+        ) = match asks {
+            Asks::Lease => {
+                let resource = keys.first().map(text).unwrap_or_default();
+                let decisions = self
+                    .generations
+                    .iter()
+                    .zip(&callers)
+                    .map(|(g, caller)| g.admit_lease(caller, &resource))
+                    .collect();
+                let argv = vec![LEASE.as_bytes().to_vec(), resource.into_bytes()];
+                (LEASE.to_owned(), None, Some(argv), decisions)
+            }
+            Asks::Command(c) => {
+                // The first member with a form that holds these keys, else the first.
+                let members = &self.commands[c].members;
+                let (variant, argv) = members
+                    .iter()
+                    .find_map(|m| Some((m, m.argv(self.generations[0], &keys)?)))
+                    .map_or((&members[0], None), |(m, argv)| (m, Some(argv)));
+                let decisions = self
+                    .generations
+                    .iter()
+                    .zip(&callers)
+                    .map(|(g, caller)| match &argv {
+                        Some(argv) => g.admit(caller, argv),
+                        None => g.judge_sample(caller, &variant.descriptor, keys.clone()),
+                    })
+                    .collect();
+                (variant.name.clone(), Some(variant.lane), argv, decisions)
+            }
+        };
         let verdicts = self
             .generations
             .iter()
@@ -429,10 +440,6 @@ impl<'g> Space<'g> {
         Some(&self.classes[self.by_parts[&(p, asks, k)]])
     }
 
-    pub fn generations(&self) -> usize {
-        self.generations.len()
-    }
-
     /// `SET (+171 more)`, or `LEASE`.
     pub fn asks_label(&self, asks: Asks) -> String {
         match asks {
@@ -448,9 +455,15 @@ impl<'g> Space<'g> {
                 .members
                 .iter()
                 .map(|m| {
-                    let default = self.commands.iter().flat_map(|c| &c.members).find(|o| o.name == m.name);
+                    let default = self
+                        .commands
+                        .iter()
+                        .flat_map(|c| &c.members)
+                        .find(|o| o.name == m.name);
                     match default {
-                        Some(first) if first.lane != m.lane => format!("{}@{}", m.name, m.lane.as_str()),
+                        Some(first) if first.lane != m.lane => {
+                            format!("{}@{}", m.name, m.lane.as_str())
+                        }
                         _ => m.name.clone(),
                     }
                 })

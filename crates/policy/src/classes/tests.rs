@@ -136,7 +136,8 @@ fn an_added_principal_is_the_peer_it_maps_and_nothing_else() {
     let added = BASE.replace(
         "  app: { uids: [1000] }\n",
         "  app: { uids: [1000] }\n  ops: { uids: [1001] }\n",
-    ) + "  - id: ops-info\n    principals: [ops]\n    commands: [INFO]\n    allow: diagnostics\n";
+    )
+        + "  - id: ops-info\n    principals: [ops]\n    commands: [INFO]\n    allow: diagnostics\n";
     let changed = diff(&generation(BASE), &generation(&added));
     let got = rows(&changed);
     assert_eq!(
@@ -178,7 +179,10 @@ fn an_inserted_deny_rule_decides_the_classes_it_takes_over() {
     // Of GET and of MGET, a secret key alone was allowed and is denied now.
     let newly: Vec<_> = got.iter().filter(|r| r.0 == Change::NewlyDenied).collect();
     assert_eq!(newly.len(), 2, "{text}");
-    assert!(got.contains(&secret("app:secret:x").with(Change::NewlyDenied)), "{text}");
+    assert!(
+        got.contains(&secret("app:secret:x").with(Change::NewlyDenied)),
+        "{text}"
+    );
     // Of MGET, a secret key beside a key nobody grants (or the reserved keyspace) was already
     // refused: now by the new rule.
     for (change, principal, command, keys, old, new) in &got {
@@ -336,7 +340,12 @@ fn every_request_decides_as_its_class(generations: &[&Generation], seed: u64, dr
         let keys: Vec<Vec<u8>> = (0..count).map(|_| draw.key(&near)).collect();
         let lease = draw.below(10) == 0;
         let (argv, name, lane, request_keys) = if lease {
-            (None, LEASE.to_owned(), tollgate_model::Lane::Regular, vec![keys[0].clone()])
+            (
+                None,
+                LEASE.to_owned(),
+                tollgate_model::Lane::Regular,
+                vec![keys[0].clone()],
+            )
         } else {
             let variant = variants[draw.below(variants.len())];
             let keys = if draw.below(8) == 0 { Vec::new() } else { keys };
@@ -353,7 +362,12 @@ fn every_request_decides_as_its_class(generations: &[&Generation], seed: u64, dr
                 .iter()
                 .map(|k| argv[k.position as usize].clone())
                 .collect();
-            (Some(argv), described.name, lane_from_wit(described.lane), found)
+            (
+                Some(argv),
+                described.name,
+                lane_from_wit(described.lane),
+                found,
+            )
         };
         let keys_ref: Vec<&[u8]> = request_keys.iter().map(Vec::as_slice).collect();
         let class = space
@@ -387,7 +401,10 @@ fn every_request_decides_as_its_class(generations: &[&Generation], seed: u64, dr
         }
         checked += 1;
     }
-    assert!(checked > draws / 2, "only {checked} requests could be built");
+    assert!(
+        checked > draws / 2,
+        "only {checked} requests could be built"
+    );
 }
 
 #[test]
@@ -402,8 +419,21 @@ fn random_requests_decide_as_their_class_under_the_example_policies() {
 /// A policy of `rules` rules over `globs`-like prefixes, drawn from `seed`.
 pub(crate) fn generated(seed: u64, rules: usize) -> String {
     let mut draw = Draw(seed);
-    const GLOBS: &[&str] = &["*", "a*", "a:?*", "a:[0-4]*", "b*", "ab*", "*:x", "[^a]*", "t*"];
-    const COMMANDS: &[&str] = &["GET", "MGET", "SET", "MSET", "DEL", "'@string'", "'@list'", "'@hash'", "INFO", "PING"];
+    const GLOBS: &[&str] = &[
+        "*", "a*", "a:?*", "a:[0-4]*", "b*", "ab*", "*:x", "[^a]*", "t*",
+    ];
+    const COMMANDS: &[&str] = &[
+        "GET",
+        "MGET",
+        "SET",
+        "MSET",
+        "DEL",
+        "'@string'",
+        "'@list'",
+        "'@hash'",
+        "INFO",
+        "PING",
+    ];
     let mut out = String::from("principals:\n");
     for p in 0..4 {
         out.push_str(&format!("  p{p}: {{ uids: [{}] }}\n", 3000 + p));
@@ -415,7 +445,14 @@ pub(crate) fn generated(seed: u64, rules: usize) -> String {
         let command = COMMANDS[draw.below(COMMANDS.len())];
         let principal = match draw.below(6) {
             0 => String::new(),
-            n => format!("    principals: [{}]\n", if n == 5 { "g0".to_owned() } else { format!("p{}", n - 1) }),
+            n => format!(
+                "    principals: [{}]\n",
+                if n == 5 {
+                    "g0".to_owned()
+                } else {
+                    format!("p{}", n - 1)
+                }
+            ),
         };
         let keys = match draw.below(3) {
             0 => String::new(),
