@@ -230,11 +230,18 @@ impl Atoms {
     /// `acme:x` rather than `acme:` for `acme:*`, `x` rather than the empty key: a visible
     /// witness where one of the same region exists.
     fn readable_witnesses(&mut self) {
-        for at in 0..self.atoms.len() {
-            let mut longer = self.atoms[at].witness.clone();
-            longer.push(b'x');
-            if self.membership_of(&longer) == self.atoms[at].membership {
-                self.atoms[at].witness = longer;
+        let readable: Vec<Option<Vec<u8>>> = self
+            .atoms
+            .iter()
+            .map(|atom| {
+                let mut longer = atom.witness.clone();
+                longer.push(b'x');
+                (self.membership_of(&longer) == atom.membership).then_some(longer)
+            })
+            .collect();
+        for (atom, readable) in self.atoms.iter_mut().zip(readable) {
+            if let Some(witness) = readable {
+                atom.witness = witness;
             }
         }
     }

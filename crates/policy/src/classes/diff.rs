@@ -83,10 +83,12 @@ pub fn of_space(space: &Space<'_>) -> Diff {
             })
         })
         .collect();
+    // By what now decides (denials first), then other-rule changes before newly denied and
+    // newly allowed ones; classes in space order within.
     rows.sort_by(|a, b| {
-        (b.new.allowed, &b.new.rule, a.change)
-            .cmp(&(a.new.allowed, &a.new.rule, b.change))
-            .reverse()
+        (a.new.allowed, &a.new.rule)
+            .cmp(&(b.new.allowed, &b.new.rule))
+            .then(b.change.cmp(&a.change))
     });
     let count = |change| rows.iter().filter(|r| r.change == change).count();
     Diff {

@@ -40,8 +40,10 @@ fn repo(path: &str) -> std::path::PathBuf {
         .join(path)
 }
 
-/// (change, principal label, witness command, keys, old, new) of every changed class.
-fn rows(diff: &Diff) -> Vec<(Change, String, String, String, String, String)> {
+/// (change, principal label, witness command, keys, old, new) of a changed class.
+type Summary = (Change, String, String, String, String, String);
+
+fn rows(diff: &Diff) -> Vec<Summary> {
     diff.rows
         .iter()
         .map(|r| {
@@ -205,7 +207,7 @@ trait WithChange {
     fn with(self, change: Change) -> Self;
 }
 
-impl WithChange for (Change, String, String, String, String, String) {
+impl WithChange for Summary {
     fn with(mut self, change: Change) -> Self {
         self.0 = change;
         self
