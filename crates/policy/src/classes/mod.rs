@@ -150,6 +150,9 @@ pub struct Space<'g> {
     by_parts: HashMap<(usize, Asks, usize), usize>,
 }
 
+/// A witness as judged: its command, lane, argv (if one was found) and each generation's decision.
+type Judged = (String, Option<Lane>, Option<Vec<Vec<u8>>>, Vec<Decision>);
+
 /// Where each rule of the generations stands: its generation, its file, the rule.
 struct Placed<'g> {
     generation: usize,
@@ -341,12 +344,7 @@ impl<'g> Space<'g> {
             })
             .collect();
         let text = |bytes: &Vec<u8>| String::from_utf8_lossy(bytes).into_owned();
-        let (command, lane, argv, decisions): (
-            String,
-            Option<Lane>,
-            Option<Vec<Vec<u8>>>,
-            Vec<Decision>,
-        ) = match asks {
+        let (command, lane, argv, decisions): Judged = match asks {
             Asks::Lease => {
                 let resource = keys.first().map(text).unwrap_or_default();
                 let decisions = self
