@@ -79,3 +79,71 @@ fn every_policy_passes_its_own_tests() {
         );
     }
 }
+
+/// `tollgate policy diff` of the default and read-only policies exits 2, and the witness of each
+/// group of its plan, replayed through `tollgate policy explain --against`, shows the old and
+/// the new verdict the diff claims.
+#[test]
+fn the_diffs_witnesses_replay_through_explain() {
+    let old = root().join("policies/default.yaml");
+    let new = root().join("policies/examples/read-only.yaml");
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let (old_arg, new_arg) = (old.to_str().unwrap(), new.to_str().unwrap());
+    let diffed = run(&["policy", "diff", "--json", old_arg, new_arg]);
+    assert_eq!(diffed.status.code(), Some(2), "decisions changed");
+    let diff: serde_json::Value = serde_json::from_slice(&diffed.stdout).unwrap();
+    let rows = diff["rows"].as_array().unwrap();
+    assert!(!rows.is_empty());
+    // One witness per (new verdict, old verdict): every kind of change the plan shows.
+    let mut seen = std::collections::BTreeSet::new();
+    for row in rows {
+        let key = (row["new"].to_string(), row["old"].to_string());
+        let Some(argv) = row["witness"]["argv"].as_array() else {
+            continue;
+        };
+        if !seen.insert(key) {
+            continue;
+        }
+        let uid = row["witness"]["uid"].to_string();
+        let gid = row["witness"]["gid"].to_string();
+        let mut args = vec![
+            "policy",
+            "explain",
+            "--policy",
+            old_arg,
+            "--against",
+            new_arg,
+            "--uid",
+            &uid,
+            "--gid",
+            &gid,
+            "--",
+        ];
+        args.extend(argv.iter().map(|a| a.as_str().unwrap()));
+        let explained = run(&args);
+        assert!(explained.status.success(), "{args:?}");
+        let text = String::from_utf8(explained.stdout).unwrap();
+        let verdicts: Vec<&str> = text.lines().filter(|l| l.starts_with("=> ")).collect();
+        assert_eq!(verdicts.len(), 2, "{text}");
+        for (line, side) in verdicts.iter().zip(["old", "new"]) {
+            let rule = row[side]["rule"].as_str().unwrap();
+            let expected = if row[side]["allowed"].as_bool().unwrap() {
+                format!("=> admitted by {rule} ")
+            } else {
+                format!("rule {rule} denies")
+            };
+            assert!(
+                line.contains(&expected),
+                "{side}: {line} (expected {expected}) for {args:?}"
+            );
+        }
+    }
+    assert!(seen.len() >= 10, "only {} kinds of change", seen.len());
+    let same = run(&["policy", "diff", old_arg, old_arg]);
+    assert_eq!(same.status.code(), Some(0));
+}

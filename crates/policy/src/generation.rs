@@ -352,7 +352,8 @@ impl Generation {
         (decision, steps)
     }
 
-    /// Judges a catalog descriptor with the given keys, as review does for sample keys.
+    /// Judges a catalog descriptor with the given keys (the host's reserved keyspace included),
+    /// as review does for a witness no argv form holds.
     pub fn judge_sample(
         &self,
         caller: &Caller,
@@ -376,7 +377,19 @@ impl Generation {
             keys: marks,
             ..descriptor.clone()
         });
-        self.judge_argv(&self.guards, caller, &described, &argv, None)
+        outside_reserved(
+            self.judge_argv(&self.guards, caller, &described, &argv, None),
+            &argv,
+        )
+    }
+
+    /// The operator's guard modules (every guard after the YAML guards), by name.
+    pub fn operator_guards(&self) -> Vec<String> {
+        self.guards
+            .iter()
+            .skip(self.files.len())
+            .map(|guard| guard.name().to_owned())
+            .collect()
     }
 
     /// What the catalogs say `argv` is, as admission would ask them; `None` when none knows it.

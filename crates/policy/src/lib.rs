@@ -1,10 +1,12 @@
 //! Admission: catalogs classify a command, guards judge it, all inside the wasmtime sandbox.
 //!
 //! [`Admission`] is the entry point (`admit`, `admit_lease`, `reload`); [`compile`] turns YAML
-//! policies into what the `yaml-guard` module evaluates; [`review`] prints decision tables.
+//! policies into what the `yaml-guard` module evaluates; [`classes`] partitions requests into
+//! exact classes, which [`review`] prints as decision tables and [`classes::diff`] compares.
 
 mod admissible;
 mod admission;
+pub mod classes;
 pub mod compile;
 mod config;
 mod decision;

@@ -1,6 +1,7 @@
 //! `tollgate policy compile|review|diff|test|explain`: policy authoring from the shell, with the
 //! same compiler, sandbox and modules the daemon uses. Exit status 1 when a policy does not
-//! compile, an expectation fails, or a file cannot be read.
+//! compile, an expectation fails, or a file cannot be read; `diff` exits 2 when a decision changed
+//! (as `terraform plan -detailed-exitcode`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -8,6 +9,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use prometheus_client::registry::Registry;
 use tollgate_model::Caller;
+use tollgate_policy::classes::{diff, LEASE};
 use tollgate_policy::{review, Admission, Decision, ModuleConfig, PolicyConfig, PolicyError};
 
 #[derive(Debug, Subcommand)]
@@ -17,28 +19,50 @@ pub enum PolicyCommand {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
-    /// Print the decision table: every catalog command x every principal x key samples drawn
-    /// from the policy's own globs, with the deciding rule.
+    /// Print the decision table: every class of requests (principals x commands x keys on which
+    /// every rule is constant), with a witness and the deciding rule.
     Review {
         file: PathBuf,
         /// Guard modules to run after the policy, as the daemon would.
         #[arg(long = "module")]
         modules: Vec<PathBuf>,
     },
-    /// Print only the decisions that differ between two policies.
-    Diff { old: PathBuf, new: PathBuf },
+    /// Every request class whose decision differs between two policies, grouped by what now
+    /// decides it, with a witness each; exit status 2 when any did.
+    Diff {
+        old: PathBuf,
+        new: PathBuf,
+        /// Guard modules to run after either policy (opaque: their rows are sampled only).
+        #[arg(long = "module")]
+        modules: Vec<PathBuf>,
+        /// The same, as JSON (every class, with its witness).
+        #[arg(long)]
+        json: bool,
+        /// A line per changed class, instead of per principal and former verdict.
+        #[arg(long)]
+        classes: bool,
+    },
     /// Run the expectations in each policy's `tests:` section.
     Test {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
-    /// Show each module's verdict for one command: `explain --principal P -- CMD ARGS...`.
+    /// Show each module's verdict for one command: `explain --principal P -- CMD ARGS...`
+    /// (`-- LEASE RESOURCE` for a lease); with `--against`, under a second policy too.
     Explain {
+        /// The principal; without it, the one the policy maps `--uid`/`--gid` to.
+        #[arg(long, required_unless_present = "uid")]
+        principal: Option<String>,
         #[arg(long)]
-        principal: String,
+        uid: Option<u32>,
+        #[arg(long)]
+        gid: Option<u32>,
         /// Policy files (default: the built-in default policy).
         #[arg(long = "policy")]
         files: Vec<PathBuf>,
+        /// Policy files to explain the command under as well (a diff's new side).
+        #[arg(long = "against")]
+        against: Vec<PathBuf>,
         /// Guard modules to run after the policies.
         #[arg(long = "module")]
         modules: Vec<PathBuf>,
@@ -49,7 +73,8 @@ pub enum PolicyCommand {
 
 pub fn run(command: PolicyCommand) -> ExitCode {
     match execute(command) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(Changed::No) => ExitCode::SUCCESS,
+        Ok(Changed::Yes) => ExitCode::from(2),
         Err(error) => {
             eprintln!("{error}");
             ExitCode::FAILURE
@@ -66,7 +91,13 @@ fn load(files: Vec<PathBuf>, modules: Vec<PathBuf>) -> Result<Admission, PolicyE
     Admission::load(&config, &mut Registry::default())
 }
 
-fn execute(command: PolicyCommand) -> Result<(), PolicyError> {
+/// Whether a diff found a changed decision.
+enum Changed {
+    No,
+    Yes,
+}
+
+fn execute(command: PolicyCommand) -> Result<Changed, PolicyError> {
     match command {
         PolicyCommand::Compile { files } | PolicyCommand::Test { files } => {
             for file in files {
@@ -88,56 +119,116 @@ fn execute(command: PolicyCommand) -> Result<(), PolicyError> {
         PolicyCommand::Review { file, modules } => {
             print!("{}", review::table(&load(vec![file], modules)?.current()));
         }
-        PolicyCommand::Diff { old, new } => {
-            let old = review::table(&load(vec![old], vec![])?.current());
-            let new = review::table(&load(vec![new], vec![])?.current());
-            let diff = review::diff(&old, &new);
-            if diff.lines.is_empty() {
-                println!("no decision changed");
+        PolicyCommand::Diff {
+            old,
+            new,
+            modules,
+            json,
+            classes,
+        } => {
+            let module_args: String = modules
+                .iter()
+                .map(|m| format!(" --module {}", m.display()))
+                .collect();
+            let replay = format!(
+                "tollgate policy explain --policy {} --against {}{module_args}",
+                old.display(),
+                new.display()
+            );
+            let old = load(vec![old], modules.clone())?.current();
+            let new = load(vec![new], modules)?.current();
+            let diff = diff::diff(&old, &new);
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&diff).expect("a diff serialises")
+                );
             } else {
-                print!("{diff}");
+                print!("{}", diff.render(&replay, classes));
             }
+            return Ok(if diff.changed() {
+                Changed::Yes
+            } else {
+                Changed::No
+            });
         }
         PolicyCommand::Explain {
             principal,
+            uid,
+            gid,
             files,
+            against,
             modules,
             argv,
         } => {
-            let admission = load(files, modules)?;
-            let caller = Caller {
-                principal,
-                uid: nix::unistd::getuid().as_raw(),
-                gid: nix::unistd::getgid().as_raw(),
-                pid: std::process::id(),
+            let uid = uid.unwrap_or_else(|| nix::unistd::getuid().as_raw());
+            let gid = gid.unwrap_or_else(|| nix::unistd::getgid().as_raw());
+            let sides: Vec<Vec<PathBuf>> = if against.is_empty() {
+                vec![files]
+            } else {
+                vec![files, against]
             };
-            let (decision, steps) = admission.explain(&caller, &argv);
-            for step in steps {
-                println!(
-                    "{:<28} {:<8} {:<20} {}",
-                    step.module,
-                    step.verdict,
-                    step.rule.unwrap_or_default(),
-                    step.reason.unwrap_or_default()
-                );
-            }
-            match decision {
-                Decision::Admitted {
-                    descriptor,
-                    lane,
-                    rule,
-                } => {
-                    println!(
-                        "=> admitted by {rule} as {} on lane {}",
-                        descriptor.name,
-                        lane.shout()
-                    )
+            let several = sides.len() > 1;
+            for side in sides {
+                let label = side
+                    .iter()
+                    .map(|f| f.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let admission = load(side, modules.clone())?;
+                let principal = principal.clone().unwrap_or_else(|| {
+                    admission
+                        .principal_for(uid, gid)
+                        .unwrap_or_else(|| format!("uid:{uid}"))
+                });
+                let caller = Caller {
+                    principal,
+                    uid,
+                    gid,
+                    pid: std::process::id(),
+                };
+                if several {
+                    println!("under {label} (principal {}):", caller.principal);
                 }
-                Decision::Denied(denial) => {
-                    println!("=> denied ({}): {denial}", denial.cause.as_str())
-                }
+                explain(&admission, &caller, &argv);
             }
         }
     }
-    Ok(())
+    Ok(Changed::No)
+}
+
+/// Prints each module's verdict on `argv` (`LEASE RESOURCE`: a lease request) and the decision.
+fn explain(admission: &Admission, caller: &Caller, argv: &[String]) {
+    let (decision, steps) = match argv {
+        [lease, resource] if lease.eq_ignore_ascii_case(LEASE) => (
+            admission.current().admit_lease(caller, resource),
+            Vec::new(),
+        ),
+        argv => admission.explain(caller, argv),
+    };
+    for step in steps {
+        println!(
+            "{:<28} {:<8} {:<20} {}",
+            step.module,
+            step.verdict,
+            step.rule.unwrap_or_default(),
+            step.reason.unwrap_or_default()
+        );
+    }
+    match decision {
+        Decision::Admitted {
+            descriptor,
+            lane,
+            rule,
+        } => {
+            println!(
+                "=> admitted by {rule} as {} on lane {}",
+                descriptor.name,
+                lane.shout()
+            )
+        }
+        Decision::Denied(denial) => {
+            println!("=> denied ({}): {denial}", denial.cause.as_str())
+        }
+    }
 }

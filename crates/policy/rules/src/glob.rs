@@ -64,7 +64,10 @@ pub fn matches(pattern: &[u8], text: &[u8]) -> bool {
                 continue;
             }
             Some(b'?') => Some(p + 1),
-            Some(b'[') => class(pattern, p, text[t]),
+            Some(b'[') => {
+                let (hit, end) = class(pattern, p, text[t]);
+                hit.then_some(end)
+            }
             Some(b'\\') if p + 1 < pattern.len() => (pattern[p + 1] == text[t]).then_some(p + 2),
             Some(&literal) => (literal == text[t]).then_some(p + 1),
             None => None,
@@ -85,9 +88,9 @@ pub fn matches(pattern: &[u8], text: &[u8]) -> bool {
     pattern[p.min(pattern.len())..].iter().all(|&b| b == b'*')
 }
 
-/// Matches one byte against the class starting at `pattern[open] == b'['`; returns the position
-/// after the class on a match.
-fn class(pattern: &[u8], open: usize, byte: u8) -> Option<usize> {
+/// Matches one byte against the class starting at `pattern[open] == b'['`: whether it is a
+/// member, and the position after the class (the same for every byte).
+fn class(pattern: &[u8], open: usize, byte: u8) -> (bool, usize) {
     let mut i = open + 1;
     let negated = pattern.get(i) == Some(&b'^');
     if negated {
@@ -117,7 +120,62 @@ fn class(pattern: &[u8], open: usize, byte: u8) -> Option<usize> {
             i += 1;
         }
     }
-    (hit != negated).then_some(i + 1)
+    (hit != negated, i + 1)
+}
+
+/// One step of a glob as [`matches`] reads it: `*`, or one byte out of a set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    Star,
+    /// Bit `b` of word `b / 64` set: byte `b` matches (`?` sets all 256).
+    Byte([u64; 4]),
+}
+
+/// The pattern as the sequence of steps [`matches`] takes, so that an analysis can reason about
+/// every text a glob matches (intersections, complements) with exactly the matcher's reading of
+/// classes, ranges and escapes.
+pub fn pieces(pattern: &[u8]) -> Vec<Piece> {
+    let one = |byte: u8| {
+        let mut set = [0u64; 4];
+        set[usize::from(byte / 64)] |= 1 << (byte % 64);
+        Piece::Byte(set)
+    };
+    let mut out = Vec::new();
+    let mut p = 0;
+    while p < pattern.len() {
+        match pattern[p] {
+            b'*' => {
+                out.push(Piece::Star);
+                p += 1;
+            }
+            b'?' => {
+                out.push(Piece::Byte([u64::MAX; 4]));
+                p += 1;
+            }
+            b'[' => {
+                let mut set = [0u64; 4];
+                let mut end = p + 1;
+                for byte in 0..=255u8 {
+                    let (hit, after) = class(pattern, p, byte);
+                    end = after;
+                    if hit {
+                        set[usize::from(byte / 64)] |= 1 << (byte % 64);
+                    }
+                }
+                out.push(Piece::Byte(set));
+                p = end;
+            }
+            b'\\' if p + 1 < pattern.len() => {
+                out.push(one(pattern[p + 1]));
+                p += 2;
+            }
+            literal => {
+                out.push(one(literal));
+                p += 1;
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -1,0 +1,512 @@
+//! Diffs of hand-written policy pairs with known changes, the empty diffs, and the property that
+//! every request, judged by the evaluator itself, decides as the class the space puts it in.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+use tollgate_model::Caller;
+
+use super::diff::{diff, Change, Diff};
+use super::{Space, Verdict, LEASE};
+use crate::decision::{lane_from_wit, Decision};
+use crate::generation::Generation;
+use crate::{Admission, PolicyConfig, SandboxLimits};
+
+fn generation(yaml: &str) -> Arc<Generation> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    example(&path)
+}
+
+fn example(path: &std::path::Path) -> Arc<Generation> {
+    let config = PolicyConfig {
+        files: vec![path.to_path_buf()],
+        limits: SandboxLimits {
+            deadline: Duration::from_secs(60),
+            ..SandboxLimits::default()
+        },
+        ..PolicyConfig::default()
+    };
+    Admission::load(&config, &mut Registry::default())
+        .unwrap_or_else(|error| panic!("{error}"))
+        .current()
+}
+
+fn repo(path: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(path)
+}
+
+/// (change, principal label, witness command, keys, old, new) of a changed class.
+type Summary = (Change, String, String, String, String, String);
+
+fn rows(diff: &Diff) -> Vec<Summary> {
+    diff.rows
+        .iter()
+        .map(|r| {
+            (
+                r.change,
+                r.principal.clone(),
+                r.witness.command.clone(),
+                r.keys.clone(),
+                r.old.to_string(),
+                r.new.to_string(),
+            )
+        })
+        .collect()
+}
+
+const BASE: &str = "
+principals:
+  app: { uids: [1000] }
+rules:
+  - id: app-read
+    principals: [app]
+    commands: [GET, MGET]
+    keys: ['app:*']
+    allow: reads its keys
+  - id: jobs
+    principals: [app]
+    leases: ['jobs:*']
+    allow: its jobs
+";
+
+#[test]
+fn a_policy_diffed_with_itself_changes_nothing() {
+    for path in ["policies/default.yaml", "policies/examples/tenants.yaml"] {
+        let g = example(&repo(path));
+        let same = diff(&g, &g);
+        assert!(!same.changed(), "{path}: {:?}", rows(&same));
+        assert!(same.complete && same.classes > 0);
+    }
+}
+
+#[test]
+fn reordering_rules_that_do_not_overlap_changes_nothing() {
+    let swapped = "
+principals:
+  app: { uids: [1000] }
+rules:
+  - id: jobs
+    principals: [app]
+    leases: ['jobs:*']
+    allow: its jobs
+  - id: app-read
+    principals: [app]
+    commands: [GET, MGET]
+    keys: ['app:*']
+    allow: reads its keys
+";
+    assert!(!diff(&generation(BASE), &generation(swapped)).changed());
+}
+
+#[test]
+fn a_narrowed_glob_denies_exactly_the_keys_it_gave_up() {
+    let narrowed = BASE.replace("keys: ['app:*']", "keys: ['app:public:*']");
+    let changed = diff(&generation(BASE), &generation(&narrowed));
+    let got = rows(&changed);
+    let deny = |command: &str, keys: &str| {
+        (
+            Change::NewlyDenied,
+            "app (uid 1000)".to_owned(),
+            command.to_owned(),
+            keys.to_owned(),
+            "allow app-read".to_owned(),
+            "deny default-deny".to_owned(),
+        )
+    };
+    // GET and MGET are two command classes (MGET names several keys). Of MGET, a kept key beside
+    // a dropped one is denied as the dropped one alone is: all keys must match either way, so
+    // they are one class.
+    assert_eq!(
+        got,
+        [deny("GET", "app:x"), deny("MGET", "app:x")],
+        "{}",
+        changed.render("explain", true)
+    );
+    assert_eq!(changed.newly_denied, 2);
+    for row in &changed.rows {
+        assert!(row.witness.argv.is_some(), "{row:?}");
+    }
+}
+
+#[test]
+fn an_added_principal_is_the_peer_it_maps_and_nothing_else() {
+    let added = BASE.replace(
+        "  app: { uids: [1000] }\n",
+        "  app: { uids: [1000] }\n  ops: { uids: [1001] }\n",
+    )
+        + "  - id: ops-info\n    principals: [ops]\n    commands: [INFO]\n    allow: diagnostics\n";
+    let changed = diff(&generation(BASE), &generation(&added));
+    let got = rows(&changed);
+    assert_eq!(
+        got,
+        [(
+            Change::NewlyAllowed,
+            "(unmapped) -> ops (uid 1001)".to_owned(),
+            "INFO".to_owned(),
+            "-".to_owned(),
+            "deny default-deny".to_owned(),
+            "allow ops-info".to_owned(),
+        )],
+        "{}",
+        changed.render("explain", true)
+    );
+    assert_eq!(changed.rows[0].witness.uid, 1001);
+    assert_eq!(changed.rows[0].witness.principals, ["uid:1001", "ops"]);
+}
+
+#[test]
+fn an_inserted_deny_rule_decides_the_classes_it_takes_over() {
+    let inserted = BASE.replace(
+        "rules:\n",
+        "rules:\n  - id: no-secrets\n    principals: [app]\n    commands: [GET, MGET]\n    keys: ['app:secret:*']\n    deny: secret\n",
+    );
+    let changed = diff(&generation(BASE), &generation(&inserted));
+    let got = rows(&changed);
+    let secret = |keys: &str| {
+        (
+            Change::OtherRule,
+            "app (uid 1000)".to_owned(),
+            "GET".to_owned(),
+            keys.to_owned(),
+            "allow app-read".to_owned(),
+            "deny no-secrets".to_owned(),
+        )
+    };
+    let text = changed.render("explain", true);
+    // Of GET and of MGET, a secret key alone was allowed and is denied now.
+    let newly: Vec<_> = got.iter().filter(|r| r.0 == Change::NewlyDenied).collect();
+    assert_eq!(newly.len(), 2, "{text}");
+    assert!(
+        got.contains(&secret("app:secret:x").with(Change::NewlyDenied)),
+        "{text}"
+    );
+    // Of MGET, a secret key beside a key nobody grants (or the reserved keyspace) was already
+    // refused: now by the new rule.
+    for (change, principal, command, keys, old, new) in &got {
+        assert_eq!(principal, "app (uid 1000)");
+        assert!(keys.contains("app:secret:"), "{text}");
+        assert_eq!(new, "deny no-secrets");
+        match change {
+            Change::NewlyDenied => assert_eq!(old, "allow app-read"),
+            Change::OtherRule => {
+                assert_eq!(command, "MGET", "{text}");
+                assert_ne!(old, "allow app-read");
+            }
+            Change::NewlyAllowed => panic!("{text}"),
+        }
+    }
+    assert_eq!(changed.newly_allowed, 0);
+}
+
+trait WithChange {
+    fn with(self, change: Change) -> Self;
+}
+
+impl WithChange for Summary {
+    fn with(mut self, change: Change) -> Self {
+        self.0 = change;
+        self
+    }
+}
+
+#[test]
+fn a_widened_category_allows_its_new_commands() {
+    let before = "rules:\n  - id: reads\n    commands: ['@read']\n    allow: reads\n";
+    let after = "rules:\n  - id: reads\n    commands: ['@read', '@write']\n    allow: reads\n";
+    let (old, new) = (generation(before), generation(after));
+    let changed = diff(&old, &new);
+    assert!(changed.changed());
+    assert_eq!(changed.newly_denied, 0);
+    // Allowed now, except keys in the daemon's reserved keyspace and the commands that reach it
+    // (FLUSHALL, SWAPDB): refused still, by the host.
+    for row in &changed.rows {
+        assert_eq!(row.old.rule, "default-deny");
+        match row.change {
+            Change::NewlyAllowed => assert_eq!(row.new.rule, "reads"),
+            _ => {
+                assert_eq!(row.new.rule, "reserved");
+                assert!(
+                    row.keys.contains("tollgate:") || row.commands.contains(&"FLUSHALL".into()),
+                    "{row:?}"
+                );
+            }
+        }
+    }
+    let commands: Vec<&String> = changed
+        .rows
+        .iter()
+        .filter(|r| r.change == Change::NewlyAllowed)
+        .flat_map(|r| &r.commands)
+        .collect();
+    for write in ["SET", "DEL", "HSET", "LPUSH"] {
+        assert!(commands.iter().any(|c| *c == write), "{write}");
+    }
+    // No command already in @read is among them.
+    assert!(!commands.iter().any(|c| *c == "GET" || *c == "MGET"));
+}
+
+#[test]
+fn a_changed_lease_rule_changes_lease_classes_only() {
+    let nightly = BASE.replace("leases: ['jobs:*']", "leases: ['jobs:nightly:*']");
+    let changed = diff(&generation(BASE), &generation(&nightly));
+    assert_eq!(
+        rows(&changed),
+        [(
+            Change::NewlyDenied,
+            "app (uid 1000)".to_owned(),
+            LEASE.to_owned(),
+            "jobs:x".to_owned(),
+            "allow jobs".to_owned(),
+            "deny default-deny".to_owned(),
+        )]
+    );
+}
+
+/// A small deterministic generator (xorshift), so the property test draws the same requests on
+/// every run.
+struct Draw(u64);
+
+impl Draw {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+
+    /// A key: random bytes, or a glob's witness changed at an edge (cut short, one byte more,
+    /// one byte changed).
+    fn key(&mut self, near: &[Vec<u8>]) -> Vec<u8> {
+        const BYTES: &[u8] = b"ax:*?[]\\-_0tollgate";
+        if near.is_empty() || self.below(3) == 0 {
+            let len = self.below(8);
+            return (0..len).map(|_| BYTES[self.below(BYTES.len())]).collect();
+        }
+        let mut key = near[self.below(near.len())].clone();
+        match self.below(4) {
+            0 if !key.is_empty() => {
+                key.truncate(self.below(key.len()));
+            }
+            1 => key.push(BYTES[self.below(BYTES.len())]),
+            2 if !key.is_empty() => {
+                let at = self.below(key.len());
+                key[at] = BYTES[self.below(BYTES.len())];
+            }
+            _ => {}
+        }
+        key
+    }
+}
+
+fn decided(decision: &Decision) -> (bool, String) {
+    match decision {
+        Decision::Admitted { rule, .. } => (true, rule.clone()),
+        Decision::Denied(denial) => (false, denial.rule.clone()),
+    }
+}
+
+/// Draws `draws` requests and checks each against its class under every generation.
+fn every_request_decides_as_its_class(generations: &[&Generation], seed: u64, draws: usize) {
+    let space = Space::new(generations);
+    assert!(space.complete());
+    let mut draw = Draw(seed);
+    let near: Vec<Vec<u8>> = space
+        .classes
+        .iter()
+        .flat_map(|c| c.witness.keys.iter().map(|k| k.as_bytes().to_vec()))
+        .collect();
+    let mut uids: Vec<u32> = space.principals.iter().map(|p| p.uid).collect();
+    uids.push(7);
+    let mut gids: Vec<u32> = space.principals.iter().map(|p| p.gid).collect();
+    gids.push(7);
+    let variants: Vec<_> = space
+        .commands
+        .iter()
+        .flat_map(|c| &c.members)
+        .filter(|m| !m.forms.is_empty())
+        .collect();
+    let mut checked = 0;
+    for _ in 0..draws {
+        let uid = uids[draw.below(uids.len())];
+        let gid = gids[draw.below(gids.len())];
+        let count = 1 + draw.below(3);
+        let keys: Vec<Vec<u8>> = (0..count).map(|_| draw.key(&near)).collect();
+        let lease = draw.below(10) == 0;
+        let (argv, name, lane, request_keys) = if lease {
+            (
+                None,
+                LEASE.to_owned(),
+                tollgate_model::Lane::Regular,
+                vec![keys[0].clone()],
+            )
+        } else {
+            let variant = variants[draw.below(variants.len())];
+            let keys = if draw.below(8) == 0 { Vec::new() } else { keys };
+            let one = keys.first().cloned().into_iter().collect::<Vec<_>>();
+            let Some(argv) = variant
+                .argv(generations[0], &keys)
+                .or_else(|| variant.argv(generations[0], &one))
+            else {
+                continue;
+            };
+            let described = generations[0].describe_argv(&argv).unwrap();
+            let found: Vec<Vec<u8>> = described
+                .keys
+                .iter()
+                .map(|k| argv[k.position as usize].clone())
+                .collect();
+            (
+                Some(argv),
+                described.name,
+                lane_from_wit(described.lane),
+                found,
+            )
+        };
+        let keys_ref: Vec<&[u8]> = request_keys.iter().map(Vec::as_slice).collect();
+        let class = space
+            .class_of(uid, gid, &name, lane, &keys_ref)
+            .unwrap_or_else(|| panic!("no class for {name} {request_keys:?}"));
+        for (at, g) in generations.iter().enumerate() {
+            let caller = Caller {
+                principal: g
+                    .principal_for(uid, gid)
+                    .unwrap_or_else(|| format!("uid:{uid}")),
+                uid,
+                gid,
+                pid: 0,
+            };
+            let decision = match &argv {
+                Some(argv) => g.admit(&caller, argv),
+                None => g.admit_lease(&caller, &String::from_utf8_lossy(&request_keys[0])),
+            };
+            let expected: &Verdict = &class.verdicts[at];
+            assert_eq!(
+                decided(&decision),
+                (expected.allowed, expected.rule.clone()),
+                "{name} {:?} as {} under generation {at}: class witness {:?}",
+                request_keys
+                    .iter()
+                    .map(|k| String::from_utf8_lossy(k).into_owned())
+                    .collect::<Vec<_>>(),
+                caller.principal,
+                class.witness
+            );
+        }
+        checked += 1;
+    }
+    assert!(
+        checked > draws / 2,
+        "only {checked} requests could be built"
+    );
+}
+
+#[test]
+fn random_requests_decide_as_their_class_under_the_example_policies() {
+    let default = example(&repo("policies/default.yaml"));
+    let tenants = example(&repo("policies/examples/tenants.yaml"));
+    let read_only = example(&repo("policies/examples/read-only.yaml"));
+    every_request_decides_as_its_class(&[&default, &tenants], 0x5eed_0001, 600);
+    every_request_decides_as_its_class(&[&read_only, &tenants], 0x5eed_0002, 600);
+}
+
+/// A policy of `rules` rules over `globs`-like prefixes, drawn from `seed`.
+pub(crate) fn generated(seed: u64, rules: usize) -> String {
+    let mut draw = Draw(seed);
+    const GLOBS: &[&str] = &[
+        "*", "a*", "a:?*", "a:[0-4]*", "b*", "ab*", "*:x", "[^a]*", "t*",
+    ];
+    const COMMANDS: &[&str] = &[
+        "GET",
+        "MGET",
+        "SET",
+        "MSET",
+        "DEL",
+        "'@string'",
+        "'@list'",
+        "'@hash'",
+        "INFO",
+        "PING",
+    ];
+    let mut out = String::from("principals:\n");
+    for p in 0..4 {
+        out.push_str(&format!("  p{p}: {{ uids: [{}] }}\n", 3000 + p));
+    }
+    out.push_str("  g0: { gids: [4000] }\nrules:\n");
+    for r in 0..rules {
+        let glob_a = format!("k{}{}", draw.below(6), GLOBS[draw.below(GLOBS.len())]);
+        let glob_b = GLOBS[draw.below(GLOBS.len())];
+        let command = COMMANDS[draw.below(COMMANDS.len())];
+        let principal = match draw.below(6) {
+            0 => String::new(),
+            n => format!(
+                "    principals: [{}]\n",
+                if n == 5 {
+                    "g0".to_owned()
+                } else {
+                    format!("p{}", n - 1)
+                }
+            ),
+        };
+        let keys = match draw.below(3) {
+            0 => String::new(),
+            1 => format!("    keys: ['{glob_a}']\n"),
+            _ => format!("    keys: ['{glob_a}', '{glob_b}']\n"),
+        };
+        let action = if draw.below(3) == 0 { "deny" } else { "allow" };
+        if draw.below(8) == 0 {
+            out.push_str(&format!(
+                "  - id: r{r}\n{principal}    leases: ['{glob_a}']\n    {action}: drawn\n"
+            ));
+        } else {
+            out.push_str(&format!(
+                "  - id: r{r}\n{principal}    commands: [{command}]\n{keys}    {action}: drawn\n"
+            ));
+        }
+    }
+    out
+}
+
+#[test]
+fn random_requests_decide_as_their_class_under_generated_policies() {
+    for seed in [11, 12] {
+        let old = generation(&generated(seed, 40));
+        let new = generation(&generated(seed + 100, 40));
+        every_request_decides_as_its_class(&[&old, &new], seed, 500);
+    }
+}
+
+/// The plan and the JSON of a real change, as insta snapshots in snapshots/ (reviewed like the
+/// decision tables).
+#[test]
+fn the_plan_and_its_json_have_reviewed_snapshots() {
+    let old = example(&repo("policies/default.yaml"));
+    let new = example(&repo("policies/examples/read-only.yaml"));
+    let changed = diff(&old, &new);
+    assert!(changed.changed());
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path(repo("snapshots"));
+    settings.set_prepend_module_to_snapshot(false);
+    settings.set_omit_expression(true);
+    settings.bind(|| {
+        insta::assert_snapshot!(
+            "diff__default__read-only",
+            changed.render(
+                "tollgate policy explain --policy policies/default.yaml --against policies/examples/read-only.yaml",
+                false
+            )
+        );
+        insta::assert_snapshot!(
+            "diff__default__read-only.json",
+            serde_json::to_string_pretty(&changed).unwrap()
+        );
+    });
+}
