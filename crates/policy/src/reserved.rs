@@ -10,6 +10,11 @@ use crate::decision::Descriptor;
 /// The rule a refusal names.
 pub const RULE: &str = "reserved";
 
+/// Commands refused by name, whatever their arguments: they reach every database around key
+/// patterns. (FLUSHALL is not among them: the front door serves it as UNLINK of the caller's own
+/// keys, and Redis's ACL refuses a raw one on every client lane.)
+pub const REFUSED_BY_NAME: [&str; 1] = ["SWAPDB"];
+
 /// Why `argv`, described by `descriptor`, may not run; `None` when it may go on to the guards.
 pub fn refusal<A: AsRef<[u8]>>(descriptor: &Descriptor, argv: &[A]) -> Option<String> {
     if let Some(key) = descriptor.keys(argv).find(|key| is_reserved(key.as_ref())) {
@@ -21,10 +26,8 @@ pub fn refusal<A: AsRef<[u8]>>(descriptor: &Descriptor, argv: &[A]) -> Option<St
     let channels = match descriptor.name.as_str() {
         "PUBLISH" | "SPUBLISH" => argv.get(1..2),
         "SUBSCRIBE" | "SSUBSCRIBE" | "PSUBSCRIBE" => argv.get(1..),
-        // It ignores key patterns: SWAPDB would trade the lease database for one a client can
-        // write. (FLUSHALL is served by the front door as UNLINK of the caller's own keys, and
-        // Redis's ACL refuses a raw one on every client lane.)
-        "SWAPDB" => {
+        // SWAPDB ignores key patterns: it would trade the lease database for one a client can write.
+        name if REFUSED_BY_NAME.contains(&name) => {
             return Some(format!(
                 "it reaches every database, the daemon's reserved keyspace {RESERVED_PREFIX}* \
                  among them"

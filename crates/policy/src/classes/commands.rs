@@ -9,14 +9,13 @@ use tollgate_policy_rules::{CategorySet, Request, Rule, Subject, Target};
 
 use crate::decision::{lane_from_wit, Descriptor};
 use crate::generation::Generation;
+use crate::reserved::REFUSED_BY_NAME as RESERVED_NAMES;
 use crate::sandbox::bindings;
 
 /// Arguments added past a command's shortest form when looking for its forms with more keys.
 const EXTRA_ARGS: usize = 6;
 /// Placeholders for a command's other arguments: `1` makes a key count (EVAL's numkeys) one.
 const PLACEHOLDERS: [&str; 2] = ["x", "1"];
-/// Commands the host refuses by name once admitted (crates/policy/src/reserved.rs).
-const RESERVED_NAMES: [&str; 2] = ["FLUSHALL", "SWAPDB"];
 
 /// How many keys a command can name: none at all (`zero`), and up to `max` (`usize::MAX`: as
 /// many as one likes, DEL, MSET).
