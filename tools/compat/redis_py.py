@@ -198,7 +198,12 @@ class Tollgate:
         self.redis = RedisServer(directory, unixsocket=directory / "redis.sock")
         acl = directory / "acl"
         acl.mkdir()
-        users = subprocess.run([binary, "redis-acl", "--passwords", str(acl)],
+        # The lane users the allow-all policy needs, as `tollgate redis-acl --config` prints them.
+        (directory / "allow-all.yaml").write_text(ALLOW_ALL)
+        policy_only = directory / "policy-only.yaml"
+        policy_only.write_text(f"policy:\n  files: [{directory / 'allow-all.yaml'}]\n")
+        users = subprocess.run([binary, "redis-acl", "--passwords", str(acl),
+                                "--config", str(policy_only)],
                                capture_output=True, text=True, check=True).stdout
         self.redis.cli(stdin=users)
         if lane_acl == "wide":
@@ -207,7 +212,6 @@ class Tollgate:
                                "-flushall", "-swapdb", "-select")
         lanes = subprocess.run([binary, "redis-acl", "--passwords", str(acl), "--lanes-yaml"],
                                capture_output=True, text=True, check=True).stdout
-        (directory / "allow-all.yaml").write_text(ALLOW_ALL)
         runtime = directory / "run"
         config = directory / "tollgate.yaml"
         config.write_text(
