@@ -239,39 +239,29 @@ fn cli_review_diff_and_explain() {
         .unwrap();
     assert_eq!(same.status.code(), Some(0), "{same:?}");
     // Replayed: SET goes from allowed to denied, GET stays allowed by another rule.
-    let (ok, set, stderr) = run(&[
-        "policy",
-        "explain",
-        "--policy",
-        old,
-        "--against",
-        new,
-        "--principal",
-        "me",
-        "--",
-        "SET",
-        "x",
-        "v",
-    ]);
-    assert!(ok, "{stderr}");
+    let explain = |command: &[&str]| {
+        let mut args = vec![
+            "policy",
+            "explain",
+            "--policy",
+            old,
+            "--against",
+            new,
+            "--principal",
+            "me",
+            "--",
+        ];
+        args.extend_from_slice(command);
+        let (ok, explained, stderr) = run(&args);
+        assert!(ok, "{stderr}");
+        explained
+    };
+    let set = explain(&["SET", "x", "v"]);
     assert!(
         set.contains("=> admitted by data") && set.contains("=> denied (no-rule)"),
         "{set}"
     );
-    let (ok, get, stderr) = run(&[
-        "policy",
-        "explain",
-        "--policy",
-        old,
-        "--against",
-        new,
-        "--principal",
-        "me",
-        "--",
-        "GET",
-        "x",
-    ]);
-    assert!(ok, "{stderr}");
+    let get = explain(&["GET", "x"]);
     assert!(
         get.contains("=> admitted by data") && get.contains("=> admitted by reads"),
         "{get}"

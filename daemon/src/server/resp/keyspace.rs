@@ -83,23 +83,13 @@ async fn keys(argv: &[Bytes], scope: &Scope<'_>) -> Result<Bytes, Failed> {
     };
     let mut seen = HashSet::new();
     let mut found = Vec::new();
-    let mut cursor = Bytes::from_static(b"0");
-    loop {
-        let (next, page) = scan_page(
-            scope,
-            &cursor,
-            &[b"MATCH", pattern, b"COUNT", PAGE.as_bytes()],
-        )
-        .await?;
+    let mut pages = Pages::new(scope, vec![b"MATCH", pattern, b"COUNT", PAGE.as_bytes()]);
+    while let Some(page) = pages.next().await? {
         for key in scope.admission.touchable(scope.caller, "EXISTS", page) {
             if seen.insert(key.clone()) {
                 found.push(Frame::Bulk(key));
             }
         }
-        if &next[..] == b"0" {
-            break;
-        }
-        cursor = next;
     }
     Ok(replies::encode(&Frame::Array(found)))
 }
@@ -123,17 +113,12 @@ async fn scan(argv: &[Bytes], scope: &Scope<'_>) -> Result<Bytes, Failed> {
 /// resized) is counted twice: an exact count would hold every key name in memory.
 async fn db_size(scope: &Scope<'_>) -> Result<Bytes, Failed> {
     let mut count = 0usize;
-    let mut cursor = Bytes::from_static(b"0");
-    loop {
-        let (next, page) = scan_page(scope, &cursor, &[b"COUNT", PAGE.as_bytes()]).await?;
+    let mut pages = Pages::new(scope, vec![b"COUNT", PAGE.as_bytes()]);
+    while let Some(page) = pages.next().await? {
         count += scope
             .admission
             .touchable(scope.caller, "EXISTS", page)
             .len();
-        if &next[..] == b"0" {
-            break;
-        }
-        cursor = next;
     }
     Ok(replies::encode(&Frame::Integer(count as i64)))
 }
@@ -154,9 +139,8 @@ async fn random_key(scope: &Scope<'_>) -> Result<Bytes, Failed> {
         }
     }
     // Few of the keys are the caller's: any one of them, found by scanning.
-    let mut cursor = Bytes::from_static(b"0");
-    loop {
-        let (next, page) = scan_page(scope, &cursor, &[b"COUNT", PAGE.as_bytes()]).await?;
+    let mut pages = Pages::new(scope, vec![b"COUNT", PAGE.as_bytes()]);
+    while let Some(page) = pages.next().await? {
         if let Some(key) = scope
             .admission
             .touchable(scope.caller, "EXISTS", page)
@@ -165,11 +149,8 @@ async fn random_key(scope: &Scope<'_>) -> Result<Bytes, Failed> {
         {
             return Ok(replies::encode(&Frame::Bulk(key)));
         }
-        if &next[..] == b"0" {
-            return Ok(null(scope.protocol));
-        }
-        cursor = next;
     }
+    Ok(null(scope.protocol))
 }
 
 /// `FLUSHDB [ASYNC|SYNC]` as UNLINK of the keys the caller may delete, page by page.
@@ -183,19 +164,45 @@ async fn flush(argv: &[Bytes], scope: &Scope<'_>) -> Result<Bytes, Failed> {
             return Err(super::local::wrong_arity(&name));
         }
     }
-    let mut cursor = Bytes::from_static(b"0");
-    loop {
-        let (next, page) = scan_page(scope, &cursor, &[b"COUNT", PAGE.as_bytes()]).await?;
+    let mut pages = Pages::new(scope, vec![b"COUNT", PAGE.as_bytes()]);
+    while let Some(page) = pages.next().await? {
         let doomed = scope.admission.touchable(scope.caller, "UNLINK", page);
         if !doomed.is_empty() {
             let mut unlink: Vec<&[u8]> = vec![b"UNLINK"];
             unlink.extend(doomed.iter().map(|key| &key[..]));
             call(scope, &unlink).await?;
         }
-        if &next[..] == b"0" {
-            return Ok(replies::ok());
+    }
+    Ok(replies::ok())
+}
+
+/// A whole scan, page by page: Redis's cursor from 0 until it comes back to 0.
+struct Pages<'a> {
+    scope: &'a Scope<'a>,
+    options: Vec<&'a [u8]>,
+    /// The cursor of the next round; `None` once the scan is done.
+    cursor: Option<Bytes>,
+}
+
+impl<'a> Pages<'a> {
+    fn new(scope: &'a Scope<'a>, options: Vec<&'a [u8]>) -> Self {
+        Self {
+            scope,
+            options,
+            cursor: Some(Bytes::from_static(b"0")),
         }
-        cursor = next;
+    }
+
+    /// The next page's keys, or `None` after the last page.
+    async fn next(&mut self) -> Result<Option<Vec<Bytes>>, Failed> {
+        let Some(cursor) = self.cursor.take() else {
+            return Ok(None);
+        };
+        let (next, page) = scan_page(self.scope, &cursor, &self.options).await?;
+        if &next[..] != b"0" {
+            self.cursor = Some(next);
+        }
+        Ok(Some(page))
     }
 }
 
