@@ -1,5 +1,5 @@
 //! Lane configuration as operators write it (every field optional) and as the lanes use it (resolved
-//! against each lane's defaults from DESIGN.md's table).
+//! against each lane's defaults from docs/lanes.md's table).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -116,7 +116,7 @@ impl LanesConfig {
         }
     }
 
-    /// The settings of one lane: what the operator wrote, else DESIGN.md's default.
+    /// The settings of one lane: what the operator wrote, else docs/lanes.md's default.
     pub fn settings(&self, lane: Lane) -> LaneSettings {
         let written = self.overrides(lane);
         let (connections, in_flight) = default_ceiling(lane);
@@ -180,7 +180,7 @@ fn default_share(connections: usize) -> usize {
     (connections.saturating_mul(3) / 4).max(1)
 }
 
-/// DESIGN.md's table: (connections, commands in flight per lane).
+/// docs/lanes.md's table: (connections, commands in flight per lane).
 fn default_ceiling(lane: Lane) -> (usize, usize) {
     match lane {
         Lane::Regular => (4, 1024),

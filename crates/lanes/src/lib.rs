@@ -1,4 +1,4 @@
-//! The six lanes of Redis connections (DESIGN.md, "Lanes"): the daemon's only way to Redis.
+//! The six lanes of Redis connections (docs/design.md, "Lanes"): the daemon's only way to Redis.
 //!
 //! REGULAR and SCRIPT pipeline many callers' commands over a few connections ([`Channel`]); BLOCKING,
 //! TRANSACTION and ADMIN lend one connection to one borrower ([`Borrowed`]); PUBSUB shares subscriber

@@ -728,13 +728,6 @@ impl Overdue {
     }
 }
 
-/// Whether `frame` is a RESP3 push (`>`), which answers no command. The front door refuses what
-/// would make Redis send one on a shared connection (client-side caching); should one arrive all
-/// the same, it is dropped rather than taken for the next command's reply.
-pub(crate) fn is_push(frame: &[u8]) -> bool {
-    frame.first() == Some(&b'>')
-}
-
 /// Commands one connection has written and Redis has not yet answered, shared by its writer and
 /// reader, so that the writer can hold the next batch while a write is still being answered.
 #[derive(Default)]

@@ -1,4 +1,4 @@
-//! Leases that can protect correctness (DESIGN.md, "Leases"): Lua scripts run atomically on Redis,
+//! Leases that can protect correctness (docs/design.md, "Leases"): Lua scripts run atomically on Redis,
 //! owner tokens bound to the caller's principal and uid, replay after a lost reply, fencing
 //! tokens, real waiting, a watchdog bound to the holder, and the holder-side state machine.
 

@@ -1,4 +1,4 @@
-//! What each lease call can come to (DESIGN.md's outcome table). Callers match on these to decide
+//! What each lease call can come to (the outcome table of docs/design.md, "Leases"). Callers match on these to decide
 //! what to do next; on the wire each is a JSON object whose `outcome` names the variant.
 //!
 //! `Unavailable` always means the call was not sent, so nothing changed; `Indeterminate` means it was

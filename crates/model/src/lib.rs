@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod reserved;
 
-/// A pool of Redis connections that carries one kind of traffic (see DESIGN.md, "Lanes").
+/// A pool of Redis connections that carries one kind of traffic (see docs/design.md, "Lanes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Lane {

@@ -1,7 +1,7 @@
 //! `/v1/leases/{resource}/…`: acquire, renew, release and inspect (POST, JSON), and the watchdog's
 //! events as a stream of JSON lines (`GET …/events?owner=…&operation_id=…`). The caller is the peer
 //! of the Unix socket; its principal and uid are bound into every owner, and the policy's `lease`
-//! rules admit it per resource (403 naming the rule otherwise). Statuses follow DESIGN.md: 200,
+//! rules admit it per resource (403 naming the rule otherwise). Statuses follow docs/design.md ("Leases"): 200,
 //! 409 contended/conflict, 503 unavailable with Retry-After, 502 indeterminate, 400 bad input,
 //! 429 when the caller already runs `leases.max_watchdogs_per_principal` watchdogs.
 
@@ -21,12 +21,15 @@ use tollgate_lease::{
 use tollgate_policy::Decision;
 
 use super::{caller_of, json, read_json, ApiError, HttpResponse};
-use crate::runtime::Shared;
+use crate::services::Services;
 
 /// Seconds a caller is told to wait after `unavailable` (Redis unreachable, nothing sent).
 const UNAVAILABLE_RETRY_SECS: u64 = 1;
 
-pub async fn handle(request: Request<Incoming>, shared: &Shared) -> Result<HttpResponse, ApiError> {
+pub async fn handle(
+    request: Request<Incoming>,
+    shared: &Services,
+) -> Result<HttpResponse, ApiError> {
     let path = request.uri().path().to_owned();
     let rest = path.strip_prefix("/v1/leases/").unwrap_or_default();
     let (name, action) = rest.split_once('/').unwrap_or((rest, ""));

@@ -30,10 +30,10 @@ pub use throttle::Throttle;
 use tollgate_model::Caller;
 
 use crate::config::LimitsConfig;
-use crate::runtime::Shared;
 use crate::server::limits::{ConnectionLimits, TooMany};
 use crate::server::peer::{self, PeerCredentials};
 use crate::server::socket;
+use crate::services::Services;
 
 /// Boxed so that a handler may stream (the lease events); JSON replies are one full chunk.
 pub type HttpResponse = Response<UnsyncBoxBody<Bytes, Infallible>>;
@@ -44,7 +44,7 @@ pub type HttpResponse = Response<UnsyncBoxBody<Bytes, Infallible>>;
 /// idle for `limits.http_idle_timeout`, is disconnected ([`waits`]).
 pub async fn serve(
     listener: UnixListener,
-    shared: Arc<Shared>,
+    shared: Arc<Services>,
     limits: &LimitsConfig,
     stop: CancellationToken,
 ) {
@@ -115,7 +115,7 @@ async fn turn_away(
     }
 }
 
-async fn route(request: Request<Incoming>, shared: &Shared) -> HttpResponse {
+async fn route(request: Request<Incoming>, shared: &Services) -> HttpResponse {
     let path = request.uri().path().to_owned();
     let outcome = match path.as_str() {
         "/healthz" | "/readyz" | "/metrics" => health::handle(request, shared).await,
@@ -137,7 +137,7 @@ fn peer_of(request: &Request<Incoming>) -> Result<PeerCredentials, ApiError> {
 }
 
 /// The caller behind the request, as every listener derives it; 403 for a refused peer.
-fn caller_of(request: &Request<Incoming>, shared: &Shared) -> Result<Caller, ApiError> {
+fn caller_of(request: &Request<Incoming>, shared: &Services) -> Result<Caller, ApiError> {
     shared
         .identities
         .caller(peer_of(request)?)
