@@ -26,7 +26,6 @@ DEFAULT_SOURCES = [
     "crates/resp/src",
     "crates/lanes/src",
     "crates/policy/src",
-    "crates/policy/rules/src",
     "crates/policy-rules/src",
     "crates/lease/src",
     "crates/lease-api/src",
