@@ -91,6 +91,8 @@ impl Connector {
             }
         }
         let (endpoint, generation) = self.locator.current()?;
+        // The lane's span (a driver's, or the borrowing session's) names the node from here on.
+        tracing::Span::current().record("node", tracing::field::display(&endpoint));
         let attempt =
             tokio::time::timeout(CONNECT_TIMEOUT, self.dial(&endpoint, generation, protocol)).await;
         let result =
@@ -99,6 +101,7 @@ impl Connector {
         match result {
             Ok(conn) => {
                 if backoff.broken {
+                    tracing::info!("reconnected to redis");
                     self.metrics.reconnects.inc();
                 }
                 *backoff = Backoff::default();
@@ -106,6 +109,7 @@ impl Connector {
             }
             Err(reason) => {
                 let reason = format!("redis at {endpoint}: {reason}");
+                tracing::warn!(%reason, "cannot connect");
                 backoff.failures = backoff.failures.saturating_add(1);
                 backoff.broken = true;
                 let pause = BASE_BACKOFF

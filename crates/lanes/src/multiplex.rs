@@ -25,6 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tollgate_model::{Lane, Protocol};
+use tracing::Instrument;
 
 use crate::budget::{Budget, Held};
 use crate::config::LaneSettings;
@@ -259,8 +260,16 @@ impl MultiplexedLane {
             command_timeout: settings.command_timeout,
             epoch: Instant::now(),
         });
-        for (receiver, slot) in receivers {
-            drivers.spawn(drive(this.clone(), receiver, slot));
+        for (connection, (receiver, slot)) in receivers.into_iter().enumerate() {
+            // Every line a driver logs names its lane, connection and (once dialled) node.
+            let span = tracing::info_span!(
+                "lane",
+                %lane,
+                connection,
+                protocol = ?slot.protocol,
+                node = tracing::field::Empty
+            );
+            drivers.spawn(drive(this.clone(), receiver, slot).instrument(span));
         }
         this
     }
@@ -447,6 +456,7 @@ async fn pipeline(
     );
     slot.owed_since.store(0, Ordering::Relaxed);
     if lost.is_cancelled() {
+        tracing::info!("connection to redis lost; its unanswered commands failed");
         lane.connector.note_lost();
     }
     unsent

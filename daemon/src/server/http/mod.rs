@@ -23,6 +23,7 @@ use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::UnixListener;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 pub use body::{decode_json, json, read_json, text, ApiError, BODY_LIMIT};
 pub use throttle::Throttle;
@@ -73,7 +74,8 @@ pub async fn serve(
         let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
             let shared = shared.clone();
             request.extensions_mut().insert(peer);
-            async move { Ok::<_, Infallible>(route(request, &shared).await) }
+            let span = request_span(&request, peer, &shared);
+            async move { Ok::<_, Infallible>(route(request, &shared).await) }.instrument(span)
         });
         let connection = builder
             .clone()
@@ -125,6 +127,27 @@ async fn route(request: Request<Incoming>, shared: &Services) -> HttpResponse {
         _ => Err(ApiError::NotFound(path)),
     };
     outcome.unwrap_or_else(ApiError::into_response)
+}
+
+/// Every line logged while a request is served names who sent it and what it asked for.
+fn request_span(
+    request: &Request<Incoming>,
+    peer: PeerCredentials,
+    shared: &Services,
+) -> tracing::Span {
+    let principal = shared
+        .identities
+        .caller(peer)
+        .map(|caller| caller.principal)
+        .unwrap_or_default();
+    tracing::info_span!(
+        "http",
+        method = %request.method(),
+        path = %request.uri().path(),
+        uid = peer.uid,
+        pid = peer.pid,
+        principal = %principal
+    )
 }
 
 /// The kernel's credentials of the connection this request came on.

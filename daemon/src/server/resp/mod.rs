@@ -25,6 +25,7 @@ use tollgate_lanes::Lanes;
 use tollgate_lease::LeaseService;
 use tollgate_policy::Admission;
 use tollgate_resp::Limits;
+use tracing::Instrument;
 
 use self::clients::Clients;
 use self::monitor::Monitors;
@@ -132,7 +133,15 @@ pub async fn serve(listener: UnixListener, front: Arc<FrontDoor>, stop: Cancella
     let mut acceptor = socket::Acceptor::new(listener, "resp");
     while let Some(stream) = acceptor.accept_until(&stop).await {
         let id = front.next_client_id.fetch_add(1, Ordering::Relaxed);
-        sessions.spawn(session::run(stream, front.clone(), stop.clone(), id));
+        // Every line a session logs names its client, and once known its peer and principal.
+        let span = tracing::info_span!(
+            "resp",
+            client = id,
+            uid = tracing::field::Empty,
+            pid = tracing::field::Empty,
+            principal = tracing::field::Empty
+        );
+        sessions.spawn(session::run(stream, front.clone(), stop.clone(), id).instrument(span));
     }
     sessions.close();
     sessions.wait().await;

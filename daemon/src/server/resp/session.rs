@@ -161,10 +161,13 @@ pub async fn run(stream: UnixStream, front: Arc<FrontDoor>, stop: CancellationTo
         Ok(permit) => permit,
         Err(too_many) => return turn_away(stream, &too_many).await,
     };
+    let span = tracing::Span::current();
+    span.record("uid", peer.uid).record("pid", peer.pid);
     let caller = match front.identities.caller(peer) {
         Ok(caller) => caller,
         Err(refused) => return refuse(stream, &refused, &stop).await,
     };
+    span.record("principal", tracing::field::display(&caller.principal));
     let admin = front.identities.admin(peer, "").is_ok();
     let me = front
         .clients
@@ -193,7 +196,7 @@ pub async fn run(stream: UnixStream, front: Arc<FrontDoor>, stop: CancellationTo
     };
     let outcome = session.serve(reader, writer, stop).await;
     if let Err(reason) = outcome {
-        tracing::debug!(client = id, %reason, "RESP session ended");
+        tracing::debug!(%reason, "RESP session ended");
     }
     session.finish().await;
 }
@@ -312,7 +315,7 @@ impl Session {
                         self.out.extend_from_slice(&replies::error(format!("ERR tollgate: {why}; disconnected")));
                     }
                     let _ = tokio::time::timeout(std::time::Duration::from_millis(100), self.flush(&mut writer)).await;
-                    tracing::info!(client = self.id, principal = %self.caller.principal, %eviction, "subscriber disconnected");
+                    tracing::info!(%eviction, "subscriber disconnected");
                     return Err(eviction.to_string());
                 }
                 Some(line) = monitored(&mut self.monitor, &self.me.client), if self.monitor.is_some() => {
