@@ -157,21 +157,30 @@ impl LanesConfig {
     }
 
     /// Problems a YAML parser cannot see: zero ceilings and the like.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ZeroSetting> {
         for lane in Lane::ALL {
             let settings = self.settings(lane);
-            if settings.connections == 0 {
-                return Err(format!("lanes.{lane}.connections must be at least 1"));
-            }
-            if settings.in_flight == 0 {
-                return Err(format!("lanes.{lane}.in_flight must be at least 1"));
-            }
-            if settings.per_principal == 0 {
-                return Err(format!("lanes.{lane}.per_principal must be at least 1"));
+            let zero = [
+                ("connections", settings.connections),
+                ("in_flight", settings.in_flight),
+                ("per_principal", settings.per_principal),
+            ]
+            .into_iter()
+            .find(|(_, value)| *value == 0);
+            if let Some((setting, _)) = zero {
+                return Err(ZeroSetting { lane, setting });
             }
         }
         Ok(())
     }
+}
+
+/// A lane setting the YAML types allow but no lane can work with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("lanes.{lane}.{setting} must be at least 1")]
+pub struct ZeroSetting {
+    pub lane: Lane,
+    pub setting: &'static str,
 }
 
 /// Three quarters of an exclusive lane's connections (at least one): no principal holds every

@@ -35,7 +35,7 @@ pub use acl::{
     ALWAYS_REFUSED, LEASE_USER,
 };
 pub use budget::{Budget, Held, OverBudget};
-pub use config::{LaneOverrides, LaneSettings, LanesConfig, LeaseConnections};
+pub use config::{LaneOverrides, LaneSettings, LanesConfig, LeaseConnections, ZeroSetting};
 pub use error::{CallError, LaneError, OpenError, Saturation};
 pub use exclusive::Borrowed;
 pub use grants::LaneGrants;

@@ -407,8 +407,9 @@ async fn drive(
         };
         match lane.connector.connect(protocol).await {
             Ok(conn) => next = pipeline(&lane, &slot, conn, first, &mut queue).await,
-            Err(reason) => {
+            Err(error) => {
                 // Fail fast: everything queued now would meet the same outage.
+                let reason = error.to_string();
                 let mut failed = Some(first);
                 while let Some(request) = failed.take().or_else(|| queue.try_recv().ok()) {
                     lane.metrics.reject(Rejection::Unavailable);

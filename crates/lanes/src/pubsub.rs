@@ -353,7 +353,9 @@ async fn drive(
                     shard.end_all(&SubscriptionEnded::Disconnected { reason });
                 }
             }
-            Err(reason) => shard.end_all(&SubscriptionEnded::Disconnected { reason }),
+            Err(error) => shard.end_all(&SubscriptionEnded::Disconnected {
+                reason: error.to_string(),
+            }),
         }
     }
     shard.end_all(&SubscriptionEnded::Closed);

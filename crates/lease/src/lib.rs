@@ -18,7 +18,7 @@ pub mod state;
 mod watchdog;
 
 pub use attempt::{Attempt, Identity, InvalidAttempt};
-pub use config::LeaseConfig;
+pub use config::{LeaseConfig, LeaseConfigError};
 pub use holder::Holder;
 pub use outcome::{AcquireOutcome, InspectOutcome, LostReason, ReleaseOutcome, RenewOutcome};
 pub use resource::{InvalidResource, LeaseKeys, Resource};
