@@ -27,7 +27,6 @@ use crate::stream::Stream;
 use crate::{Endpoint, LanesConfig};
 
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum AclError {
     #[error("cannot reach redis at {endpoint} to create lane users: {reason}")]
     Redis { endpoint: Endpoint, reason: String },

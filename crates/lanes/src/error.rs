@@ -31,7 +31,6 @@ impl Saturation {
 
 /// Borrowing or opening a channel failed; nothing was sent to Redis.
 #[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
 pub enum LaneError {
     #[error("lane {} saturated{}", lane.shout(), cause.detail())]
     Saturated {
@@ -50,7 +49,6 @@ pub enum LaneError {
 
 /// Sending a command failed.
 #[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
 pub enum CallError {
     #[error("lane {} saturated{}", lane.shout(), cause.detail())]
     Saturated {
@@ -94,7 +92,6 @@ impl From<LaneError> for CallError {
 
 /// Why `Lanes::open` refused a configuration.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum OpenError {
     #[error("lane {lane}: cannot read password file {path}: {source}")]
     PasswordFile {

@@ -55,7 +55,6 @@ impl Message {
 
 /// Why a subscription delivers no more messages.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
 pub enum SubscriptionEnded {
     #[error("subscriber fell behind and its buffer overflowed; messages were dropped")]
     Lagged,
