@@ -2,7 +2,7 @@
 //! events as a stream of JSON lines (`GET …/events?owner=…&operation_id=…`). The caller is the peer
 //! of the Unix socket; its principal and uid are bound into every owner, and the policy's `lease`
 //! rules admit it per resource (403 naming the rule otherwise). Statuses follow DESIGN.md: 200,
-//! 409 contended/conflict, 503 unavailable with Retry-After, 502 indeterminate, 400 bad input,
+//! 409 contended/conflict/shape_conflict, 503 unavailable with Retry-After, 502 indeterminate, 400 bad input,
 //! 429 when the caller already runs `leases.max_watchdogs_per_principal` watchdogs.
 
 use std::convert::Infallible;
@@ -108,7 +108,9 @@ trait Status {
 impl Status for AcquireOutcome {
     fn status(&self) -> StatusCode {
         match self {
-            AcquireOutcome::Contended { .. } | AcquireOutcome::Conflict => StatusCode::CONFLICT,
+            AcquireOutcome::Contended { .. }
+            | AcquireOutcome::Conflict
+            | AcquireOutcome::ShapeConflict { .. } => StatusCode::CONFLICT,
             AcquireOutcome::TooManyWatchdogs { .. } => StatusCode::TOO_MANY_REQUESTS,
             AcquireOutcome::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             AcquireOutcome::Indeterminate { .. } => StatusCode::BAD_GATEWAY,
