@@ -281,6 +281,12 @@ impl Case<'_> {
                     )));
                 }
             }
+            // Held, but not long enough to count on by the time the reply came (a short TTL on a
+            // loaded machine): the actor believes no more than before, and keeps the attempt to
+            // renew or release it.
+            AcquireOutcome::Indeterminate { .. } => {
+                self.actors[actor].attempt = Some(attempt);
+            }
             other => return Err(fail(format!("unexpected {other:?}"))),
         }
         Ok(())
@@ -315,9 +321,11 @@ impl Case<'_> {
                 .collect(),
             other => return Err(fail(format!("inspect answered {other:?}"))),
         };
-        if let Some((.., fence)) = shown.iter().find(|(.., fence)| *fence > self.last_fence) {
-            return Err(fail(format!("Redis shows fence {fence}, never handed out")));
-        }
+        // A fence handed out in a reply that did not count (indeterminate) is an earlier fence too.
+        self.last_fence = shown
+            .iter()
+            .map(|(.., fence)| *fence)
+            .fold(self.last_fence, u64::max);
         let shown: Vec<(u32, bool)> = shown.into_iter().map(|(c, w, _)| (c, w)).collect();
         self.admissible(&shown, "shown by INSPECT")
     }
@@ -359,7 +367,7 @@ fn lease_props_every_shape_keeps_its_invariant_under_random_interleavings() {
     let fx = runtime.block_on(async { Fixture::start() });
     let cases = AtomicUsize::new(0);
     runner::check(
-        24,
+        48,
         (kind(), prop::collection::vec(step(), 1..30)),
         |(kind, steps)| {
             let n = cases.fetch_add(1, Ordering::SeqCst);
