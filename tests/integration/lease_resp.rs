@@ -504,7 +504,7 @@ async fn command_docs_describe_lease() {
         .collect();
     assert_eq!(
         tokens,
-        ["WAIT", "OWNER", "OP", "REPLICAS", "SESSION", "WATCHDOG"]
+        ["WAIT", "OWNER", "OP", "REPLICAS", "PERMITS", "COUNT", "MODE", "SESSION", "WATCHDOG"]
     );
     assert!(acquire.args[2].optional && !acquire.args[0].optional);
     daemon.stop().await;

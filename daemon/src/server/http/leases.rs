@@ -248,6 +248,11 @@ mod tests {
         };
         assert_eq!(unavailable.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(AcquireOutcome::Conflict.status(), StatusCode::CONFLICT);
+        let reshaped = AcquireOutcome::ShapeConflict {
+            held_as: tollgate_lease::HeldAs::Semaphore,
+            permits: Some(3),
+        };
+        assert_eq!(reshaped.status(), StatusCode::CONFLICT);
         assert_eq!(
             AcquireOutcome::TooManyWatchdogs { limit: 2 }.status(),
             StatusCode::TOO_MANY_REQUESTS
