@@ -332,6 +332,61 @@ async fn lease_semaphore_serves_a_k_permit_request_in_arrival_order() {
     daemon.stop().await;
 }
 
+/// A head of the line that hangs up while waiting leaves the head at once: the request behind it,
+/// for a permit that is free, is served then, not when the head's wait would have ended (past the
+/// 10 s a reply is awaited here).
+#[tokio::test]
+async fn lease_semaphore_line_moves_on_when_its_head_hangs_up() {
+    let redis = RedisServer::start();
+    let daemon = lease_daemon(&redis).await;
+    let mut holder = client(&daemon, "3").await;
+    let held = take(
+        &mut holder,
+        "orders:hangup",
+        "h",
+        "60000",
+        &["PERMITS", "2"],
+    )
+    .await;
+    assert_eq!(outcome(&held), "acquired");
+    let mut head = client(&daemon, "3").await;
+    head.send(&[
+        "LEASE",
+        "ACQUIRE",
+        "orders:hangup",
+        "60000",
+        "PERMITS",
+        "2",
+        "COUNT",
+        "2",
+        "WAIT",
+        "60000",
+    ])
+    .await;
+    assert!(!answered_within(&mut head, Duration::from_millis(300)).await);
+    let mut behind = client(&daemon, "3").await;
+    behind
+        .send(&[
+            "LEASE",
+            "ACQUIRE",
+            "orders:hangup",
+            "60000",
+            "PERMITS",
+            "2",
+            "WAIT",
+            "60000",
+        ])
+        .await;
+    assert!(
+        !answered_within(&mut behind, Duration::from_millis(300)).await,
+        "behind the head although a permit is free"
+    );
+    drop(head);
+    let served = behind.read().await;
+    assert_eq!(outcome(&served), "acquired", "{served:?}");
+    daemon.stop().await;
+}
+
 /// Four readers and two writers take and give back a read/write lease six times each: a writer
 /// never holds with anyone, a reader never with a writer, and each writer's fence is above every
 /// fence handed out before it.

@@ -276,19 +276,18 @@ impl LeaseService {
             calls: self.calls.clone(),
             keys: keys.clone(),
             attempt: attempt.clone(),
-            served: false,
+            left: false,
         };
         let outcome = self
             .retry_until(keys, deadline, || {
                 once(Some(deadline.saturating_duration_since(Instant::now())))
             })
             .await;
-        if matches!(
-            outcome,
-            AcquireOutcome::Acquired { .. } | AcquireOutcome::Replayed { .. }
-        ) {
+        match outcome {
             // The script that served the attempt left the head of the line itself.
-            standing.served = true;
+            AcquireOutcome::Acquired { .. } => standing.left = true,
+            // Before the next in line gets its turn.
+            _ => standing.leave().await,
         }
         outcome
     }
@@ -347,27 +346,41 @@ impl LeaseService {
     }
 }
 
-/// A waiter at the head of a shared resource's line; leaves the head in Redis when dropped (given
-/// up, timed out, or the caller went away mid-wait), so that the line moves on at once rather than
-/// when the head's standing runs out.
+/// A waiter at the head of a shared resource's line, until it leaves the head in Redis: when served
+/// (the acquire script leaves it), when it gives up or times out (`leave`, before the next waiter's
+/// turn), or when the caller goes away mid-wait (dropped: left in a task of its own), so that the
+/// line moves on at once rather than when the head's standing runs out.
 struct Standing {
     calls: Calls,
     keys: LeaseKeys,
     attempt: BoundAttempt,
-    served: bool,
+    left: bool,
+}
+
+impl Standing {
+    async fn leave(&mut self) {
+        self.left = true;
+        withdraw(&self.calls, &self.keys, &self.attempt).await;
+    }
 }
 
 impl Drop for Standing {
     fn drop(&mut self) {
-        if self.served {
+        if self.left {
             return;
         }
+        // Without a runtime (the daemon is gone) the head's standing runs out by itself.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
         let (calls, keys, attempt) = (self.calls.clone(), self.keys.clone(), self.attempt.clone());
-        tokio::spawn(async move {
-            if let Err(error) = calls.withdraw(&keys, &attempt).await {
-                tracing::warn!(%error, "cannot leave the head of a lease's line; it runs out by itself");
-            }
-        });
+        runtime.spawn(async move { withdraw(&calls, &keys, &attempt).await });
+    }
+}
+
+async fn withdraw(calls: &Calls, keys: &LeaseKeys, attempt: &BoundAttempt) {
+    if let Err(error) = calls.withdraw(keys, attempt).await {
+        tracing::warn!(%error, "cannot leave the head of a lease's line; it runs out by itself");
     }
 }
 

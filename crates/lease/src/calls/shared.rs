@@ -85,7 +85,7 @@ impl Calls {
     ) -> Result<(), ScriptError> {
         let args = [attempt.owner.as_bytes(), attempt.operation_id.as_bytes()];
         self.runner
-            .run(&WITHDRAW, &[&head_key(keys)], &args, &[])
+            .run(&WITHDRAW, &[&head_key(keys), &keys.channel], &args, &[])
             .await
             .map(drop)
     }

@@ -61,7 +61,7 @@ local function settle(key, live)
   if last == 0 then
     redis.call('DEL', key)
   else
-    redis.call('PEXPIREAT', key, last)
+    redis.call('PEXPIREAT', key, string.format('%d', last))
   end
 end
 
