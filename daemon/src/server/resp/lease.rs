@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tollgate_lease::api::{AcquireRequest, ReleaseRequest, RenewRequest};
-use tollgate_lease::{Attempt, Holder, Identity, InvalidRequest, Resource};
+use tollgate_lease::{Attempt, Holder, Identity, InvalidRequest, Mode, Resource};
 use tollgate_lease_client::LeaseClient;
 use tollgate_model::Caller;
 use tollgate_policy::Decision;
@@ -247,7 +247,9 @@ fn parse(argv: &[&[u8]]) -> Result<Call, String> {
             };
             let options = Options::read(
                 options,
-                &["WAIT", "OWNER", "OP", "REPLICAS"],
+                &[
+                    "WAIT", "OWNER", "OP", "REPLICAS", "PERMITS", "COUNT", "MODE",
+                ],
                 &["SESSION", "WATCHDOG"],
             )?;
             let binding = match (options.flag("SESSION"), options.flag("WATCHDOG")) {
@@ -266,6 +268,9 @@ fn parse(argv: &[&[u8]]) -> Result<Call, String> {
                     wait: options.millis("WAIT")?.unwrap_or_default(),
                     watchdog: binding == Binding::Process,
                     replicas: options.number("REPLICAS")?.unwrap_or_default(),
+                    permits: options.number("PERMITS")?,
+                    count: options.number("COUNT")?,
+                    mode: options.mode()?,
                 },
                 binding,
             })
@@ -389,6 +394,17 @@ impl<'a> Options<'a> {
             .transpose()
     }
 
+    /// `MODE READ|WRITE`: a read/write lease.
+    fn mode(&self) -> Result<Option<Mode>, String> {
+        self.value("MODE")
+            .map(|word| match word.to_ascii_uppercase().as_slice() {
+                b"READ" => Ok(Mode::Read),
+                b"WRITE" => Ok(Mode::Write),
+                _ => Err("ERR tollgate: MODE is READ or WRITE".to_owned()),
+            })
+            .transpose()
+    }
+
     /// `OWNER o OP op`, both or neither.
     fn attempt(&self) -> Result<Option<Attempt>, String> {
         match (self.value("OWNER"), self.value("OP")) {
@@ -450,7 +466,7 @@ const fn option(name: &'static str, kind: &'static str, token: &'static str) -> 
 const SUBCOMMANDS: [(&str, &str, &[Arg]); 4] = [
     (
         "acquire",
-        "Takes a fenced lease on a resource, waiting up to WAIT ms; without OWNER/OP the daemon makes the attempt and returns it.",
+        "Takes a fenced lease on a resource, waiting up to WAIT ms; without OWNER/OP the daemon makes the attempt and returns it. PERMITS n makes the resource a semaphore of n permits (COUNT k of them taken at once, 1 by default); MODE READ|WRITE a read/write lease.",
         &[
             arg("resource", "string"),
             arg("ttl-ms", "integer"),
@@ -458,6 +474,9 @@ const SUBCOMMANDS: [(&str, &str, &[Arg]); 4] = [
             option("owner", "string", "OWNER"),
             option("operation-id", "string", "OP"),
             option("replicas", "integer", "REPLICAS"),
+            option("permits", "integer", "PERMITS"),
+            option("count", "integer", "COUNT"),
+            option("mode", "string", "MODE"),
             option("session", "pure-token", "SESSION"),
             option("watchdog", "pure-token", "WATCHDOG"),
         ],
@@ -483,7 +502,7 @@ const SUBCOMMANDS: [(&str, &str, &[Arg]); 4] = [
     ),
     (
         "inspect",
-        "Tells whether a resource is held, its fence and remaining time, and whether the named attempt holds it.",
+        "Tells whether a resource is held, its fence and remaining time, and whether the named attempt holds it; for a semaphore or read/write lease, every holder.",
         &[
             arg("resource", "string"),
             option("owner", "string", "OWNER"),
@@ -571,6 +590,29 @@ mod tests {
     }
 
     #[test]
+    fn permits_count_and_mode_ask_for_a_shared_shape() {
+        let request = |words| match parse(&argv(words)) {
+            Ok(Call::Acquire { request, .. }) => request,
+            other => panic!("{other:?}"),
+        };
+        let semaphore = request("LEASE ACQUIRE r 1000 PERMITS 5 count 2");
+        assert_eq!((semaphore.permits, semaphore.count), (Some(5), Some(2)));
+        assert_eq!(
+            request("LEASE ACQUIRE r 1000 mode read").mode,
+            Some(Mode::Read)
+        );
+        assert_eq!(
+            request("LEASE ACQUIRE r 1000 MODE Write").mode,
+            Some(Mode::Write)
+        );
+        let exclusive = request("LEASE ACQUIRE r 1000");
+        assert_eq!(
+            (exclusive.permits, exclusive.count, exclusive.mode),
+            (None, None, None)
+        );
+    }
+
+    #[test]
     fn without_an_attempt_the_daemon_makes_a_fresh_one() {
         let attempt = |words| match parse(&argv(words)) {
             Ok(Call::Acquire { request, .. }) => request.attempt,
@@ -597,6 +639,8 @@ mod tests {
         assert!(error("LEASE ACQUIRE r/1 1000").contains("resource"));
         assert!(error("LEASE ACQUIRE r 1000 SESSION WATCHDOG").contains("exclude"));
         assert!(error("LEASE RENEW r 1000").contains("required"));
+        assert!(error("LEASE ACQUIRE r 1000 MODE SHARED").contains("READ or WRITE"));
+        assert!(error("LEASE ACQUIRE r 1000 PERMITS many").contains("PERMITS"));
         assert!(error("LEASE RELEASE r OWNER o").contains("OWNER and OP"));
         assert!(error("LEASE STEAL r").contains("unknown subcommand"));
     }
