@@ -241,13 +241,6 @@ pub enum Arity {
     Wrong(&'static str),
 }
 
-/// `-ERR wrong number of arguments for '<command>' command`, Redis's text.
-pub fn wrong_arity(command: &str) -> Bytes {
-    super::replies::error(format!(
-        "ERR wrong number of arguments for '{command}' command"
-    ))
-}
-
 /// The null a client of `protocol` reads: `_` in RESP3, `$-1` in RESP2.
 pub fn null(protocol: Protocol) -> Frame {
     match protocol {

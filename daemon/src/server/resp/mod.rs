@@ -1,19 +1,28 @@
 //! The Redis-protocol front door: any Redis client on the RESP Unix socket. Each connection is a
 //! [`session`]; every command it sends is admitted by the policy, then travels on its lane.
 
+mod ahead;
 mod amend;
+mod answer;
 mod budget;
 mod clients;
 mod deadline;
+mod door;
+mod ended;
 mod keyspace;
+mod kind;
 mod lease;
 mod local;
 mod monitor;
 mod pending;
+mod plan;
 mod queued;
 mod replies;
+mod schedule;
 mod session;
+mod state;
 mod subscriptions;
+mod transaction;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -49,29 +58,31 @@ pub enum Route {
 }
 
 impl Route {
+    /// What the session's plan makes of a command the policy admits as `name` for `admitted_on`,
+    /// outside any transaction or subscription.
     pub fn of(name: &str, admitted_on: tollgate_lanes::Lane) -> Route {
-        use tollgate_lanes::Lane;
-        let (command, sub) = match name.split_once('|') {
-            Some((command, sub)) => (command, Some(sub.as_bytes())),
-            None => (name, None),
+        use plan::{Context, Pinned, Plan};
+        let outside = Context {
+            protocol: tollgate_model::Protocol::Resp2,
+            subscribed: false,
+            pinned: Pinned::No,
         };
-        if let Some(whole) = keyspace::Whole::of(name) {
-            return Route::ServedWith(whole.served_with());
+        let kind = kind::Kind::of_catalog(name);
+        match plan::admitted(kind, name, None, admitted_on, outside) {
+            Plan::Keyspace(whole) => Route::ServedWith(whole.served_with()),
+            Plan::Subscribe(_) | Plan::Unsubscribe(_) => Route::Subscription,
+            Plan::Transaction => Route::Lane(tollgate_lanes::Lane::Transaction),
+            // CONFIG GET is forwarded once admitted (and answered locally where Redis refuses).
+            Plan::ConfigGet(forward) | Plan::Forward(forward, _) => Route::Lane(forward.lane()),
+            // Never sent to Redis as it is.
+            Plan::Answer(_)
+            | Plan::Queue(_)
+            | Plan::Refuse(_)
+            | Plan::PingRedis
+            | Plan::LeaseDocs
+            | Plan::Lease
+            | Plan::Admit => Route::Answered,
         }
-        match local::Local::of(command.as_bytes(), sub) {
-            // Forwarded to its lane once admitted (and answered locally where Redis refuses).
-            Some(local::Local::ConfigGet) => {}
-            Some(_) => return Route::Answered,
-            None => {}
-        }
-        if session::subscription_command(command.as_bytes()).is_some() {
-            return Route::Subscription;
-        }
-        Route::Lane(match admitted_on {
-            // PUBLISH and the PUBSUB introspection commands are ordinary requests.
-            Lane::Pubsub => Lane::Regular,
-            lane => lane,
-        })
     }
 }
 
@@ -142,4 +153,13 @@ pub async fn serve(listener: UnixListener, front: Arc<FrontDoor>, stop: Cancella
 #[cfg(test)]
 fn argv(words: &str) -> Vec<&[u8]> {
     words.split_whitespace().map(str::as_bytes).collect()
+}
+
+/// A command as the session reads it, from its words, for unit tests.
+#[cfg(test)]
+fn command(words: &str) -> tollgate_resp::Command {
+    let mut wire = bytes::BytesMut::from(format!("{words}\r\n").as_str());
+    tollgate_resp::parse_command(&mut wire, &Limits::default())
+        .expect("well formed")
+        .expect("complete")
 }

@@ -17,20 +17,55 @@ use super::amend::Amend;
 use super::local::Voice;
 use super::replies;
 
-/// Where an in-flight command is, which decides what may run beside it.
+/// A lane whose connections carry many clients' commands at once, pipelined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shared {
+    Regular,
+    Script,
+}
+
+/// A lane whose connections are lent to one command at a time (TRANSACTION's are pinned to a
+/// session instead, see `transaction.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lent {
+    Blocking,
+    Admin,
+}
+
+impl Shared {
+    pub fn lane(self) -> Lane {
+        match self {
+            Shared::Regular => Lane::Regular,
+            Shared::Script => Lane::Script,
+        }
+    }
+}
+
+impl Lent {
+    pub fn lane(self) -> Lane {
+        match self {
+            Lent::Blocking => Lane::Blocking,
+            Lent::Admin => Lane::Admin,
+        }
+    }
+}
+
+/// Where a command runs, which decides what may run beside it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Class {
     /// Answered by the daemon; touches nothing in Redis.
     Local,
     /// Pipelined on this session's channel of a multiplexed lane.
-    Multiplexed(Lane),
+    Multiplexed(Shared),
     /// Alone on a borrowed BLOCKING or ADMIN connection.
     Exclusive,
+    /// Awaited by the session itself, alone (a transaction's command, a subscription …).
+    InPlace,
 }
 
 pub enum Pending {
     Ready(Option<(Class, Bytes)>),
-    Multiplexed(Lane, SendFuture),
+    Multiplexed(Shared, SendFuture),
     Exclusive(BoxFuture<'static, Bytes>),
     /// A reply the daemon corrects once it arrives (see [`Amend`]); rare, so boxed.
     Amended(Box<Amended>),
