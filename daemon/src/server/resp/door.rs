@@ -11,7 +11,8 @@ use tokio_util::sync::CancellationToken;
 use tollgate_model::Caller;
 
 use super::clients::Registration;
-use super::{replies, FrontDoor};
+use super::front::FrontDoor;
+use super::replies;
 use crate::server::identity::Refused;
 use crate::server::limits::{Permit, TooMany};
 use crate::server::peer::peer_credentials;

@@ -126,7 +126,7 @@ const SUBSCRIPTIONS: [(&[u8], SubscriptionKind, Subscribing); 6] = [
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::resp::command;
+    use crate::server::resp::words::command;
 
     fn kind(words: &str) -> Kind {
         Kind::of(&command(words))

@@ -18,8 +18,9 @@ use tollgate_model::Caller;
 use tollgate_policy::Decision;
 use tollgate_resp::Frame;
 
+use super::front::FrontDoor;
 use super::local::Protocol;
-use super::{replies, FrontDoor};
+use super::replies;
 
 /// The connection's side of its session-bound leases: dropped with the session, it ends them.
 pub struct Connection {
@@ -502,7 +503,7 @@ pub fn docs(protocol: Protocol) -> Frame {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::resp::argv;
+    use crate::server::resp::words::argv;
 
     #[test]
     fn acquire_reads_its_options_in_any_order_and_case() {

@@ -363,7 +363,7 @@ pub fn valid_client_name(name: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::resp::argv;
+    use crate::server::resp::words::argv;
 
     #[test]
     fn client_reply_skips_one_reply_or_silences_until_on() {

@@ -6,13 +6,13 @@
 
 use tollgate_lanes::SubscriptionKind;
 use tollgate_model::Lane;
-use tollgate_policy::Denial;
 
 use super::amend::Amend;
 use super::keyspace::Whole;
 use super::kind::{Kind, LeaseCommand, Subscribing};
 use super::local::{Arity, Local, Protocol};
 use super::pending::{Lent, Shared};
+pub use super::refusal::Refusal;
 
 /// The session's state a plan depends on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,31 +61,6 @@ pub enum Plan {
     Transaction,
     /// Sent on a lane, its reply corrected on the way back where the daemon must.
     Forward(Forward, Option<Amend>),
-}
-
-/// Why a command is refused before it runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
-    /// A RESP2 subscriber may only (un)subscribe, PING, QUIT and RESET, as in Redis.
-    WhileSubscribed,
-    /// LEASE inside WATCH or MULTI: queued, it would have to run at EXEC, on Redis.
-    LeaseInTransaction,
-    /// The named command's argument count does not fit its arity.
-    WrongArity(&'static str),
-    Denied(Denial),
-    /// A whole-keyspace command runs key by key, which a transaction cannot hold.
-    WholeInTransaction,
-}
-
-impl Refusal {
-    /// Whether, inside MULTI, the refusal makes EXEC fail, as Redis fails a transaction with a
-    /// command it refused to queue.
-    pub fn aborts_multi(&self) -> bool {
-        match self {
-            Refusal::WrongArity(_) | Refusal::Denied(_) | Refusal::WholeInTransaction => true,
-            Refusal::WhileSubscribed | Refusal::LeaseInTransaction => false,
-        }
-    }
 }
 
 /// Which connection a forwarded command is sent on.
@@ -210,7 +185,7 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::server::resp::command;
+    use crate::server::resp::words::command;
 
     const PLAIN: Context = Context {
         protocol: Protocol::Resp2,

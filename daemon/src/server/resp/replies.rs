@@ -7,7 +7,7 @@ use tollgate_model::Protocol;
 use tollgate_policy::{Denial, DenyCause};
 use tollgate_resp::{Command, Frame, ProtocolError};
 
-use super::plan::Refusal;
+use super::refusal::Refusal;
 
 /// The error a command refused before it runs is answered with.
 pub fn refused(refusal: &Refusal, command: &Command) -> Bytes {

@@ -26,13 +26,14 @@ use super::budget::{self, Room};
 use super::clients::Client;
 use super::door::{self, Entered};
 use super::ended::Ended;
+use super::front::FrontDoor;
 use super::kind::Kind;
 use super::monitor::Watch;
 use super::pending::{Class, Pending};
+use super::replies;
 use super::schedule::{Schedule, Step, Turn};
 use super::state::SessionState;
 use super::subscriptions::{self, Eviction};
-use super::{replies, FrontDoor};
 
 /// Flush the write buffer once it holds this much, even with replies still to come.
 const FLUSH_AT: usize = 64 * 1024;

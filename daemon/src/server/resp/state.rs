@@ -16,6 +16,7 @@ use super::amend::Amend;
 use super::answer::{self, Asking};
 use super::budget::ClientBudget;
 use super::clients::Registration;
+use super::front::FrontDoor;
 use super::keyspace;
 use super::kind::Kind;
 use super::lease;
@@ -27,7 +28,6 @@ use super::replies;
 use super::schedule::{InPlace, Step};
 use super::subscriptions::{Caps, Subscriptions};
 use super::transaction::Pinning;
-use super::FrontDoor;
 
 /// This session's channel on each multiplexed lane, opened on first use.
 #[derive(Default)]
