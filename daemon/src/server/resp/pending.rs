@@ -11,18 +11,11 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::Stream;
 use tollgate_lanes::{PubSub, SendFuture};
-use tollgate_model::Lane;
+use tollgate_model::{Exclusive, Multiplexed};
 
 use super::amend::Amend;
 use super::local::Voice;
 use super::replies;
-
-/// A lane whose connections carry many clients' commands at once, pipelined.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shared {
-    Regular,
-    Script,
-}
 
 /// A lane whose connections are lent to one command at a time (TRANSACTION's are pinned to a
 /// session instead, see `transaction.rs`).
@@ -32,20 +25,11 @@ pub enum Lent {
     Admin,
 }
 
-impl Shared {
-    pub fn lane(self) -> Lane {
-        match self {
-            Shared::Regular => Lane::Regular,
-            Shared::Script => Lane::Script,
-        }
-    }
-}
-
 impl Lent {
-    pub fn lane(self) -> Lane {
+    pub fn lane(self) -> Exclusive {
         match self {
-            Lent::Blocking => Lane::Blocking,
-            Lent::Admin => Lane::Admin,
+            Lent::Blocking => Exclusive::Blocking,
+            Lent::Admin => Exclusive::Admin,
         }
     }
 }
@@ -56,7 +40,7 @@ pub enum Class {
     /// Answered by the daemon; touches nothing in Redis.
     Local,
     /// Pipelined on this session's channel of a multiplexed lane.
-    Multiplexed(Shared),
+    Multiplexed(Multiplexed),
     /// Alone on a borrowed BLOCKING or ADMIN connection.
     Exclusive,
     /// Awaited by the session itself, alone (a transaction's command, a subscription …).
@@ -65,7 +49,7 @@ pub enum Class {
 
 pub enum Pending {
     Ready(Option<(Class, Bytes)>),
-    Multiplexed(Shared, SendFuture),
+    Multiplexed(Multiplexed, SendFuture),
     Exclusive(BoxFuture<'static, Bytes>),
     /// A reply the daemon corrects once it arrives (see [`Amend`]); rare, so boxed.
     Amended(Box<Amended>),

@@ -5,13 +5,13 @@
 //! this asks again what kind of command it is.
 
 use tollgate_lanes::SubscriptionKind;
-use tollgate_model::Lane;
+use tollgate_model::{Lane, Multiplexed};
 
 use super::amend::Amend;
 use super::keyspace::Whole;
 use super::kind::{Kind, LeaseCommand, Subscribing};
 use super::local::{Arity, Local, Protocol};
-use super::pending::{Lent, Shared};
+use super::pending::Lent;
 pub use super::refusal::Refusal;
 
 /// The session's state a plan depends on.
@@ -66,27 +66,27 @@ pub enum Plan {
 /// Which connection a forwarded command is sent on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Forward {
-    Multiplexed(Shared),
+    Multiplexed(Multiplexed),
     Exclusive(Lent),
 }
 
 impl Forward {
     pub fn lane(self) -> Lane {
         match self {
-            Forward::Multiplexed(lane) => lane.lane(),
-            Forward::Exclusive(lane) => lane.lane(),
+            Forward::Multiplexed(lane) => lane.into(),
+            Forward::Exclusive(lane) => lane.lane().into(),
         }
     }
 
     /// How a command the policy admitted for `lane` is sent outside a transaction.
     pub fn of(lane: Lane) -> Forward {
         match ordinary(lane) {
-            Lane::Script => Forward::Multiplexed(Shared::Script),
+            Lane::Script => Forward::Multiplexed(Multiplexed::Script),
             Lane::Blocking => Forward::Exclusive(Lent::Blocking),
             Lane::Admin => Forward::Exclusive(Lent::Admin),
             // TRANSACTION outside a transaction pins a connection instead (see `admitted`).
             Lane::Regular | Lane::Transaction | Lane::Pubsub => {
-                Forward::Multiplexed(Shared::Regular)
+                Forward::Multiplexed(Multiplexed::Regular)
             }
         }
     }
@@ -226,7 +226,7 @@ mod tests {
         assert_eq!(before_admission("GET k", PLAIN), Plan::Admit);
         assert_eq!(
             after_admission("GET k", "GET", Lane::Regular, PLAIN),
-            Plan::Forward(Forward::Multiplexed(Shared::Regular), None)
+            Plan::Forward(Forward::Multiplexed(Multiplexed::Regular), None)
         );
     }
 
@@ -236,11 +236,17 @@ mod tests {
             Plan::Forward(forward, None) => forward,
             other => panic!("{other:?}"),
         };
-        assert_eq!(forward(Lane::Script), Forward::Multiplexed(Shared::Script));
+        assert_eq!(
+            forward(Lane::Script),
+            Forward::Multiplexed(Multiplexed::Script)
+        );
         assert_eq!(forward(Lane::Blocking), Forward::Exclusive(Lent::Blocking));
         assert_eq!(forward(Lane::Admin), Forward::Exclusive(Lent::Admin));
         // PUBLISH and PUBSUB's introspection are ordinary requests.
-        assert_eq!(forward(Lane::Pubsub), Forward::Multiplexed(Shared::Regular));
+        assert_eq!(
+            forward(Lane::Pubsub),
+            Forward::Multiplexed(Multiplexed::Regular)
+        );
     }
 
     #[test]
@@ -466,7 +472,7 @@ mod tests {
         assert_eq!(
             after_admission("PUBLISH news hi", "PUBLISH", Lane::Pubsub, PLAIN),
             Plan::Forward(
-                Forward::Multiplexed(Shared::Regular),
+                Forward::Multiplexed(Multiplexed::Regular),
                 Some(Amend::Publish(
                     SubscriptionKind::Channel,
                     Bytes::from_static(b"news")

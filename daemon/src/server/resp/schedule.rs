@@ -9,12 +9,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
 use tollgate_lanes::SubscriptionKind;
+use tollgate_model::Multiplexed;
 use tollgate_resp::Command;
 
 use super::amend::Amend;
 use super::keyspace::Whole;
 use super::local::{self, Voice};
-use super::pending::{Class, InOrder, Lent, Pending, Shared};
+use super::pending::{Class, InOrder, Lent, Pending};
 
 /// What one planned command becomes.
 pub enum Step {
@@ -22,7 +23,7 @@ pub enum Step {
     Reply(Bytes),
     /// Send these encoded bytes on a multiplexed lane, with this deadline; correct the reply as
     /// the [`Amend`] says when it arrives.
-    Multiplexed(Shared, Bytes, Option<Duration>, Option<Amend>),
+    Multiplexed(Multiplexed, Bytes, Option<Duration>, Option<Amend>),
     /// Borrow a BLOCKING or ADMIN connection for this one command.
     Exclusive(Lent, Command, Option<Amend>),
     /// Awaited in place once everything before it has been answered: it changes the session.
@@ -73,8 +74,8 @@ struct InFlight {
 impl InFlight {
     fn count(&mut self, class: Class) -> Option<&mut usize> {
         match class {
-            Class::Multiplexed(Shared::Regular) => Some(&mut self.regular),
-            Class::Multiplexed(Shared::Script) => Some(&mut self.script),
+            Class::Multiplexed(Multiplexed::Regular) => Some(&mut self.regular),
+            Class::Multiplexed(Multiplexed::Script) => Some(&mut self.script),
             Class::Exclusive => Some(&mut self.exclusive),
             Class::Local | Class::InPlace => None,
         }
@@ -111,8 +112,8 @@ impl Schedule {
         } = self.in_flight;
         let busy = match class {
             Class::Local => false,
-            Class::Multiplexed(Shared::Regular) => script + exclusive > 0,
-            Class::Multiplexed(Shared::Script) => regular + exclusive > 0,
+            Class::Multiplexed(Multiplexed::Regular) => script + exclusive > 0,
+            Class::Multiplexed(Multiplexed::Script) => regular + exclusive > 0,
             Class::Exclusive => regular + script + exclusive > 0,
             Class::InPlace => !self.pending.is_empty(),
         };
@@ -191,8 +192,8 @@ impl Schedule {
 mod tests {
     use super::*;
 
-    const REGULAR: Class = Class::Multiplexed(Shared::Regular);
-    const SCRIPT: Class = Class::Multiplexed(Shared::Script);
+    const REGULAR: Class = Class::Multiplexed(Multiplexed::Regular);
+    const SCRIPT: Class = Class::Multiplexed(Multiplexed::Script);
 
     fn reply(text: &'static str) -> Pending {
         Pending::Ready(Some((Class::Local, Bytes::from_static(text.as_bytes()))))

@@ -21,7 +21,7 @@ use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
 use tollgate_lanes::Quiet;
 
-use super::ahead::{Admitting, Ahead, Read};
+use super::ahead::{Ahead, Read};
 use super::budget::{self, Room};
 use super::clients::Client;
 use super::door::{self, Entered};
@@ -198,13 +198,7 @@ impl Session {
             let (step, voice) = match self.schedule.unpark() {
                 Some(parked) => parked,
                 None => {
-                    let front = &self.state.front;
-                    let admitting = Admitting {
-                        admission: &front.admission,
-                        caller: &self.state.caller,
-                        limits: &front.limits,
-                        subscribed: !self.state.subscriptions.is_empty(),
-                    };
+                    let admitting = self.state.admitting();
                     let (command, kind, decided) = match self.ahead.next(input, admitting) {
                         Some(Read::Decided(command, decision)) => {
                             (command, Kind::Redis, Some(decision))

@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tollgate_lanes::Channel;
-use tollgate_model::Caller;
+use tollgate_model::{Caller, Multiplexed};
 use tollgate_policy::{Decision, DenyCause};
 use tollgate_resp::Command;
 
+use super::ahead::Admitting;
 use super::amend::Amend;
 use super::answer::{self, Asking};
 use super::budget::ClientBudget;
@@ -22,7 +23,7 @@ use super::kind::Kind;
 use super::lease;
 use super::local::{self, Local, Protocol, ReplyMode, Voice};
 use super::monitor::Watch;
-use super::pending::{Amended, Class, Lent, Pending, Shared};
+use super::pending::{Amended, Class, Lent, Pending};
 use super::plan::{self, Context, Forward, Plan, Refusal};
 use super::replies;
 use super::schedule::{InPlace, Step};
@@ -37,10 +38,10 @@ struct Channels {
 }
 
 impl Channels {
-    fn slot(&mut self, lane: Shared) -> &mut Option<Channel> {
+    fn slot(&mut self, lane: Multiplexed) -> &mut Option<Channel> {
         match lane {
-            Shared::Regular => &mut self.regular,
-            Shared::Script => &mut self.script,
+            Multiplexed::Regular => &mut self.regular,
+            Multiplexed::Script => &mut self.script,
         }
     }
 }
@@ -84,6 +85,16 @@ impl SessionState {
             reply_mode: ReplyMode::On,
             owes_yield: false,
             leases: lease::Connection::new(id),
+        }
+    }
+
+    /// What reading ahead needs of the session.
+    pub fn admitting(&self) -> Admitting<'_> {
+        Admitting {
+            admission: &self.front.admission,
+            caller: &self.caller,
+            limits: &self.front.limits,
+            subscribed: !self.subscriptions.is_empty(),
         }
     }
 
@@ -168,7 +179,9 @@ impl SessionState {
                 }
                 Step::Reply(replies::refused(&refusal, &command))
             }
-            Plan::PingRedis => self.sending(Forward::Multiplexed(Shared::Regular), command, None),
+            Plan::PingRedis => {
+                self.sending(Forward::Multiplexed(Multiplexed::Regular), command, None)
+            }
             Plan::LeaseDocs => Step::Reply(replies::encode(&lease::docs(self.protocol))),
             Plan::Lease => Step::InPlace(InPlace::Lease(command)),
             Plan::Admit => {
@@ -227,7 +240,7 @@ impl SessionState {
     /// channel stays, so that their replies keep their order.
     pub fn send_multiplexed(
         &mut self,
-        lane: Shared,
+        lane: Multiplexed,
         encoded: Bytes,
         deadline: Option<Duration>,
         idle: bool,
@@ -240,11 +253,7 @@ impl SessionState {
                 }
                 channel
             }
-            None => match self
-                .front
-                .lanes
-                .multiplexed_speaking(lane.lane(), self.protocol)
-            {
+            None => match self.front.lanes.multiplexed_speaking(lane, self.protocol) {
                 Ok(channel) => slot.insert(channel.charged_to(self.budget.clone())),
                 Err(error) => {
                     let reply = replies::lane_failed(&error);
@@ -342,7 +351,7 @@ impl SessionState {
                     None => match self
                         .front
                         .lanes
-                        .multiplexed_speaking(Shared::Regular.lane(), self.protocol)
+                        .multiplexed_speaking(Multiplexed::Regular, self.protocol)
                     {
                         Ok(channel) => channel,
                         Err(error) => return replies::lane_failed(&error),

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tollgate_lanes::{Borrowed, Lanes};
-use tollgate_model::Lane;
+use tollgate_model::Exclusive;
 use tollgate_resp::Command;
 
 use super::local::Protocol;
@@ -99,7 +99,7 @@ impl Pinning {
         if let Pinning::None = self {
             if is(b"WATCH") || is(b"MULTI") {
                 match lanes
-                    .borrow_for(Lane::Transaction, protocol, principal)
+                    .borrow_for(Exclusive::Transaction, protocol, principal)
                     .await
                 {
                     Ok(conn) => *self = Pinning::Watching(conn),
