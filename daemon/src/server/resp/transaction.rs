@@ -110,7 +110,7 @@ impl Pinning {
             } else if is(b"DISCARD") {
                 return replies::without_multi("DISCARD");
             } else {
-                // UNWATCH with nothing watched, as Redis answers it.
+                // UNWATCH with nothing pinned, as Redis answers it.
                 return replies::ok();
             }
         }
@@ -157,15 +157,14 @@ impl Pinning {
     /// Redis's `reply` to a command run on the pinned connection, as the client reads it.
     fn answered(&mut self, reply: Bytes, opened_multi: bool, exec: bool) -> Bytes {
         if opened_multi {
-            if let Pinning::Watching(_) = self {
-                if let Pinning::Watching(conn) = std::mem::take(self) {
-                    *self = Pinning::InMulti(Multi {
-                        conn,
-                        queue: Queue::Clean,
-                        local: QueuedLocally::default(),
-                    });
-                }
-            }
+            *self = match std::mem::take(self) {
+                Pinning::Watching(conn) => Pinning::InMulti(Multi {
+                    conn,
+                    queue: Queue::Clean,
+                    local: QueuedLocally::default(),
+                }),
+                pinning => pinning,
+            };
         }
         let Pinning::InMulti(multi) = self else {
             return reply;
