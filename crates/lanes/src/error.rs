@@ -42,9 +42,6 @@ pub enum LaneError {
     Unavailable { reason: String },
     #[error("lanes are closed (daemon shutting down)")]
     Closed,
-    /// A programming error: the caller asked the wrong kind of lane.
-    #[error("lane {} cannot be used this way: expected {expected}", lane.shout())]
-    WrongLane { lane: Lane, expected: &'static str },
 }
 
 /// Sending a command failed.
@@ -83,9 +80,6 @@ impl From<LaneError> for CallError {
             },
             LaneError::Unavailable { reason } => CallError::Unavailable { reason },
             LaneError::Closed => CallError::Closed,
-            LaneError::WrongLane { .. } => CallError::Unavailable {
-                reason: error.to_string(),
-            },
         }
     }
 }

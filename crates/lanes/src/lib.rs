@@ -49,5 +49,5 @@ pub use reach::{
 };
 pub use reply::Reply;
 pub use status::{LaneStatus, LanesStatus, Rejections, Sharing};
-pub use tollgate_model::{Lane, Protocol};
+pub use tollgate_model::{Exclusive, Lane, Multiplexed, Protocol};
 pub use topology::{Endpoint, InvalidEndpoint, InvalidRedisConfig, RedisConfig, Topology};

@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 
 use bytes::{Bytes, BytesMut};
 use tollgate_lanes::{CallError, Lanes};
-use tollgate_model::Lane;
+use tollgate_model::Multiplexed;
 use tollgate_resp::Frame;
 
 /// One Lua script and its SHA-1, the name EVALSHA calls it by.
@@ -105,7 +105,7 @@ impl ScriptRunner {
     ) -> Result<Vec<Frame>, ScriptError> {
         let channel = self
             .lanes
-            .multiplexed(Lane::Script)
+            .multiplexed(Multiplexed::Script)
             .map_err(|error| ScriptError::NotSent(error.to_string()))?;
         let evalsha = evalsha(script, keys, args);
         let first = send_all(&channel, &evalsha, then).await?;

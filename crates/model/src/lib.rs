@@ -62,6 +62,40 @@ impl fmt::Display for Lane {
     }
 }
 
+/// A lane whose connections carry many clients' commands at once, pipelined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Multiplexed {
+    Regular,
+    Script,
+}
+
+/// A lane whose connections are lent to one borrower at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Exclusive {
+    Blocking,
+    Transaction,
+    Admin,
+}
+
+impl From<Multiplexed> for Lane {
+    fn from(lane: Multiplexed) -> Lane {
+        match lane {
+            Multiplexed::Regular => Lane::Regular,
+            Multiplexed::Script => Lane::Script,
+        }
+    }
+}
+
+impl From<Exclusive> for Lane {
+    fn from(lane: Exclusive) -> Lane {
+        match lane {
+            Exclusive::Blocking => Lane::Blocking,
+            Exclusive::Transaction => Lane::Transaction,
+            Exclusive::Admin => Lane::Admin,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("unknown lane `{0}` (expected regular, blocking, transaction, script, pubsub or admin)")]
 pub struct UnknownLane(pub String);

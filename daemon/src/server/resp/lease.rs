@@ -3,7 +3,9 @@
 //! calls, answered with the HTTP API's outcome objects as RESP3 maps (flat arrays in RESP2). A
 //! waiting acquire is awaited in place, so it holds up only its own connection. A lease taken with
 //! `SESSION` is bound to the connection: a watchdog renews it while the connection lives and
-//! releases it when the connection closes. `COMMAND DOCS LEASE` is answered here too.
+//! releases it when the connection closes. `COMMAND DOCS LEASE` is answered here too. Which
+//! commands are the lease service's, and that none runs inside a transaction, is the plan's
+//! (`kind.rs`, `plan.rs`).
 
 use std::time::Duration;
 
@@ -14,52 +16,11 @@ use tollgate_lease::{Attempt, Holder, Identity, InvalidRequest, Mode, Resource};
 use tollgate_lease_client::LeaseClient;
 use tollgate_model::Caller;
 use tollgate_policy::Decision;
-use tollgate_resp::{Command, Frame};
+use tollgate_resp::Frame;
 
+use super::front::FrontDoor;
 use super::local::Protocol;
-use super::{replies, FrontDoor};
-
-/// What the session does with a command that belongs to this module.
-pub enum Intercept {
-    /// Answer at once.
-    Reply(Bytes),
-    /// Run it in place (it may wait), once everything before it has been answered.
-    Run,
-}
-
-/// Whether `command` is this module's: `LEASE …` or `COMMAND DOCS LEASE`.
-pub fn is_ours(command: &Command) -> bool {
-    command.name().eq_ignore_ascii_case(b"LEASE") || asks_docs(command)
-}
-
-/// What to do with `command`, `None` when it is not this module's.
-pub fn intercept(command: &Command, protocol: Protocol, in_transaction: bool) -> Option<Intercept> {
-    if asks_docs(command) {
-        return Some(Intercept::Reply(replies::encode(&docs(protocol))));
-    }
-    if !command.name().eq_ignore_ascii_case(b"LEASE") {
-        return None;
-    }
-    Some(match in_transaction {
-        // Queued in MULTI it would have to run at EXEC, on Redis, which knows no LEASE.
-        true => Intercept::Reply(replies::error(
-            "ERR tollgate: LEASE cannot be used inside WATCH or MULTI".to_owned(),
-        )),
-        false => Intercept::Run,
-    })
-}
-
-/// `COMMAND DOCS LEASE`, exactly: Redis knows no LEASE, so the daemon describes it.
-fn asks_docs(command: &Command) -> bool {
-    command.len() == 3
-        && command.name().eq_ignore_ascii_case(b"COMMAND")
-        && command
-            .word(1)
-            .is_some_and(|w| w.eq_ignore_ascii_case(b"DOCS"))
-        && command
-            .word(2)
-            .is_some_and(|w| w.eq_ignore_ascii_case(b"LEASE"))
-}
+use super::replies;
 
 /// The connection's side of its session-bound leases: dropped with the session, it ends them.
 pub struct Connection {
@@ -512,7 +473,7 @@ const SUBCOMMANDS: [(&str, &str, &[Arg]); 4] = [
 ];
 
 /// `COMMAND DOCS LEASE`, in the shape Redis gives its own commands.
-fn docs(protocol: Protocol) -> Frame {
+pub fn docs(protocol: Protocol) -> Frame {
     let text = |s: &str| Frame::Bulk(Bytes::from(s.to_owned()));
     let set = |items: Vec<Frame>| match protocol {
         Protocol::Resp3 => Frame::Set(items),
@@ -561,7 +522,7 @@ fn docs(protocol: Protocol) -> Frame {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::resp::argv;
+    use crate::server::resp::words::argv;
 
     #[test]
     fn acquire_reads_its_options_in_any_order_and_case() {
