@@ -6,8 +6,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::attempt::Attempt;
+use crate::invalid::InvalidRequest;
 use crate::outcome::LostReason;
-use crate::shape::Mode;
+use crate::shape::{Mode, Shape};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -33,6 +34,13 @@ pub struct AcquireRequest {
     /// A read/write lease, taken as a reader or as the writer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<Mode>,
+}
+
+impl AcquireRequest {
+    /// The shape this acquire asks for, or which of its fields is wrong.
+    pub fn shape(&self) -> Result<Shape, InvalidRequest> {
+        Shape::of(self.permits, self.count, self.mode, self.replicas)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -3,6 +3,7 @@
 //! remaining PTTL when the lease already existed (replay). Semaphores and read/write leases have
 //! their own acquire (`shared`); renew, release and inspect are one script for every shape.
 
+mod replies;
 mod shared;
 
 use std::time::{Duration, Instant};
@@ -12,6 +13,7 @@ use tollgate_resp::Frame;
 use crate::outcome::{AcquireOutcome, InspectOutcome, LostReason, ReleaseOutcome, RenewOutcome};
 use crate::resource::LeaseKeys;
 use crate::scripts::{ScriptError, ScriptRunner, ACQUIRE, INSPECT, RELEASE, RENEW};
+use replies::{held_shared, integers, millis, shape_conflict, unexpected};
 
 /// An attempt as Redis sees it: the owner already bound to the caller's principal and uid.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -71,7 +73,7 @@ impl Calls {
             Ok(frames) => frames,
             Err(error) => return error.into(),
         };
-        if let Some(conflict) = shared::shape_conflict(&frames[0]) {
+        if let Some(conflict) = shape_conflict(&frames[0]) {
             return conflict;
         }
         let Some([status, fence, remaining]) = integers::<3>(&frames[0]) else {
@@ -217,7 +219,7 @@ impl Calls {
         if let Some([0]) = integers::<1>(&frames[0]) {
             return InspectOutcome::Free;
         }
-        if let Some(held) = shared::held_shared(&frames[0]) {
+        if let Some(held) = held_shared(&frames[0]) {
             return held;
         }
         match integers::<4>(&frames[0]) {
@@ -267,29 +269,6 @@ macro_rules! outcome_from_script_error {
     )*};
 }
 outcome_from_script_error!(AcquireOutcome, RenewOutcome, ReleaseOutcome);
-
-fn unexpected<T>(frame: &Frame, into: impl FnOnce(String) -> T) -> T {
-    into(format!("unexpected reply from a lease script: {frame:?}"))
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// An array of exactly `N` integers.
-fn integers<const N: usize>(frame: &Frame) -> Option<[i64; N]> {
-    let Frame::Array(items) = frame else {
-        return None;
-    };
-    let values: Vec<i64> = items
-        .iter()
-        .map(|item| match item {
-            Frame::Integer(n) => Some(*n),
-            _ => None,
-        })
-        .collect::<Option<_>>()?;
-    values.try_into().ok()
-}
 
 #[cfg(test)]
 mod tests {

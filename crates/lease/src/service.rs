@@ -18,6 +18,7 @@ use crate::attempt::{Attempt, Identity};
 use crate::calls::{BoundAttempt, Calls, Durability};
 use crate::config::LeaseConfig;
 use crate::holder::Holder;
+use crate::invalid::InvalidRequest;
 use crate::metrics::LeaseMetrics;
 use crate::outcome::{AcquireOutcome, InspectOutcome, ReleaseOutcome, RenewOutcome};
 use crate::queue::WaitLines;
@@ -26,14 +27,6 @@ use crate::scripts::ScriptRunner;
 use crate::shape::{Shape, Shared};
 use crate::state::Holding;
 use crate::watchdog::{AtLimit, Guard, Watchdogs};
-
-/// A request the service refuses before sending anything; `field` names the culprit.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct InvalidRequest {
-    pub field: &'static str,
-    pub message: String,
-}
 
 #[derive(Clone)]
 pub struct LeaseService {
@@ -70,7 +63,7 @@ impl LeaseService {
     ) -> Result<AcquireOutcome, InvalidRequest> {
         check_attempt(&request.attempt)?;
         self.check_ttl(request.ttl)?;
-        let shape = Shape::of(request)?;
+        let shape = request.shape()?;
         if request.wait > self.config.max_wait {
             return Err(InvalidRequest {
                 field: "wait_ms",

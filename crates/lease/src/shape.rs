@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::AcquireRequest;
-use crate::service::InvalidRequest;
+use crate::invalid::InvalidRequest;
 
 /// The most permits a semaphore may have: every call on it reads all its holders.
 pub const MAX_PERMITS: u32 = 1000;
@@ -36,10 +35,16 @@ pub enum Shared {
 }
 
 impl Shape {
-    /// The shape an acquire asks for; `permits`/`count` and `mode` exclude each other.
-    pub fn of(request: &AcquireRequest) -> Result<Shape, InvalidRequest> {
+    /// The shape an acquire asks for (its `permits`, `count`, `mode` and `replicas`); `permits`/
+    /// `count` and `mode` exclude each other.
+    pub fn of(
+        permits: Option<u32>,
+        count: Option<u32>,
+        mode: Option<Mode>,
+        replicas: u32,
+    ) -> Result<Shape, InvalidRequest> {
         let invalid = |field, message: String| Err(InvalidRequest { field, message });
-        let shared = match (request.permits, request.count, request.mode) {
+        let shared = match (permits, count, mode) {
             (None, None, None) => return Ok(Shape::Exclusive),
             (None, None, Some(mode)) => Shared::ReadWrite(mode),
             (_, _, Some(_)) => {
@@ -59,7 +64,7 @@ impl Shape {
                 Shared::Semaphore { permits, count }
             }
         };
-        if request.replicas > 0 {
+        if replicas > 0 {
             return invalid(
                 "replicas",
                 "is not yet supported for semaphores and read/write leases".into(),
@@ -103,50 +108,41 @@ pub struct SharedHolder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attempt::Attempt;
 
-    fn request(permits: Option<u32>, count: Option<u32>, mode: Option<Mode>) -> AcquireRequest {
-        AcquireRequest {
-            attempt: Attempt {
-                owner: "o".into(),
-                operation_id: "op".into(),
-            },
-            ttl: Duration::from_secs(1),
-            wait: Duration::ZERO,
-            watchdog: false,
-            replicas: 0,
-            permits,
-            count,
-            mode,
-        }
+    fn shape(permits: Option<u32>, count: Option<u32>, mode: Option<Mode>) -> Shape {
+        Shape::of(permits, count, mode, 0).unwrap()
+    }
+
+    fn culprit(
+        permits: Option<u32>,
+        count: Option<u32>,
+        mode: Option<Mode>,
+        replicas: u32,
+    ) -> &'static str {
+        Shape::of(permits, count, mode, replicas).unwrap_err().field
     }
 
     #[test]
     fn the_fields_name_one_shape_or_the_culprit() {
-        let field = |r: AcquireRequest| Shape::of(&r).unwrap_err().field;
-        assert_eq!(Shape::of(&request(None, None, None)), Ok(Shape::Exclusive));
+        assert_eq!(shape(None, None, None), Shape::Exclusive);
         assert_eq!(
-            Shape::of(&request(Some(3), None, None)),
-            Ok(Shape::Shared(Shared::Semaphore {
+            shape(Some(3), None, None),
+            Shape::Shared(Shared::Semaphore {
                 permits: 3,
                 count: 1
-            }))
+            })
         );
         assert_eq!(
-            Shape::of(&request(None, None, Some(Mode::Write))),
-            Ok(Shape::Shared(Shared::ReadWrite(Mode::Write)))
+            shape(None, None, Some(Mode::Write)),
+            Shape::Shared(Shared::ReadWrite(Mode::Write))
         );
-        assert_eq!(field(request(Some(3), Some(4), None)), "count");
-        assert_eq!(field(request(Some(3), Some(0), None)), "count");
-        assert_eq!(field(request(Some(0), None, None)), "permits");
-        assert_eq!(field(request(Some(MAX_PERMITS + 1), None, None)), "permits");
-        assert_eq!(field(request(None, Some(1), None)), "count");
-        assert_eq!(field(request(Some(2), None, Some(Mode::Read))), "mode");
-        assert_eq!(field(request(None, Some(1), Some(Mode::Read))), "mode");
-        let replicated = AcquireRequest {
-            replicas: 1,
-            ..request(Some(2), None, None)
-        };
-        assert_eq!(field(replicated), "replicas");
+        assert_eq!(culprit(Some(3), Some(4), None, 0), "count");
+        assert_eq!(culprit(Some(3), Some(0), None, 0), "count");
+        assert_eq!(culprit(Some(0), None, None, 0), "permits");
+        assert_eq!(culprit(Some(MAX_PERMITS + 1), None, None, 0), "permits");
+        assert_eq!(culprit(None, Some(1), None, 0), "count");
+        assert_eq!(culprit(Some(2), None, Some(Mode::Read), 0), "mode");
+        assert_eq!(culprit(None, Some(1), Some(Mode::Read), 0), "mode");
+        assert_eq!(culprit(Some(2), None, None, 1), "replicas");
     }
 }
