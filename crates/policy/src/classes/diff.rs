@@ -352,9 +352,9 @@ fn sampled(old: &Verdict, new: &Verdict) -> Option<String> {
 }
 
 /// `APPEND (+63)` for one class; `APPEND, BITOP, … (218 in 14 classes)` for several, cut at
-/// [`COMMANDS_WIDTH`]; then the keys where it holds several key conditions (`; keys x or -`).
+/// [`COMMANDS_WIDTH`].
 fn commands_text(fold: &Fold) -> String {
-    let mut text = match fold.commands.as_slice() {
+    match fold.commands.as_slice() {
         [one] if fold.command_count == 1 => one.clone(),
         [one] => format!("{one} (+{})", fold.command_count - 1),
         several => {
@@ -372,12 +372,7 @@ fn commands_text(fold: &Fold) -> String {
             }
             names + &count
         }
-    };
-    if fold.keys.len() > 1 {
-        text.push_str("; keys ");
-        text.push_str(&fold.keys.join(" or "));
     }
-    text
 }
 
 impl Diff {
@@ -402,8 +397,8 @@ impl Diff {
         )
     }
 
-    /// The plan: the count line, the peers and how to replay a witness as them (`replay`
-    /// prefixes it, as `tollgate policy explain --policy OLD --against NEW`), then a row per
+    /// The plan: the count line, how to replay a witness (`replay` prefixes it, as `tollgate
+    /// policy explain --policy OLD --against NEW`) and the flags of each peer, then a row per
     /// fold ([`Diff::plan`]) grouped by the verdict that now decides, and last the classes still
     /// denied by default or by the host. `every_class`: a row per changed class instead.
     pub fn render(&self, replay: &str, every_class: bool) -> String {
@@ -412,20 +407,20 @@ impl Diff {
         if self.rows.is_empty() {
             return out;
         }
-        let _ = writeln!(
-            out,
-            "replay a witness: {replay} <peer's flags> -- <request>, the peers being"
-        );
+        let _ = writeln!(out, "replay: {replay} FLAGS -- REQUEST");
         // The peers of changed classes only.
         let named: BTreeSet<usize> = self.rows.iter().map(|r| r.parts.principal).collect();
         let shown: Vec<&Peer> = named.iter().map(|&p| &self.peers[p]).collect();
         let name_width = shown.iter().map(|p| p.name.len()).max().unwrap_or(0);
         let label_width = shown.iter().map(|p| p.label.len()).max().unwrap_or(0);
-        for peer in shown {
+        for (i, peer) in shown.into_iter().enumerate() {
             let _ = writeln!(
                 out,
-                "  {:<name_width$}  {:<label_width$}  {}",
-                peer.name, peer.label, peer.replay
+                "{:<8}{:<name_width$}  {:<label_width$}  FLAGS {}",
+                if i == 0 { "peers:" } else { "" },
+                peer.name,
+                peer.label,
+                peer.replay
             );
         }
         let plan: Vec<Fold> = if every_class {
@@ -496,6 +491,10 @@ impl Diff {
                 "",
                 fold.witness.request(),
             );
+            // Of several key conditions, the witness shows the first: the others' keys.
+            if fold.keys.len() > 1 {
+                let _ = write!(out, "  [also keys {}]", fold.keys[1..].join(" or "));
+            }
             if let Some(note) = sampled(&fold.old, &fold.new) {
                 let _ = write!(out, "  [{note}]");
             }
