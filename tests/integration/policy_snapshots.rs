@@ -101,7 +101,10 @@ fn the_diffs_witnesses_replay_through_explain() {
     let plan = diff["plan"].as_array().unwrap();
     assert!(!plan.is_empty());
     // Every changed class is in one row of the plan.
-    let folded: usize = plan.iter().map(|f| f["rows"].as_array().unwrap().len()).sum();
+    let folded: usize = plan
+        .iter()
+        .map(|f| f["rows"].as_array().unwrap().len())
+        .sum();
     assert_eq!(folded, rows.len());
     for fold in plan {
         let witness = &fold["witness"];
