@@ -447,21 +447,21 @@ impl Diff {
             .map(|f| commands_text(f).chars().count())
             .max()
             .unwrap_or(0);
-        let mut heading: Option<(Section, &Verdict)> = None;
+        // What heads the rows: the section, and in the first the verdict that now decides.
+        fn heads(fold: &Fold) -> Option<(bool, &str)> {
+            match fold.section {
+                Section::Decided => Some((fold.new.allowed, fold.new.rule.as_str())),
+                Section::StillDenied => None,
+            }
+        }
+        let mut heading: Option<Option<(bool, &str)>> = None;
         for fold in &plan {
-            let this = (fold.section, &fold.new);
-            let starts = match (heading, this) {
-                (Some((Section::StillDenied, _)), (Section::StillDenied, _)) => false,
-                (Some(seen), this) => seen != this,
-                (None, _) => true,
-            };
+            let this = heads(fold);
+            let starts = heading != Some(this);
             if starts {
                 let classes: usize = plan
                     .iter()
-                    .filter(|f| {
-                        f.section == fold.section
-                            && (fold.section == Section::StillDenied || f.new == fold.new)
-                    })
+                    .filter(|f| heads(f) == this)
                     .map(|f| f.rows.len())
                     .sum();
                 let _ = match fold.section {
@@ -505,10 +505,9 @@ impl Diff {
 
     /// A fold per changed class, in the plan's order.
     fn singles(&self) -> Vec<Fold> {
-        let mut order: Vec<usize> = self.plan.iter().flat_map(|f| f.rows.clone()).collect();
-        order.dedup();
-        order
-            .into_iter()
+        self.plan
+            .iter()
+            .flat_map(|f| f.rows.iter().copied())
             .map(|i| {
                 let row = &self.rows[i];
                 let peer = self.peers[row.parts.principal].name.clone();
