@@ -29,6 +29,21 @@ impl PrincipalClass {
             .unwrap_or_else(|| format!("uid:{}", self.uid))
     }
 
+    /// The principal under the last generation: `app`, or `(unmapped)`.
+    pub fn name(&self) -> String {
+        self.names
+            .last()
+            .cloned()
+            .flatten()
+            .unwrap_or_else(|| "(unmapped)".into())
+    }
+
+    /// The flags that make `policy explain` judge as this class's witness peer.
+    pub fn replay(&self) -> String {
+        let principals: Vec<String> = (0..self.names.len()).map(|at| self.principal(at)).collect();
+        super::peer_flags(self.uid, self.gid, &principals)
+    }
+
     /// `app (uid 1000)`, `reporting (gid 3000)`, `local (any other uid)`; `a -> b` when the
     /// generations map the peer differently.
     pub fn label(&self) -> String {
