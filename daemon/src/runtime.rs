@@ -51,10 +51,9 @@ pub struct Daemon {
     http_socket: socket::SocketFile,
     resp_socket: socket::SocketFile,
     embedded: Option<Supervisor>,
-    lanes: Lanes,
+    /// What the listeners were lent; the daemon closes its lanes last.
+    services: Arc<Services>,
     lease_lanes: Lanes,
-    admission: Admission,
-    lane_users: LaneUsers,
     config: Config,
 }
 
@@ -164,10 +163,7 @@ impl Daemon {
             }
         });
         let front_door = Arc::new(FrontDoor::new(
-            admission.clone(),
-            identities,
-            lanes.clone(),
-            shared.leases.clone(),
+            shared.clone(),
             config.resp.clone(),
             ConnectionLimits::new(&config.limits, "resp"),
             resp_socket.path.display().to_string(),
@@ -186,22 +182,20 @@ impl Daemon {
             http_socket,
             resp_socket,
             embedded,
-            lanes,
+            services: shared,
             lease_lanes,
-            admission,
-            lane_users,
             config,
         })
     }
 
     /// The policy in force; `reload` on SIGHUP swaps its generation.
     pub fn admission(&self) -> &Admission {
-        &self.admission
+        &self.services.admission
     }
 
     /// The lanes' ACL users; after a reload, `follow` cuts them to the new policy.
     pub fn lane_users(&self) -> &LaneUsers {
-        &self.lane_users
+        &self.services.lane_users
     }
 
     pub fn http_socket(&self) -> &Path {
@@ -253,7 +247,7 @@ impl Daemon {
         // Lanes close after the listeners (their sessions hold lanes) and before the embedded Redis.
         let remaining = drain.saturating_sub(draining_since.elapsed());
         let (lanes, lease_lanes) = tokio::join!(
-            self.lanes.close(remaining),
+            self.services.lanes.close(remaining),
             self.lease_lanes.close(remaining)
         );
         tracing::info!(?lanes, ?lease_lanes, "lanes closed");

@@ -118,7 +118,7 @@ impl Witness {
     /// `--principal app`, or `--uid 1000 --gid 65534` when the generations map the peer to
     /// different principals or to none.
     pub fn peer(&self) -> String {
-        peer_flags(self.uid, self.gid, &self.principals)
+        principals::peer_flags(self.uid, self.gid, &self.principals)
     }
 
     /// `SET app:x v`, shell-quoted.
@@ -132,16 +132,6 @@ impl Witness {
                 words(&self.keys)
             ),
         }
-    }
-}
-
-/// How `policy explain` is told the peer `uid`/`gid` whose principal under each generation is
-/// `principals`: by name when they agree on a mapped one.
-fn peer_flags(uid: u32, gid: u32, principals: &[String]) -> String {
-    let same = principals.windows(2).all(|w| w[0] == w[1]);
-    match principals.first() {
-        Some(name) if same && !name.starts_with("uid:") => format!("--principal {name}"),
-        _ => format!("--uid {uid} --gid {gid}"),
     }
 }
 

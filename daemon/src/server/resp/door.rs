@@ -47,7 +47,7 @@ pub async fn enter(
             return None;
         }
     };
-    let permit = match front.connections.admit(peer, &front.identities) {
+    let permit = match front.connections.admit(peer, &front.services.identities) {
         Ok(permit) => permit,
         Err(too_many) => {
             turn_away(stream, &too_many).await;
@@ -56,7 +56,7 @@ pub async fn enter(
     };
     let span = tracing::Span::current();
     span.record("uid", peer.uid).record("pid", peer.pid);
-    let caller = match front.identities.caller(peer) {
+    let caller = match front.services.identities.caller(peer) {
         Ok(caller) => caller,
         Err(refused) => {
             refuse(stream, &refused, stop).await;
@@ -64,7 +64,7 @@ pub async fn enter(
         }
     };
     span.record("principal", tracing::field::display(&caller.principal));
-    let admin = front.identities.admin(peer, "").is_ok();
+    let admin = front.services.identities.admin(peer, "").is_ok();
     let me = front
         .clients
         .register(id, caller.principal.clone(), admin, &front.socket);

@@ -1,12 +1,10 @@
-//! What every session of the RESP listener shares: the admission, the identities, the lanes, the
-//! lease service, the listener's limits and budgets, and its registry of sessions.
+//! What every session of the RESP listener shares: the daemon's [`Services`] (admission,
+//! identities, lanes, lease service), the listener's limits and budgets, and its registry of
+//! sessions.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use tollgate_lanes::Lanes;
-use tollgate_lease::LeaseService;
-use tollgate_policy::Admission;
 use tollgate_resp::Limits;
 
 use super::budget;
@@ -14,16 +12,13 @@ use super::clients::Clients;
 use super::deadline;
 use super::monitor::Monitors;
 use crate::config::RespConfig;
-use crate::server::identity::Identities;
 use crate::server::limits::ConnectionLimits;
+use crate::services::Services;
 
 /// What every session shares.
 pub struct FrontDoor {
-    pub admission: Admission,
-    pub identities: Identities,
-    pub lanes: Lanes,
-    /// `LEASE …` commands are served by the same lease service as the HTTP API.
-    pub leases: LeaseService,
+    /// The parts the HTTP listener uses too; `LEASE …` is served by the same lease service.
+    pub services: Arc<Services>,
     /// How many connections this listener holds (`limits:`).
     pub(super) connections: ConnectionLimits,
     pub(super) config: RespConfig,
@@ -42,19 +37,13 @@ pub struct FrontDoor {
 
 impl FrontDoor {
     pub fn new(
-        admission: Admission,
-        identities: Identities,
-        lanes: Lanes,
-        leases: LeaseService,
+        services: Arc<Services>,
         config: RespConfig,
         connections: ConnectionLimits,
         socket: String,
     ) -> Self {
         Self {
-            admission,
-            identities,
-            lanes,
-            leases,
+            services,
             connections,
             limits: config.limits(),
             deadlines: deadline::Deadlines::new(config.command_timeout, &config.command_deadlines),

@@ -91,11 +91,15 @@ pub async fn run(
         | Call::Release { resource, .. }
         | Call::Inspect { resource, .. } => resource,
     };
-    if let Decision::Denied(denial) = front.admission.admit_lease(caller, resource.as_str()) {
+    if let Decision::Denied(denial) = front
+        .services
+        .admission
+        .admit_lease(caller, resource.as_str())
+    {
         return replies::denied(argv, &denial);
     }
     let identity = Identity::from(caller);
-    let leases = &front.leases;
+    let leases = &front.services.leases;
     let answered = match &call {
         Call::Acquire {
             resource,

@@ -91,7 +91,7 @@ impl SessionState {
     /// What reading ahead needs of the session.
     pub fn admitting(&self) -> Admitting<'_> {
         Admitting {
-            admission: &self.front.admission,
+            admission: &self.front.services.admission,
             caller: &self.caller,
             limits: &self.front.limits,
             subscribed: !self.subscriptions.is_empty(),
@@ -185,7 +185,11 @@ impl SessionState {
             Plan::LeaseDocs => Step::Reply(replies::encode(&lease::docs(self.protocol))),
             Plan::Lease => Step::InPlace(InPlace::Lease(command)),
             Plan::Admit => {
-                let decision = self.front.admission.admit(&self.caller, &command.argv());
+                let decision = self
+                    .front
+                    .services
+                    .admission
+                    .admit(&self.caller, &command.argv());
                 let plan = self.admitted(&command, kind, decision);
                 self.carry_out(plan, command, kind)
             }
@@ -253,7 +257,12 @@ impl SessionState {
                 }
                 channel
             }
-            None => match self.front.lanes.multiplexed_speaking(lane, self.protocol) {
+            None => match self
+                .front
+                .services
+                .lanes
+                .multiplexed_speaking(lane, self.protocol)
+            {
                 Ok(channel) => slot.insert(channel.charged_to(self.budget.clone())),
                 Err(error) => {
                     let reply = replies::lane_failed(&error);
@@ -266,7 +275,7 @@ impl SessionState {
 
     /// Borrows a connection of `lane` (the principal's share of it) for `command` alone.
     pub fn send_exclusive(&self, lane: Lent, command: Command) -> Pending {
-        let lanes = self.front.lanes.clone();
+        let lanes = self.front.services.lanes.clone();
         let protocol = self.protocol;
         let deadline = self.front.deadlines.of_command(&command);
         let principal = self.caller.principal.clone();
@@ -291,7 +300,7 @@ impl SessionState {
             Some(amend) => Pending::Amended(Box::new(Amended {
                 inner: pending,
                 amend: Some(amend),
-                pubsub: self.front.lanes.pubsub(),
+                pubsub: self.front.services.lanes.pubsub(),
             })),
             None => pending,
         }
@@ -313,7 +322,7 @@ impl SessionState {
         match work {
             InPlace::Transaction(command) => {
                 let deadline = self.front.deadlines.of_command(&command);
-                let lanes = &self.front.lanes;
+                let lanes = &self.front.services.lanes;
                 let principal = &self.caller.principal;
                 self.transaction
                     .run(&command, lanes, self.protocol, principal, deadline)
@@ -324,7 +333,7 @@ impl SessionState {
                     subscriptions: self.front.config.max_subscriptions,
                     buffer: self.front.config.subscriber_buffer,
                 };
-                let pubsub = self.front.lanes.pubsub();
+                let pubsub = self.front.services.lanes.pubsub();
                 let budget = self.budget.clone();
                 self.subscriptions
                     .subscribe_all(&pubsub, kind, argv, caps, budget, self.protocol)
@@ -350,6 +359,7 @@ impl SessionState {
                     Some(channel) => channel.clone(),
                     None => match self
                         .front
+                        .services
                         .lanes
                         .multiplexed_speaking(Multiplexed::Regular, self.protocol)
                     {
@@ -359,7 +369,7 @@ impl SessionState {
                 };
                 let scope = keyspace::Scope {
                     caller: &self.caller,
-                    admission: &self.front.admission,
+                    admission: &self.front.services.admission,
                     channel: &channel,
                     protocol: self.protocol,
                 };
