@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use tollgate_lanes::{CallError, Lane, Multiplexed};
+use tollgate_lanes::{CallError, Lane, LaneError, Multiplexed};
 
 use crate::lanes::{cmd, Fixture};
 
@@ -94,7 +94,7 @@ async fn commands_held_for_the_next_write_are_not_sent_when_the_connection_is_lo
         other => panic!("the written command may have run: expected Indeterminate, got {other:?}"),
     }
     match held.await {
-        Err(CallError::Unavailable { .. }) => {}
+        Err(CallError::NotSent(LaneError::Unavailable { .. })) => {}
         other => panic!("the held command never left: expected Unavailable, got {other:?}"),
     }
 }

@@ -298,7 +298,7 @@ async fn a_multiplexed_lane_refuses_sends_past_in_flight_plus_queue() {
     fixture.redis.inline("CLIENT PAUSE 300 ALL");
     let accepted: Vec<_> = (0..3).map(|_| channel.send(cmd(&["PING"]))).collect();
     match channel.send(cmd(&["PING"])).now_or_never() {
-        Some(Err(CallError::Saturated { lane, cause, .. })) => {
+        Some(Err(CallError::NotSent(LaneError::Saturated { lane, cause, .. }))) => {
             assert_eq!((lane, cause), (Lane::Regular, Saturation::QueueFull));
         }
         other => panic!("expected an immediate QueueFull, got {other:?}"),

@@ -118,7 +118,7 @@ async fn killing_redis_gives_unavailable_quickly_and_the_lanes_recover() {
             .send(cmd(&["PING"]))
             .await
         {
-            Err(CallError::Unavailable { reason }) => {
+            Err(CallError::NotSent(LaneError::Unavailable { reason })) => {
                 regular_outcome = Some(reason);
                 break;
             }

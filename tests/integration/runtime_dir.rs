@@ -16,7 +16,9 @@ use tollgate::runtime::StartError;
 use tollgate::runtime_dir::{EntryError, RuntimeDirError};
 use tollgate::server::socket::BindError;
 use tollgate::Daemon;
-use tollgate_lanes::{CallError, Endpoint, Lane, Lanes, LanesConfig, Multiplexed, Topology};
+use tollgate_lanes::{
+    CallError, Endpoint, Lane, LaneError, Lanes, LanesConfig, Multiplexed, Topology,
+};
 
 use crate::lanes::cmd;
 use crate::support::daemon::{tempdir, TestDaemon};
@@ -395,7 +397,7 @@ async fn lanes_send_no_password_to_a_server_another_uid_runs() {
         .send(cmd(&["PING"]))
         .await
         .expect_err("refused");
-    let CallError::Unavailable { reason } = &refused else {
+    let CallError::NotSent(LaneError::Unavailable { reason }) = &refused else {
         panic!("not refused as not sent: {refused}");
     };
     assert!(

@@ -196,14 +196,14 @@ impl Borrowed {
             self.conn = None;
         }
         let Some(conn) = self.conn.as_mut() else {
-            return Err(CallError::Unavailable {
+            return Err(CallError::NotSent(LaneError::Unavailable {
                 reason: "this connection was closed after an earlier failure; borrow another"
                     .into(),
-            });
+            }));
         };
         if self.lane.life.killed().is_cancelled() {
             self.conn = None;
-            return Err(CallError::Closed);
+            return Err(CallError::NotSent(LaneError::Closed));
         }
         self.session.observe(&command);
         self.owes_reply = true;

@@ -285,9 +285,9 @@ impl Lanes {
             reason: format!("no reply to PING within {timeout:?}"),
         })??;
         if reply.is_error() {
-            return Err(CallError::Unavailable {
+            return Err(CallError::NotSent(LaneError::Unavailable {
                 reason: String::from_utf8_lossy(reply.bytes().trim_ascii_end()).into_owned(),
-            });
+            }));
         }
         Ok(())
     }

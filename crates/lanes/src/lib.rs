@@ -36,7 +36,7 @@ pub use acl::{
 };
 pub use budget::{Budget, Held, OverBudget};
 pub use config::{LaneOverrides, LaneSettings, LanesConfig, LeaseConnections, ZeroSetting};
-pub use error::{CallError, LaneError, OpenError, Saturation};
+pub use error::{CallError, Delivery, LaneError, OpenError, Saturation};
 pub use exclusive::Borrowed;
 pub use grants::LaneGrants;
 pub use lanes::{CloseOutcome, Lanes, PubSub};

@@ -31,7 +31,7 @@ use crate::budget::{Budget, Held};
 use crate::config::LaneSettings;
 use crate::conn::Conn;
 use crate::connector::Connector;
-use crate::error::{CallError, Saturation};
+use crate::error::{CallError, LaneError, Saturation};
 use crate::gate::{Gate, Permit, Queue};
 use crate::life::Life;
 use crate::metrics::{LaneMetrics, Rejection};
@@ -345,17 +345,21 @@ impl Channel {
         let lane = &self.lane;
         if !lane.life.is_open() {
             lane.metrics.reject(Rejection::Closed);
-            return SendFuture(SendState::Done(Some(Err(CallError::Closed))));
+            return SendFuture(SendState::Done(Some(Err(CallError::NotSent(
+                LaneError::Closed,
+            )))));
         }
         let (ticket, ahead) = Ticket::new(lane, &self.slot);
         if ahead >= lane.outstanding_cap {
             lane.metrics
                 .reject(Rejection::Saturated(Saturation::QueueFull));
-            return SendFuture(SendState::Done(Some(Err(CallError::Saturated {
-                lane: lane.lane,
-                waited: std::time::Duration::ZERO,
-                cause: Saturation::QueueFull,
-            }))));
+            return SendFuture(SendState::Done(Some(Err(CallError::NotSent(
+                LaneError::Saturated {
+                    lane: lane.lane,
+                    waited: std::time::Duration::ZERO,
+                    cause: Saturation::QueueFull,
+                },
+            )))));
         }
         let (reply, receiver) = oneshot::channel();
         let request = Request {
@@ -368,7 +372,9 @@ impl Channel {
         };
         match self.slot.queue.send(request) {
             Ok(()) => SendFuture(SendState::Waiting(receiver)),
-            Err(_) => SendFuture(SendState::Done(Some(Err(CallError::Closed)))),
+            Err(_) => SendFuture(SendState::Done(Some(Err(CallError::NotSent(
+                LaneError::Closed,
+            ))))),
         }
     }
 }
@@ -413,16 +419,16 @@ async fn drive(
                 let mut failed = Some(first);
                 while let Some(request) = failed.take().or_else(|| queue.try_recv().ok()) {
                     lane.metrics.reject(Rejection::Unavailable);
-                    request.fail(CallError::Unavailable {
+                    request.fail(CallError::NotSent(LaneError::Unavailable {
                         reason: reason.clone(),
-                    });
+                    }));
                 }
             }
         }
     }
     queue.close();
     while let Ok(request) = queue.try_recv() {
-        request.fail(CallError::Closed);
+        request.fail(CallError::NotSent(LaneError::Closed));
     }
 }
 
@@ -644,7 +650,7 @@ async fn read_loop(
             written -= 1;
             CallError::Indeterminate { reason }
         } else {
-            CallError::Unavailable { reason }
+            CallError::NotSent(LaneError::Unavailable { reason })
         }));
     }
 }

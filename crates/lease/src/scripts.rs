@@ -7,7 +7,7 @@
 use std::sync::LazyLock;
 
 use bytes::{Bytes, BytesMut};
-use tollgate_lanes::{CallError, Lanes};
+use tollgate_lanes::{CallError, Delivery, Lanes};
 use tollgate_model::Multiplexed;
 use tollgate_resp::Frame;
 
@@ -177,9 +177,9 @@ fn command(argv: &[&[u8]]) -> Bytes {
 }
 
 fn sorted(error: CallError) -> ScriptError {
-    match error {
-        CallError::Indeterminate { .. } => ScriptError::Indeterminate(error.to_string()),
-        _ => ScriptError::NotSent(error.to_string()),
+    match error.delivery() {
+        Delivery::NotSent => ScriptError::NotSent(error.to_string()),
+        Delivery::MaybeRan | Delivery::Ran => ScriptError::Indeterminate(error.to_string()),
     }
 }
 

@@ -126,18 +126,22 @@ fn unknown_command(name: &[u8], args: &[&[u8]]) -> String {
 }
 
 pub fn lane_failed(error: &LaneError) -> Bytes {
-    call_failed(&CallError::from(error.clone()))
+    let code = match error {
+        LaneError::Saturated { .. } => "BUSY",
+        LaneError::Unavailable { .. } => "UNAVAILABLE",
+        LaneError::Closed => "SHUTDOWN",
+    };
+    error_bytes(format!("{code} tollgate: {error}"))
 }
 
-/// Saturation, unavailability and lost replies, each with its own error code.
+/// A refusal by the lane keeps its code; a lost reply is `IOERR` (the command may have run); a
+/// reply dropped for the client's budget is `ERR` (it ran; the connection is closed next).
 pub fn call_failed(error: &CallError) -> Bytes {
-    let text = match error {
-        CallError::Saturated { .. } => format!("BUSY tollgate: {error}"),
-        CallError::Unavailable { .. } => format!("UNAVAILABLE tollgate: {error}"),
-        CallError::Indeterminate { .. } => format!("IOERR tollgate: {error}"),
-        _ => format!("SHUTDOWN tollgate: {error}"),
-    };
-    error_bytes(text)
+    match error {
+        CallError::NotSent(refused) => lane_failed(refused),
+        CallError::Indeterminate { .. } => error_bytes(format!("IOERR tollgate: {error}")),
+        CallError::OverBudget(_) => error_bytes(format!("ERR tollgate: {error}")),
+    }
 }
 
 pub fn error(text: String) -> Bytes {
@@ -169,5 +173,33 @@ pub fn map(protocol: Protocol, pairs: Vec<(Frame, Frame)>) -> Frame {
     match protocol {
         Protocol::Resp3 => Frame::Map(pairs),
         Protocol::Resp2 => Frame::Array(pairs.into_iter().flat_map(|(k, v)| [k, v]).collect()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tollgate_lanes::OverBudget;
+
+    use super::*;
+
+    fn code(reply: &Bytes) -> &str {
+        let text = std::str::from_utf8(reply).unwrap();
+        text[1..].split_whitespace().next().unwrap()
+    }
+
+    #[test]
+    fn each_failure_says_whether_the_command_may_have_run() {
+        let refused = CallError::from(LaneError::Unavailable {
+            reason: "down".into(),
+        });
+        assert_eq!(code(&call_failed(&refused)), "UNAVAILABLE");
+        assert_eq!(code(&call_failed(&LaneError::Closed.into())), "SHUTDOWN");
+        let lost = CallError::Indeterminate {
+            reason: "reset".into(),
+        };
+        assert_eq!(code(&call_failed(&lost)), "IOERR");
+        // It ran: neither a refusal nor a shutdown, whatever else the client is told.
+        let dropped = CallError::OverBudget(OverBudget("over 1 MiB".into()));
+        assert_eq!(code(&call_failed(&dropped)), "ERR");
     }
 }
