@@ -648,7 +648,12 @@ async fn resp3_replies_have_the_type_structure_redis_gives_them() {
         (&["CLIENT", "ID"], 1),
         (&["CLIENT", "GETNAME"], 1),
         (&["CONFIG", "GET", "databases"], 1),
+        (&["CLIENT", "INFO"], 1),
+        (&["SELECT", "0"], 1),
         (&["GET", "k"], 1),
+        (&["EXEC"], 1),
+        (&["MULTI"], 1),
+        (&["ECHO"], 1),
         (&["EXEC"], 1),
         (&["WATCH", "k"], 1),
         (&["SET", "k", "changed"], 1),
@@ -679,6 +684,7 @@ async fn resp3_replies_have_the_type_structure_redis_gives_them() {
         (&["HELLO", "2"], 1),
         (&["HELLO", "3"], 1),
         (&["HELLO", "4"], 1),
+        (&["HELLO"], 1),
     ];
     for (argv, replies) in script {
         for (expected, got) in both(&mut direct, &mut through, argv, *replies).await {
@@ -707,7 +713,9 @@ async fn resp3_replies_have_the_type_structure_redis_gives_them() {
     both(&mut direct, &mut through, &["RESET"], 1).await;
 
     // MONITOR: its confirmation and each line it streams.
-    let (expected, got) = both(&mut direct, &mut through, &["MONITOR"], 1).await.remove(0);
+    let (expected, got) = both(&mut direct, &mut through, &["MONITOR"], 1)
+        .await
+        .remove(0);
     assert_eq!(shape(&got), shape(&expected), "MONITOR");
     let mut other = RawClient::connect(&daemon.resp_socket()).await;
     other.call(&["GET", "k"]).await;
