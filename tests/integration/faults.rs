@@ -503,7 +503,8 @@ rules:
     let daemon = TestDaemon::start_with(&redis, |config| config.policy.files = vec![policy]).await;
     let mut runaway = RawClient::connect(&daemon.resp_socket()).await;
     let mut killer = RawClient::connect(&daemon.resp_socket()).await;
-    let library = "#!lua name=spin\nredis.register_function('spin', function() while true do end end)";
+    let library =
+        "#!lua name=spin\nredis.register_function('spin', function() while true do end end)";
     assert_eq!(
         text(&killer.call(&["FUNCTION", "LOAD", "REPLACE", library]).await),
         "spin"
@@ -518,7 +519,11 @@ rules:
             assert!(Instant::now() < until, "{run:?} never started");
         }
         // Still inside the busy threshold: Redis reads nothing yet.
-        assert_eq!(text(&killer.call(&[kill, "KILL"]).await), "OK", "{kill} KILL");
+        assert_eq!(
+            text(&killer.call(&[kill, "KILL"]).await),
+            "OK",
+            "{kill} KILL"
+        );
         let killed = runaway
             .read_within(PATIENCE)
             .await
@@ -536,7 +541,10 @@ rules:
         if text(&reply).starts_with("BUSY") {
             break;
         }
-        assert!(Instant::now() < until, "redis never answered BUSY: {reply:?}");
+        assert!(
+            Instant::now() < until,
+            "redis never answered BUSY: {reply:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let mut other = RawClient::connect(&daemon.resp_socket()).await;

@@ -278,7 +278,11 @@ const NO_COMMAND_DOCS: &str = "principals:\n  me: { any: true }\nrules:\n  - id:
 async fn bare_command_is_granted_without_the_subcommands_the_policy_refuses() {
     let (daemon, _policy, _files) = embedded_with(NO_COMMAND_DOCS).await;
     for user in ["tollgate-regular", "tollgate-transaction"] {
-        assert_eq!(text(&dryrun(&daemon, user, &["COMMAND"]).await), "OK", "{user}");
+        assert_eq!(
+            text(&dryrun(&daemon, user, &["COMMAND"]).await),
+            "OK",
+            "{user}"
+        );
         assert_eq!(
             text(&dryrun(&daemon, user, &["COMMAND", "COUNT"]).await),
             "OK",

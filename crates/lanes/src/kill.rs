@@ -95,6 +95,8 @@ mod tests {
         assert!(is_kill(b"*2\r\n$8\r\nFUNCTION\r\n$4\r\nKILL\r\n"));
         assert!(!is_kill(b"*2\r\n$6\r\nSCRIPT\r\n$5\r\nFLUSH\r\n"));
         assert!(!is_kill(b"*3\r\n$6\r\nSCRIPT\r\n$4\r\nKILL\r\n$1\r\nx\r\n"));
-        assert!(!is_kill(b"*3\r\n$4\r\nEVAL\r\n$8\r\nreturn 1\r\n$1\r\n0\r\n"));
+        assert!(!is_kill(
+            b"*3\r\n$4\r\nEVAL\r\n$8\r\nreturn 1\r\n$1\r\n0\r\n"
+        ));
     }
 }

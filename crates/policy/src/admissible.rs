@@ -264,7 +264,12 @@ mod tests {
             client,
             command("CLIENT|LIST", Lane::Admin, &[Category::Connection], false),
             command("COMMAND", Lane::Regular, &[Category::Connection], false),
-            command("COMMAND|DOCS", Lane::Regular, &[Category::Connection], false),
+            command(
+                "COMMAND|DOCS",
+                Lane::Regular,
+                &[Category::Connection],
+                false,
+            ),
             eval,
             xread,
         ]
