@@ -11,6 +11,7 @@ pub mod readiness;
 pub mod runtime;
 pub mod runtime_dir;
 pub mod server;
+pub mod services;
 pub mod supervisor;
 
 pub use config::Config;

@@ -22,25 +22,8 @@ use crate::server::identity::Identities;
 use crate::server::limits::ConnectionLimits;
 use crate::server::resp::{self, FrontDoor};
 use crate::server::{http, socket};
+use crate::services::Services;
 use crate::supervisor::{ChildPid, Restart, Supervisor};
-
-/// What every listener shares.
-pub struct Shared {
-    pub readiness: Readiness,
-    pub metrics: Metrics,
-    /// The only way to Redis (DESIGN.md, "Lanes").
-    pub lanes: Lanes,
-    /// Leases on the lease service's own SCRIPT and PUBSUB lanes (DESIGN.md, "Leases").
-    pub leases: LeaseService,
-    /// The policy every command and lease passes.
-    pub admission: Admission,
-    /// Callers' principals and who administers the daemon.
-    pub identities: Identities,
-    /// Spaces out policy reloads over HTTP (`admin.reload_interval`).
-    pub reloads: Throttle,
-    /// The lanes' Redis ACL users, kept in step with the policy.
-    pub lane_users: LaneUsers,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -150,7 +133,7 @@ impl Daemon {
         };
         let leases = LeaseService::new(&lease_lanes, config.leases.clone(), &mut registry);
         let identities = Identities::new(admission.clone(), &config.identity, &config.admin);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Services {
             readiness: Readiness::new(
                 lanes.clone(),
                 lease_lanes.clone(),

@@ -149,6 +149,9 @@ pub fn request(attempt: &Attempt, ttl_ms: u64, wait_ms: u64) -> AcquireRequest {
         wait: Duration::from_millis(wait_ms),
         watchdog: false,
         replicas: 0,
+        permits: None,
+        count: None,
+        mode: None,
     }
 }
 

@@ -16,7 +16,7 @@ use tollgate::runtime::StartError;
 use tollgate::runtime_dir::{EntryError, RuntimeDirError};
 use tollgate::server::socket::BindError;
 use tollgate::Daemon;
-use tollgate_lanes::{CallError, Endpoint, Lane, Lanes, LanesConfig, Topology};
+use tollgate_lanes::{CallError, Endpoint, Lane, Lanes, LanesConfig, Multiplexed, Topology};
 
 use crate::lanes::cmd;
 use crate::support::daemon::{tempdir, TestDaemon};
@@ -390,7 +390,7 @@ async fn lanes_send_no_password_to_a_server_another_uid_runs() {
 
     let lanes = lanes_to(&theirs.socket, base.path(), Some(daemon_uid));
     let refused = lanes
-        .multiplexed(Lane::Regular)
+        .multiplexed(Multiplexed::Regular)
         .unwrap()
         .send(cmd(&["PING"]))
         .await
@@ -411,7 +411,7 @@ async fn lanes_send_no_password_to_a_server_another_uid_runs() {
     // The same lanes without the check would have sent it: the stranger's server sees the attempt.
     let unchecked = lanes_to(&theirs.socket, base.path(), None);
     let _ = unchecked
-        .multiplexed(Lane::Regular)
+        .multiplexed(Multiplexed::Regular)
         .unwrap()
         .send(cmd(&["PING"]))
         .await;

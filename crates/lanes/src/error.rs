@@ -31,7 +31,6 @@ impl Saturation {
 
 /// Borrowing or opening a channel failed; nothing was sent to Redis.
 #[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
 pub enum LaneError {
     #[error("lane {} saturated{}", lane.shout(), cause.detail())]
     Saturated {
@@ -43,14 +42,10 @@ pub enum LaneError {
     Unavailable { reason: String },
     #[error("lanes are closed (daemon shutting down)")]
     Closed,
-    /// A programming error: the caller asked the wrong kind of lane.
-    #[error("lane {} cannot be used this way: expected {expected}", lane.shout())]
-    WrongLane { lane: Lane, expected: &'static str },
 }
 
 /// Sending a command failed.
 #[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
 pub enum CallError {
     #[error("lane {} saturated{}", lane.shout(), cause.detail())]
     Saturated {
@@ -85,16 +80,12 @@ impl From<LaneError> for CallError {
             },
             LaneError::Unavailable { reason } => CallError::Unavailable { reason },
             LaneError::Closed => CallError::Closed,
-            LaneError::WrongLane { .. } => CallError::Unavailable {
-                reason: error.to_string(),
-            },
         }
     }
 }
 
 /// Why `Lanes::open` refused a configuration.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum OpenError {
     #[error("lane {lane}: cannot read password file {path}: {source}")]
     PasswordFile {

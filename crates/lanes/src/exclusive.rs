@@ -105,9 +105,11 @@ impl ExclusiveLane {
         };
         let conn = match idle {
             Some(conn) => conn,
-            None => self.connector.connect(protocol).await.map_err(|reason| {
+            None => self.connector.connect(protocol).await.map_err(|error| {
                 self.metrics.reject(Rejection::Unavailable);
-                LaneError::Unavailable { reason }
+                LaneError::Unavailable {
+                    reason: error.to_string(),
+                }
             })?,
         };
         self.life.lend();

@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 use prometheus_client::registry::Registry;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tollgate_model::{Lane, Protocol};
+use tollgate_model::{Exclusive, Lane, Multiplexed, Protocol};
 
 use crate::budget::Budget;
 use crate::config::{LaneSettings, LanesConfig};
@@ -229,25 +229,19 @@ impl Lanes {
 
     /// A channel on a multiplexed lane (REGULAR or SCRIPT), on the connection the lane picks: the
     /// first with room, so work is packed on few connections and batched. RESP2.
-    pub fn multiplexed(&self, lane: Lane) -> Result<Channel, LaneError> {
+    pub fn multiplexed(&self, lane: Multiplexed) -> Result<Channel, LaneError> {
         self.multiplexed_speaking(lane, Protocol::Resp2)
     }
 
     /// [`Lanes::multiplexed`] on a connection speaking `protocol`, for a client that speaks it.
     pub fn multiplexed_speaking(
         &self,
-        lane: Lane,
+        lane: Multiplexed,
         protocol: Protocol,
     ) -> Result<Channel, LaneError> {
         let pool = match lane {
-            Lane::Regular => &self.0.regular,
-            Lane::Script => &self.0.script,
-            other => {
-                return Err(LaneError::WrongLane {
-                    lane: other,
-                    expected: "REGULAR or SCRIPT (multiplexed)",
-                })
-            }
+            Multiplexed::Regular => &self.0.regular,
+            Multiplexed::Script => &self.0.script,
         };
         if !self.0.life.is_open() {
             pool.metrics.reject(Rejection::Closed);
@@ -258,14 +252,14 @@ impl Lanes {
 
     /// Borrows one connection of an exclusive lane (BLOCKING, TRANSACTION or ADMIN), waiting in line
     /// up to the lane's acquire timeout. RESP2.
-    pub async fn borrow(&self, lane: Lane) -> Result<Borrowed, LaneError> {
+    pub async fn borrow(&self, lane: Exclusive) -> Result<Borrowed, LaneError> {
         self.borrow_speaking(lane, Protocol::Resp2).await
     }
 
     /// [`Lanes::borrow`], the connection speaking `protocol`, for a client that speaks it.
     pub async fn borrow_speaking(
         &self,
-        lane: Lane,
+        lane: Exclusive,
         protocol: Protocol,
     ) -> Result<Borrowed, LaneError> {
         self.borrow_within_share(lane, protocol, None).await
@@ -276,7 +270,7 @@ impl Lanes {
     /// for one of its own to come back, up to the acquire timeout.
     pub async fn borrow_for(
         &self,
-        lane: Lane,
+        lane: Exclusive,
         protocol: Protocol,
         principal: &str,
     ) -> Result<Borrowed, LaneError> {
@@ -286,20 +280,14 @@ impl Lanes {
 
     async fn borrow_within_share(
         &self,
-        lane: Lane,
+        lane: Exclusive,
         protocol: Protocol,
         principal: Option<&str>,
     ) -> Result<Borrowed, LaneError> {
         let pool = match lane {
-            Lane::Blocking => &self.0.blocking,
-            Lane::Transaction => &self.0.transaction,
-            Lane::Admin => &self.0.admin,
-            other => {
-                return Err(LaneError::WrongLane {
-                    lane: other,
-                    expected: "BLOCKING, TRANSACTION or ADMIN (exclusive)",
-                })
-            }
+            Exclusive::Blocking => &self.0.blocking,
+            Exclusive::Transaction => &self.0.transaction,
+            Exclusive::Admin => &self.0.admin,
         };
         pool.borrow(protocol, principal).await
     }
@@ -310,7 +298,7 @@ impl Lanes {
 
     /// One PING over the REGULAR lane within `timeout`: can the daemon reach Redis as its users?
     pub async fn ping(&self, timeout: Duration) -> Result<(), CallError> {
-        let channel = self.multiplexed(Lane::Regular)?;
+        let channel = self.multiplexed(Multiplexed::Regular)?;
         let reply = tokio::time::timeout(
             timeout,
             channel.send(Bytes::from_static(b"*1\r\n$4\r\nPING\r\n")),

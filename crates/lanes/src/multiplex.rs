@@ -28,6 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tollgate_model::{Lane, Protocol};
+use tracing::Instrument;
 
 use crate::budget::{Budget, Held};
 use crate::config::LaneSettings;
@@ -267,8 +268,16 @@ impl MultiplexedLane {
             epoch: Instant::now(),
             kills,
         });
-        for (receiver, slot) in receivers {
-            drivers.spawn(drive(this.clone(), receiver, slot));
+        for (connection, (receiver, slot)) in receivers.into_iter().enumerate() {
+            // Every line a driver logs names its lane, connection and (once dialled) node.
+            let span = tracing::info_span!(
+                "lane",
+                %lane,
+                connection,
+                protocol = ?slot.protocol,
+                node = tracing::field::Empty
+            );
+            drivers.spawn(drive(this.clone(), receiver, slot).instrument(span));
         }
         this
     }
@@ -414,8 +423,9 @@ async fn drive(
         };
         match lane.connector.connect(protocol).await {
             Ok(conn) => next = pipeline(&lane, &slot, conn, first, &mut queue).await,
-            Err(reason) => {
+            Err(error) => {
                 // Fail fast: everything queued now would meet the same outage.
+                let reason = error.to_string();
                 let mut failed = Some(first);
                 while let Some(request) = failed.take().or_else(|| queue.try_recv().ok()) {
                     lane.metrics.reject(Rejection::Unavailable);
@@ -463,6 +473,7 @@ async fn pipeline(
     );
     slot.owed_since.store(0, Ordering::Relaxed);
     if lost.is_cancelled() {
+        tracing::info!("connection to redis lost; its unanswered commands failed");
         lane.connector.note_lost();
     }
     unsent
@@ -742,13 +753,6 @@ impl Overdue {
             }
         }
     }
-}
-
-/// Whether `frame` is a RESP3 push (`>`), which answers no command. The front door refuses what
-/// would make Redis send one on a shared connection (client-side caching); should one arrive all
-/// the same, it is dropped rather than taken for the next command's reply.
-pub(crate) fn is_push(frame: &[u8]) -> bool {
-    frame.first() == Some(&b'>')
 }
 
 /// Commands one connection has written and Redis has not yet answered, shared by its writer and

@@ -13,8 +13,9 @@ use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, WriteHalf};
 use tokio::sync::{mpsc, oneshot};
-use tollgate_model::Protocol;
+use tollgate_model::{Lane, Protocol};
 use tollgate_resp::Frame;
+use tracing::Instrument;
 
 use crate::budget::{Budget, Held, OverBudget};
 use crate::conn::Conn;
@@ -54,7 +55,6 @@ impl Message {
 
 /// Why a subscription delivers no more messages.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
 pub enum SubscriptionEnded {
     #[error("subscriber fell behind and its buffer overflowed; messages were dropped")]
     Lagged,
@@ -164,18 +164,22 @@ impl PubSubLane {
         drivers: &mut tokio::task::JoinSet<()>,
     ) -> Arc<Self> {
         let shards = (0..connections)
-            .map(|_| {
+            .map(|connection| {
                 let (control, receiver) = mpsc::unbounded_channel();
                 let shard = Arc::new(Shard {
                     state: Mutex::new(ShardState::default()),
                     control,
                 });
-                drivers.spawn(drive(
-                    shard.clone(),
-                    receiver,
-                    connector.clone(),
-                    life.clone(),
-                ));
+                let span = tracing::info_span!(
+                    "lane",
+                    lane = %Lane::Pubsub,
+                    connection,
+                    node = tracing::field::Empty
+                );
+                drivers.spawn(
+                    drive(shard.clone(), receiver, connector.clone(), life.clone())
+                        .instrument(span),
+                );
                 shard
             })
             .collect();
@@ -348,7 +352,9 @@ async fn drive(
                     shard.end_all(&SubscriptionEnded::Disconnected { reason });
                 }
             }
-            Err(reason) => shard.end_all(&SubscriptionEnded::Disconnected { reason }),
+            Err(error) => shard.end_all(&SubscriptionEnded::Disconnected {
+                reason: error.to_string(),
+            }),
         }
     }
     shard.end_all(&SubscriptionEnded::Closed);

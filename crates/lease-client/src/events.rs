@@ -5,7 +5,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tollgate_lease::api::LeaseEvent;
 
-use crate::client::ClientError;
+use crate::error::ClientError;
 
 pub struct Events {
     body: Incoming,

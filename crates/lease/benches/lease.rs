@@ -33,6 +33,9 @@ fn request(ttl: Duration, wait: Duration) -> AcquireRequest {
         wait,
         watchdog: false,
         replicas: 0,
+        permits: None,
+        count: None,
+        mode: None,
     }
 }
 

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::attempt::Attempt;
 use crate::outcome::LostReason;
+use crate::shape::Mode;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -23,6 +24,15 @@ pub struct AcquireRequest {
     /// Replicas that must confirm the acquisition before it is reported (`WAIT`).
     #[serde(default)]
     pub replicas: u32,
+    /// A semaphore of this many permits, each a lease of its own (`crate::shape`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u32>,
+    /// How many of the semaphore's permits to take at once (1 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+    /// A read/write lease, taken as a reader or as the writer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,6 +1,9 @@
 //! One lease call = one script run, its reply decoded into the outcome table. Validity is counted
 //! from the moment the call was sent, less the drift budget, and always from the server's own
-//! remaining PTTL when the lease already existed (replay).
+//! remaining PTTL when the lease already existed (replay). Semaphores and read/write leases have
+//! their own acquire (`shared`); renew, release and inspect are one script for every shape.
+
+mod shared;
 
 use std::time::{Duration, Instant};
 
@@ -68,44 +71,31 @@ impl Calls {
             Ok(frames) => frames,
             Err(error) => return error.into(),
         };
+        if let Some(conflict) = shared::shape_conflict(&frames[0]) {
+            return conflict;
+        }
         let Some([status, fence, remaining]) = integers::<3>(&frames[0]) else {
             return unexpected(&frames[0], |reason| AcquireOutcome::Indeterminate {
                 reason,
             });
         };
-        // The script never hands out less than 1; anything else is a corrupt reply, and a fence is
-        // only worth something if a wrong one is never given out.
-        let fence = match u64::try_from(fence) {
-            Ok(fence) if fence >= 1 => fence,
-            _ if status == 1 || status == 2 => {
-                tracing::error!(fence, "acquire script answered an invalid fence");
-                return AcquireOutcome::Indeterminate {
-                    reason: format!("redis answered fence {fence}, which is not a fence"),
-                };
-            }
-            _ => 0,
-        };
-        let remaining = Duration::from_millis(u64::try_from(remaining).unwrap_or_default());
         let held = match status {
-            1 | 2 => {
-                let Some(valid_for) = self.validity(remaining, sent_at) else {
-                    return AcquireOutcome::Indeterminate {
-                        reason: ran_out(sent_at),
-                    };
-                };
-                if status == 1 {
-                    AcquireOutcome::Acquired { fence, valid_for }
-                } else {
-                    AcquireOutcome::Replayed { fence, valid_for }
-                }
-            }
+            1 | 2 => self.holding(status == 1, fence, remaining, sent_at),
             3 => return AcquireOutcome::Conflict,
             _ => {
                 return AcquireOutcome::Contended {
-                    retry_after: remaining,
+                    retry_after: Duration::from_millis(
+                        u64::try_from(remaining).unwrap_or_default(),
+                    ),
                 }
             }
         };
+        if !matches!(
+            held,
+            AcquireOutcome::Acquired { .. } | AcquireOutcome::Replayed { .. }
+        ) {
+            return held;
+        }
         if durability.replicas > 0 {
             let confirmed = match frames.get(1) {
                 Some(Frame::Integer(n)) => *n,
@@ -122,6 +112,35 @@ impl Calls {
             }
         }
         held
+    }
+
+    /// What an acquire script's "held" reply (`acquired` for a new holding, else replayed) means for
+    /// the caller.
+    fn holding(
+        &self,
+        acquired: bool,
+        fence: i64,
+        remaining: i64,
+        sent_at: Instant,
+    ) -> AcquireOutcome {
+        // The script never hands out less than 1; anything else is a corrupt reply, and a fence is
+        // only worth something if a wrong one is never given out.
+        let Some(fence) = u64::try_from(fence).ok().filter(|fence| *fence >= 1) else {
+            tracing::error!(fence, "acquire script answered an invalid fence");
+            return AcquireOutcome::Indeterminate {
+                reason: format!("redis answered fence {fence}, which is not a fence"),
+            };
+        };
+        let remaining = Duration::from_millis(u64::try_from(remaining).unwrap_or_default());
+        let Some(valid_for) = self.validity(remaining, sent_at) else {
+            return AcquireOutcome::Indeterminate {
+                reason: ran_out(sent_at),
+            };
+        };
+        match acquired {
+            true => AcquireOutcome::Acquired { fence, valid_for },
+            false => AcquireOutcome::Replayed { fence, valid_for },
+        }
     }
 
     pub async fn renew(
@@ -197,6 +216,9 @@ impl Calls {
         };
         if let Some([0]) = integers::<1>(&frames[0]) {
             return InspectOutcome::Free;
+        }
+        if let Some(held) = shared::held_shared(&frames[0]) {
+            return held;
         }
         match integers::<4>(&frames[0]) {
             Some([1, fence, remaining, yours]) => InspectOutcome::Held {

@@ -158,6 +158,9 @@ async fn dispatch(command: LeaseCommand) -> Result<u8, String> {
                 wait,
                 watchdog: false,
                 replicas,
+                permits: None,
+                count: None,
+                mode: None,
             };
             let answer = target
                 .socket
@@ -220,6 +223,9 @@ async fn dispatch(command: LeaseCommand) -> Result<u8, String> {
                 wait,
                 watchdog: true,
                 replicas: 0,
+                permits: None,
+                count: None,
+                mode: None,
             };
             hold_while_running(
                 socket.client(),

@@ -2,6 +2,9 @@
 -- (same hash slot, so SPUBLISH is legal in a cluster); ARGV[1] bound owner, ARGV[2] operation id.
 -- Reply: 1 released, 0 already absent, -1 held by another attempt.
 local held = redis.call('HMGET', KEYS[1], 'owner', 'op')
+if held[1] == SHARED then
+  return shared_release(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+end
 if not held[1] then
   return 0
 end

@@ -1,10 +1,96 @@
-//! The error replies the daemon itself writes, so that each cause reads the same everywhere.
+//! The replies the daemon itself writes — every error it answers with built here, so that each
+//! cause reads the same everywhere.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use tollgate_lanes::{CallError, LaneError};
 use tollgate_model::Protocol;
 use tollgate_policy::{Denial, DenyCause};
-use tollgate_resp::Frame;
+use tollgate_resp::{Command, Frame, ProtocolError};
+
+use super::refusal::Refusal;
+
+/// The error a command refused before it runs is answered with.
+pub fn refused(refusal: &Refusal, command: &Command) -> Bytes {
+    let name = || String::from_utf8_lossy(command.name());
+    match refusal {
+        Refusal::WhileSubscribed => error(format!(
+            "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+            name().to_lowercase()
+        )),
+        Refusal::LeaseInTransaction => {
+            error("ERR tollgate: LEASE cannot be used inside WATCH or MULTI".to_owned())
+        }
+        Refusal::WrongArity(name) => wrong_arity(name),
+        Refusal::Denied(denial) => denied(&command.argv(), denial),
+        Refusal::WholeInTransaction => error(format!(
+            "ERR tollgate: {} cannot run inside a transaction: it is served key by key, over the keys this client may touch",
+            name().to_uppercase()
+        )),
+    }
+}
+
+/// `-ERR wrong number of arguments for '<command>' command`, Redis's text.
+pub fn wrong_arity(command: &str) -> Bytes {
+    error(format!(
+        "ERR wrong number of arguments for '{command}' command"
+    ))
+}
+
+/// Unreadable input, answered before the connection closes.
+pub fn protocol_error(error: &ProtocolError) -> Bytes {
+    self::error(format!("ERR {error}"))
+}
+
+/// `EXEC` or `DISCARD` (`command`) with no transaction, as Redis answers it.
+pub fn without_multi(command: &str) -> Bytes {
+    error(format!("ERR {command} without MULTI"))
+}
+
+/// `EXEC` of a transaction a queued command was refused in.
+pub fn exec_abort() -> Bytes {
+    error("EXECABORT Transaction discarded because of previous errors.".to_owned())
+}
+
+pub fn queued() -> Bytes {
+    Bytes::from_static(b"+QUEUED\r\n")
+}
+
+/// A `SUBSCRIBE` of `fresh` new names past `resp.max_subscriptions`.
+pub fn too_many_subscriptions(fresh: usize, cap: usize) -> Bytes {
+    error(format!(
+        "ERR tollgate: {fresh} more subscriptions would take this client past resp.max_subscriptions ({cap}); none were made"
+    ))
+}
+
+/// `SELECT` of a database other than 0.
+pub fn other_database() -> Bytes {
+    error(
+        "ERR tollgate serves database 0 only (lane connections are shared between clients)"
+            .to_owned(),
+    )
+}
+
+pub fn invalid_client_name() -> Bytes {
+    error("ERR Client names cannot contain spaces, newlines or special characters.".to_owned())
+}
+
+/// A `CLIENT` subcommand (`sub`) that sets state on the connection it runs on.
+pub fn unshareable(sub: &[u8]) -> Bytes {
+    error(format!(
+        "ERR tollgate: CLIENT {} is not available: connections to Redis are shared between clients",
+        String::from_utf8_lossy(sub).to_uppercase()
+    ))
+}
+
+/// The old form of `CLIENT KILL addr` when no session matched.
+pub fn no_such_client() -> Bytes {
+    error("ERR No such client".to_owned())
+}
+
+/// Why the daemon is about to close the connection of a client it gives up on.
+pub fn disconnected(why: &impl std::fmt::Display) -> Bytes {
+    error(format!("ERR tollgate: {why}; disconnected"))
+}
 
 /// `-NOPERM tollgate: rule <id> denies <COMMAND>: <reason>`. A command no catalog knows, or
 /// with the wrong number of arguments, gets Redis's own error instead: no rule decided it, and
