@@ -478,7 +478,8 @@ async fn redis_held_up(redis: &RedisServer) -> bool {
 
 /// A kill has a SCRIPT connection of its own, open before it is needed (issue 16): sent in a
 /// runaway script's first moments, before Redis reads anything (its busy threshold is longer than
-/// a connection's handshake may take), `SCRIPT KILL` through the daemon succeeds on the first try;
+/// a connection's handshake may take), `SCRIPT KILL` through the daemon succeeds on the first try
+/// (and `FUNCTION STATS` and `FUNCTION KILL` for a runaway function);
 /// and past the threshold another client's script gets Redis's `BUSY` rather than hanging.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_kill_succeeds_on_the_first_try_in_a_runaway_scripts_first_moments() {
@@ -519,6 +520,15 @@ rules:
             assert!(Instant::now() < until, "{run:?} never started");
         }
         // Still inside the busy threshold: Redis reads nothing yet.
+        if kill == "FUNCTION" {
+            // What to kill, asked on the same path: Redis answers it while busy too.
+            let stats = killer.call(&["FUNCTION", "STATS"]).await;
+            let Frame::Array(stats) = &stats else {
+                panic!("FUNCTION STATS: {stats:?}");
+            };
+            assert_eq!(text(&stats[0]), "running_script");
+            assert!(matches!(&stats[1], Frame::Array(running) if !running.is_empty()));
+        }
         assert_eq!(
             text(&killer.call(&[kill, "KILL"]).await),
             "OK",

@@ -1,15 +1,15 @@
-//! SCRIPT KILL and FUNCTION KILL on a connection of their own. While a script runs, Redis reads
-//! nothing until the script passes `busy-reply-threshold`, and then serves only the commands it
-//! allows while busy (the kills among them). A kill sent on the SCRIPT lane's connections could sit
-//! behind the busy script itself, and one that has to open a connection first can see its
+//! SCRIPT KILL, FUNCTION KILL and FUNCTION STATS on a connection of their own: the SCRIPT lane's
+//! commands Redis serves while a script is busy. While a script runs, Redis reads nothing until the
+//! script passes `busy-reply-threshold`, and then serves only the commands it allows while busy. A
+//! kill (or the FUNCTION STATS that tells what to kill) sent on the SCRIPT lane's connections could
+//! sit behind the busy script itself, and one that has to open a connection first can see its
 //! handshake time out before Redis starts reading. So the SCRIPT lane keeps one more connection,
-//! opened at start and kept open with a PING every [`WARM_EVERY`], on which it sends the kills
-//! alone: Redis reads the kill as soon as it reads anything, and answers it before it answers any
-//! other client.
+//! opened at start and kept open with a PING every [`WARM_EVERY`], on which it sends these alone:
+//! Redis reads them as soon as it reads anything, and answers them at once.
 //!
 //! It is a connection of the SCRIPT lane (its ACL user, so the policy's grant of `script|kill` and
-//! `function|kill` decides, and its metrics), and RESP2 whatever the caller speaks: a kill's reply
-//! (`+OK` or an error) is the same in both protocols.
+//! `function|kill` decides, and its metrics), one per protocol, as the lane's other connections
+//! (FUNCTION STATS is a map in RESP3).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,15 +53,17 @@ pub(crate) fn start(
     kills
 }
 
-/// Pings the kill connection now and every [`WARM_EVERY`] until the lanes drain. A ping has no
+/// Pings the kill connections now and every [`WARM_EVERY`] until the lanes drain. A ping has no
 /// deadline: during a busy script it waits, unanswered, rather than have its connection closed
 /// as overdue — the moment a kill is needed most.
 async fn keep_warm(kills: Arc<MultiplexedLane>, life: Arc<Life>) {
     let draining = life.draining();
     loop {
-        let ping = kills
-            .channel(Protocol::Resp2)
-            .send_within(Bytes::from_static(PING), None);
+        let ping = futures::future::join_all(Protocol::ALL.map(|protocol| {
+            kills
+                .channel(protocol)
+                .send_within(Bytes::from_static(PING), None)
+        }));
         tokio::select! {
             biased;
             _ = draining.cancelled() => return,
@@ -76,13 +78,19 @@ async fn keep_warm(kills: Arc<MultiplexedLane>, life: Arc<Life>) {
     }
 }
 
+/// The commands sent on the kill connection, encoded: each takes no further argument.
+const WHILE_BUSY: [&[u8]; 3] = [
+    b"*2\r\n$6\r\nSCRIPT\r\n$4\r\nKILL\r\n",
+    b"*2\r\n$8\r\nFUNCTION\r\n$4\r\nKILL\r\n",
+    b"*2\r\n$8\r\nFUNCTION\r\n$5\r\nSTATS\r\n",
+];
+
 /// Whether `command` (encoded as a RESP array of bulk strings, as the lanes send every command) is
-/// `SCRIPT KILL` or `FUNCTION KILL`: both take no further argument, so the whole command is
-/// compared, ignoring case.
+/// `SCRIPT KILL`, `FUNCTION KILL` or `FUNCTION STATS`, compared whole, ignoring case.
 pub(crate) fn is_kill(command: &[u8]) -> bool {
-    const SCRIPT_KILL: &[u8] = b"*2\r\n$6\r\nSCRIPT\r\n$4\r\nKILL\r\n";
-    const FUNCTION_KILL: &[u8] = b"*2\r\n$8\r\nFUNCTION\r\n$4\r\nKILL\r\n";
-    command.eq_ignore_ascii_case(SCRIPT_KILL) || command.eq_ignore_ascii_case(FUNCTION_KILL)
+    WHILE_BUSY
+        .iter()
+        .any(|busy| command.eq_ignore_ascii_case(busy))
 }
 
 #[cfg(test)]
@@ -90,9 +98,10 @@ mod tests {
     use super::is_kill;
 
     #[test]
-    fn only_the_two_kills_in_any_case_are_kills() {
+    fn only_the_kills_and_function_stats_in_any_case_go_there() {
         assert!(is_kill(b"*2\r\n$6\r\nscript\r\n$4\r\nKill\r\n"));
         assert!(is_kill(b"*2\r\n$8\r\nFUNCTION\r\n$4\r\nKILL\r\n"));
+        assert!(is_kill(b"*2\r\n$8\r\nfunction\r\n$5\r\nstats\r\n"));
         assert!(!is_kill(b"*2\r\n$6\r\nSCRIPT\r\n$5\r\nFLUSH\r\n"));
         assert!(!is_kill(b"*3\r\n$6\r\nSCRIPT\r\n$4\r\nKILL\r\n$1\r\nx\r\n"));
         assert!(!is_kill(

@@ -339,8 +339,9 @@ impl Lanes {
                     Lane::Pubsub => (Sharing::Shared, &inner.pubsub_metrics, None),
                 };
                 // A multiplexed lane has its `connections` per protocol (see `multiplex`), and
-                // SCRIPT one more for kills.
-                let kills = usize::from(settings.lane == Lane::Script && inner.kills.is_some());
+                // SCRIPT one more per protocol for kills.
+                let kills = Protocol::ALL.len()
+                    * usize::from(settings.lane == Lane::Script && inner.kills.is_some());
                 let max_connections = match sharing {
                     Sharing::Multiplexed => settings.connections * Protocol::ALL.len() + kills,
                     Sharing::Exclusive | Sharing::Shared => settings.connections,

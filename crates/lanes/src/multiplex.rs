@@ -352,7 +352,7 @@ impl Channel {
     pub fn send_within(&self, command: Bytes, deadline: Option<Duration>) -> SendFuture {
         if let Some(kills) = self.lane.kills.as_ref().filter(|_| kill::is_kill(&command)) {
             let on_its_own = Channel {
-                slot: kills.pick(Protocol::Resp2).clone(),
+                slot: kills.pick(self.slot.protocol).clone(),
                 lane: kills.clone(),
                 budget: self.budget.clone(),
             };
