@@ -431,6 +431,35 @@ async fn numsub_and_publish_count_the_clients_subscribed_through_the_daemon() {
     );
 }
 
+/// Redis stops counting a subscriber once its UNSUBSCRIBE is answered, and so does the daemon,
+/// although its own unsubscribe from Redis on the shared connection may still be on the way.
+#[tokio::test]
+async fn publish_right_after_the_last_unsubscribe_counts_no_receiver() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    let mut subscriber = RawClient::connect(&daemon.resp_socket()).await;
+    let mut publisher = RawClient::connect(&daemon.resp_socket()).await;
+    for round in 0..50 {
+        for (subscribe, unsubscribe, name) in [
+            ("SUBSCRIBE", "UNSUBSCRIBE", "gone"),
+            ("PSUBSCRIBE", "PUNSUBSCRIBE", "go*"),
+        ] {
+            subscriber.call(&[subscribe, name]).await;
+            let heard = publisher.call(&["PUBLISH", "gone", "x"]).await;
+            assert_eq!(heard, Frame::Integer(1), "{subscribe}, round {round}");
+            subscriber.read().await;
+            subscriber.call(&[unsubscribe]).await;
+            let unheard = publisher.call(&["PUBLISH", "gone", "x"]).await;
+            assert_eq!(unheard, Frame::Integer(0), "{unsubscribe}, round {round}");
+        }
+        assert_eq!(
+            publisher.call(&["PUBSUB", "NUMSUB", "gone"]).await,
+            Frame::Array(vec![bulk("gone"), Frame::Integer(0)]),
+            "round {round}"
+        );
+    }
+}
+
 /// CONFIG GET answers from Redis (the ADMIN lane's user may read the configuration because the
 /// policy lets clients run CONFIG GET), never with a password, and with the one database the
 /// daemon serves.

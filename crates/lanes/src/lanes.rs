@@ -100,6 +100,14 @@ impl PubSub {
         self.0.local_subscribers(kind, name)
     }
 
+    /// Resolves once Redis no longer counts the daemon as subscribed to `name`, after the
+    /// subscription dropped was its last local one (at once otherwise); bounded by the lane's
+    /// confirmation timeout. An unsubscribing client is answered after this, as Redis answers it
+    /// after it stopped counting the client.
+    pub async fn unsubscribed(&self, kind: SubscriptionKind, name: Bytes) {
+        self.0.unsubscribed(kind, name).await
+    }
+
     /// Every active pattern subscription, with its number of local subscribers.
     pub fn patterns(&self) -> Vec<(Bytes, usize)> {
         self.0.patterns()
