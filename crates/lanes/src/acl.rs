@@ -160,6 +160,19 @@ pub fn acl_rules(lane: Lane, grants: &LaneGrants) -> Vec<String> {
         .chain(grants.granted(lane))
         .collect();
     rules.extend(commands.iter().map(|name| format!("+{name}")));
+    // Redis grants a parent's subcommands with it (`+command` is `+command|docs` too): a parent
+    // granted to run bare loses again each subcommand the lane was not granted.
+    rules.extend(
+        grants
+            .known()
+            .map(|(name, _)| name)
+            .filter(|name| {
+                name.split_once('|')
+                    .is_some_and(|(parent, _)| commands.contains(parent))
+                    && !commands.contains(name)
+            })
+            .map(|name| format!("-{name}")),
+    );
     if lane != Lane::Pubsub {
         rules.extend(ALWAYS_REFUSED.iter().map(|name| format!("-{name}")));
     }

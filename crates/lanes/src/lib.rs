@@ -15,6 +15,7 @@ mod exclusive;
 mod gate;
 mod grants;
 mod hygiene;
+mod kill;
 mod lanes;
 mod life;
 mod locator;

@@ -10,6 +10,9 @@
 //! connection whose oldest unanswered command has waited past its deadline is closed: everything
 //! written on it is indeterminate, and the next command opens a new one. New work is not packed on
 //! a connection whose oldest reply is overdue by [`STALLED_AFTER`] while another one answers.
+//!
+//! SCRIPT's kills (`SCRIPT KILL`, `FUNCTION KILL`) bypass its connections for one of their own
+//! (see `kill`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -33,6 +36,7 @@ use crate::conn::Conn;
 use crate::connector::Connector;
 use crate::error::{CallError, LaneError, Saturation};
 use crate::gate::{Gate, Permit, Queue};
+use crate::kill;
 use crate::life::Life;
 use crate::metrics::{LaneMetrics, Rejection};
 use crate::quiet::Quiet;
@@ -71,6 +75,8 @@ pub(crate) struct MultiplexedLane {
     command_timeout: Option<Duration>,
     /// The origin of the slots' [`Slot::owed_since`] clocks.
     epoch: Instant,
+    /// Where this lane's kills go instead of its own connections (SCRIPT's).
+    kills: Option<Arc<MultiplexedLane>>,
 }
 
 /// One pooled connection as callers see it: the queue into its driver and its current load.
@@ -221,6 +227,7 @@ impl MultiplexedLane {
         connector: Arc<Connector>,
         metrics: LaneMetrics,
         life: Arc<Life>,
+        kills: Option<Arc<MultiplexedLane>>,
         drivers: &mut tokio::task::JoinSet<()>,
     ) -> Arc<Self> {
         let lane = settings.lane;
@@ -259,6 +266,7 @@ impl MultiplexedLane {
             life,
             command_timeout: settings.command_timeout,
             epoch: Instant::now(),
+            kills,
         });
         for (connection, (receiver, slot)) in receivers.into_iter().enumerate() {
             // Every line a driver logs names its lane, connection and (once dialled) node.
@@ -342,6 +350,14 @@ impl Channel {
     /// could start on it: when it is the oldest command its connection owes a reply to. Past it the
     /// connection is closed and every command written on it fails as indeterminate.
     pub fn send_within(&self, command: Bytes, deadline: Option<Duration>) -> SendFuture {
+        if let Some(kills) = self.lane.kills.as_ref().filter(|_| kill::is_kill(&command)) {
+            let on_its_own = Channel {
+                slot: kills.pick(self.slot.protocol).clone(),
+                lane: kills.clone(),
+                budget: self.budget.clone(),
+            };
+            return on_its_own.send_within(command, deadline);
+        }
         let lane = &self.lane;
         if !lane.life.is_open() {
             lane.metrics.reject(Rejection::Closed);

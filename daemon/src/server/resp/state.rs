@@ -340,8 +340,10 @@ impl SessionState {
                     .await
             }
             InPlace::Unsubscribe(kind, argv) => {
+                let pubsub = self.front.lanes.pubsub();
                 self.subscriptions
-                    .unsubscribe_all(kind, argv, self.protocol)
+                    .unsubscribe_all(&pubsub, kind, argv, self.protocol)
+                    .await
             }
             InPlace::Hello(hello) => {
                 if let Some(protocol) = hello.protocol {

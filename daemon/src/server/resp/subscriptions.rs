@@ -179,8 +179,9 @@ impl Subscriptions {
 
     /// `UNSUBSCRIBE`/`PUNSUBSCRIBE`/`SUNSUBSCRIBE` (`argv`): the names given, or all of the kind;
     /// each confirmed, and one confirmation with no name when there was none to drop.
-    pub fn unsubscribe_all(
+    pub async fn unsubscribe_all(
         &mut self,
+        pubsub: &PubSub,
         kind: SubscriptionKind,
         argv: Vec<Bytes>,
         protocol: Protocol,
@@ -196,17 +197,22 @@ impl Subscriptions {
             tollgate_resp::encode(&frame, &mut out);
         }
         for name in names {
-            self.unsubscribe(kind, &name);
+            self.unsubscribe(pubsub, kind, &name).await;
             let frame = confirmation(word, Some(name), self.count(kind), protocol);
             tollgate_resp::encode(&frame, &mut out);
         }
         out.freeze()
     }
 
-    /// Stops delivering `name`; dropping the subscription unsubscribes on Redis if it was the last.
-    pub fn unsubscribe(&mut self, kind: SubscriptionKind, name: &Bytes) {
+    /// Stops delivering `name`; dropping the subscription unsubscribes on Redis if it was the last,
+    /// and Redis has confirmed that when this returns (a `PUBLISH` right after the client's
+    /// confirmation no longer counts the daemon's connection, as it would not count the client's).
+    async fn unsubscribe(&mut self, pubsub: &PubSub, kind: SubscriptionKind, name: &Bytes) {
         if let Some(forwarder) = self.active.remove(&(kind, name.clone())) {
             forwarder.abort();
+            // Cancelled, the task has dropped its subscription.
+            let _ = forwarder.await;
+            pubsub.unsubscribed(kind, name.clone()).await;
         }
     }
 
