@@ -7,6 +7,7 @@
 
 mod acl;
 mod budget;
+mod busy;
 mod config;
 mod conn;
 mod connector;

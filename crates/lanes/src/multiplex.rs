@@ -31,12 +31,12 @@ use tollgate_model::{Lane, Protocol};
 use tracing::Instrument;
 
 use crate::budget::{Budget, Held};
+use crate::busy;
 use crate::config::LaneSettings;
 use crate::conn::Conn;
 use crate::connector::Connector;
 use crate::error::{CallError, LaneError, Saturation};
 use crate::gate::{Gate, Permit, Queue};
-use crate::kill;
 use crate::life::Life;
 use crate::metrics::{LaneMetrics, Rejection};
 use crate::quiet::Quiet;
@@ -350,7 +350,7 @@ impl Channel {
     /// could start on it: when it is the oldest command its connection owes a reply to. Past it the
     /// connection is closed and every command written on it fails as indeterminate.
     pub fn send_within(&self, command: Bytes, deadline: Option<Duration>) -> SendFuture {
-        if let Some(kills) = self.lane.kills.as_ref().filter(|_| kill::is_kill(&command)) {
+        if let Some(kills) = self.lane.kills.as_ref().filter(|_| busy::is_kill(&command)) {
             let on_its_own = Channel {
                 slot: kills.pick(self.slot.protocol).clone(),
                 lane: kills.clone(),

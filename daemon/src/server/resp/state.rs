@@ -340,7 +340,7 @@ impl SessionState {
                     .await
             }
             InPlace::Unsubscribe(kind, argv) => {
-                let pubsub = self.front.lanes.pubsub();
+                let pubsub = self.front.services.lanes.pubsub();
                 self.subscriptions
                     .unsubscribe_all(&pubsub, kind, argv, self.protocol)
                     .await
