@@ -10,7 +10,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use rand::Rng;
 use tokio::time::Instant;
-use tollgate_model::{Lane, Protocol};
+use tollgate_model::Protocol;
 
 use crate::conn::{hello, Conn, ConnError};
 use crate::locator::{Locator, NoMaster};
@@ -86,21 +86,22 @@ struct Backoff {
 }
 
 impl Connector {
+    /// A connector whose connections call themselves `name` (`CLIENT SETNAME`: `tollgate-<lane>`,
+    /// so `CLIENT LIST` on Redis shows whose each connection is).
     pub(crate) fn new(
-        lane: Lane,
+        name: &str,
         locator: Arc<Locator>,
         credentials: Option<Credentials>,
         database: Option<u32>,
         server_uid: Option<u32>,
         metrics: LaneMetrics,
     ) -> Self {
-        let name = format!("tollgate-{}", lane.as_str());
         let auth = credentials
             .as_ref()
             .map(|c| (c.user.as_str(), c.password.as_str()));
         Connector {
             locator,
-            hello: Protocol::ALL.map(|protocol| hello(auth, Some(&name), protocol)),
+            hello: Protocol::ALL.map(|protocol| hello(auth, Some(name), protocol)),
             select: database.map(|database| {
                 let mut out = bytes::BytesMut::new();
                 tollgate_resp::encode_command(&["SELECT", &database.to_string()], &mut out);

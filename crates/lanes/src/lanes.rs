@@ -168,9 +168,9 @@ impl Lanes {
             let lane_settings = config.settings(lane);
             let credentials = credentials(&lane_settings)?;
             let metrics = families.lane(lane);
-            let connector = |credentials| {
+            let connector = |credentials, name: &str| {
                 Connector::new(
-                    lane,
+                    name,
                     locator.clone(),
                     credentials,
                     database,
@@ -181,7 +181,8 @@ impl Lanes {
             // The kill connection has a connector of its own: its warming pings, failing while
             // Redis is away, must not hold SCRIPT's other connections in backoff.
             if lane == Lane::Script && owner == Owner::Clients {
-                let connector = Arc::new(connector(credentials.clone()));
+                let name = format!("tollgate-{}-kill", lane.as_str());
+                let connector = Arc::new(connector(credentials.clone(), &name));
                 kills = Some(kill::start(
                     &lane_settings,
                     connector,
@@ -190,7 +191,12 @@ impl Lanes {
                     &mut drivers,
                 ));
             }
-            parts.push((lane_settings.clone(), connector(credentials), metrics));
+            let name = format!("tollgate-{}", lane.as_str());
+            parts.push((
+                lane_settings.clone(),
+                connector(credentials, &name),
+                metrics,
+            ));
             settings.push(lane_settings);
         }
         let mut parts = parts.into_iter();
