@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tollgate_lease::api::{AcquireRequest, InspectRequest, ReleaseRequest, RenewRequest};
 use tollgate_lease::{
-    AcquireOutcome, Attempt, InspectOutcome, ReleaseOutcome, RenewOutcome, Resource,
+    AcquireOutcome, Attempt, InspectOutcome, OutcomeClass, ReleaseOutcome, RenewOutcome, Resource,
 };
 
 use crate::error::ClientError;
@@ -23,24 +23,21 @@ const DEFAULT_RETRIES: u32 = 3;
 /// First pause before a retry; doubles each time.
 const RETRY_BACKOFF: Duration = Duration::from_millis(20);
 
-/// What the client needs to know of each outcome type to retry it.
-pub trait Outcome: DeserializeOwned {
+/// How the client makes each outcome type's answer for a call that was not sent or whose reply
+/// was lost (its name and class come from [`tollgate_lease::Outcome`]).
+pub trait Retried: DeserializeOwned + tollgate_lease::Outcome {
     fn not_sent(reason: String) -> Self;
     fn reply_lost(reason: String) -> Self;
-    fn is_indeterminate(&self) -> bool;
 }
 
 macro_rules! mutating_outcome {
     ($type:ident) => {
-        impl Outcome for $type {
+        impl Retried for $type {
             fn not_sent(reason: String) -> Self {
                 $type::Unavailable { reason }
             }
             fn reply_lost(reason: String) -> Self {
                 $type::Indeterminate { reason }
-            }
-            fn is_indeterminate(&self) -> bool {
-                matches!(self, $type::Indeterminate { .. })
             }
         }
     };
@@ -49,16 +46,13 @@ mutating_outcome!(AcquireOutcome);
 mutating_outcome!(RenewOutcome);
 mutating_outcome!(ReleaseOutcome);
 
-impl Outcome for InspectOutcome {
+impl Retried for InspectOutcome {
     fn not_sent(reason: String) -> Self {
         InspectOutcome::Unavailable { reason }
     }
     // Inspect changes nothing, so a lost reply only means the answer is unknown.
     fn reply_lost(reason: String) -> Self {
         InspectOutcome::Unavailable { reason }
-    }
-    fn is_indeterminate(&self) -> bool {
-        false
     }
 }
 
@@ -161,7 +155,7 @@ impl LeaseClient {
         Ok(Events::new(response.into_body()))
     }
 
-    async fn call<R: Serialize, O: Outcome>(
+    async fn call<R: Serialize, O: Retried>(
         &self,
         method: Method,
         path: &str,
@@ -181,7 +175,7 @@ impl LeaseClient {
                 Err(TransportError::NotSent(reason)) => O::not_sent(reason),
                 Err(TransportError::Indeterminate(reason)) => O::reply_lost(reason),
             };
-            if !outcome.is_indeterminate() || tries == self.retries {
+            if outcome.class() != OutcomeClass::Indeterminate || tries == self.retries {
                 return Ok(Answer { outcome, sent_at });
             }
             tries += 1;
@@ -197,7 +191,7 @@ fn path(resource: &Resource, action: &str) -> String {
 }
 
 /// Statuses whose bodies are outcomes; anything else is a refusal of the request itself.
-fn decode<O: Outcome>(status: StatusCode, body: &[u8]) -> Result<O, ClientError> {
+fn decode<O: Retried>(status: StatusCode, body: &[u8]) -> Result<O, ClientError> {
     match status.as_u16() {
         200 | 409 | 502 | 503 => serde_json::from_slice(body).map_err(|error| {
             ClientError::BadReply(format!("{error}: {}", String::from_utf8_lossy(body)))

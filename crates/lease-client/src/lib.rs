@@ -8,13 +8,13 @@ mod events;
 mod lease;
 mod transport;
 
-pub use client::{Answer, LeaseClient, Outcome};
+pub use client::{Answer, LeaseClient, Retried};
 pub use error::ClientError;
 pub use events::Events;
 pub use lease::{Acquisition, Lease};
 pub use tollgate_lease::api::{AcquireRequest, LeaseEvent, ReleaseRequest, RenewRequest};
 pub use tollgate_lease::{
-    AcquireOutcome, Attempt, InspectOutcome, LeaseState, LostReason, ReleaseOutcome, RenewOutcome,
-    Resource,
+    AcquireOutcome, Attempt, InspectOutcome, LeaseState, LostReason, Outcome, OutcomeClass,
+    ReleaseOutcome, RenewOutcome, Resource,
 };
 pub use transport::TransportError;

@@ -24,7 +24,9 @@ pub use attempt::{Attempt, Identity, InvalidAttempt};
 pub use config::{LeaseConfig, LeaseConfigError};
 pub use holder::Holder;
 pub use invalid::InvalidRequest;
-pub use outcome::{AcquireOutcome, InspectOutcome, LostReason, ReleaseOutcome, RenewOutcome};
+pub use outcome::{
+    AcquireOutcome, InspectOutcome, LostReason, Outcome, OutcomeClass, ReleaseOutcome, RenewOutcome,
+};
 pub use resource::{InvalidResource, LeaseKeys, Resource};
 pub use service::LeaseService;
 pub use shape::{HeldAs, HolderMode, Mode, Shape, Shared, SharedHolder};

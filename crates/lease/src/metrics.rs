@@ -4,12 +4,13 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
-use serde::Serialize;
+
+use crate::outcome::Outcome;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabel {
     call: &'static str,
-    outcome: String,
+    outcome: &'static str,
 }
 
 #[derive(Clone)]
@@ -44,16 +45,12 @@ impl LeaseMetrics {
         metrics
     }
 
-    /// Counts `outcome` (any outcome type: its `outcome` tag is the label).
-    pub fn outcome<O: Serialize>(&self, call: &'static str, outcome: &O) {
-        let name = serde_json::to_value(outcome)
-            .ok()
-            .and_then(|value| value["outcome"].as_str().map(str::to_owned))
-            .unwrap_or_default();
+    /// Counts `outcome`, labelled with its name as on the wire.
+    pub fn outcome<O: Outcome>(&self, call: &'static str, outcome: &O) {
         self.outcomes
             .get_or_create(&OutcomeLabel {
                 call,
-                outcome: name,
+                outcome: outcome.name(),
             })
             .inc();
     }

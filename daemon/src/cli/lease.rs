@@ -17,8 +17,8 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tokio::signal::unix::{signal, SignalKind};
 use tollgate_lease_client::{
-    AcquireRequest, Acquisition, Attempt, Lease, LeaseClient, LeaseEvent, ReleaseRequest,
-    RenewRequest, Resource,
+    AcquireRequest, Acquisition, Attempt, Lease, LeaseClient, LeaseEvent, Outcome, OutcomeClass,
+    ReleaseRequest, RenewRequest, Resource,
 };
 
 use crate::config::Config;
@@ -170,7 +170,7 @@ async fn dispatch(command: LeaseCommand) -> Result<u8, String> {
                 .map_err(|error| error.to_string())?;
             let mut shown = serde_json::to_value(&answer.outcome).expect("outcomes serialise");
             shown["attempt"] = serde_json::to_value(&attempt).expect("attempts serialise");
-            print(&shown, outcome_is(&shown, &["acquired", "replayed"]))
+            print(&shown, &answer.outcome)
         }
         LeaseCommand::Renew { target, ttl } => {
             let request = RenewRequest {
@@ -184,7 +184,7 @@ async fn dispatch(command: LeaseCommand) -> Result<u8, String> {
                 .await
                 .map_err(|error| error.to_string())?;
             let shown = serde_json::to_value(&answer.outcome).expect("outcomes serialise");
-            print(&shown, outcome_is(&shown, &["renewed"]))
+            print(&shown, &answer.outcome)
         }
         LeaseCommand::Release { target } => {
             let request = ReleaseRequest {
@@ -197,7 +197,7 @@ async fn dispatch(command: LeaseCommand) -> Result<u8, String> {
                 .await
                 .map_err(|error| error.to_string())?;
             let shown = serde_json::to_value(&answer.outcome).expect("outcomes serialise");
-            print(&shown, outcome_is(&shown, &["released", "already_absent"]))
+            print(&shown, &answer.outcome)
         }
         LeaseCommand::Inspect { target } => {
             let outcome = target
@@ -207,7 +207,7 @@ async fn dispatch(command: LeaseCommand) -> Result<u8, String> {
                 .await
                 .map_err(|error| error.to_string())?;
             let shown = serde_json::to_value(&outcome).expect("outcomes serialise");
-            print(&shown, outcome_is(&shown, &["free", "held"]))
+            print(&shown, &outcome)
         }
         LeaseCommand::Run {
             socket,
@@ -243,13 +243,13 @@ fn resource(name: &str) -> Result<Resource, String> {
     Resource::parse(name).map_err(|error| format!("--resource: {error}"))
 }
 
-fn outcome_is(shown: &serde_json::Value, wanted: &[&str]) -> bool {
-    wanted.contains(&shown["outcome"].as_str().unwrap_or_default())
-}
-
-fn print(shown: &serde_json::Value, wanted: bool) -> Result<u8, String> {
+/// Prints the outcome as JSON; the exit status says whether the call did what was asked.
+fn print(shown: &serde_json::Value, outcome: &impl Outcome) -> Result<u8, String> {
     println!("{shown}");
-    Ok(if wanted { 0 } else { OTHER_OUTCOME })
+    Ok(match outcome.class() {
+        OutcomeClass::Done => 0,
+        _ => OTHER_OUTCOME,
+    })
 }
 
 async fn hold_while_running(

@@ -16,8 +16,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde::Serialize;
 use tollgate_lease::api::{AcquireRequest, InspectRequest, ReleaseRequest, RenewRequest};
 use tollgate_lease::{
-    AcquireOutcome, Attempt, Holder, Identity, InspectOutcome, InvalidRequest, LeaseService,
-    ReleaseOutcome, RenewOutcome, Resource,
+    Attempt, Holder, Identity, InvalidRequest, LeaseService, Outcome, OutcomeClass, Resource,
 };
 use tollgate_policy::Decision;
 
@@ -104,56 +103,19 @@ fn invalid(error: InvalidRequest) -> ApiError {
     }
 }
 
-/// How each outcome maps onto an HTTP status.
-trait Status {
-    fn status(&self) -> StatusCode;
-}
-
-impl Status for AcquireOutcome {
-    fn status(&self) -> StatusCode {
-        match self {
-            AcquireOutcome::Contended { .. }
-            | AcquireOutcome::Conflict
-            | AcquireOutcome::ShapeConflict { .. } => StatusCode::CONFLICT,
-            AcquireOutcome::TooManyWatchdogs { .. } => StatusCode::TOO_MANY_REQUESTS,
-            AcquireOutcome::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            AcquireOutcome::Indeterminate { .. } => StatusCode::BAD_GATEWAY,
-            _ => StatusCode::OK,
-        }
+/// The HTTP status of an outcome, from its class (docs/design.md, "Leases").
+fn status(outcome: &impl Outcome) -> StatusCode {
+    match outcome.class() {
+        OutcomeClass::Done | OutcomeClass::Answered => StatusCode::OK,
+        OutcomeClass::Conflict => StatusCode::CONFLICT,
+        OutcomeClass::Limited => StatusCode::TOO_MANY_REQUESTS,
+        OutcomeClass::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        OutcomeClass::Indeterminate => StatusCode::BAD_GATEWAY,
     }
 }
 
-impl Status for RenewOutcome {
-    fn status(&self) -> StatusCode {
-        match self {
-            RenewOutcome::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            RenewOutcome::Indeterminate { .. } => StatusCode::BAD_GATEWAY,
-            _ => StatusCode::OK,
-        }
-    }
-}
-
-impl Status for ReleaseOutcome {
-    fn status(&self) -> StatusCode {
-        match self {
-            ReleaseOutcome::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            ReleaseOutcome::Indeterminate { .. } => StatusCode::BAD_GATEWAY,
-            _ => StatusCode::OK,
-        }
-    }
-}
-
-impl Status for InspectOutcome {
-    fn status(&self) -> StatusCode {
-        match self {
-            InspectOutcome::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            _ => StatusCode::OK,
-        }
-    }
-}
-
-fn respond<O: Serialize + Status>(outcome: &O) -> HttpResponse {
-    let status = outcome.status();
+fn respond<O: Serialize + Outcome>(outcome: &O) -> HttpResponse {
+    let status = status(outcome);
     let mut response = json(status, outcome);
     if status == StatusCode::SERVICE_UNAVAILABLE {
         response
@@ -228,6 +190,8 @@ fn attempt_from_query(query: &str) -> Result<Attempt, ApiError> {
 
 #[cfg(test)]
 mod tests {
+    use tollgate_lease::{AcquireOutcome, InspectOutcome, ReleaseOutcome, RenewOutcome};
+
     use super::*;
 
     #[test]
@@ -250,22 +214,22 @@ mod tests {
         let unavailable = AcquireOutcome::Unavailable {
             reason: "down".into(),
         };
-        assert_eq!(unavailable.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(AcquireOutcome::Conflict.status(), StatusCode::CONFLICT);
+        assert_eq!(status(&unavailable), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(status(&AcquireOutcome::Conflict), StatusCode::CONFLICT);
         let reshaped = AcquireOutcome::ShapeConflict {
             held_as: tollgate_lease::HeldAs::Semaphore,
             permits: Some(3),
         };
-        assert_eq!(reshaped.status(), StatusCode::CONFLICT);
+        assert_eq!(status(&reshaped), StatusCode::CONFLICT);
         assert_eq!(
-            AcquireOutcome::TooManyWatchdogs { limit: 2 }.status(),
+            status(&AcquireOutcome::TooManyWatchdogs { limit: 2 }),
             StatusCode::TOO_MANY_REQUESTS
         );
         let lost = RenewOutcome::Indeterminate {
             reason: "cut".into(),
         };
-        assert_eq!(lost.status(), StatusCode::BAD_GATEWAY);
-        assert_eq!(ReleaseOutcome::NotOwner.status(), StatusCode::OK);
-        assert_eq!(InspectOutcome::Free.status(), StatusCode::OK);
+        assert_eq!(status(&lost), StatusCode::BAD_GATEWAY);
+        assert_eq!(status(&ReleaseOutcome::NotOwner), StatusCode::OK);
+        assert_eq!(status(&InspectOutcome::Free), StatusCode::OK);
     }
 }
