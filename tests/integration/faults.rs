@@ -403,30 +403,28 @@ async fn a_write_load_across_a_killed_embedded_redis_gets_typed_errors_and_recov
     daemon.stop().await;
 }
 
+/// A Redis that answers others `BUSY` once a script has run `busy_ms`, and a daemon whose policy
+/// lets everyone run `commands` (and scripts on any key).
+async fn scripts_daemon(busy_ms: &str, commands: &str) -> (RedisServer, TestDaemon) {
+    let redis = RedisServer::builder()
+        .arg("--busy-reply-threshold")
+        .arg(busy_ms)
+        .start();
+    let policy = redis.dir().join("scripts.yaml");
+    let rules = format!(
+        "principals:\n  local: {{ any: true }}\nrules:\n  - id: scripts\n    commands: [{commands}, \"@connection\"]\n    scripts: unconstrained\n    allow: the runaway script test\n"
+    );
+    std::fs::write(&policy, rules).expect("write the test policy");
+    let daemon = TestDaemon::start_with(&redis, |config| config.policy.files = vec![policy]).await;
+    (redis, daemon)
+}
+
 /// A script that never ends holds its SCRIPT connection; with Redis answering others `BUSY` past
 /// its busy threshold, another client's script gets that `BUSY`, and `SCRIPT KILL` reaches Redis on
 /// another connection and stops it (issue 16), rather than waiting behind it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runaway_script_can_be_killed_and_other_scripts_get_redis_busy_meanwhile() {
-    let redis = RedisServer::builder()
-        .arg("--busy-reply-threshold")
-        .arg("200")
-        .start();
-    let policy = redis.dir().join("scripts.yaml");
-    std::fs::write(
-        &policy,
-        r#"
-principals:
-  local: { any: true }
-rules:
-  - id: scripts
-    commands: [EVAL, SCRIPT KILL, "@connection"]
-    scripts: unconstrained
-    allow: the runaway script test
-"#,
-    )
-    .expect("write the test policy");
-    let daemon = TestDaemon::start_with(&redis, |config| config.policy.files = vec![policy]).await;
+    let (_redis, daemon) = scripts_daemon("200", "EVAL, SCRIPT KILL").await;
     let mut runaway = RawClient::connect(&daemon.resp_socket()).await;
     assert_eq!(
         runaway.call(&["EVAL", "return 1", "0"]).await,
@@ -483,25 +481,7 @@ async fn redis_held_up(redis: &RedisServer) -> bool {
 /// and past the threshold another client's script gets Redis's `BUSY` rather than hanging.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_kill_succeeds_on_the_first_try_in_a_runaway_scripts_first_moments() {
-    let redis = RedisServer::builder()
-        .arg("--busy-reply-threshold")
-        .arg("1500")
-        .start();
-    let policy = redis.dir().join("scripts.yaml");
-    std::fs::write(
-        &policy,
-        r#"
-principals:
-  local: { any: true }
-rules:
-  - id: scripts
-    commands: [EVAL, FCALL, SCRIPT KILL, FUNCTION, "@connection"]
-    scripts: unconstrained
-    allow: the runaway script test
-"#,
-    )
-    .expect("write the test policy");
-    let daemon = TestDaemon::start_with(&redis, |config| config.policy.files = vec![policy]).await;
+    let (redis, daemon) = scripts_daemon("1500", "EVAL, FCALL, SCRIPT KILL, FUNCTION").await;
     let mut runaway = RawClient::connect(&daemon.resp_socket()).await;
     let mut killer = RawClient::connect(&daemon.resp_socket()).await;
     let library =

@@ -260,25 +260,13 @@ async fn embedded_redis_starts_with_the_daemon_and_stops_with_it() {
 #[tokio::test]
 async fn the_binary_serves_on_the_embedded_default_and_sigterm_cleans_up() {
     let dir = tempdir();
-    let mut child = tollgate()
-        .arg("serve")
-        .env_remove("XDG_RUNTIME_DIR")
-        .current_dir(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = serve_embedded(dir.path(), &[]);
     let runtime = dir.path().join(".tollgate");
     let http_socket = runtime.join("http.sock");
     let ready = wait_for_status(&http_socket, "/readyz", 200).await;
     assert_eq!(ready.json()["outcome"], "ready");
 
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let status = wait_for_exit(&mut child, Duration::from_secs(20));
+    let status = terminate(&mut child);
     assert_eq!(status.code(), Some(0), "{status:?}");
     assert!(!http_socket.exists(), "HTTP socket file left behind");
     assert!(
@@ -301,15 +289,7 @@ async fn the_binary_serves_on_the_embedded_default_and_sigterm_cleans_up() {
 #[tokio::test]
 async fn log_lines_name_the_session_or_request_they_were_logged_in() {
     let dir = tempdir();
-    let mut child = tollgate()
-        .arg("serve")
-        .env_remove("XDG_RUNTIME_DIR")
-        .env("RUST_LOG", "info,tollgate=debug")
-        .current_dir(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = serve_embedded(dir.path(), &[("RUST_LOG", "info,tollgate=debug")]);
     let runtime = dir.path().join(".tollgate");
     let http_socket = runtime.join("http.sock");
     wait_for_status(&http_socket, "/readyz", 200).await;
@@ -334,12 +314,7 @@ async fn log_lines_name_the_session_or_request_they_were_logged_in() {
     assert_eq!(reload.status, 200, "{:?}", reload.json());
     tokio::time::sleep(Duration::from_millis(200)).await;
 
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    wait_for_exit(&mut child, Duration::from_secs(20));
+    terminate(&mut child);
     let mut log = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut log).unwrap();
     assert!(
@@ -367,6 +342,31 @@ async fn log_lines_name_the_session_or_request_they_were_logged_in() {
         )) && cut.contains("principal=local"),
         "{cut}"
     );
+}
+
+/// The real binary serving on the embedded default in `dir`, as the README runs it: without
+/// `XDG_RUNTIME_DIR` (root on a fresh machine), so the runtime directory is `dir/.tollgate`; its
+/// stderr piped for the test to read.
+fn serve_embedded(dir: &Path, env: &[(&str, &str)]) -> std::process::Child {
+    tollgate()
+        .arg("serve")
+        .env_remove("XDG_RUNTIME_DIR")
+        .envs(env.iter().copied())
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// SIGTERM, then the exit status (within 20 s).
+fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    wait_for_exit(child, Duration::from_secs(20))
 }
 
 pub(crate) async fn wait_for_status(socket: &Path, path: &str, status: u16) -> http::HttpReply {

@@ -11,23 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::Criterion;
-use prometheus_client::registry::Registry;
 use tollgate_policy::classes::{diff, generated};
-use tollgate_policy::{Admission, Generation, PolicyConfig, SandboxLimits};
-
-fn load(path: &Path) -> Arc<Generation> {
-    let config = PolicyConfig {
-        files: vec![path.to_path_buf()],
-        limits: SandboxLimits {
-            deadline: Duration::from_secs(60),
-            ..SandboxLimits::default()
-        },
-        ..PolicyConfig::default()
-    };
-    Admission::load(&config, &mut Registry::default())
-        .unwrap_or_else(|error| panic!("{}: {error}", path.display()))
-        .current()
-}
+use tollgate_policy::Generation;
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -39,7 +24,7 @@ fn repo(path: &str) -> PathBuf {
 fn generated(dir: &Path, seed: u64, rules: usize, prefixes: usize) -> Arc<Generation> {
     let path = dir.join(format!("generated-{seed}-{rules}.yaml"));
     std::fs::write(&path, generated::policy(seed, rules, prefixes)).unwrap();
-    load(&path)
+    generated::load(&path)
 }
 
 fn distinct_globs(generations: &[&Generation]) -> usize {
@@ -64,17 +49,17 @@ fn distinct_globs(generations: &[&Generation]) -> usize {
 
 fn main() {
     let dir = tempfile::tempdir().unwrap();
-    let default = load(&repo("policies/default.yaml"));
+    let default = generated::load(&repo("policies/default.yaml"));
     let pairs: Vec<(String, Arc<Generation>, Arc<Generation>)> = vec![
         (
             "default->read-only".into(),
             default.clone(),
-            load(&repo("policies/examples/read-only.yaml")),
+            generated::load(&repo("policies/examples/read-only.yaml")),
         ),
         (
             "default->tenants".into(),
             default,
-            load(&repo("policies/examples/tenants.yaml")),
+            generated::load(&repo("policies/examples/tenants.yaml")),
         ),
         (
             "generated-200x40".into(),

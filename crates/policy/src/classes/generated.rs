@@ -1,5 +1,31 @@
 //! Seeded policies for the property test of the classes and for the diff benchmark
-//! (`benches/diff.rs`): the same seed gives the same policy on every run.
+//! (`benches/diff.rs`): the same seed gives the same policy on every run; and how both load a
+//! policy file into a generation.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+
+use crate::generation::Generation;
+use crate::{Admission, PolicyConfig, SandboxLimits};
+
+/// The generation of the policy file at `path`, with a module deadline generous enough for a
+/// loaded machine (the generated policies are large); panics naming the file if it does not load.
+pub fn load(path: &Path) -> Arc<Generation> {
+    let config = PolicyConfig {
+        files: vec![path.to_path_buf()],
+        limits: SandboxLimits {
+            deadline: Duration::from_secs(60),
+            ..SandboxLimits::default()
+        },
+        ..PolicyConfig::default()
+    };
+    Admission::load(&config, &mut Registry::default())
+        .unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+        .current()
+}
 
 /// A small deterministic generator (xorshift).
 pub struct Draw(pub u64);

@@ -2,9 +2,7 @@
 //! every request, judged by the evaluator itself, decides as the class the space puts it in.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use prometheus_client::registry::Registry;
 use tollgate_model::Caller;
 
 use super::diff::{diff, Change, Diff};
@@ -12,7 +10,6 @@ use super::generated::{self, Draw};
 use super::{Space, Verdict, LEASE};
 use crate::decision::{lane_from_wit, Decision};
 use crate::generation::Generation;
-use crate::{Admission, PolicyConfig, SandboxLimits};
 
 fn generation(yaml: &str) -> Arc<Generation> {
     let dir = tempfile::tempdir().unwrap();
@@ -22,17 +19,7 @@ fn generation(yaml: &str) -> Arc<Generation> {
 }
 
 fn example(path: &std::path::Path) -> Arc<Generation> {
-    let config = PolicyConfig {
-        files: vec![path.to_path_buf()],
-        limits: SandboxLimits {
-            deadline: Duration::from_secs(60),
-            ..SandboxLimits::default()
-        },
-        ..PolicyConfig::default()
-    };
-    Admission::load(&config, &mut Registry::default())
-        .unwrap_or_else(|error| panic!("{error}"))
-        .current()
+    generated::load(path)
 }
 
 fn repo(path: &str) -> std::path::PathBuf {
