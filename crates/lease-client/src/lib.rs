@@ -11,6 +11,7 @@ pub use client::{Answer, ClientError, LeaseClient, Outcome};
 pub use events::Events;
 pub use lease::{Acquisition, Lease};
 pub use tollgate_lease::api::{AcquireRequest, LeaseEvent, ReleaseRequest, RenewRequest};
+pub use tollgate_lease::watch::HolderEvent;
 pub use tollgate_lease::{
     AcquireOutcome, Attempt, InspectOutcome, LeaseState, LostReason, ReleaseOutcome, RenewOutcome,
     Resource,

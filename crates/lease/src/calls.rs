@@ -44,6 +44,7 @@ impl Calls {
         attempt: &BoundAttempt,
         ttl: Duration,
         durability: Durability,
+        value: Option<&str>,
     ) -> AcquireOutcome {
         let ttl_ms = millis(ttl).to_string();
         let replicas = durability.replicas.to_string();
@@ -55,14 +56,20 @@ impl Calls {
             &[]
         };
         let sent_at = Instant::now();
-        let args = [
+        let mut args = vec![
             attempt.owner.as_bytes(),
             attempt.operation_id.as_bytes(),
             ttl_ms.as_bytes(),
         ];
+        args.extend(value.map(str::as_bytes));
         let frames = match self
             .runner
-            .run(&ACQUIRE, &[&keys.lease, &keys.fence], &args, then)
+            .run(
+                &ACQUIRE,
+                &[&keys.lease, &keys.fence, &keys.channel],
+                &args,
+                then,
+            )
             .await
         {
             Ok(frames) => frames,
@@ -182,9 +189,30 @@ impl Calls {
         let (owner, operation) = attempt
             .map(|a| (a.owner.as_bytes(), a.operation_id.as_bytes()))
             .unwrap_or_default();
+        self.read(keys, owner, operation, b"").await
+    }
+
+    /// An inspect that publishes `marker` on the change channel in the same atomic step (a watch
+    /// placing its read among the announcements, see `watch.rs`).
+    pub async fn observe(&self, keys: &LeaseKeys, marker: &str) -> InspectOutcome {
+        self.read(keys, b"", b"", marker.as_bytes()).await
+    }
+
+    async fn read(
+        &self,
+        keys: &LeaseKeys,
+        owner: &[u8],
+        operation: &[u8],
+        marker: &[u8],
+    ) -> InspectOutcome {
         let frames = match self
             .runner
-            .run(&INSPECT, &[&keys.lease], &[owner, operation], &[])
+            .run(
+                &INSPECT,
+                &[&keys.lease, &keys.channel],
+                &[owner, operation, marker],
+                &[],
+            )
             .await
         {
             Ok(frames) => frames,
@@ -198,11 +226,24 @@ impl Calls {
         if let Some([0]) = integers::<1>(&frames[0]) {
             return InspectOutcome::Free;
         }
-        match integers::<4>(&frames[0]) {
-            Some([1, fence, remaining, yours]) => InspectOutcome::Held {
+        // `{1, fence, remaining, yours, value}`; the value is nil when the holder gave none.
+        let held = match &frames[0] {
+            Frame::Array(items) if items.len() == 5 => {
+                integers::<4>(&Frame::Array(items[..4].to_vec())).zip(match &items[4] {
+                    // Lua's false for a missing field: a null, or `false` to a RESP3 connection.
+                    Frame::Null | Frame::Boolean(false) => Some(None),
+                    Frame::Bulk(value) => Some(Some(String::from_utf8_lossy(value).into_owned())),
+                    _ => None,
+                })
+            }
+            _ => None,
+        };
+        match held {
+            Some(([1, fence, remaining, yours], value)) => InspectOutcome::Held {
                 remaining: Duration::from_millis(u64::try_from(remaining).unwrap_or_default()),
                 fence: u64::try_from(fence).unwrap_or_default(),
                 yours: yours == 1,
+                value,
             },
             _ => unexpected(&frames[0], |reason| InspectOutcome::Unavailable { reason }),
         }

@@ -15,6 +15,7 @@ pub mod resource;
 pub mod scripts;
 mod service;
 pub mod state;
+pub mod watch;
 mod watchdog;
 
 pub use attempt::{Attempt, Identity, InvalidAttempt};

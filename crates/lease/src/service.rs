@@ -1,7 +1,7 @@
 //! The lease service the daemon serves: binds attempts to the caller's identity (principal and
 //! uid), checks requests against the configured bounds, waits for held leases (release
-//! notification or holder expiry, whichever is first; one waiter per resource at a time), and
-//! starts watchdogs.
+//! notification or holder expiry, whichever is first; one waiter per resource at a time), starts
+//! watchdogs, and starts watches of holder changes (`watch.rs`).
 
 use std::time::{Duration, Instant};
 
@@ -11,7 +11,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tollgate_lanes::{Lanes, PubSub, Subscription, SubscriptionKind};
 
-use crate::api::{AcquireRequest, LeaseEvent, ReleaseRequest, RenewRequest};
+use crate::api::{AcquireRequest, LeaseEvent, ReleaseRequest, RenewRequest, MAX_VALUE_LEN};
 use crate::attempt::{Attempt, Identity};
 use crate::calls::{BoundAttempt, Calls, Durability};
 use crate::config::LeaseConfig;
@@ -22,6 +22,7 @@ use crate::queue::WaitLines;
 use crate::resource::{LeaseKeys, Resource};
 use crate::scripts::ScriptRunner;
 use crate::state::Holding;
+use crate::watch::{self, HolderEvent, WatchUnavailable};
 use crate::watchdog::{AtLimit, Guard, Watchdogs};
 
 /// A request the service refuses before sending anything; `field` names the culprit.
@@ -67,6 +68,16 @@ impl LeaseService {
     ) -> Result<AcquireOutcome, InvalidRequest> {
         check_attempt(&request.attempt)?;
         self.check_ttl(request.ttl)?;
+        if request
+            .value
+            .as_ref()
+            .is_some_and(|v| v.len() > MAX_VALUE_LEN)
+        {
+            return Err(InvalidRequest {
+                field: "value",
+                message: format!("at most {MAX_VALUE_LEN} bytes"),
+            });
+        }
         if request.wait > self.config.max_wait {
             return Err(InvalidRequest {
                 field: "wait_ms",
@@ -187,6 +198,15 @@ impl LeaseService {
         Ok(self.watchdogs.subscribe(&key))
     }
 
+    /// Follows who holds `resource`: its holder now, then every change (see `watch.rs`). The watch
+    /// ends when the receiver is dropped, or after an `interrupted` event.
+    pub async fn watch(
+        &self,
+        resource: &Resource,
+    ) -> Result<tokio::sync::mpsc::Receiver<HolderEvent>, WatchUnavailable> {
+        watch::start(&self.calls, &self.pubsub, resource.keys(), &self.shutdown).await
+    }
+
     /// Daemon shutdown: stops every watchdog (their leases run out by TTL) and every wait.
     pub fn close(&self) {
         self.shutdown.cancel();
@@ -219,9 +239,10 @@ impl LeaseService {
             replicas: request.replicas,
             timeout: self.config.replica_timeout,
         };
+        let value = request.value.as_deref();
         let mut outcome = self
             .calls
-            .acquire(keys, attempt, request.ttl, durability)
+            .acquire(keys, attempt, request.ttl, durability, value)
             .await;
         if !matches!(outcome, AcquireOutcome::Contended { .. }) || Instant::now() >= deadline {
             return outcome;
@@ -236,7 +257,7 @@ impl LeaseService {
             // Subscribed before trying, so a release between the try and the wait is not missed.
             outcome = self
                 .calls
-                .acquire(keys, attempt, request.ttl, durability)
+                .acquire(keys, attempt, request.ttl, durability, value)
                 .await;
             let AcquireOutcome::Contended { retry_after } = outcome else {
                 return outcome;
@@ -277,11 +298,18 @@ impl LeaseService {
 }
 
 /// Resolves on the next release message (`false`) or when the subscription ends (`true`); never
-/// without a subscription.
+/// without a subscription. The channel's other announcements (acquisitions, watchers' markers)
+/// free nothing, so they wake nobody.
 async fn next_release(subscription: &mut Option<Subscription>) -> bool {
-    match subscription {
-        Some(subscription) => subscription.recv().await.is_err(),
-        None => std::future::pending().await,
+    let Some(subscription) = subscription else {
+        return std::future::pending().await;
+    };
+    loop {
+        match subscription.recv().await {
+            Ok(message) if message.payload.starts_with(b"released:") => return false,
+            Ok(_) => {}
+            Err(_) => return true,
+        }
     }
 }
 

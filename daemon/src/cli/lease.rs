@@ -158,6 +158,7 @@ async fn dispatch(command: LeaseCommand) -> Result<u8, String> {
                 wait,
                 watchdog: false,
                 replicas,
+                value: None,
             };
             let answer = target
                 .socket
@@ -220,6 +221,7 @@ async fn dispatch(command: LeaseCommand) -> Result<u8, String> {
                 wait,
                 watchdog: true,
                 replicas: 0,
+                value: None,
             };
             hold_while_running(
                 socket.client(),

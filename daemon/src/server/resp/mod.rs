@@ -7,6 +7,7 @@ mod clients;
 mod deadline;
 mod keyspace;
 mod lease;
+mod lease_watch;
 mod local;
 mod monitor;
 mod pending;

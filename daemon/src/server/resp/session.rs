@@ -30,6 +30,7 @@ use super::budget::{self, ClientBudget, Room};
 use super::clients::{Client, KillFilter, ListFilter, Registration};
 use super::keyspace::{self, Whole};
 use super::lease::{self, Intercept};
+use super::lease_watch::{self, Watches};
 use super::local::{self, Local, Protocol, ReplyMode, Voice};
 use super::local::{wrong_arity, Arity};
 use super::monitor::Watch;
@@ -133,6 +134,8 @@ struct Session {
     owes_yield: bool,
     /// Ends this connection's session-bound leases when the session is dropped.
     leases: lease::Connection,
+    /// `LEASE WATCH`es: holder changes pushed to the client.
+    watches: Watches,
     out: BytesMut,
     /// The bytes held for this client, against `resp.budgets`.
     budget: Arc<ClientBudget>,
@@ -189,6 +192,7 @@ pub async fn run(stream: UnixStream, front: Arc<FrontDoor>, stop: CancellationTo
         ahead: VecDeque::new(),
         owes_yield: false,
         leases: lease::Connection::new(id),
+        watches: Watches::default(),
         out: BytesMut::new(),
     };
     let outcome = session.serve(reader, writer, stop).await;
@@ -314,6 +318,9 @@ impl Session {
                     let _ = tokio::time::timeout(std::time::Duration::from_millis(100), self.flush(&mut writer)).await;
                     tracing::info!(client = self.id, principal = %self.caller.principal, %eviction, "subscriber disconnected");
                     return Err(eviction.to_string());
+                }
+                frame = self.watches.next(self.protocol), if !self.watches.is_empty() => {
+                    tollgate_resp::encode(&frame, &mut self.out);
                 }
                 Some(line) = monitored(&mut self.monitor, &self.me.client), if self.monitor.is_some() => {
                     self.out.extend_from_slice(&line);
@@ -504,12 +511,18 @@ impl Session {
         let local = Local::of(command.name(), command.word(1));
         let subscription = subscription_command(command.name());
         if self.protocol == Protocol::Resp2
-            && !self.subscriptions.is_empty()
+            && self.subscribed()
             && !local.is_some_and(Local::allowed_while_subscribed)
             && subscription.is_none()
+            && !lease_watch::is_watch(&command.argv())
         {
+            // Redis's own text while only subscribed; watching adds the watch commands.
+            let only = match self.watches.is_empty() {
+                true => "(P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE",
+                false => "LEASE WATCH / LEASE UNWATCH / (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE",
+            };
             return Step::Reply(replies::error(format!(
-                "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+                "ERR Can't execute '{}': only {only} / PING / QUIT / RESET are allowed in this context",
                 String::from_utf8_lossy(command.name()).to_lowercase()
             )));
         }
@@ -626,7 +639,7 @@ impl Session {
     /// it on a shared connection — a RESP2 subscriber's PING (answered with a `pong` array, the
     /// subscription lane's health being the subscriber's stream) and one queued inside MULTI.
     fn pings_redis(&self) -> bool {
-        let subscribed_resp2 = self.protocol == Protocol::Resp2 && !self.subscriptions.is_empty();
+        let subscribed_resp2 = self.protocol == Protocol::Resp2 && self.subscribed();
         let in_multi = self.transaction.as_ref().is_some_and(|t| t.in_multi);
         !subscribed_resp2 && !in_multi
     }
@@ -678,8 +691,14 @@ impl Session {
         }
     }
 
+    /// Whether messages may arrive unasked: subscribed, or watching leases. In RESP2 that limits
+    /// the commands accepted, as Redis limits a subscriber's.
+    fn subscribed(&self) -> bool {
+        !self.subscriptions.is_empty() || !self.watches.is_empty()
+    }
+
     fn local(&mut self, local: Local, argv: &[&[u8]]) -> Step {
-        let subscribed_resp2 = self.protocol == Protocol::Resp2 && !self.subscriptions.is_empty();
+        let subscribed_resp2 = self.protocol == Protocol::Resp2 && self.subscribed();
         let frame = match local {
             Local::Ping => local::ping(argv, subscribed_resp2),
             Local::Echo => Frame::Bulk(Bytes::copy_from_slice(argv[1])),
@@ -943,6 +962,17 @@ impl Session {
             }
             InPlace::Lease(command) => {
                 let argv = command.argv();
+                if lease_watch::is_watch(&argv) {
+                    let (front, caller) = (&self.front, &self.caller);
+                    return lease_watch::run(
+                        front,
+                        caller,
+                        &mut self.watches,
+                        self.protocol,
+                        &argv,
+                    )
+                    .await;
+                }
                 lease::run(
                     &self.front,
                     &self.caller,
@@ -954,6 +984,7 @@ impl Session {
             }
             InPlace::Reset => {
                 self.subscriptions.clear();
+                self.watches.clear();
                 self.monitor = None;
                 if let Some(transaction) = self.transaction.take() {
                     transaction.conn.release().await;

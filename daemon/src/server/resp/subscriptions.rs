@@ -247,7 +247,7 @@ pub fn confirmation(
     )
 }
 
-fn out_of_band(items: Vec<Frame>, protocol: Protocol) -> Frame {
+pub(super) fn out_of_band(items: Vec<Frame>, protocol: Protocol) -> Frame {
     match protocol {
         Protocol::Resp3 => Frame::Push(items),
         Protocol::Resp2 => Frame::Array(items),
