@@ -296,7 +296,7 @@ async fn watching_is_admitted_and_scoped_like_subscribing() {
 
     let mut watcher = Observer::watch(&daemon, 2, "orders:scoped").await;
     assert_eq!(watcher.next().await, Seen::Free);
-    let refused = watcher.client.call(&["GET", "k"]).await;
+    let refused = watcher.client.call(&["ECHO", "hi"]).await;
     assert!(
         matches!(&refused, Frame::Error(e) if String::from_utf8_lossy(e).contains("LEASE WATCH")),
         "{refused:?}"
@@ -315,7 +315,10 @@ async fn watching_is_admitted_and_scoped_like_subscribing() {
             Frame::Integer(0)
         ])
     );
-    assert_eq!(watcher.client.call(&["GET", "k"]).await, Frame::Null);
+    assert_eq!(
+        watcher.client.call(&["ECHO", "hi"]).await,
+        Frame::Bulk("hi".into())
+    );
     // No longer watching: a change is not pushed.
     let mut holder = client(&daemon, 2).await;
     holder
@@ -332,6 +335,9 @@ async fn watching_is_admitted_and_scoped_like_subscribing() {
 
     let mut resp3 = Observer::watch(&daemon, 3, "orders:scoped").await;
     assert!(matches!(resp3.next().await, Seen::Held(..)));
-    assert_eq!(resp3.client.call(&["GET", "k"]).await, Frame::Null);
+    assert_eq!(
+        resp3.client.call(&["ECHO", "hi"]).await,
+        Frame::Bulk("hi".into())
+    );
     daemon.stop().await;
 }
