@@ -123,7 +123,10 @@ impl Gateway {
             .body(Full::new(Bytes::from(body.to_string())))
             .expect("a valid request");
         // Ready once the last exchange has finished on the connection.
-        self.sender.ready().await.map_err(|error| error.to_string())?;
+        self.sender
+            .ready()
+            .await
+            .map_err(|error| error.to_string())?;
         let response = self
             .sender
             .send_request(request)
