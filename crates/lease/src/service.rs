@@ -299,14 +299,15 @@ impl LeaseService {
 
 /// Resolves on the next release message (`false`) or when the subscription ends (`true`); never
 /// without a subscription. The channel's other announcements (acquisitions, watchers' markers)
-/// free nothing, so they wake nobody.
+/// free nothing, so they wake nobody; any `released…` does (the exclusive lease's `released:<fence>`
+/// or another script's plain `released`).
 async fn next_release(subscription: &mut Option<Subscription>) -> bool {
     let Some(subscription) = subscription else {
         return std::future::pending().await;
     };
     loop {
         match subscription.recv().await {
-            Ok(message) if message.payload.starts_with(b"released:") => return false,
+            Ok(message) if message.payload.starts_with(b"released") => return false,
             Ok(_) => {}
             Err(_) => return true,
         }
