@@ -2,8 +2,8 @@
 # Builds every guest module under policies/modules for wasm32-unknown-unknown and turns each core
 # module into a component (tools/componentize, wit-component in-process). Output:
 #   policies/modules/target/components/<name>.wasm   (never committed)
-# Uses rustup's wasm32 target when it is installed, Debian's rustc-web otherwise (see DESIGN.md,
-# "Building WASM guests on these machines"), and says what to install when neither is there.
+# Uses rustup's wasm32 target when it is installed, Debian's rustc-web otherwise (see docs/design.md,
+# "Building WASM guests"), and says what to install when neither is there.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -2,7 +2,7 @@
 """Generates the built-in catalog's command table from a live Redis server.
 
 Reads COMMAND INFO (arity, flags, ACL categories, key specs, subcommands) and COMMAND DOCS (summaries)
-through redis-cli, decides each command's lane by the rules in DESIGN.md ("Lane choice"), and writes
+through redis-cli, decides each command's lane by the rules in docs/design.md ("Lanes"), and writes
 policies/modules/catalog/src/commands.rs, which is committed as data and snapshot-tested.
 
 Usage: scripts/gen-catalog.py [--socket PATH]

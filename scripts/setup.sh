@@ -3,7 +3,7 @@
 # embedded default and every integration test), redis-sentinel (Sentinel tests), nutcracker (the
 # benchmark's peer proxy), curl, util-linux and passwd (the two-user tests run clients under
 # `setpriv`/`prlimit` and create users with `useradd`), and the WASM guest toolchain from Debian
-# (only where rustup has no wasm32 target; see DESIGN.md, "Building WASM guests"). Safe to run
+# (only where rustup has no wasm32 target; see docs/design.md, "Building WASM guests"). Safe to run
 # again: it installs nothing twice.
 set -euo pipefail
 

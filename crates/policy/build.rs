@@ -8,7 +8,7 @@ const INPUTS: &[&str] = &[
     "wit",
     "scripts/build-guests.sh",
     "tools/componentize/src",
-    "crates/policy/rules/src",
+    "crates/policy-rules/src",
     "policies/modules/Cargo.toml",
     "policies/modules/Cargo.lock",
     "policies/modules/kit/src",

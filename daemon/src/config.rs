@@ -369,10 +369,10 @@ impl Config {
     fn validate(&self) -> Result<(), (String, String)> {
         self.lanes
             .validate()
-            .map_err(|message| ("lanes".to_owned(), message))?;
+            .map_err(|error| ("lanes".to_owned(), error.to_string()))?;
         self.leases
             .validate()
-            .map_err(|message| ("leases".to_owned(), message))?;
+            .map_err(|error| ("leases".to_owned(), error.to_string()))?;
         if self.worker_threads == Some(0) {
             return Err(("worker_threads".to_owned(), "must be at least 1".to_owned()));
         }

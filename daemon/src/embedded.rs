@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tollgate_lanes::Endpoint;
 
 use crate::config::EmbeddedConfig;
@@ -15,6 +16,8 @@ use crate::runtime_dir::{self, EntryError, Kind};
 
 /// How long a fresh `redis-server` gets to answer before start-up fails.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one readiness PING may take while the server starts.
+const PING_TIMEOUT: Duration = Duration::from_millis(500);
 /// How long a stopping `redis-server` gets after SIGTERM before it is killed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -152,7 +155,7 @@ impl EmbeddedRedis {
                     log: log.to_owned(),
                 });
             }
-            if crate::readiness::ping(&self.endpoint()).await.is_ok() {
+            if answers_ping(&self.socket).await {
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -161,4 +164,20 @@ impl EmbeddedRedis {
             log: log.to_owned(),
         })
     }
+}
+
+/// Whether a server on `socket` answers one PING within [`PING_TIMEOUT`]: the raw probe used while
+/// the server starts, before any lane exists.
+async fn answers_ping(socket: &Path) -> bool {
+    let probe = async {
+        let mut stream = tokio::net::UnixStream::connect(socket).await?;
+        stream.write_all(b"PING\r\n").await?;
+        let mut reply = [0u8; 8];
+        let read = stream.read(&mut reply).await?;
+        Ok::<_, std::io::Error>(reply[..read].starts_with(b"+PONG"))
+    };
+    matches!(
+        tokio::time::timeout(PING_TIMEOUT, probe).await,
+        Ok(Ok(true))
+    )
 }

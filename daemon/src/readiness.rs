@@ -3,13 +3,11 @@
 //! and another through the lease service's own lanes as the lease user;
 //! any lane that cannot connect right now is named, and so is an embedded server that is down and
 //! being restarted. Each problem is reported as a sentence.
-//! [`ping`] is the raw probe used before the lanes exist (waiting for the embedded server).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tollgate_lanes::{Endpoint, Lanes, LifeState};
+use tollgate_lanes::{Lanes, LifeState};
 
 use crate::supervisor::ChildPid;
 
@@ -83,47 +81,5 @@ fn unavailable_lanes(status: &tollgate_lanes::LanesStatus, what: &str, problems:
                 lane.lane.shout()
             ));
         }
-    }
-}
-
-/// One PING with a short deadline; the error says why Redis did not answer.
-pub async fn ping(endpoint: &Endpoint) -> Result<(), String> {
-    match tokio::time::timeout(PROBE_TIMEOUT, ping_unbounded(endpoint)).await {
-        Ok(result) => result,
-        Err(_) => Err(format!("no answer within {PROBE_TIMEOUT:?}")),
-    }
-}
-
-async fn ping_unbounded(endpoint: &Endpoint) -> Result<(), String> {
-    let mut reply = [0u8; 64];
-    let read = match endpoint {
-        Endpoint::Unix(path) => {
-            let mut stream = tokio::net::UnixStream::connect(path)
-                .await
-                .map_err(|e| e.to_string())?;
-            stream
-                .write_all(b"PING\r\n")
-                .await
-                .map_err(|e| e.to_string())?;
-            stream.read(&mut reply).await.map_err(|e| e.to_string())?
-        }
-        Endpoint::Tcp { host, port } => {
-            let mut stream = tokio::net::TcpStream::connect((host.as_str(), *port))
-                .await
-                .map_err(|e| e.to_string())?;
-            stream
-                .write_all(b"PING\r\n")
-                .await
-                .map_err(|e| e.to_string())?;
-            stream.read(&mut reply).await.map_err(|e| e.to_string())?
-        }
-    };
-    if reply[..read].starts_with(b"+PONG") {
-        Ok(())
-    } else {
-        Err(format!(
-            "unexpected reply {:?}",
-            String::from_utf8_lossy(&reply[..read]).trim_end()
-        ))
     }
 }

@@ -22,25 +22,8 @@ use crate::server::identity::Identities;
 use crate::server::limits::ConnectionLimits;
 use crate::server::resp::{self, FrontDoor};
 use crate::server::{http, socket};
+use crate::services::Services;
 use crate::supervisor::{ChildPid, Restart, Supervisor};
-
-/// What every listener shares.
-pub struct Shared {
-    pub readiness: Readiness,
-    pub metrics: Metrics,
-    /// The only way to Redis (DESIGN.md, "Lanes").
-    pub lanes: Lanes,
-    /// Leases on the lease service's own SCRIPT and PUBSUB lanes (DESIGN.md, "Leases").
-    pub leases: LeaseService,
-    /// The policy every command and lease passes.
-    pub admission: Admission,
-    /// Callers' principals and who administers the daemon.
-    pub identities: Identities,
-    /// Spaces out policy reloads over HTTP (`admin.reload_interval`).
-    pub reloads: Throttle,
-    /// The lanes' Redis ACL users, kept in step with the policy.
-    pub lane_users: LaneUsers,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -68,10 +51,9 @@ pub struct Daemon {
     http_socket: socket::SocketFile,
     resp_socket: socket::SocketFile,
     embedded: Option<Supervisor>,
-    lanes: Lanes,
+    /// What the listeners were lent; the daemon closes its lanes last.
+    services: Arc<Services>,
     lease_lanes: Lanes,
-    admission: Admission,
-    lane_users: LaneUsers,
     config: Config,
 }
 
@@ -150,7 +132,7 @@ impl Daemon {
         };
         let leases = LeaseService::new(&lease_lanes, config.leases.clone(), &mut registry);
         let identities = Identities::new(admission.clone(), &config.identity, &config.admin);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Services {
             readiness: Readiness::new(
                 lanes.clone(),
                 lease_lanes.clone(),
@@ -181,10 +163,7 @@ impl Daemon {
             }
         });
         let front_door = Arc::new(FrontDoor::new(
-            admission.clone(),
-            identities,
-            lanes.clone(),
-            shared.leases.clone(),
+            shared.clone(),
             config.resp.clone(),
             ConnectionLimits::new(&config.limits, "resp"),
             resp_socket.path.display().to_string(),
@@ -203,22 +182,20 @@ impl Daemon {
             http_socket,
             resp_socket,
             embedded,
-            lanes,
+            services: shared,
             lease_lanes,
-            admission,
-            lane_users,
             config,
         })
     }
 
     /// The policy in force; `reload` on SIGHUP swaps its generation.
     pub fn admission(&self) -> &Admission {
-        &self.admission
+        &self.services.admission
     }
 
     /// The lanes' ACL users; after a reload, `follow` cuts them to the new policy.
     pub fn lane_users(&self) -> &LaneUsers {
-        &self.lane_users
+        &self.services.lane_users
     }
 
     pub fn http_socket(&self) -> &Path {
@@ -270,7 +247,7 @@ impl Daemon {
         // Lanes close after the listeners (their sessions hold lanes) and before the embedded Redis.
         let remaining = drain.saturating_sub(draining_since.elapsed());
         let (lanes, lease_lanes) = tokio::join!(
-            self.lanes.close(remaining),
+            self.services.lanes.close(remaining),
             self.lease_lanes.close(remaining)
         );
         tracing::info!(?lanes, ?lease_lanes, "lanes closed");

@@ -466,6 +466,119 @@ rules:
     daemon.stop().await;
 }
 
+/// Whether Redis (asked directly) is held up by a script: a PING it does not answer at once.
+async fn redis_held_up(redis: &RedisServer) -> bool {
+    let mut direct = RawClient::connect(redis.socket()).await;
+    direct.send(&["PING"]).await;
+    direct
+        .read_within(Duration::from_millis(300))
+        .await
+        .is_err()
+}
+
+/// A kill has a SCRIPT connection of its own, open before it is needed (issue 16): sent in a
+/// runaway script's first moments, before Redis reads anything (its busy threshold is longer than
+/// a connection's handshake may take), `SCRIPT KILL` through the daemon succeeds on the first try
+/// (and `FUNCTION STATS` and `FUNCTION KILL` for a runaway function);
+/// and past the threshold another client's script gets Redis's `BUSY` rather than hanging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_kill_succeeds_on_the_first_try_in_a_runaway_scripts_first_moments() {
+    let redis = RedisServer::builder()
+        .arg("--busy-reply-threshold")
+        .arg("1500")
+        .start();
+    let policy = redis.dir().join("scripts.yaml");
+    std::fs::write(
+        &policy,
+        r#"
+principals:
+  local: { any: true }
+rules:
+  - id: scripts
+    commands: [EVAL, FCALL, SCRIPT KILL, FUNCTION, "@connection"]
+    scripts: unconstrained
+    allow: the runaway script test
+"#,
+    )
+    .expect("write the test policy");
+    let daemon = TestDaemon::start_with(&redis, |config| config.policy.files = vec![policy]).await;
+    let mut runaway = RawClient::connect(&daemon.resp_socket()).await;
+    let mut killer = RawClient::connect(&daemon.resp_socket()).await;
+    let library =
+        "#!lua name=spin\nredis.register_function('spin', function() while true do end end)";
+    assert_eq!(
+        text(&killer.call(&["FUNCTION", "LOAD", "REPLACE", library]).await),
+        "spin"
+    );
+    for (run, kill) in [
+        (&["EVAL", "while true do end", "0"][..], "SCRIPT"),
+        (&["FCALL", "spin", "0"][..], "FUNCTION"),
+    ] {
+        runaway.send(run).await;
+        let until = Instant::now() + PATIENCE;
+        while !redis_held_up(&redis).await {
+            assert!(Instant::now() < until, "{run:?} never started");
+        }
+        // Still inside the busy threshold: Redis reads nothing yet.
+        if kill == "FUNCTION" {
+            // What to kill, asked on the same path: Redis answers it while busy too.
+            let stats = killer.call(&["FUNCTION", "STATS"]).await;
+            let Frame::Array(stats) = &stats else {
+                panic!("FUNCTION STATS: {stats:?}");
+            };
+            assert_eq!(text(&stats[0]), "running_script");
+            assert!(matches!(&stats[1], Frame::Array(running) if !running.is_empty()));
+        }
+        assert_eq!(
+            text(&killer.call(&[kill, "KILL"]).await),
+            "OK",
+            "{kill} KILL"
+        );
+        let killed = runaway
+            .read_within(PATIENCE)
+            .await
+            .expect("the runaway script's reply")
+            .expect("its connection stays open");
+        assert!(text(&killed).contains("killed by user"), "{killed:?}");
+    }
+
+    // Past the threshold, another client's script is answered BUSY, then the kill works at once.
+    runaway.send(&["EVAL", "while true do end", "0"]).await;
+    let mut direct = RawClient::connect(redis.socket()).await;
+    let until = Instant::now() + PATIENCE;
+    loop {
+        let reply = direct.call(&["PING"]).await;
+        if text(&reply).starts_with("BUSY") {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "redis never answered BUSY: {reply:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut other = RawClient::connect(&daemon.resp_socket()).await;
+    let busy = tokio::time::timeout(PATIENCE, other.call(&["EVAL", "return 1", "0"]))
+        .await
+        .expect("another script is answered, not held");
+    assert!(
+        matches!(&busy, Frame::Error(e) if e.starts_with(b"BUSY Redis is busy running a script")),
+        "{busy:?}"
+    );
+    assert_eq!(text(&killer.call(&["SCRIPT", "KILL"]).await), "OK");
+    let killed = runaway
+        .read_within(PATIENCE)
+        .await
+        .expect("the runaway script's reply")
+        .expect("its connection stays open");
+    assert!(text(&killed).contains("killed by user"), "{killed:?}");
+    assert_eq!(
+        other.call(&["EVAL", "return 1", "0"]).await,
+        Frame::Integer(1)
+    );
+    daemon.stop().await;
+}
+
 /// Connection pools health-check with PING: it says PONG only while Redis answers.
 #[tokio::test]
 async fn ping_fails_while_redis_is_stopped_and_answers_again_after() {

@@ -295,6 +295,80 @@ async fn the_binary_serves_on_the_embedded_default_and_sigterm_cleans_up() {
     );
 }
 
+/// Log lines name what they belong to: a RESP session's carry its client id, uid, pid and
+/// principal; an HTTP request's its method, path, uid and principal; and no escape codes reach a
+/// log that is not a terminal.
+#[tokio::test]
+async fn log_lines_name_the_session_or_request_they_were_logged_in() {
+    let dir = tempdir();
+    let mut child = tollgate()
+        .arg("serve")
+        .env_remove("XDG_RUNTIME_DIR")
+        .env("RUST_LOG", "info,tollgate=debug")
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let runtime = dir.path().join(".tollgate");
+    let http_socket = runtime.join("http.sock");
+    wait_for_status(&http_socket, "/readyz", 200).await;
+
+    // A RESP session that pings and hangs up logs why it ended.
+    let mut resp = tokio::net::UnixStream::connect(runtime.join("resp.sock"))
+        .await
+        .unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut resp, b"PING\r\n")
+        .await
+        .unwrap();
+    let mut reply = [0u8; 7];
+    tokio::io::AsyncReadExt::read_exact(&mut resp, &mut reply)
+        .await
+        .unwrap();
+    assert_eq!(&reply, b"+PONG\r\n");
+    drop(resp);
+    // A reload over HTTP logs that the lane users were cut to the policy.
+    let reload = http::post(&http_socket, "/v1/policy/reload", "")
+        .await
+        .unwrap();
+    assert_eq!(reload.status, 200, "{:?}", reload.json());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    wait_for_exit(&mut child, Duration::from_secs(20));
+    let mut log = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut log).unwrap();
+    assert!(
+        !log.contains('\u{1b}'),
+        "escape codes in a piped log:\n{log}"
+    );
+    let uid = nix::unistd::geteuid().as_raw();
+    let line_of = |message: &str| {
+        log.lines()
+            .find(|line| line.contains(message))
+            .unwrap_or_else(|| panic!("no line with {message:?} in:\n{log}"))
+            .to_owned()
+    };
+    let ended = line_of("RESP session ended");
+    assert!(
+        ended.contains("resp{client=1 uid=")
+            && ended.contains(&format!("uid={uid} pid="))
+            && ended.contains("principal=local"),
+        "{ended}"
+    );
+    let cut = line_of("lane users cut to the policy");
+    assert!(
+        cut.contains(&format!(
+            "http{{method=POST path=/v1/policy/reload uid={uid} pid="
+        )) && cut.contains("principal=local"),
+        "{cut}"
+    );
+}
+
 pub(crate) async fn wait_for_status(socket: &Path, path: &str, status: u16) -> http::HttpReply {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {

@@ -66,10 +66,12 @@ impl Fixture {
     }
 
     /// Ids of the connections Redis has from `user`, from `CLIENT LIST`.
+    /// The lane's own connections as Redis lists them: the lane's user, not SCRIPT's kill
+    /// connections (`tollgate-script-kill`), which stand outside its ceiling.
     pub fn client_ids(&self, user: &str) -> Vec<u64> {
         client_list(&self.redis)
             .into_iter()
-            .filter(|c| c.user == user)
+            .filter(|c| c.user == user && !c.name.ends_with("-kill"))
             .map(|c| c.id)
             .collect()
     }
@@ -96,6 +98,8 @@ pub fn cmd(argv: &[&str]) -> Bytes {
 pub struct Client {
     pub id: u64,
     pub user: String,
+    /// `CLIENT SETNAME`'s: `tollgate-<lane>`, or `tollgate-script-kill`.
+    pub name: String,
 }
 
 pub fn client_list(redis: &RedisServer) -> Vec<Client> {
@@ -113,6 +117,7 @@ pub fn client_list(redis: &RedisServer) -> Vec<Client> {
             Client {
                 id: field("id").parse().expect("numeric client id"),
                 user: field("user"),
+                name: field("name"),
             }
         })
         .collect()

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use tollgate_lanes::{CallError, Lane};
+use tollgate_lanes::{CallError, Lane, LaneError, Multiplexed};
 
 use crate::lanes::{cmd, Fixture};
 
@@ -21,7 +21,7 @@ fn regular_writes(fixture: &Fixture) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_sent_while_a_write_is_unanswered_go_out_in_one_write() {
     let fixture = Fixture::start(|config| config.regular.connections = Some(1)).await;
-    let channel = fixture.lanes.multiplexed(Lane::Regular).unwrap();
+    let channel = fixture.lanes.multiplexed(Multiplexed::Regular).unwrap();
     channel.send(cmd(&["PING"])).await.unwrap();
     let before = regular_writes(&fixture);
 
@@ -50,7 +50,7 @@ async fn work_is_packed_on_one_connection_until_it_spills_over() {
     let fixture = Fixture::start(|config| config.regular.connections = Some(4)).await;
     let user = tollgate_lanes::user_name(Lane::Regular);
     for _ in 0..20 {
-        let channel = fixture.lanes.multiplexed(Lane::Regular).unwrap();
+        let channel = fixture.lanes.multiplexed(Multiplexed::Regular).unwrap();
         channel.send(cmd(&["PING"])).await.unwrap();
     }
     assert_eq!(
@@ -62,9 +62,9 @@ async fn work_is_packed_on_one_connection_until_it_spills_over() {
     // 200 commands outstanding on the first connection (past its 128) send the next caller to
     // the second.
     fixture.redis.inline("CLIENT PAUSE 300 ALL");
-    let busy = fixture.lanes.multiplexed(Lane::Regular).unwrap();
+    let busy = fixture.lanes.multiplexed(Multiplexed::Regular).unwrap();
     let outstanding: Vec<_> = (0..200).map(|_| busy.send(cmd(&["PING"]))).collect();
-    let spilled = fixture.lanes.multiplexed(Lane::Regular).unwrap();
+    let spilled = fixture.lanes.multiplexed(Multiplexed::Regular).unwrap();
     assert_eq!(
         &spilled.send(cmd(&["PING"])).await.unwrap().bytes()[..],
         b"+PONG\r\n"
@@ -78,7 +78,7 @@ async fn work_is_packed_on_one_connection_until_it_spills_over() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_held_for_the_next_write_are_not_sent_when_the_connection_is_lost() {
     let mut fixture = Fixture::start(|config| config.regular.connections = Some(1)).await;
-    let channel = fixture.lanes.multiplexed(Lane::Regular).unwrap();
+    let channel = fixture.lanes.multiplexed(Multiplexed::Regular).unwrap();
     channel.send(cmd(&["PING"])).await.unwrap();
 
     fixture.redis.inline("CLIENT PAUSE 5000 ALL");
@@ -94,7 +94,7 @@ async fn commands_held_for_the_next_write_are_not_sent_when_the_connection_is_lo
         other => panic!("the written command may have run: expected Indeterminate, got {other:?}"),
     }
     match held.await {
-        Err(CallError::Unavailable { .. }) => {}
+        Err(CallError::NotSent(LaneError::Unavailable { .. })) => {}
         other => panic!("the held command never left: expected Unavailable, got {other:?}"),
     }
 }

@@ -5,18 +5,19 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::FutureExt;
-use tollgate_lanes::Lane;
 use tollgate_lanes::{CallError, LaneError, Saturation};
+use tollgate_lanes::{Exclusive, Lane, Multiplexed};
 
 use crate::lanes::{cmd, Fixture};
 
 /// Runs ten times as many borrowers as the lane allows while sampling `CLIENT LIST`; returns the most
 /// connections Redis ever saw from the lane's user.
 async fn hammer_exclusive(
-    lane: Lane,
+    exclusive: Exclusive,
     ceiling: usize,
     work: &'static [&'static [&'static str]],
 ) -> usize {
+    let lane = Lane::from(exclusive);
     let fixture = Arc::new(
         Fixture::start(|config| {
             let o = config.overrides_mut(lane);
@@ -44,7 +45,7 @@ async fn hammer_exclusive(
             let (lanes, most_lent) = (fixture.lanes.clone(), most_lent.clone());
             tokio::spawn(async move {
                 let mut conn = lanes
-                    .borrow(lane)
+                    .borrow(exclusive)
                     .await
                     .expect("borrow within the acquire timeout");
                 let in_use = lanes
@@ -79,7 +80,7 @@ async fn hammer_exclusive(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocking_ceiling_holds_under_ten_times_the_borrowers() {
-    let most = hammer_exclusive(Lane::Blocking, 3, &[&["BLPOP", "nothing", "0.02"]]).await;
+    let most = hammer_exclusive(Exclusive::Blocking, 3, &[&["BLPOP", "nothing", "0.02"]]).await;
     assert!(
         most <= 3,
         "redis saw {most} BLOCKING connections, ceiling 3"
@@ -89,7 +90,7 @@ async fn blocking_ceiling_holds_under_ten_times_the_borrowers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transaction_ceiling_holds_under_ten_times_the_borrowers() {
     let work: &[&[&str]] = &[&["WATCH", "k"], &["MULTI"], &["INCR", "k"], &["EXEC"]];
-    let most = hammer_exclusive(Lane::Transaction, 3, work).await;
+    let most = hammer_exclusive(Exclusive::Transaction, 3, work).await;
     assert!(
         most <= 3,
         "redis saw {most} TRANSACTION connections, ceiling 3"
@@ -98,13 +99,19 @@ async fn transaction_ceiling_holds_under_ten_times_the_borrowers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_ceiling_holds_under_ten_times_the_borrowers() {
-    let most = hammer_exclusive(Lane::Admin, 2, &[&["INFO", "server"], &["SLOWLOG", "GET"]]).await;
+    let most = hammer_exclusive(
+        Exclusive::Admin,
+        2,
+        &[&["INFO", "server"], &["SLOWLOG", "GET"]],
+    )
+    .await;
     assert!(most <= 2, "redis saw {most} ADMIN connections, ceiling 2");
 }
 
 /// Pauses Redis, sends ten times the in-flight ceiling through a multiplexed lane with 2 connections
 /// and 4 commands in flight, and checks that exactly the ceiling is on the wire while the rest wait.
-async fn paused_multiplexed_ceiling(lane: Lane) {
+async fn paused_multiplexed_ceiling(multiplexed: Multiplexed) {
+    let lane = Lane::from(multiplexed);
     let fixture = Fixture::start(|config| {
         let o = config.overrides_mut(lane);
         o.connections = Some(2);
@@ -114,7 +121,7 @@ async fn paused_multiplexed_ceiling(lane: Lane) {
     .await;
     // Open both connections first so the pause holds commands, not handshakes.
     let warm: Vec<_> = (0..2)
-        .map(|_| fixture.lanes.multiplexed(lane).unwrap())
+        .map(|_| fixture.lanes.multiplexed(multiplexed).unwrap())
         .collect();
     for channel in &warm {
         channel.send(cmd(&["PING"])).await.unwrap();
@@ -122,7 +129,7 @@ async fn paused_multiplexed_ceiling(lane: Lane) {
     fixture.redis.inline("CLIENT PAUSE 400 ALL");
     let sends: Vec<_> = (0..40)
         .map(|i| {
-            let channel = fixture.lanes.multiplexed(lane).unwrap();
+            let channel = fixture.lanes.multiplexed(multiplexed).unwrap();
             tokio::spawn(channel.send(cmd(&["SET", &format!("k{i}"), "v"])))
         })
         .collect();
@@ -160,12 +167,12 @@ async fn paused_multiplexed_ceiling(lane: Lane) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regular_in_flight_and_connection_ceilings_hold_while_redis_is_paused() {
-    paused_multiplexed_ceiling(Lane::Regular).await;
+    paused_multiplexed_ceiling(Multiplexed::Regular).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_in_flight_and_connection_ceilings_hold_while_redis_is_paused() {
-    paused_multiplexed_ceiling(Lane::Script).await;
+    paused_multiplexed_ceiling(Multiplexed::Script).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -175,13 +182,13 @@ async fn waiters_are_served_in_arrival_order() {
         config.blocking.acquire_timeout = Some(Duration::from_secs(10));
     })
     .await;
-    let holder = fixture.lanes.borrow(Lane::Blocking).await.unwrap();
+    let holder = fixture.lanes.borrow(Exclusive::Blocking).await.unwrap();
     let served = Arc::new(Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
     for arrival in 0..6 {
         let (lanes, served) = (fixture.lanes.clone(), served.clone());
         waiters.push(tokio::spawn(async move {
-            let conn = lanes.borrow(Lane::Blocking).await.unwrap();
+            let conn = lanes.borrow(Exclusive::Blocking).await.unwrap();
             served.lock().unwrap().push(arrival);
             tokio::time::sleep(Duration::from_millis(2)).await;
             conn.release().await;
@@ -203,10 +210,10 @@ async fn an_expired_wait_is_rejected_with_the_lane_named() {
         config.blocking.acquire_timeout = Some(Duration::from_millis(150));
     })
     .await;
-    let _holder = fixture.lanes.borrow(Lane::Blocking).await.unwrap();
+    let _holder = fixture.lanes.borrow(Exclusive::Blocking).await.unwrap();
     let error = fixture
         .lanes
-        .borrow(Lane::Blocking)
+        .borrow(Exclusive::Blocking)
         .await
         .err()
         .expect("no connection free");
@@ -239,11 +246,11 @@ async fn a_full_queue_is_rejected_at_once_with_the_lane_named() {
         config.transaction.acquire_timeout = Some(Duration::from_secs(30));
     })
     .await;
-    let holder = fixture.lanes.borrow(Lane::Transaction).await.unwrap();
+    let holder = fixture.lanes.borrow(Exclusive::Transaction).await.unwrap();
     let queued: Vec<_> = (0..2)
         .map(|_| {
             let lanes = fixture.lanes.clone();
-            tokio::spawn(async move { lanes.borrow(Lane::Transaction).await.map(drop) })
+            tokio::spawn(async move { lanes.borrow(Exclusive::Transaction).await.map(drop) })
         })
         .collect();
     let lanes = fixture.lanes.clone();
@@ -257,7 +264,7 @@ async fn a_full_queue_is_rejected_at_once_with_the_lane_named() {
         })
         .await
     );
-    match fixture.lanes.borrow(Lane::Transaction).await {
+    match fixture.lanes.borrow(Exclusive::Transaction).await {
         Err(LaneError::Saturated {
             lane,
             cause,
@@ -286,12 +293,12 @@ async fn a_multiplexed_lane_refuses_sends_past_in_flight_plus_queue() {
         config.regular.acquire_timeout = Some(Duration::from_secs(10));
     })
     .await;
-    let channel = fixture.lanes.multiplexed(Lane::Regular).unwrap();
+    let channel = fixture.lanes.multiplexed(Multiplexed::Regular).unwrap();
     channel.send(cmd(&["PING"])).await.unwrap();
     fixture.redis.inline("CLIENT PAUSE 300 ALL");
     let accepted: Vec<_> = (0..3).map(|_| channel.send(cmd(&["PING"]))).collect();
     match channel.send(cmd(&["PING"])).now_or_never() {
-        Some(Err(CallError::Saturated { lane, cause, .. })) => {
+        Some(Err(CallError::NotSent(LaneError::Saturated { lane, cause, .. }))) => {
             assert_eq!((lane, cause), (Lane::Regular, Saturation::QueueFull));
         }
         other => panic!("expected an immediate QueueFull, got {other:?}"),
@@ -307,7 +314,7 @@ async fn a_multiplexed_lane_refuses_sends_past_in_flight_plus_queue() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_channel_keeps_its_pipeline_in_order() {
     let fixture = Fixture::start(|_| {}).await;
-    let channel = fixture.lanes.multiplexed(Lane::Regular).unwrap();
+    let channel = fixture.lanes.multiplexed(Multiplexed::Regular).unwrap();
     // All sent before any is awaited: order must come from the send calls alone.
     let replies: Vec<_> = (0..500)
         .map(|_| channel.send(cmd(&["INCR", "counter"])))
@@ -321,7 +328,7 @@ async fn one_channel_keeps_its_pipeline_in_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_reply_arrives_whole_behind_and_ahead_of_small_ones() {
     let fixture = Fixture::start(|_| {}).await;
-    let channel = fixture.lanes.multiplexed(Lane::Regular).unwrap();
+    let channel = fixture.lanes.multiplexed(Multiplexed::Regular).unwrap();
     let items: Vec<String> = (0..100_000).map(|i| format!("item-{i}")).collect();
     for chunk in items.chunks(10_000) {
         let mut argv = vec!["RPUSH", "big"];

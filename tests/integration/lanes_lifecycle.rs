@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tollgate_lanes::{CallError, CloseOutcome, Lane, LaneError, LifeState, SubscriptionKind};
+use tollgate_lanes::{
+    CallError, CloseOutcome, Exclusive, Lane, LaneError, LifeState, Multiplexed, SubscriptionKind,
+};
 
 use crate::lanes::{cmd, eventually, Fixture};
 
@@ -13,7 +15,7 @@ async fn a_connection_abandoned_mid_blocking_command_is_never_lent_again() {
     let lanes = &fixture.lanes;
 
     // Given up on by deadline.
-    let mut conn = lanes.borrow(Lane::Blocking).await.unwrap();
+    let mut conn = lanes.borrow(Exclusive::Blocking).await.unwrap();
     let outcome = conn
         .send_within(
             cmd(&["BLPOP", "queue", "0"]),
@@ -27,7 +29,7 @@ async fn a_connection_abandoned_mid_blocking_command_is_never_lent_again() {
     drop(conn);
 
     // Cancelled by the caller, then handed back politely: still must not be reused.
-    let mut conn = lanes.borrow(Lane::Blocking).await.unwrap();
+    let mut conn = lanes.borrow(Exclusive::Blocking).await.unwrap();
     let abandoned = fixture.client_ids("tollgate-blocking");
     assert!(tokio::time::timeout(
         Duration::from_millis(100),
@@ -45,13 +47,13 @@ async fn a_connection_abandoned_mid_blocking_command_is_never_lent_again() {
         .await,
         "the abandoned connections are closed"
     );
-    let mut next = lanes.borrow(Lane::Blocking).await.unwrap();
+    let mut next = lanes.borrow(Exclusive::Blocking).await.unwrap();
     assert!(fixture
         .client_ids("tollgate-blocking")
         .iter()
         .all(|id| !abandoned.contains(id)));
     // A value pushed now goes to the new borrower, not to an abandoned BLPOP.
-    let regular = lanes.multiplexed(Lane::Regular).unwrap();
+    let regular = lanes.multiplexed(Multiplexed::Regular).unwrap();
     regular
         .send(cmd(&["LPUSH", "queue", "mine"]))
         .await
@@ -64,7 +66,7 @@ async fn a_connection_abandoned_mid_blocking_command_is_never_lent_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_connection_comes_back_clean() {
     let fixture = Fixture::start(|config| config.transaction.connections = Some(1)).await;
-    let mut conn = fixture.lanes.borrow(Lane::Transaction).await.unwrap();
+    let mut conn = fixture.lanes.borrow(Exclusive::Transaction).await.unwrap();
     for argv in [
         &["WATCH", "k"][..],
         &["MULTI"],
@@ -75,7 +77,7 @@ async fn a_transaction_connection_comes_back_clean() {
     let id = fixture.client_ids("tollgate-transaction");
     conn.release().await;
 
-    let mut again = fixture.lanes.borrow(Lane::Transaction).await.unwrap();
+    let mut again = fixture.lanes.borrow(Exclusive::Transaction).await.unwrap();
     assert_eq!(
         fixture.client_ids("tollgate-transaction"),
         id,
@@ -98,7 +100,12 @@ async fn killing_redis_gives_unavailable_quickly_and_the_lanes_recover() {
     .await;
     let lanes = fixture.lanes.clone();
     lanes.ping(Duration::from_secs(1)).await.unwrap();
-    lanes.borrow(Lane::Blocking).await.unwrap().release().await;
+    lanes
+        .borrow(Exclusive::Blocking)
+        .await
+        .unwrap()
+        .release()
+        .await;
 
     fixture.redis.kill();
     let started = Instant::now();
@@ -106,12 +113,12 @@ async fn killing_redis_gives_unavailable_quickly_and_the_lanes_recover() {
     for _ in 0..5 {
         // The first send may race the closed socket (sent, unknown); later ones must fail before sending.
         match lanes
-            .multiplexed(Lane::Regular)
+            .multiplexed(Multiplexed::Regular)
             .unwrap()
             .send(cmd(&["PING"]))
             .await
         {
-            Err(CallError::Unavailable { reason }) => {
+            Err(CallError::NotSent(LaneError::Unavailable { reason })) => {
                 regular_outcome = Some(reason);
                 break;
             }
@@ -123,7 +130,7 @@ async fn killing_redis_gives_unavailable_quickly_and_the_lanes_recover() {
         regular_outcome.is_some(),
         "REGULAR never reported Unavailable"
     );
-    match lanes.borrow(Lane::Blocking).await {
+    match lanes.borrow(Exclusive::Blocking).await {
         Err(LaneError::Unavailable { .. }) => {}
         other => panic!("expected Unavailable, got {:?}", other.map(|_| ())),
     }
@@ -147,7 +154,7 @@ async fn killing_redis_gives_unavailable_quickly_and_the_lanes_recover() {
     // BLOCKING's own connector may still be pausing after its failure: recovery within its backoff.
     let mut blocking = None;
     for _ in 0..100 {
-        if let Ok(conn) = lanes.borrow(Lane::Blocking).await {
+        if let Ok(conn) = lanes.borrow(Exclusive::Blocking).await {
             blocking = Some(conn);
             break;
         }
@@ -172,7 +179,7 @@ async fn killing_redis_gives_unavailable_quickly_and_the_lanes_recover() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn close_waits_for_borrowed_connections_that_come_back_in_time() {
     let fixture = Fixture::start(|_| {}).await;
-    let mut conn = fixture.lanes.borrow(Lane::Transaction).await.unwrap();
+    let mut conn = fixture.lanes.borrow(Exclusive::Transaction).await.unwrap();
     let worker = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(150)).await;
         let reply = conn.send(cmd(&["PING"])).await;
@@ -193,11 +200,11 @@ async fn close_waits_for_borrowed_connections_that_come_back_in_time() {
         "in-flight work finished during the drain"
     );
     assert!(matches!(
-        fixture.lanes.borrow(Lane::Blocking).await,
+        fixture.lanes.borrow(Exclusive::Blocking).await,
         Err(LaneError::Closed)
     ));
     assert!(matches!(
-        fixture.lanes.multiplexed(Lane::Regular),
+        fixture.lanes.multiplexed(Multiplexed::Regular),
         Err(LaneError::Closed)
     ));
     assert_eq!(fixture.lanes.status().state, LifeState::Closed);
@@ -206,7 +213,7 @@ async fn close_waits_for_borrowed_connections_that_come_back_in_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn close_cuts_off_a_stuck_borrower_at_the_deadline() {
     let fixture = Fixture::start(|_| {}).await;
-    let mut conn = fixture.lanes.borrow(Lane::Blocking).await.unwrap();
+    let mut conn = fixture.lanes.borrow(Exclusive::Blocking).await.unwrap();
     let stuck =
         tokio::spawn(async move { conn.send(cmd(&["BLPOP", "never", "0"])).await.map(drop) });
     assert!(
@@ -241,7 +248,7 @@ async fn every_connection_is_closed_exactly_once_and_a_second_close_is_a_no_op()
     let fixture = Fixture::start(|_| {}).await;
     let lanes = &fixture.lanes;
     lanes.ping(Duration::from_secs(1)).await.unwrap();
-    let script = lanes.multiplexed(Lane::Script).unwrap();
+    let script = lanes.multiplexed(Multiplexed::Script).unwrap();
     assert_eq!(
         &script
             .send(cmd(&["EVAL", "return 1", "0"]))
@@ -250,7 +257,11 @@ async fn every_connection_is_closed_exactly_once_and_a_second_close_is_a_no_op()
             .bytes()[..],
         b":1\r\n"
     );
-    for lane in [Lane::Blocking, Lane::Transaction, Lane::Admin] {
+    for lane in [
+        Exclusive::Blocking,
+        Exclusive::Transaction,
+        Exclusive::Admin,
+    ] {
         let mut conn = lanes.borrow(lane).await.unwrap();
         conn.send(cmd(&["PING"])).await.unwrap();
         conn.release().await;
@@ -306,7 +317,7 @@ async fn every_connection_is_closed_exactly_once_and_a_second_close_is_a_no_op()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_idle_connection_is_replaced_on_borrow() {
     let fixture = Fixture::start(|config| config.admin.connections = Some(1)).await;
-    let mut conn = fixture.lanes.borrow(Lane::Admin).await.unwrap();
+    let mut conn = fixture.lanes.borrow(Exclusive::Admin).await.unwrap();
     conn.send(cmd(&["PING"])).await.unwrap();
     conn.release().await;
     let before = fixture.client_ids("tollgate-admin");
@@ -319,7 +330,7 @@ async fn a_dead_idle_connection_is_replaced_on_borrow() {
         .await
     );
 
-    let mut conn = fixture.lanes.borrow(Lane::Admin).await.unwrap();
+    let mut conn = fixture.lanes.borrow(Exclusive::Admin).await.unwrap();
     let reply = conn
         .send(cmd(&["PING"]))
         .await

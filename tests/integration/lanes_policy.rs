@@ -271,3 +271,43 @@ async fn an_external_redis_daemon_serves_what_its_own_policy_allows() {
     assert_eq!(strings(&client.call(&["KEYS", "k"]).await), ["k"]);
     daemon.stop().await;
 }
+
+const NO_COMMAND_DOCS: &str = "principals:\n  me: { any: true }\nrules:\n  - id: no-docs\n    commands: [COMMAND|DOCS]\n    deny: narrowed\n  - id: all\n    commands: [\"*\"]\n    allow: everything\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bare_command_is_granted_without_the_subcommands_the_policy_refuses() {
+    let (daemon, _policy, _files) = embedded_with(NO_COMMAND_DOCS).await;
+    for user in ["tollgate-regular", "tollgate-transaction"] {
+        assert_eq!(
+            text(&dryrun(&daemon, user, &["COMMAND"]).await),
+            "OK",
+            "{user}"
+        );
+        assert_eq!(
+            text(&dryrun(&daemon, user, &["COMMAND", "COUNT"]).await),
+            "OK",
+            "{user}"
+        );
+        // Redis's `+command` grants every subcommand: the one the policy refuses is taken back.
+        let docs = dryrun(&daemon, user, &["COMMAND", "DOCS", "get"]).await;
+        assert!(
+            matches!(&docs, Frame::Bulk(reason) if reason.starts_with(b"This user has no permissions to run the 'command|docs' command")),
+            "{user}: {docs:?}"
+        );
+    }
+    // A lane that is granted neither does not get the bare form either.
+    let admin = dryrun(&daemon, "tollgate-admin", &["COMMAND"]).await;
+    assert!(matches!(&admin, Frame::Bulk(_)), "{admin:?}");
+
+    let mut redis = RawClient::connect(&daemon.dir().join("redis.sock")).await;
+    let count = shown(&redis.call(&["COMMAND", "COUNT"]).await);
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    let Frame::Array(commands) = client.call(&["COMMAND"]).await else {
+        panic!("COMMAND through the daemon is not an array");
+    };
+    assert_eq!(commands.len().to_string(), count);
+    assert_eq!(shown(&client.call(&["COMMAND", "COUNT"]).await), count);
+    let denied = text(&client.call(&["COMMAND", "DOCS", "get"]).await);
+    assert!(denied.contains("no-docs"), "{denied}");
+    daemon.stop().await;
+}

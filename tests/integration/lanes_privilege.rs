@@ -1,7 +1,7 @@
 //! Least privilege: each lane's ACL user, as the daemon provisions it, may do its lane's job and no
 //! more. Proven against a real Redis enforcing those users.
 
-use tollgate_lanes::Lane;
+use tollgate_lanes::{Exclusive, Lane, Multiplexed};
 
 use crate::lanes::{cmd, Fixture};
 
@@ -14,7 +14,7 @@ async fn each_lane_user_can_do_its_job_and_nothing_more() {
     let fixture = Fixture::start(|_| {}).await;
     let lanes = &fixture.lanes;
 
-    let regular = lanes.multiplexed(Lane::Regular).unwrap();
+    let regular = lanes.multiplexed(Multiplexed::Regular).unwrap();
     assert_eq!(
         &regular.send(cmd(&["SET", "k", "v"])).await.unwrap().bytes()[..],
         b"+OK\r\n"
@@ -28,7 +28,7 @@ async fn each_lane_user_can_do_its_job_and_nothing_more() {
         assert!(refused(&reply), "REGULAR ran {argv:?}: {:?}", reply.frame());
     }
 
-    let script = lanes.multiplexed(Lane::Script).unwrap();
+    let script = lanes.multiplexed(Multiplexed::Script).unwrap();
     let eval = script
         .send(cmd(&[
             "EVAL",
@@ -49,7 +49,7 @@ async fn each_lane_user_can_do_its_job_and_nothing_more() {
         config.frame()
     );
 
-    let mut admin = lanes.borrow(Lane::Admin).await.unwrap();
+    let mut admin = lanes.borrow(Exclusive::Admin).await.unwrap();
     // Under the default policy, which lets clients read diagnostics (CLIENT LIST is answered by
     // the daemon from its own sessions, never sent).
     for argv in [
@@ -77,7 +77,7 @@ async fn each_lane_user_can_do_its_job_and_nothing_more() {
     }
     admin.release().await;
 
-    let mut blocking = lanes.borrow(Lane::Blocking).await.unwrap();
+    let mut blocking = lanes.borrow(Exclusive::Blocking).await.unwrap();
     let eval = blocking
         .send(cmd(&["EVAL", "return 1", "0"]))
         .await
@@ -104,20 +104,27 @@ async fn on_lane(
     lane: Lane,
     argv: &[&str],
 ) -> tollgate_lanes::Reply {
-    match lane {
-        Lane::Regular | Lane::Script => lanes
-            .multiplexed(lane)
-            .unwrap()
-            .send(cmd(argv))
-            .await
-            .unwrap(),
-        _ => {
-            let mut conn = lanes.borrow(lane).await.unwrap();
-            let reply = conn.send(cmd(argv)).await.unwrap();
-            conn.release().await;
-            reply
-        }
-    }
+    let exclusive = match lane {
+        Lane::Regular => return on_channel(lanes, Multiplexed::Regular, argv).await,
+        Lane::Script => return on_channel(lanes, Multiplexed::Script, argv).await,
+        Lane::Blocking => Exclusive::Blocking,
+        Lane::Transaction => Exclusive::Transaction,
+        Lane::Admin => Exclusive::Admin,
+        Lane::Pubsub => panic!("the PUBSUB lane lends no connection to send on"),
+    };
+    let mut conn = lanes.borrow(exclusive).await.unwrap();
+    let reply = conn.send(cmd(argv)).await.unwrap();
+    conn.release().await;
+    reply
+}
+
+async fn on_channel(
+    lanes: &tollgate_lanes::Lanes,
+    lane: Multiplexed,
+    argv: &[&str],
+) -> tollgate_lanes::Reply {
+    let channel = lanes.multiplexed(lane).unwrap();
+    channel.send(cmd(argv)).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

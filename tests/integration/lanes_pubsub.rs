@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use tollgate_lanes::{Lane, Subscription, SubscriptionEnded, SubscriptionKind};
+use tollgate_lanes::{Multiplexed, Subscription, SubscriptionEnded, SubscriptionKind};
 
 use crate::lanes::{cmd, eventually, Fixture};
 
 async fn publish(fixture: &Fixture, channel: &str, payload: &str) {
-    let regular = fixture.lanes.multiplexed(Lane::Regular).unwrap();
+    let regular = fixture.lanes.multiplexed(Multiplexed::Regular).unwrap();
     regular
         .send(cmd(&["PUBLISH", channel, payload]))
         .await

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use prometheus_client::registry::Registry;
 use tollgate::config::Config;
-use tollgate_lanes::{Endpoint, Lane, Lanes, LanesConfig, RedisConfig, Topology};
+use tollgate_lanes::{Endpoint, Exclusive, Lanes, LanesConfig, Multiplexed, RedisConfig, Topology};
 use tollgate_resp::Frame;
 use tollgate_testkit::RedisServer;
 
@@ -114,7 +114,7 @@ pub(crate) fn wait_until(within: Duration, mut check: impl FnMut() -> bool) -> b
 async fn until_accepted(lanes: &Lanes, argv: &[&str], within: Duration) -> bool {
     let deadline = tokio::time::Instant::now() + within;
     while tokio::time::Instant::now() < deadline {
-        if let Ok(channel) = lanes.multiplexed(Lane::Regular) {
+        if let Ok(channel) = lanes.multiplexed(Multiplexed::Regular) {
             if matches!(channel.send(cmd(argv)).await, Ok(reply) if !reply.is_error()) {
                 return true;
             }
@@ -204,7 +204,7 @@ async fn lanes_follow_the_master_through_a_sentinel_failover() {
         "written to the new master"
     );
 
-    let mut blocking = lanes.borrow(Lane::Blocking).await.unwrap();
+    let mut blocking = lanes.borrow(Exclusive::Blocking).await.unwrap();
     let reply = blocking.send(cmd(&["SET", "blocking", "3"])).await.unwrap();
     assert!(!reply.is_error(), "{:?}", reply.frame());
     blocking.release().await;

@@ -150,6 +150,9 @@ pub fn request(attempt: &Attempt, ttl_ms: u64, wait_ms: u64) -> AcquireRequest {
         watchdog: false,
         replicas: 0,
         value: None,
+        permits: None,
+        count: None,
+        mode: None,
     }
 }
 

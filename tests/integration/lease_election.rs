@@ -2,7 +2,8 @@
 //! candidates campaign with `LEASE ACQUIRE … WAIT … VALUE … SESSION`, observers follow with `LEASE
 //! WATCH` (RESP2 and RESP3) and the HTTP holders stream, a leader whose connection ends is replaced
 //! by a waiting candidate with a higher fence, expiries and renewals are told apart, and watching
-//! is admitted and scoped like the other lease commands.
+//! is admitted and scoped like the other lease commands. Semaphores and read/write leases keep no
+//! value and cannot be watched, and say so.
 
 use std::time::Duration;
 
@@ -339,5 +340,59 @@ async fn watching_is_admitted_and_scoped_like_subscribing() {
         resp3.client.call(&["ECHO", "hi"]).await,
         Frame::Bulk("hi".into())
     );
+    daemon.stop().await;
+}
+
+/// A resource held as a semaphore or read/write lease has many holders: `VALUE` is refused with
+/// them, `LEASE WATCH` of it is refused with the reason (RESP and HTTP), and the shared holders'
+/// own calls are unaffected by the exclusive lease's announcements.
+#[tokio::test]
+async fn shared_shapes_keep_no_value_and_are_not_watched() {
+    let redis = RedisServer::start();
+    let daemon = lease_daemon(&redis).await;
+    let mut holder = client(&daemon, 2).await;
+    for shape in [["PERMITS", "2"], ["MODE", "READ"]] {
+        let refused = holder
+            .call(&[
+                "LEASE",
+                "ACQUIRE",
+                "orders:pool",
+                "5000",
+                shape[0],
+                shape[1],
+                "VALUE",
+                "x",
+            ])
+            .await;
+        assert!(
+            matches!(&refused, Frame::Error(e) if String::from_utf8_lossy(e).contains("only an exclusive lease keeps a value")),
+            "{refused:?}"
+        );
+    }
+    let taken = holder
+        .call(&["LEASE", "ACQUIRE", "orders:pool", "5000", "PERMITS", "2"])
+        .await;
+    assert_eq!(text(&field(&taken, "outcome")), "acquired", "{taken:?}");
+
+    let mut watcher = client(&daemon, 2).await;
+    let refused = watcher.call(&["LEASE", "WATCH", "orders:pool"]).await;
+    assert!(
+        matches!(&refused, Frame::Error(e) if String::from_utf8_lossy(e).contains("semaphore or read/write lease")),
+        "{refused:?}"
+    );
+    // Refused, so not in watch mode: anything goes on.
+    assert_eq!(
+        watcher.call(&["ECHO", "hi"]).await,
+        Frame::Bulk("hi".into())
+    );
+    let http = LeaseClient::new(&daemon.http_socket());
+    assert!(
+        http.holders(&tollgate_lease::Resource::parse("orders:pool").unwrap())
+            .await
+            .is_err(),
+        "the HTTP stream is refused too"
+    );
+    let inspected = holder.call(&["LEASE", "INSPECT", "orders:pool"]).await;
+    assert_eq!(text(&field(&inspected, "outcome")), "held_shared");
     daemon.stop().await;
 }

@@ -64,6 +64,9 @@ async fn no_stale_holder_writes_through_a_fenced_store() {
                     watchdog: false,
                     replicas: 0,
                     value: None,
+                    permits: None,
+                    count: None,
+                    mode: None,
                 };
                 let Acquisition::Held(mut lease) =
                     client.acquire(&resource(), &request).await.unwrap()

@@ -17,7 +17,7 @@ use crate::support::raw::{text, RawClient};
 
 /// A reply's fields by name, from a RESP3 map or a RESP2 flat array; panics on anything else
 /// (an error reply, say), showing it.
-fn fields(frame: &Frame) -> BTreeMap<String, Frame> {
+pub(crate) fn fields(frame: &Frame) -> BTreeMap<String, Frame> {
     let pairs: Vec<(Frame, Frame)> = match frame {
         Frame::Map(pairs) => pairs.clone(),
         Frame::Array(items) if items.len() % 2 == 0 => items
@@ -32,11 +32,11 @@ fn fields(frame: &Frame) -> BTreeMap<String, Frame> {
         .collect()
 }
 
-fn outcome(frame: &Frame) -> String {
+pub(crate) fn outcome(frame: &Frame) -> String {
     text(&fields(frame)["outcome"])
 }
 
-fn integer(frame: &Frame, field: &str) -> i64 {
+pub(crate) fn integer(frame: &Frame, field: &str) -> i64 {
     match fields(frame).get(field) {
         Some(Frame::Integer(n)) => *n,
         other => panic!("{field} is not an integer: {other:?} in {frame:?}"),
@@ -44,7 +44,7 @@ fn integer(frame: &Frame, field: &str) -> i64 {
 }
 
 /// A client on the daemon's RESP socket speaking `protocol` (2 or 3).
-async fn client(daemon: &TestDaemon, protocol: &str) -> RawClient {
+pub(crate) async fn client(daemon: &TestDaemon, protocol: &str) -> RawClient {
     let mut client = RawClient::connect(&daemon.resp_socket()).await;
     if protocol == "3" {
         let hello = client.call(&["HELLO", "3"]).await;
@@ -506,7 +506,10 @@ async fn command_docs_describe_lease() {
         .collect();
     assert_eq!(
         tokens,
-        ["WAIT", "OWNER", "OP", "REPLICAS", "VALUE", "SESSION", "WATCHDOG"]
+        [
+            "WAIT", "OWNER", "OP", "REPLICAS", "VALUE", "PERMITS", "COUNT", "MODE", "SESSION",
+            "WATCHDOG"
+        ]
     );
     assert!(acquire.args[2].optional && !acquire.args[0].optional);
     daemon.stop().await;

@@ -333,6 +333,10 @@ fn the_decision_log_has_a_json_line_per_decision_with_key_digests() {
     assert_ne!(digest, "secret:1");
     assert!(get["latency_ns"].as_u64().unwrap() > 0);
     assert_eq!(
+        (get["uid"].as_u64(), get["pid"].as_u64()),
+        (Some(1000), Some(u64::from(std::process::id())))
+    );
+    assert_eq!(
         (flush["decision"].as_str(), flush["rule"].as_str()),
         (Some("denied"), Some("no-wipe"))
     );

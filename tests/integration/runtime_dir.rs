@@ -16,7 +16,9 @@ use tollgate::runtime::StartError;
 use tollgate::runtime_dir::{EntryError, RuntimeDirError};
 use tollgate::server::socket::BindError;
 use tollgate::Daemon;
-use tollgate_lanes::{CallError, Endpoint, Lane, Lanes, LanesConfig, Topology};
+use tollgate_lanes::{
+    CallError, Endpoint, Lane, LaneError, Lanes, LanesConfig, Multiplexed, Topology,
+};
 
 use crate::lanes::cmd;
 use crate::support::daemon::{tempdir, TestDaemon};
@@ -390,12 +392,12 @@ async fn lanes_send_no_password_to_a_server_another_uid_runs() {
 
     let lanes = lanes_to(&theirs.socket, base.path(), Some(daemon_uid));
     let refused = lanes
-        .multiplexed(Lane::Regular)
+        .multiplexed(Multiplexed::Regular)
         .unwrap()
         .send(cmd(&["PING"]))
         .await
         .expect_err("refused");
-    let CallError::Unavailable { reason } = &refused else {
+    let CallError::NotSent(LaneError::Unavailable { reason }) = &refused else {
         panic!("not refused as not sent: {refused}");
     };
     assert!(
@@ -411,7 +413,7 @@ async fn lanes_send_no_password_to_a_server_another_uid_runs() {
     // The same lanes without the check would have sent it: the stranger's server sees the attempt.
     let unchecked = lanes_to(&theirs.socket, base.path(), None);
     let _ = unchecked
-        .multiplexed(Lane::Regular)
+        .multiplexed(Multiplexed::Regular)
         .unwrap()
         .send(cmd(&["PING"]))
         .await;

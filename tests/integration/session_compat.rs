@@ -431,6 +431,35 @@ async fn numsub_and_publish_count_the_clients_subscribed_through_the_daemon() {
     );
 }
 
+/// Redis stops counting a subscriber once its UNSUBSCRIBE is answered, and so does the daemon,
+/// although its own unsubscribe from Redis on the shared connection may still be on the way.
+#[tokio::test]
+async fn publish_right_after_the_last_unsubscribe_counts_no_receiver() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    let mut subscriber = RawClient::connect(&daemon.resp_socket()).await;
+    let mut publisher = RawClient::connect(&daemon.resp_socket()).await;
+    for round in 0..50 {
+        for (subscribe, unsubscribe, name) in [
+            ("SUBSCRIBE", "UNSUBSCRIBE", "gone"),
+            ("PSUBSCRIBE", "PUNSUBSCRIBE", "go*"),
+        ] {
+            subscriber.call(&[subscribe, name]).await;
+            let heard = publisher.call(&["PUBLISH", "gone", "x"]).await;
+            assert_eq!(heard, Frame::Integer(1), "{subscribe}, round {round}");
+            subscriber.read().await;
+            subscriber.call(&[unsubscribe]).await;
+            let unheard = publisher.call(&["PUBLISH", "gone", "x"]).await;
+            assert_eq!(unheard, Frame::Integer(0), "{unsubscribe}, round {round}");
+        }
+        assert_eq!(
+            publisher.call(&["PUBSUB", "NUMSUB", "gone"]).await,
+            Frame::Array(vec![bulk("gone"), Frame::Integer(0)]),
+            "round {round}"
+        );
+    }
+}
+
 /// CONFIG GET answers from Redis (the ADMIN lane's user may read the configuration because the
 /// policy lets clients run CONFIG GET), never with a password, and with the one database the
 /// daemon serves.
@@ -537,4 +566,197 @@ async fn whole_keyspace_commands_act_only_on_the_keys_the_caller_may_touch() {
     assert_eq!(client.call(&["RANDOMKEY"]).await, Frame::Null);
     assert!(redis.inline("DBSIZE").contains(":2"), "other keys are kept");
     assert!(redis.inline("EXISTS other:1 other:2").contains(":2"));
+}
+
+const ALLOW_ALL: &str = r#"
+principals:
+  local: { any: true }
+rules:
+  - id: all
+    commands: ["*"]
+    allow: the RESP3 comparison
+"#;
+
+/// A reply's RESP3 type structure, with the values every server gives alike: simple strings and
+/// errors in full, booleans, a map's keys and a verbatim string's format; bulk strings, integers
+/// and doubles by type only. A map's entries are sorted by key (Redis's order is a hash's).
+fn shape(frame: &Frame) -> String {
+    let list = |items: &[Frame]| items.iter().map(shape).collect::<Vec<_>>().join(",");
+    match frame {
+        Frame::Simple(s) => format!("+{}", String::from_utf8_lossy(s)),
+        Frame::Error(e) => format!("-{}", String::from_utf8_lossy(e)),
+        Frame::BulkError(e) => format!("!{}", String::from_utf8_lossy(e)),
+        Frame::Integer(_) => ":".into(),
+        Frame::Bulk(_) => "$".into(),
+        Frame::Null => "$-1".into(),
+        Frame::Null3 => "_".into(),
+        Frame::NullArray => "*-1".into(),
+        Frame::Array(items) => format!("*[{}]", list(items)),
+        Frame::Set(items) => format!("~[{}]", list(items)),
+        Frame::Push(items) => format!(">[{}]", list(items)),
+        Frame::Map(pairs) => {
+            let mut entries: Vec<String> = pairs
+                .iter()
+                .map(|(key, value)| format!("{}={}", text(key), shape(value)))
+                .collect();
+            entries.sort();
+            format!("%{{{}}}", entries.join(","))
+        }
+        Frame::Double(_) => ",".into(),
+        Frame::Boolean(b) => format!("#{b}"),
+        Frame::BigNumber(_) => "(".into(),
+        Frame::Verbatim { format, .. } => format!("={}", String::from_utf8_lossy(format)),
+        Frame::Attribute { value, .. } => format!("|{}", shape(value)),
+    }
+}
+
+/// `argv` sent to both, and the `replies` frames each answers with.
+async fn both(
+    direct: &mut RawClient,
+    through: &mut RawClient,
+    argv: &[&str],
+    replies: usize,
+) -> Vec<(Frame, Frame)> {
+    direct.send(argv).await;
+    through.send(argv).await;
+    let mut answers = Vec::with_capacity(replies);
+    for _ in 0..replies {
+        answers.push((direct.read().await, through.read().await));
+    }
+    answers
+}
+
+/// Every reply the daemon writes itself (HELLO, PING/ECHO, CLIENT …, SELECT, CONFIG GET, errors,
+/// MULTI/EXEC with local replies spliced in, the whole-keyspace commands, subscriptions and their
+/// messages, PUBSUB NUMSUB, RESET, MONITOR), and a few it forwards (COMMAND DOCS), has the RESP3
+/// type structure Redis gives it, asked of Redis directly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resp3_replies_have_the_type_structure_redis_gives_them() {
+    let redis = RedisServer::start();
+    let policy = redis.dir().join("all.yaml");
+    std::fs::write(&policy, ALLOW_ALL).expect("write the policy");
+    let daemon = TestDaemon::start_with(&redis, |config| config.policy.files = vec![policy]).await;
+    let mut direct = RawClient::connect(redis.socket()).await;
+    let mut through = RawClient::connect(&daemon.resp_socket()).await;
+    let script: &[(&[&str], usize)] = &[
+        (&["HELLO", "3"], 1),
+        (&["PING"], 1),
+        (&["PING", "hi"], 1),
+        (&["ECHO", "hi"], 1),
+        (&["ECHO"], 1),
+        (&["NOSUCHCOMMAND", "a"], 1),
+        (&["CLIENT", "GETNAME"], 1),
+        (&["CLIENT", "SETNAME", "shape"], 1),
+        (&["CLIENT", "SETNAME", "two words"], 1),
+        (&["CLIENT", "GETNAME"], 1),
+        (&["CLIENT", "ID"], 1),
+        (&["CLIENT", "INFO"], 1),
+        (&["CLIENT", "LIST"], 1),
+        (&["CLIENT", "LIST", "TYPE", "normal"], 1),
+        (&["CLIENT", "LIST", "TYPE", "nonsense"], 1),
+        (&["CLIENT", "KILL", "ID", "987654321"], 1),
+        (&["CLIENT", "KILL", "10.0.0.1:1"], 1),
+        (&["CLIENT", "REPLY", "ON"], 1),
+        (&["SELECT", "0"], 1),
+        (&["CONFIG", "GET", "maxmemory"], 1),
+        (&["CONFIG", "GET", "databases"], 1),
+        (&["CONFIG", "GET", "no-such-parameter"], 1),
+        (&["FLUSHDB"], 1),
+        (&["RANDOMKEY"], 1),
+        (&["DBSIZE"], 1),
+        (&["KEYS", "*"], 1),
+        (&["SCAN", "0"], 1),
+        (&["SET", "k", "v"], 1),
+        (&["RANDOMKEY"], 1),
+        (&["KEYS", "*"], 1),
+        (&["SCAN", "0", "COUNT", "10"], 1),
+        (&["DBSIZE"], 1),
+        (&["MULTI"], 1),
+        (&["PING"], 1),
+        (&["ECHO", "queued"], 1),
+        (&["CLIENT", "ID"], 1),
+        (&["CLIENT", "GETNAME"], 1),
+        (&["CONFIG", "GET", "databases"], 1),
+        (&["CLIENT", "INFO"], 1),
+        (&["SELECT", "0"], 1),
+        (&["GET", "k"], 1),
+        (&["EXEC"], 1),
+        (&["MULTI"], 1),
+        (&["ECHO"], 1),
+        (&["EXEC"], 1),
+        (&["WATCH", "k"], 1),
+        (&["SET", "k", "changed"], 1),
+        (&["MULTI"], 1),
+        (&["PING"], 1),
+        (&["EXEC"], 1),
+        (&["PUBLISH", "nobody", "x"], 1),
+        (&["PUBSUB", "NUMSUB", "nobody", "nothing"], 1),
+        (&["PUBSUB", "SHARDNUMSUB", "nobody"], 1),
+        (&["PUBSUB", "NUMPAT"], 1),
+        (&["COMMAND", "COUNT"], 1),
+        (&["COMMAND", "DOCS", "get"], 1),
+        (&["COMMAND", "INFO", "get"], 1),
+        (&["UNSUBSCRIBE"], 1),
+        (&["PUNSUBSCRIBE"], 1),
+        (&["SUBSCRIBE", "a", "b"], 2),
+        (&["PSUBSCRIBE", "p*"], 1),
+        (&["SSUBSCRIBE", "s"], 1),
+        (&["PING"], 1),
+        (&["GET", "k"], 1),
+        (&["UNSUBSCRIBE", "a"], 1),
+        (&["UNSUBSCRIBE"], 1),
+        (&["PUNSUBSCRIBE"], 1),
+        (&["SUNSUBSCRIBE"], 1),
+        (&["RESET"], 1),
+        (&["CLIENT", "GETNAME"], 1),
+        (&["HELLO", "3", "SETNAME", "again"], 1),
+        (&["HELLO", "2"], 1),
+        (&["HELLO", "3"], 1),
+        (&["HELLO", "4"], 1),
+        (&["HELLO"], 1),
+    ];
+    for (argv, replies) in script {
+        for (expected, got) in both(&mut direct, &mut through, argv, *replies).await {
+            assert_eq!(shape(&got), shape(&expected), "{argv:?}: daemon vs redis");
+        }
+    }
+
+    // Messages, pushed to a RESP3 subscriber.
+    let mut publisher = RawClient::connect(redis.socket()).await;
+    for argv in [
+        &["SUBSCRIBE", "m"][..],
+        &["PSUBSCRIBE", "m*"],
+        &["SSUBSCRIBE", "sm"],
+    ] {
+        both(&mut direct, &mut through, argv, 1).await;
+    }
+    // Each subscriber hears the message of its channel and of its pattern. Redis sends the channel's
+    // first; through the daemon the two come from the shared subscriber connections their names
+    // hash to, in either order (docs/lanes.md).
+    publisher.call(&["PUBLISH", "m", "hi"]).await;
+    let (mut expected, mut got) = (Vec::new(), Vec::new());
+    for _ in 0..2 {
+        expected.push(shape(&direct.read().await));
+        got.push(shape(&through.read().await));
+    }
+    expected.sort();
+    got.sort();
+    assert_eq!(got, expected, "a message and a pmessage");
+    publisher.call(&["SPUBLISH", "sm", "hi"]).await;
+    let (expected, got) = (direct.read().await, through.read().await);
+    assert_eq!(shape(&got), shape(&expected), "a shard message");
+    both(&mut direct, &mut through, &["RESET"], 1).await;
+
+    // MONITOR: its confirmation and each line it streams.
+    let (expected, got) = both(&mut direct, &mut through, &["MONITOR"], 1)
+        .await
+        .remove(0);
+    assert_eq!(shape(&got), shape(&expected), "MONITOR");
+    let mut other = RawClient::connect(&daemon.resp_socket()).await;
+    other.call(&["GET", "k"]).await;
+    // A line's text is a timestamp and an address: only its type is Redis's.
+    let (expected, got) = (direct.read().await, through.read().await);
+    assert!(matches!(expected, Frame::Simple(_)), "{expected:?}");
+    assert!(matches!(got, Frame::Simple(_)), "{got:?}");
+    daemon.stop().await;
 }

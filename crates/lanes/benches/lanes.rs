@@ -15,7 +15,7 @@ use bytes::{Bytes, BytesMut};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use futures::future::join_all;
 use prometheus_client::registry::Registry;
-use tollgate_lanes::{Endpoint, Lane, Lanes, LanesConfig, Topology};
+use tollgate_lanes::{Endpoint, Exclusive, Lanes, LanesConfig, Multiplexed, Topology};
 use tollgate_testkit::RedisServer;
 
 const BATCH: usize = 1000;
@@ -63,7 +63,7 @@ fn benches(c: &mut Criterion) {
     group.bench_function("exclusive_blocking_lane", |b| {
         b.to_async(&runtime).iter(|| async {
             lanes4
-                .borrow(Lane::Blocking)
+                .borrow(Exclusive::Blocking)
                 .await
                 .expect("borrow")
                 .release()
@@ -71,13 +71,13 @@ fn benches(c: &mut Criterion) {
         })
     });
     group.bench_function("multiplexed_channel_pick", |b| {
-        b.iter(|| lanes4.multiplexed(Lane::Regular).expect("channel"))
+        b.iter(|| lanes4.multiplexed(Multiplexed::Regular).expect("channel"))
     });
     group.finish();
 
     let mut group = c.benchmark_group("round_trip");
     group.bench_function("lanes_regular_ping", |b| {
-        let channel = lanes4.multiplexed(Lane::Regular).expect("channel");
+        let channel = lanes4.multiplexed(Multiplexed::Regular).expect("channel");
         b.to_async(&runtime)
             .iter(|| async { channel.send(ping.clone()).await.expect("PONG") })
     });
@@ -102,7 +102,7 @@ fn benches(c: &mut Criterion) {
         group.bench_function(BenchmarkId::new(name, BATCH), |b| {
             b.to_async(&runtime).iter(|| async {
                 let sends = (0..BATCH).map(|_| {
-                    let channel = lanes.multiplexed(Lane::Regular).expect("channel");
+                    let channel = lanes.multiplexed(Multiplexed::Regular).expect("channel");
                     channel.send(get.clone())
                 });
                 for reply in join_all(sends).await {

@@ -17,19 +17,16 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use parking_lot::Mutex;
 use rand::Rng;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tollgate_model::Lane;
 use tollgate_resp::Frame;
 
 use tollgate_model::reserved::RESERVED_PREFIX;
 
 use crate::grants::LaneGrants;
-use crate::reply::reply_limits;
 use crate::stream::Stream;
 use crate::{Endpoint, LanesConfig};
 
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum AclError {
     #[error("cannot reach redis at {endpoint} to create lane users: {reason}")]
     Redis { endpoint: Endpoint, reason: String },
@@ -163,6 +160,19 @@ pub fn acl_rules(lane: Lane, grants: &LaneGrants) -> Vec<String> {
         .chain(grants.granted(lane))
         .collect();
     rules.extend(commands.iter().map(|name| format!("+{name}")));
+    // Redis grants a parent's subcommands with it (`+command` is `+command|docs` too): a parent
+    // granted to run bare loses again each subcommand the lane was not granted.
+    rules.extend(
+        grants
+            .known()
+            .map(|(name, _)| name)
+            .filter(|name| {
+                name.split_once('|')
+                    .is_some_and(|(parent, _)| commands.contains(parent))
+                    && !commands.contains(name)
+            })
+            .map(|name| format!("-{name}")),
+    );
     if lane != Lane::Pubsub {
         rules.extend(ALWAYS_REFUSED.iter().map(|name| format!("-{name}")));
     }
@@ -338,7 +348,11 @@ async fn set_users(endpoint: &Endpoint, users: &[(DaemonUser, String)]) -> Resul
     for (user, password) in users {
         let argv = user.setuser(password);
         let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-        let reply = call(&mut stream, &argv).await.map_err(unreachable)?;
+        let mut read = BytesMut::new();
+        let reply = stream
+            .exchange(&mut read, &argv)
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
         if let Frame::Error(reason) = reply {
             return Err(AclError::Refused {
                 user: user.name.clone(),
@@ -368,26 +382,4 @@ fn write_secret(path: &Path, secret: &str) -> std::io::Result<()> {
         .mode(0o600)
         .open(path)?;
     writeln!(file, "{secret}")
-}
-
-async fn call(stream: &mut Stream, argv: &[&str]) -> Result<Frame, String> {
-    let mut out = BytesMut::new();
-    tollgate_resp::encode_command(argv, &mut out);
-    stream.write_all(&out).await.map_err(|e| e.to_string())?;
-    let mut read = BytesMut::new();
-    loop {
-        if let Some(frame) =
-            tollgate_resp::parse(&mut read, &reply_limits()).map_err(|e| e.to_string())?
-        {
-            return Ok(frame);
-        }
-        if stream
-            .read_buf(&mut read)
-            .await
-            .map_err(|e| e.to_string())?
-            == 0
-        {
-            return Err("connection closed".into());
-        }
-    }
 }

@@ -1,5 +1,5 @@
 //! Lane configuration as operators write it (every field optional) and as the lanes use it (resolved
-//! against each lane's defaults from DESIGN.md's table).
+//! against each lane's defaults from docs/lanes.md's table).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -116,7 +116,7 @@ impl LanesConfig {
         }
     }
 
-    /// The settings of one lane: what the operator wrote, else DESIGN.md's default.
+    /// The settings of one lane: what the operator wrote, else docs/lanes.md's default.
     pub fn settings(&self, lane: Lane) -> LaneSettings {
         let written = self.overrides(lane);
         let (connections, in_flight) = default_ceiling(lane);
@@ -157,21 +157,30 @@ impl LanesConfig {
     }
 
     /// Problems a YAML parser cannot see: zero ceilings and the like.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ZeroSetting> {
         for lane in Lane::ALL {
             let settings = self.settings(lane);
-            if settings.connections == 0 {
-                return Err(format!("lanes.{lane}.connections must be at least 1"));
-            }
-            if settings.in_flight == 0 {
-                return Err(format!("lanes.{lane}.in_flight must be at least 1"));
-            }
-            if settings.per_principal == 0 {
-                return Err(format!("lanes.{lane}.per_principal must be at least 1"));
+            let zero = [
+                ("connections", settings.connections),
+                ("in_flight", settings.in_flight),
+                ("per_principal", settings.per_principal),
+            ]
+            .into_iter()
+            .find(|(_, value)| *value == 0);
+            if let Some((setting, _)) = zero {
+                return Err(ZeroSetting { lane, setting });
             }
         }
         Ok(())
     }
+}
+
+/// A lane setting the YAML types allow but no lane can work with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("lanes.{lane}.{setting} must be at least 1")]
+pub struct ZeroSetting {
+    pub lane: Lane,
+    pub setting: &'static str,
 }
 
 /// Three quarters of an exclusive lane's connections (at least one): no principal holds every
@@ -180,7 +189,7 @@ fn default_share(connections: usize) -> usize {
     (connections.saturating_mul(3) / 4).max(1)
 }
 
-/// DESIGN.md's table: (connections, commands in flight per lane).
+/// docs/lanes.md's table: (connections, commands in flight per lane).
 fn default_ceiling(lane: Lane) -> (usize, usize) {
     match lane {
         Lane::Regular => (4, 1024),

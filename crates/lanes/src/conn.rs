@@ -47,6 +47,9 @@ pub(crate) enum ConnError {
     Protocol(#[from] tollgate_resp::ProtocolError),
     #[error("connection closed by redis")]
     Eof,
+    /// Redis answered the daemon's own command with an error.
+    #[error("redis refused: {0}")]
+    Refused(String),
 }
 
 impl Conn {
@@ -98,16 +101,15 @@ impl Conn {
     }
 
     /// Makes the connection speak `protocol` (`HELLO 2|3`, which keeps its user and name).
-    pub(crate) async fn switch(&mut self, protocol: Protocol) -> Result<(), String> {
+    pub(crate) async fn switch(&mut self, protocol: Protocol) -> Result<(), ConnError> {
         let hello = hello(None, None, protocol);
-        match self.call(&hello).await {
-            Ok(reply) if !reply.is_error() => {
-                self.protocol = protocol;
-                Ok(())
-            }
-            Ok(reply) => Err(String::from_utf8_lossy(reply.bytes()).trim().to_owned()),
-            Err(error) => Err(error.to_string()),
+        let reply = self.call(&hello).await?;
+        if reply.is_error() {
+            let text = String::from_utf8_lossy(reply.bytes()).trim().to_owned();
+            return Err(ConnError::Refused(text));
         }
+        self.protocol = protocol;
+        Ok(())
     }
 
     /// Whether an idle connection can be lent again.

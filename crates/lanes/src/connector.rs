@@ -10,18 +10,52 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use rand::Rng;
 use tokio::time::Instant;
-use tollgate_model::{Lane, Protocol};
+use tollgate_model::Protocol;
 
-use crate::conn::{hello, Conn};
-use crate::locator::Locator;
+use crate::conn::{hello, Conn, ConnError};
+use crate::locator::{Locator, NoMaster};
 use crate::metrics::LaneMetrics;
-use crate::stream::Stream;
+use crate::stream::{Stream, UntrustedServer};
+use crate::Endpoint;
 
 /// How long one connection attempt (dial plus HELLO) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// First pause after a failure; it doubles per consecutive failure up to `MAX_BACKOFF`.
 const BASE_BACKOFF: Duration = Duration::from_millis(25);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Why a lane could not open a connection. Nothing was sent on it, so whatever waited for it may
+/// be refused as "not sent".
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DialError {
+    #[error(transparent)]
+    NoMaster(#[from] NoMaster),
+    /// The last attempt failed and the pause before the next one has not passed.
+    #[error("{last} (next attempt in {retry_in:?})")]
+    BackingOff { last: String, retry_in: Duration },
+    #[error("redis at {endpoint}: {failure}")]
+    Failed {
+        endpoint: Endpoint,
+        failure: DialFailure,
+    },
+}
+
+/// What went wrong with one attempt to open a connection.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DialFailure {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Untrusted(#[from] UntrustedServer),
+    #[error("{0}")]
+    Handshake(#[from] ConnError),
+    #[error("no answer within {CONNECT_TIMEOUT:?}")]
+    Timeout,
+    #[error("HELLO refused: {0}")]
+    HelloRefused(String),
+    #[error("SELECT refused: {0}")]
+    SelectRefused(String),
+}
 
 /// The user and password a lane authenticates with.
 #[derive(Clone)]
@@ -52,21 +86,22 @@ struct Backoff {
 }
 
 impl Connector {
+    /// A connector whose connections call themselves `name` (`CLIENT SETNAME`: `tollgate-<lane>`,
+    /// so `CLIENT LIST` on Redis shows whose each connection is).
     pub(crate) fn new(
-        lane: Lane,
+        name: &str,
         locator: Arc<Locator>,
         credentials: Option<Credentials>,
         database: Option<u32>,
         server_uid: Option<u32>,
         metrics: LaneMetrics,
     ) -> Self {
-        let name = format!("tollgate-{}", lane.as_str());
         let auth = credentials
             .as_ref()
             .map(|c| (c.user.as_str(), c.password.as_str()));
         Connector {
             locator,
-            hello: Protocol::ALL.map(|protocol| hello(auth, Some(&name), protocol)),
+            hello: Protocol::ALL.map(|protocol| hello(auth, Some(name), protocol)),
             select: database.map(|database| {
                 let mut out = bytes::BytesMut::new();
                 tollgate_resp::encode_command(&["SELECT", &database.to_string()], &mut out);
@@ -79,33 +114,35 @@ impl Connector {
     }
 
     /// A fresh, authenticated connection speaking `protocol`, or why there is none (not sent).
-    pub(crate) async fn connect(&self, protocol: Protocol) -> Result<Conn, String> {
+    pub(crate) async fn connect(&self, protocol: Protocol) -> Result<Conn, DialError> {
         {
             let backoff = self.backoff.lock();
             if let Some(retry_at) = backoff.retry_at.filter(|at| *at > Instant::now()) {
-                return Err(format!(
-                    "{} (next attempt in {:?})",
-                    backoff.last_error,
-                    retry_at - Instant::now()
-                ));
+                return Err(DialError::BackingOff {
+                    last: backoff.last_error.clone(),
+                    retry_in: retry_at - Instant::now(),
+                });
             }
         }
         let (endpoint, generation) = self.locator.current()?;
+        // The lane's span (a driver's, or the borrowing session's) names the node from here on.
+        tracing::Span::current().record("node", tracing::field::display(&endpoint));
         let attempt =
             tokio::time::timeout(CONNECT_TIMEOUT, self.dial(&endpoint, generation, protocol)).await;
-        let result =
-            attempt.unwrap_or_else(|_| Err(format!("no answer within {CONNECT_TIMEOUT:?}")));
+        let result = attempt.unwrap_or(Err(DialFailure::Timeout));
         let mut backoff = self.backoff.lock();
         match result {
             Ok(conn) => {
                 if backoff.broken {
+                    tracing::info!("reconnected to redis");
                     self.metrics.reconnects.inc();
                 }
                 *backoff = Backoff::default();
                 Ok(conn)
             }
-            Err(reason) => {
-                let reason = format!("redis at {endpoint}: {reason}");
+            Err(failure) => {
+                let error = DialError::Failed { endpoint, failure };
+                tracing::warn!(%error, "cannot connect");
                 backoff.failures = backoff.failures.saturating_add(1);
                 backoff.broken = true;
                 let pause = BASE_BACKOFF
@@ -114,8 +151,8 @@ impl Connector {
                 // Jitter keeps many lanes (and daemons) from retrying in lockstep.
                 let pause = pause.mul_f64(rand::rng().random_range(0.5..=1.0));
                 backoff.retry_at = Some(Instant::now() + pause);
-                backoff.last_error.clone_from(&reason);
-                Err(reason)
+                backoff.last_error = error.to_string();
+                Err(error)
             }
         }
     }
@@ -149,23 +186,20 @@ impl Connector {
         endpoint: &crate::Endpoint,
         generation: u64,
         protocol: Protocol,
-    ) -> Result<Conn, String> {
-        let stream = Stream::connect(endpoint).await.map_err(|e| e.to_string())?;
+    ) -> Result<Conn, DialFailure> {
+        let stream = Stream::connect(endpoint).await?;
         if let Some(uid) = self.server_uid {
-            stream.check_server_uid(uid).map_err(|e| e.to_string())?;
+            stream.check_server_uid(uid)?;
         }
         let mut conn = Conn::new(stream, &self.metrics, generation, protocol);
-        let reply = conn
-            .call(&self.hello[protocol.index()])
-            .await
-            .map_err(|e| e.to_string())?;
+        let reply = conn.call(&self.hello[protocol.index()]).await?;
         if reply.is_error() {
-            return Err(format!("HELLO refused: {}", error_text(&reply)));
+            return Err(DialFailure::HelloRefused(error_text(&reply)));
         }
         if let Some(select) = &self.select {
-            let reply = conn.call(select).await.map_err(|e| e.to_string())?;
+            let reply = conn.call(select).await?;
             if reply.is_error() {
-                return Err(format!("SELECT refused: {}", error_text(&reply)));
+                return Err(DialFailure::SelectRefused(error_text(&reply)));
             }
         }
         Ok(conn)

@@ -31,7 +31,6 @@ impl Saturation {
 
 /// Borrowing or opening a channel failed; nothing was sent to Redis.
 #[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
 pub enum LaneError {
     #[error("lane {} saturated{}", lane.shout(), cause.detail())]
     Saturated {
@@ -43,23 +42,14 @@ pub enum LaneError {
     Unavailable { reason: String },
     #[error("lanes are closed (daemon shutting down)")]
     Closed,
-    /// A programming error: the caller asked the wrong kind of lane.
-    #[error("lane {} cannot be used this way: expected {expected}", lane.shout())]
-    WrongLane { lane: Lane, expected: &'static str },
 }
 
 /// Sending a command failed.
 #[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
 pub enum CallError {
-    #[error("lane {} saturated{}", lane.shout(), cause.detail())]
-    Saturated {
-        lane: Lane,
-        waited: Duration,
-        cause: Saturation,
-    },
-    #[error("redis unavailable (not sent): {reason}")]
-    Unavailable { reason: String },
+    /// Nothing was written: the lane refused the command before it reached a connection.
+    #[error(transparent)]
+    NotSent(#[from] LaneError),
     /// The command was (or may have been) written; whether Redis ran it is unknown.
     #[error("redis reply lost (command may have run): {reason}")]
     Indeterminate { reason: String },
@@ -67,34 +57,32 @@ pub enum CallError {
     /// [`Budget`](crate::Budget).
     #[error("reply dropped (the command ran): {0}")]
     OverBudget(#[from] crate::budget::OverBudget),
-    #[error("lanes are closed (daemon shutting down)")]
-    Closed,
 }
 
-impl From<LaneError> for CallError {
-    fn from(error: LaneError) -> Self {
-        match error {
-            LaneError::Saturated {
-                lane,
-                waited,
-                cause,
-            } => CallError::Saturated {
-                lane,
-                waited,
-                cause,
-            },
-            LaneError::Unavailable { reason } => CallError::Unavailable { reason },
-            LaneError::Closed => CallError::Closed,
-            LaneError::WrongLane { .. } => CallError::Unavailable {
-                reason: error.to_string(),
-            },
+/// Whether a failed command can have run: what decides whether it may be sent again, and what a
+/// caller is told. Every layer asks this rather than matching the error itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// Nothing reached Redis: retrying is safe.
+    NotSent,
+    /// The bytes left; whether Redis ran the command is unknown.
+    MaybeRan,
+    /// Redis ran it; only its reply was not relayed.
+    Ran,
+}
+
+impl CallError {
+    pub fn delivery(&self) -> Delivery {
+        match self {
+            CallError::NotSent(_) => Delivery::NotSent,
+            CallError::Indeterminate { .. } => Delivery::MaybeRan,
+            CallError::OverBudget(_) => Delivery::Ran,
         }
     }
 }
 
 /// Why `Lanes::open` refused a configuration.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum OpenError {
     #[error("lane {lane}: cannot read password file {path}: {source}")]
     PasswordFile {

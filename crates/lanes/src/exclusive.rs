@@ -105,9 +105,11 @@ impl ExclusiveLane {
         };
         let conn = match idle {
             Some(conn) => conn,
-            None => self.connector.connect(protocol).await.map_err(|reason| {
+            None => self.connector.connect(protocol).await.map_err(|error| {
                 self.metrics.reject(Rejection::Unavailable);
-                LaneError::Unavailable { reason }
+                LaneError::Unavailable {
+                    reason: error.to_string(),
+                }
             })?,
         };
         self.life.lend();
@@ -194,14 +196,14 @@ impl Borrowed {
             self.conn = None;
         }
         let Some(conn) = self.conn.as_mut() else {
-            return Err(CallError::Unavailable {
+            return Err(CallError::NotSent(LaneError::Unavailable {
                 reason: "this connection was closed after an earlier failure; borrow another"
                     .into(),
-            });
+            }));
         };
         if self.lane.life.killed().is_cancelled() {
             self.conn = None;
-            return Err(CallError::Closed);
+            return Err(CallError::NotSent(LaneError::Closed));
         }
         self.session.observe(&command);
         self.owes_reply = true;

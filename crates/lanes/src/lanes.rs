@@ -9,13 +9,14 @@ use parking_lot::Mutex;
 use prometheus_client::registry::Registry;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tollgate_model::{Lane, Protocol};
+use tollgate_model::{Exclusive, Lane, Multiplexed, Protocol};
 
 use crate::budget::Budget;
 use crate::config::{LaneSettings, LanesConfig};
 use crate::connector::{Connector, Credentials};
 use crate::error::{CallError, LaneError, OpenError};
 use crate::exclusive::{Borrowed, ExclusiveLane};
+use crate::kill;
 use crate::life::Life;
 use crate::locator::Locator;
 use crate::metrics::{Families, LaneMetrics, Rejection};
@@ -31,6 +32,8 @@ pub struct Lanes(Arc<Inner>);
 struct Inner {
     regular: Arc<MultiplexedLane>,
     script: Arc<MultiplexedLane>,
+    /// SCRIPT's connection for kills (see `kill`); `None` for the lease service's lanes.
+    kills: Option<Arc<MultiplexedLane>>,
     blocking: Arc<ExclusiveLane>,
     transaction: Arc<ExclusiveLane>,
     admin: Arc<ExclusiveLane>,
@@ -97,6 +100,14 @@ impl PubSub {
         self.0.local_subscribers(kind, name)
     }
 
+    /// Resolves once Redis no longer counts the daemon as subscribed to `name`, after the
+    /// subscription dropped was its last local one (at once otherwise); bounded by the lane's
+    /// confirmation timeout. An unsubscribing client is answered after this, as Redis answers it
+    /// after it stopped counting the client.
+    pub async fn unsubscribed(&self, kind: SubscriptionKind, name: Bytes) {
+        self.0.unsubscribed(kind, name).await
+    }
+
     /// Every active pattern subscription, with its number of local subscribers.
     pub fn patterns(&self) -> Vec<(Bytes, usize)> {
         self.0.patterns()
@@ -111,7 +122,7 @@ impl Lanes {
         config: &LanesConfig,
         registry: &mut Registry,
     ) -> Result<Lanes, OpenError> {
-        Self::open_in(topology, config, None, registry)
+        Self::open_in(topology, config, Owner::Clients, registry)
     }
 
     /// The lease service's own lanes (`lanes.leases`): authenticated as the lease user, every
@@ -125,7 +136,7 @@ impl Lanes {
         Self::open_in(
             topology,
             &config.for_leases(),
-            database,
+            Owner::Leases { database },
             registry.sub_registry_with_prefix("leases"),
         )
     }
@@ -133,9 +144,13 @@ impl Lanes {
     fn open_in(
         topology: &Topology,
         config: &LanesConfig,
-        database: Option<u32>,
+        owner: Owner,
         registry: &mut Registry,
     ) -> Result<Lanes, OpenError> {
+        let database = match owner {
+            Owner::Clients => None,
+            Owner::Leases { database } => database,
+        };
         if let Topology::Sentinel { sentinels, .. } = topology {
             if sentinels.is_empty() {
                 return Err(OpenError::NoSentinels);
@@ -148,27 +163,48 @@ impl Lanes {
         let mut settings = Vec::new();
         let mut connectors = Vec::new();
         let mut parts = Vec::new();
+        let mut kills = None;
         for lane in Lane::ALL {
             let lane_settings = config.settings(lane);
             let credentials = credentials(&lane_settings)?;
             let metrics = families.lane(lane);
-            let connector = Connector::new(
-                lane,
-                locator.clone(),
-                credentials,
-                database,
-                config.server_uid,
-                metrics.clone(),
-            );
-            parts.push((lane_settings.clone(), connector, metrics));
+            let connector = |credentials, name: &str| {
+                Connector::new(
+                    name,
+                    locator.clone(),
+                    credentials,
+                    database,
+                    config.server_uid,
+                    metrics.clone(),
+                )
+            };
+            // The kill connection has a connector of its own: its warming pings, failing while
+            // Redis is away, must not hold SCRIPT's other connections in backoff.
+            if lane == Lane::Script && owner == Owner::Clients {
+                let name = format!("tollgate-{}-kill", lane.as_str());
+                let connector = Arc::new(connector(credentials.clone(), &name));
+                kills = Some(kill::start(
+                    &lane_settings,
+                    connector,
+                    metrics.clone(),
+                    &life,
+                    &mut drivers,
+                ));
+            }
+            let name = format!("tollgate-{}", lane.as_str());
+            parts.push((
+                lane_settings.clone(),
+                connector(credentials, &name),
+                metrics,
+            ));
             settings.push(lane_settings);
         }
         let mut parts = parts.into_iter();
         let mut next = || parts.next().expect("one part per lane, in Lane::ALL order");
-        let regular = multiplexed(next(), &life, &mut drivers);
+        let regular = multiplexed(next(), &life, None, &mut drivers);
         let blocking = exclusive(next(), &life);
         let transaction = exclusive(next(), &life);
-        let script = multiplexed(next(), &life, &mut drivers);
+        let script = multiplexed(next(), &life, kills.clone(), &mut drivers);
         let (pubsub_settings, pubsub_connector, pubsub_metrics) = next();
         let admin = exclusive(next(), &life);
         connectors.extend([
@@ -191,6 +227,7 @@ impl Lanes {
         Ok(Lanes(Arc::new(Inner {
             regular,
             script,
+            kills,
             blocking,
             transaction,
             admin,
@@ -206,25 +243,19 @@ impl Lanes {
 
     /// A channel on a multiplexed lane (REGULAR or SCRIPT), on the connection the lane picks: the
     /// first with room, so work is packed on few connections and batched. RESP2.
-    pub fn multiplexed(&self, lane: Lane) -> Result<Channel, LaneError> {
+    pub fn multiplexed(&self, lane: Multiplexed) -> Result<Channel, LaneError> {
         self.multiplexed_speaking(lane, Protocol::Resp2)
     }
 
     /// [`Lanes::multiplexed`] on a connection speaking `protocol`, for a client that speaks it.
     pub fn multiplexed_speaking(
         &self,
-        lane: Lane,
+        lane: Multiplexed,
         protocol: Protocol,
     ) -> Result<Channel, LaneError> {
         let pool = match lane {
-            Lane::Regular => &self.0.regular,
-            Lane::Script => &self.0.script,
-            other => {
-                return Err(LaneError::WrongLane {
-                    lane: other,
-                    expected: "REGULAR or SCRIPT (multiplexed)",
-                })
-            }
+            Multiplexed::Regular => &self.0.regular,
+            Multiplexed::Script => &self.0.script,
         };
         if !self.0.life.is_open() {
             pool.metrics.reject(Rejection::Closed);
@@ -235,14 +266,14 @@ impl Lanes {
 
     /// Borrows one connection of an exclusive lane (BLOCKING, TRANSACTION or ADMIN), waiting in line
     /// up to the lane's acquire timeout. RESP2.
-    pub async fn borrow(&self, lane: Lane) -> Result<Borrowed, LaneError> {
+    pub async fn borrow(&self, lane: Exclusive) -> Result<Borrowed, LaneError> {
         self.borrow_speaking(lane, Protocol::Resp2).await
     }
 
     /// [`Lanes::borrow`], the connection speaking `protocol`, for a client that speaks it.
     pub async fn borrow_speaking(
         &self,
-        lane: Lane,
+        lane: Exclusive,
         protocol: Protocol,
     ) -> Result<Borrowed, LaneError> {
         self.borrow_within_share(lane, protocol, None).await
@@ -253,7 +284,7 @@ impl Lanes {
     /// for one of its own to come back, up to the acquire timeout.
     pub async fn borrow_for(
         &self,
-        lane: Lane,
+        lane: Exclusive,
         protocol: Protocol,
         principal: &str,
     ) -> Result<Borrowed, LaneError> {
@@ -263,20 +294,14 @@ impl Lanes {
 
     async fn borrow_within_share(
         &self,
-        lane: Lane,
+        lane: Exclusive,
         protocol: Protocol,
         principal: Option<&str>,
     ) -> Result<Borrowed, LaneError> {
         let pool = match lane {
-            Lane::Blocking => &self.0.blocking,
-            Lane::Transaction => &self.0.transaction,
-            Lane::Admin => &self.0.admin,
-            other => {
-                return Err(LaneError::WrongLane {
-                    lane: other,
-                    expected: "BLOCKING, TRANSACTION or ADMIN (exclusive)",
-                })
-            }
+            Exclusive::Blocking => &self.0.blocking,
+            Exclusive::Transaction => &self.0.transaction,
+            Exclusive::Admin => &self.0.admin,
         };
         pool.borrow(protocol, principal).await
     }
@@ -287,7 +312,7 @@ impl Lanes {
 
     /// One PING over the REGULAR lane within `timeout`: can the daemon reach Redis as its users?
     pub async fn ping(&self, timeout: Duration) -> Result<(), CallError> {
-        let channel = self.multiplexed(Lane::Regular)?;
+        let channel = self.multiplexed(Multiplexed::Regular)?;
         let reply = tokio::time::timeout(
             timeout,
             channel.send(Bytes::from_static(b"*1\r\n$4\r\nPING\r\n")),
@@ -297,9 +322,9 @@ impl Lanes {
             reason: format!("no reply to PING within {timeout:?}"),
         })??;
         if reply.is_error() {
-            return Err(CallError::Unavailable {
+            return Err(CallError::NotSent(LaneError::Unavailable {
                 reason: String::from_utf8_lossy(reply.bytes().trim_ascii_end()).into_owned(),
-            });
+            }));
         }
         Ok(())
     }
@@ -327,9 +352,12 @@ impl Lanes {
                     Lane::Admin => (Sharing::Exclusive, &inner.admin.metrics, None),
                     Lane::Pubsub => (Sharing::Shared, &inner.pubsub_metrics, None),
                 };
-                // A multiplexed lane has its `connections` per protocol (see `multiplex`).
+                // A multiplexed lane has its `connections` per protocol (see `multiplex`), and
+                // SCRIPT one more per protocol for kills.
+                let kills = Protocol::ALL.len()
+                    * usize::from(settings.lane == Lane::Script && inner.kills.is_some());
                 let max_connections = match sharing {
-                    Sharing::Multiplexed => settings.connections * Protocol::ALL.len(),
+                    Sharing::Multiplexed => settings.connections * Protocol::ALL.len() + kills,
                     Sharing::Exclusive | Sharing::Shared => settings.connections,
                 };
                 LaneStatus::new(LaneFacts {
@@ -361,7 +389,10 @@ impl Lanes {
         let inner = &self.0;
         let deadline = Instant::now() + drain;
         inner.life.start_draining();
-        for pool in [&inner.regular, &inner.script] {
+        for pool in [&inner.regular, &inner.script]
+            .into_iter()
+            .chain(inner.kills.as_ref())
+        {
             pool.close_gate();
         }
         for pool in [&inner.blocking, &inner.transaction, &inner.admin] {
@@ -421,15 +452,30 @@ fn credentials(settings: &LaneSettings) -> Result<Option<Credentials>, OpenError
 
 type Part = (LaneSettings, Connector, LaneMetrics);
 
-fn multiplexed(part: Part, life: &Arc<Life>, drivers: &mut JoinSet<()>) -> Arc<MultiplexedLane> {
+fn multiplexed(
+    part: Part,
+    life: &Arc<Life>,
+    kills: Option<Arc<MultiplexedLane>>,
+    drivers: &mut JoinSet<()>,
+) -> Arc<MultiplexedLane> {
     let (settings, connector, metrics) = part;
     MultiplexedLane::start(
         &settings,
         Arc::new(connector),
         metrics,
         life.clone(),
+        kills,
         drivers,
     )
+}
+
+/// Whose lanes these are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    /// The clients': SCRIPT keeps a connection for kills.
+    Clients,
+    /// The lease service's, in its database (`None`: database 0).
+    Leases { database: Option<u32> },
 }
 
 fn exclusive(part: Part, life: &Arc<Life>) -> Arc<ExclusiveLane> {

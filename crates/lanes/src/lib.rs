@@ -1,4 +1,4 @@
-//! The six lanes of Redis connections (DESIGN.md, "Lanes"): the daemon's only way to Redis.
+//! The six lanes of Redis connections (docs/design.md, "Lanes"): the daemon's only way to Redis.
 //!
 //! REGULAR and SCRIPT pipeline many callers' commands over a few connections ([`Channel`]); BLOCKING,
 //! TRANSACTION and ADMIN lend one connection to one borrower ([`Borrowed`]); PUBSUB shares subscriber
@@ -7,6 +7,7 @@
 
 mod acl;
 mod budget;
+mod busy;
 mod config;
 mod conn;
 mod connector;
@@ -15,6 +16,7 @@ mod exclusive;
 mod gate;
 mod grants;
 mod hygiene;
+mod kill;
 mod lanes;
 mod life;
 mod locator;
@@ -35,8 +37,8 @@ pub use acl::{
     ALWAYS_REFUSED, LEASE_USER,
 };
 pub use budget::{Budget, Held, OverBudget};
-pub use config::{LaneOverrides, LaneSettings, LanesConfig, LeaseConnections};
-pub use error::{CallError, LaneError, OpenError, Saturation};
+pub use config::{LaneOverrides, LaneSettings, LanesConfig, LeaseConnections, ZeroSetting};
+pub use error::{CallError, Delivery, LaneError, OpenError, Saturation};
 pub use exclusive::Borrowed;
 pub use grants::LaneGrants;
 pub use lanes::{CloseOutcome, Lanes, PubSub};
@@ -49,5 +51,5 @@ pub use reach::{
 };
 pub use reply::Reply;
 pub use status::{LaneStatus, LanesStatus, Rejections, Sharing};
-pub use tollgate_model::{Lane, Protocol};
+pub use tollgate_model::{Exclusive, Lane, Multiplexed, Protocol};
 pub use topology::{Endpoint, InvalidEndpoint, InvalidRedisConfig, RedisConfig, Topology};

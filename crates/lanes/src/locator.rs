@@ -6,14 +6,12 @@
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tollgate_resp::Frame;
 
 use crate::life::Life;
-use crate::reply::reply_limits;
-use crate::stream::Stream;
+use crate::stream::{ExchangeError, Stream};
 use crate::{Endpoint, Topology};
 
 /// How long one exchange with a sentinel may take.
@@ -25,12 +23,47 @@ const RETRY: Duration = Duration::from_millis(200);
 
 #[derive(Debug, Clone)]
 struct Located {
-    master: Result<Endpoint, String>,
+    /// `None` until a sentinel has named the master; afterwards the last one named.
+    master: Option<Endpoint>,
     generation: u64,
+}
+
+/// No sentinel has named the master yet, so nothing can be sent.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("no sentinel has named the master of `{group}` yet")]
+pub(crate) struct NoMaster {
+    group: String,
+}
+
+/// Why one sentinel stopped being useful, so the follower tries the next.
+#[derive(Debug, thiserror::Error)]
+enum SentinelError {
+    #[error("sentinel {sentinel}: {source}")]
+    Io {
+        sentinel: Endpoint,
+        source: std::io::Error,
+    },
+    #[error("sentinel {sentinel}: no answer within {SENTINEL_TIMEOUT:?}")]
+    Timeout { sentinel: Endpoint },
+    #[error("sentinel {sentinel}: {source}")]
+    Exchange {
+        sentinel: Endpoint,
+        source: ExchangeError,
+    },
+    #[error("sentinel {sentinel}: unreadable master address")]
+    UnreadableAddress { sentinel: Endpoint },
+    #[error("sentinel {sentinel} does not know master `{group}`: {reply}")]
+    UnknownGroup {
+        sentinel: Endpoint,
+        group: String,
+        reply: String,
+    },
 }
 
 pub(crate) struct Locator {
     current: watch::Receiver<Located>,
+    /// The Sentinel group's name, for the error while no master is known.
+    group: String,
     /// Keeps a fixed (standalone) address alive; the Sentinel follower owns its own sender.
     _fixed: Option<watch::Sender<Located>>,
 }
@@ -44,19 +77,18 @@ impl Locator {
         match topology {
             Topology::Standalone(endpoint) => {
                 let (fixed, current) = watch::channel(Located {
-                    master: Ok(endpoint.clone()),
+                    master: Some(endpoint.clone()),
                     generation: 0,
                 });
                 Locator {
                     current,
+                    group: String::new(),
                     _fixed: Some(fixed),
                 }
             }
             Topology::Sentinel { master, sentinels } => {
                 let (sender, current) = watch::channel(Located {
-                    master: Err(format!(
-                        "no sentinel has named the master of `{master}` yet"
-                    )),
+                    master: None,
                     generation: 0,
                 });
                 let follower = follow(master.clone(), sentinels.clone(), sender);
@@ -69,6 +101,7 @@ impl Locator {
                 });
                 Locator {
                     current,
+                    group: master.clone(),
                     _fixed: None,
                 }
             }
@@ -76,12 +109,14 @@ impl Locator {
     }
 
     /// The master's address now and the generation it belongs to.
-    pub(crate) fn current(&self) -> Result<(Endpoint, u64), String> {
+    pub(crate) fn current(&self) -> Result<(Endpoint, u64), NoMaster> {
         let located = self.current.borrow();
-        located
-            .master
-            .clone()
-            .map(|endpoint| (endpoint, located.generation))
+        match &located.master {
+            Some(endpoint) => Ok((endpoint.clone(), located.generation)),
+            None => Err(NoMaster {
+                group: self.group.clone(),
+            }),
+        }
     }
 
     pub(crate) fn generation(&self) -> u64 {
@@ -103,20 +138,14 @@ impl Locator {
 
 /// Follows the master of `name` through the sentinels until the lanes close.
 async fn follow(name: String, sentinels: Vec<Endpoint>, sender: watch::Sender<Located>) {
-    let publish = |master: Result<Endpoint, String>| {
+    // While the sentinels cannot be asked, the last known master stays in use.
+    let publish = |master: Endpoint| {
         sender.send_if_modified(|located| {
-            let moved = match (&located.master, &master) {
-                (Ok(old), Ok(new)) => old != new,
-                (Err(_), Ok(_)) => true,
-                // Keep using the last known master while the sentinels cannot be asked.
-                (_, Err(_)) => false,
-            };
+            let moved = located.master.as_ref() != Some(&master);
             if moved {
                 located.generation += 1;
-                tracing::info!(master = ?master, "redis master located");
-            }
-            if moved || located.master.is_err() {
-                located.master = master;
+                tracing::info!(%master, "redis master located");
+                located.master = Some(master);
             }
             moved
         });
@@ -133,20 +162,21 @@ async fn follow(name: String, sentinels: Vec<Endpoint>, sender: watch::Sender<Lo
 async fn watch_sentinel(
     name: &str,
     sentinel: &Endpoint,
-    publish: &impl Fn(Result<Endpoint, String>),
-) -> String {
+    publish: &impl Fn(Endpoint),
+) -> SentinelError {
     let mut events = match connect(sentinel).await {
         Ok(stream) => stream,
         Err(error) => return error,
     };
     let mut read = BytesMut::new();
-    if let Err(error) = exchange(&mut events, &mut read, &["SUBSCRIBE", "+switch-master"]).await {
-        return error;
+    let subscribe = ["SUBSCRIBE", "+switch-master"];
+    if let Err(error) = events.exchange(&mut read, &subscribe).await {
+        return exchange_failed(sentinel, error);
     }
     // Asked only after subscribing, so that a failover in between is not missed.
     loop {
         match ask_master(name, sentinel).await {
-            Ok(master) => publish(Ok(master)),
+            Ok(master) => publish(master),
             Err(error) => return error,
         }
         let deadline = tokio::time::sleep(RECHECK);
@@ -154,48 +184,53 @@ async fn watch_sentinel(
         loop {
             tokio::select! {
                 _ = &mut deadline => break,
-                message = next_frame(&mut events, &mut read) => match message {
+                message = events.next_frame(&mut read) => match message {
                     Ok(frame) => {
                         if let Some(master) = switched_to(name, &frame) {
-                            publish(Ok(master));
+                            publish(master);
                         }
                     }
-                    Err(error) => return error,
+                    Err(error) => return exchange_failed(sentinel, error),
                 },
             }
         }
     }
 }
 
-async fn connect(sentinel: &Endpoint) -> Result<Stream, String> {
+async fn connect(sentinel: &Endpoint) -> Result<Stream, SentinelError> {
     match tokio::time::timeout(SENTINEL_TIMEOUT, Stream::connect(sentinel)).await {
         Ok(Ok(stream)) => Ok(stream),
-        Ok(Err(error)) => Err(format!("sentinel {sentinel}: {error}")),
-        Err(_) => Err(format!(
-            "sentinel {sentinel}: no answer within {SENTINEL_TIMEOUT:?}"
-        )),
+        Ok(Err(source)) => Err(SentinelError::Io {
+            sentinel: sentinel.clone(),
+            source,
+        }),
+        Err(_) => Err(SentinelError::Timeout {
+            sentinel: sentinel.clone(),
+        }),
     }
 }
 
-async fn ask_master(name: &str, sentinel: &Endpoint) -> Result<Endpoint, String> {
+async fn ask_master(name: &str, sentinel: &Endpoint) -> Result<Endpoint, SentinelError> {
     let mut stream = connect(sentinel).await?;
     let mut read = BytesMut::new();
-    let reply = tokio::time::timeout(
-        SENTINEL_TIMEOUT,
-        exchange(
-            &mut stream,
-            &mut read,
-            &["SENTINEL", "get-master-addr-by-name", name],
-        ),
-    )
-    .await
-    .map_err(|_| format!("sentinel {sentinel}: no answer within {SENTINEL_TIMEOUT:?}"))??;
+    let ask = ["SENTINEL", "get-master-addr-by-name", name];
+    let reply = tokio::time::timeout(SENTINEL_TIMEOUT, stream.exchange(&mut read, &ask))
+        .await
+        .map_err(|_| SentinelError::Timeout {
+            sentinel: sentinel.clone(),
+        })?
+        .map_err(|error| exchange_failed(sentinel, error))?;
     match reply {
-        Frame::Array(items) => address(items.first(), items.get(1))
-            .ok_or_else(|| format!("sentinel {sentinel}: unreadable master address")),
-        other => Err(format!(
-            "sentinel {sentinel} does not know master `{name}`: {other:?}"
-        )),
+        Frame::Array(items) => {
+            address(items.first(), items.get(1)).ok_or_else(|| SentinelError::UnreadableAddress {
+                sentinel: sentinel.clone(),
+            })
+        }
+        other => Err(SentinelError::UnknownGroup {
+            sentinel: sentinel.clone(),
+            group: name.to_owned(),
+            reply: format!("{other:?}"),
+        }),
     }
 }
 
@@ -224,27 +259,10 @@ fn address(host: Option<&Frame>, port: Option<&Frame>) -> Option<Endpoint> {
     Some(Endpoint::Tcp { host, port })
 }
 
-async fn exchange(
-    stream: &mut Stream,
-    read: &mut BytesMut,
-    argv: &[&str],
-) -> Result<Frame, String> {
-    let mut out = BytesMut::new();
-    tollgate_resp::encode_command(argv, &mut out);
-    stream.write_all(&out).await.map_err(|e| e.to_string())?;
-    next_frame(stream, read).await
-}
-
-async fn next_frame(stream: &mut Stream, read: &mut BytesMut) -> Result<Frame, String> {
-    loop {
-        if let Some(frame) =
-            tollgate_resp::parse(read, &reply_limits()).map_err(|e| e.to_string())?
-        {
-            return Ok(frame);
-        }
-        if stream.read_buf(read).await.map_err(|e| e.to_string())? == 0 {
-            return Err("connection closed".into());
-        }
+fn exchange_failed(sentinel: &Endpoint, source: ExchangeError) -> SentinelError {
+    SentinelError::Exchange {
+        sentinel: sentinel.clone(),
+        source,
     }
 }
 

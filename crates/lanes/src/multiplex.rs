@@ -10,6 +10,9 @@
 //! connection whose oldest unanswered command has waited past its deadline is closed: everything
 //! written on it is indeterminate, and the next command opens a new one. New work is not packed on
 //! a connection whose oldest reply is overdue by [`STALLED_AFTER`] while another one answers.
+//!
+//! SCRIPT's kills (`SCRIPT KILL`, `FUNCTION KILL`) bypass its connections for one of their own
+//! (see `kill`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -25,12 +28,14 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tollgate_model::{Lane, Protocol};
+use tracing::Instrument;
 
 use crate::budget::{Budget, Held};
+use crate::busy;
 use crate::config::LaneSettings;
 use crate::conn::Conn;
 use crate::connector::Connector;
-use crate::error::{CallError, Saturation};
+use crate::error::{CallError, LaneError, Saturation};
 use crate::gate::{Gate, Permit, Queue};
 use crate::life::Life;
 use crate::metrics::{LaneMetrics, Rejection};
@@ -70,6 +75,8 @@ pub(crate) struct MultiplexedLane {
     command_timeout: Option<Duration>,
     /// The origin of the slots' [`Slot::owed_since`] clocks.
     epoch: Instant,
+    /// Where this lane's kills go instead of its own connections (SCRIPT's).
+    kills: Option<Arc<MultiplexedLane>>,
 }
 
 /// One pooled connection as callers see it: the queue into its driver and its current load.
@@ -220,6 +227,7 @@ impl MultiplexedLane {
         connector: Arc<Connector>,
         metrics: LaneMetrics,
         life: Arc<Life>,
+        kills: Option<Arc<MultiplexedLane>>,
         drivers: &mut tokio::task::JoinSet<()>,
     ) -> Arc<Self> {
         let lane = settings.lane;
@@ -258,9 +266,18 @@ impl MultiplexedLane {
             life,
             command_timeout: settings.command_timeout,
             epoch: Instant::now(),
+            kills,
         });
-        for (receiver, slot) in receivers {
-            drivers.spawn(drive(this.clone(), receiver, slot));
+        for (connection, (receiver, slot)) in receivers.into_iter().enumerate() {
+            // Every line a driver logs names its lane, connection and (once dialled) node.
+            let span = tracing::info_span!(
+                "lane",
+                %lane,
+                connection,
+                protocol = ?slot.protocol,
+                node = tracing::field::Empty
+            );
+            drivers.spawn(drive(this.clone(), receiver, slot).instrument(span));
         }
         this
     }
@@ -333,20 +350,32 @@ impl Channel {
     /// could start on it: when it is the oldest command its connection owes a reply to. Past it the
     /// connection is closed and every command written on it fails as indeterminate.
     pub fn send_within(&self, command: Bytes, deadline: Option<Duration>) -> SendFuture {
+        if let Some(kills) = self.lane.kills.as_ref().filter(|_| busy::is_kill(&command)) {
+            let on_its_own = Channel {
+                slot: kills.pick(self.slot.protocol).clone(),
+                lane: kills.clone(),
+                budget: self.budget.clone(),
+            };
+            return on_its_own.send_within(command, deadline);
+        }
         let lane = &self.lane;
         if !lane.life.is_open() {
             lane.metrics.reject(Rejection::Closed);
-            return SendFuture(SendState::Done(Some(Err(CallError::Closed))));
+            return SendFuture(SendState::Done(Some(Err(CallError::NotSent(
+                LaneError::Closed,
+            )))));
         }
         let (ticket, ahead) = Ticket::new(lane, &self.slot);
         if ahead >= lane.outstanding_cap {
             lane.metrics
                 .reject(Rejection::Saturated(Saturation::QueueFull));
-            return SendFuture(SendState::Done(Some(Err(CallError::Saturated {
-                lane: lane.lane,
-                waited: std::time::Duration::ZERO,
-                cause: Saturation::QueueFull,
-            }))));
+            return SendFuture(SendState::Done(Some(Err(CallError::NotSent(
+                LaneError::Saturated {
+                    lane: lane.lane,
+                    waited: std::time::Duration::ZERO,
+                    cause: Saturation::QueueFull,
+                },
+            )))));
         }
         let (reply, receiver) = oneshot::channel();
         let request = Request {
@@ -359,7 +388,9 @@ impl Channel {
         };
         match self.slot.queue.send(request) {
             Ok(()) => SendFuture(SendState::Waiting(receiver)),
-            Err(_) => SendFuture(SendState::Done(Some(Err(CallError::Closed)))),
+            Err(_) => SendFuture(SendState::Done(Some(Err(CallError::NotSent(
+                LaneError::Closed,
+            ))))),
         }
     }
 }
@@ -398,21 +429,22 @@ async fn drive(
         };
         match lane.connector.connect(protocol).await {
             Ok(conn) => next = pipeline(&lane, &slot, conn, first, &mut queue).await,
-            Err(reason) => {
+            Err(error) => {
                 // Fail fast: everything queued now would meet the same outage.
+                let reason = error.to_string();
                 let mut failed = Some(first);
                 while let Some(request) = failed.take().or_else(|| queue.try_recv().ok()) {
                     lane.metrics.reject(Rejection::Unavailable);
-                    request.fail(CallError::Unavailable {
+                    request.fail(CallError::NotSent(LaneError::Unavailable {
                         reason: reason.clone(),
-                    });
+                    }));
                 }
             }
         }
     }
     queue.close();
     while let Ok(request) = queue.try_recv() {
-        request.fail(CallError::Closed);
+        request.fail(CallError::NotSent(LaneError::Closed));
     }
 }
 
@@ -447,6 +479,7 @@ async fn pipeline(
     );
     slot.owed_since.store(0, Ordering::Relaxed);
     if lost.is_cancelled() {
+        tracing::info!("connection to redis lost; its unanswered commands failed");
         lane.connector.note_lost();
     }
     unsent
@@ -633,7 +666,7 @@ async fn read_loop(
             written -= 1;
             CallError::Indeterminate { reason }
         } else {
-            CallError::Unavailable { reason }
+            CallError::NotSent(LaneError::Unavailable { reason })
         }));
     }
 }
@@ -726,13 +759,6 @@ impl Overdue {
             }
         }
     }
-}
-
-/// Whether `frame` is a RESP3 push (`>`), which answers no command. The front door refuses what
-/// would make Redis send one on a shared connection (client-side caching); should one arrive all
-/// the same, it is dropped rather than taken for the next command's reply.
-pub(crate) fn is_push(frame: &[u8]) -> bool {
-    frame.first() == Some(&b'>')
 }
 
 /// Commands one connection has written and Redis has not yet answered, shared by its writer and

@@ -13,8 +13,9 @@ use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, WriteHalf};
 use tokio::sync::{mpsc, oneshot};
-use tollgate_model::Protocol;
+use tollgate_model::{Lane, Protocol};
 use tollgate_resp::Frame;
+use tracing::Instrument;
 
 use crate::budget::{Budget, Held, OverBudget};
 use crate::conn::Conn;
@@ -54,7 +55,6 @@ impl Message {
 
 /// Why a subscription delivers no more messages.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
 pub enum SubscriptionEnded {
     #[error("subscriber fell behind and its buffer overflowed; messages were dropped")]
     Lagged,
@@ -107,11 +107,8 @@ impl Drop for Subscription {
         if let Some(topic) = state.topics.get_mut(&self.key) {
             topic.subscribers.retain(|s| s.id != self.id);
             if topic.subscribers.is_empty() {
-                state.topics.remove(&self.key);
-                let _ = self
-                    .shard
-                    .control
-                    .send(Control::Unsubscribe(self.key.clone()));
+                let unsubscribe = state.forget(self.key.clone());
+                let _ = self.shard.control.send(unsubscribe);
             }
         }
     }
@@ -132,7 +129,38 @@ struct Shard {
 #[derive(Default)]
 struct ShardState {
     topics: HashMap<Key, Topic>,
+    /// Names whose last local subscriber left and whose unsubscribe is on its way to Redis: until
+    /// Redis confirms it, Redis still counts the daemon's connection as subscribed.
+    leaving: HashMap<Key, Leaving>,
     next_id: u64,
+}
+
+#[derive(Default)]
+struct Leaving {
+    /// Unsubscribes sent or to be sent (a name can leave, return and leave again meanwhile).
+    unsubscribes: usize,
+    /// Told (or dropped) once the last of them is done with.
+    waiters: Vec<oneshot::Sender<()>>,
+}
+
+impl ShardState {
+    /// Forgets `key`, whose last local subscriber is gone; returns the unsubscribe to send.
+    fn forget(&mut self, key: Key) -> Control {
+        self.topics.remove(&key);
+        self.leaving.entry(key.clone()).or_default().unsubscribes += 1;
+        Control::Unsubscribe(key)
+    }
+
+    /// One unsubscribe of `key` is done with: Redis confirmed it, or it was not needed.
+    fn left(&mut self, key: &Key) {
+        if let Some(leaving) = self.leaving.get_mut(key) {
+            leaving.unsubscribes -= 1;
+            if leaving.unsubscribes == 0 {
+                // Dropping the waiters' senders tells them.
+                self.leaving.remove(key);
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -164,18 +192,22 @@ impl PubSubLane {
         drivers: &mut tokio::task::JoinSet<()>,
     ) -> Arc<Self> {
         let shards = (0..connections)
-            .map(|_| {
+            .map(|connection| {
                 let (control, receiver) = mpsc::unbounded_channel();
                 let shard = Arc::new(Shard {
                     state: Mutex::new(ShardState::default()),
                     control,
                 });
-                drivers.spawn(drive(
-                    shard.clone(),
-                    receiver,
-                    connector.clone(),
-                    life.clone(),
-                ));
+                let span = tracing::info_span!(
+                    "lane",
+                    lane = %Lane::Pubsub,
+                    connection,
+                    node = tracing::field::Empty
+                );
+                drivers.spawn(
+                    drive(shard.clone(), receiver, connector.clone(), life.clone())
+                        .instrument(span),
+                );
                 shard
             })
             .collect();
@@ -263,6 +295,24 @@ impl PubSubLane {
         error
     }
 
+    /// Resolves once Redis has confirmed the daemon's unsubscribe of `name` after its last local
+    /// subscriber left (at once when none is on its way), or when the confirmation timeout passes
+    /// or the connection is lost: Redis no longer counts the daemon as subscribed to it.
+    pub(crate) async fn unsubscribed(&self, kind: SubscriptionKind, name: Bytes) {
+        let key = (kind, name);
+        let told = {
+            let mut state = self.shard_of(&key).state.lock();
+            state.leaving.get_mut(&key).map(|leaving| {
+                let (waiter, told) = oneshot::channel();
+                leaving.waiters.push(waiter);
+                told
+            })
+        };
+        if let Some(told) = told {
+            let _ = tokio::time::timeout(self.confirm_timeout, told).await;
+        }
+    }
+
     /// How many local subscribers `name` has, if the daemon's own subscription to it is active in
     /// Redis (so Redis counts the daemon's connection once for all of them).
     pub(crate) fn local_subscribers(&self, kind: SubscriptionKind, name: Bytes) -> Option<usize> {
@@ -300,7 +350,12 @@ impl PubSubLane {
 impl Shard {
     /// Ends every subscription with `why` and forgets all names (the connection that held them is gone).
     fn end_all(&self, why: &SubscriptionEnded) {
-        let topics = std::mem::take(&mut self.state.lock().topics);
+        let topics = {
+            let mut state = self.state.lock();
+            // The connection that held them is gone, and with it what Redis counted.
+            state.leaving.clear();
+            std::mem::take(&mut state.topics)
+        };
         for (_, topic) in topics {
             end_topic(topic, why);
         }
@@ -335,7 +390,10 @@ async fn drive(
             command = control.recv() => match command {
                 Some(Control::Subscribe(key)) => key,
                 // Nothing is subscribed while disconnected.
-                Some(Control::Unsubscribe(_)) => continue,
+                Some(Control::Unsubscribe(key)) => {
+                    shard.state.lock().left(&key);
+                    continue;
+                }
                 None => break,
             },
         };
@@ -348,7 +406,9 @@ async fn drive(
                     shard.end_all(&SubscriptionEnded::Disconnected { reason });
                 }
             }
-            Err(reason) => shard.end_all(&SubscriptionEnded::Disconnected { reason }),
+            Err(error) => shard.end_all(&SubscriptionEnded::Disconnected {
+                reason: error.to_string(),
+            }),
         }
     }
     shard.end_all(&SubscriptionEnded::Closed);
@@ -425,7 +485,15 @@ async fn apply(
             (verb, key)
         }
         Control::Unsubscribe(key) => {
-            if shard.state.lock().topics.contains_key(&key) {
+            let resubscribed = {
+                let mut state = shard.state.lock();
+                let resubscribed = state.topics.contains_key(&key);
+                if resubscribed {
+                    state.left(&key);
+                }
+                resubscribed
+            };
+            if resubscribed {
                 // Subscribed again before we got here: keep it.
                 return Ok(());
             }
@@ -472,6 +540,15 @@ fn handle(shard: &Shard, frame: Frame, unconfirmed: &mut VecDeque<Key>) -> Optio
         b"message" => (SubscriptionKind::Channel, false),
         b"pmessage" => (SubscriptionKind::Pattern, false),
         b"smessage" => (SubscriptionKind::Shard, false),
+        unsubscribed @ (b"unsubscribe" | b"punsubscribe" | b"sunsubscribe") => {
+            let kind = match unsubscribed {
+                b"unsubscribe" => SubscriptionKind::Channel,
+                b"punsubscribe" => SubscriptionKind::Pattern,
+                _ => SubscriptionKind::Shard,
+            };
+            shard.state.lock().left(&(kind, text(1)?));
+            return None;
+        }
         _ => return None,
     };
     let mut state = shard.state.lock();
@@ -531,8 +608,7 @@ fn handle(shard: &Shard, frame: Frame, unconfirmed: &mut VecDeque<Key>) -> Optio
         }
     });
     if topic.subscribers.is_empty() {
-        state.topics.remove(&key);
-        return Some(Control::Unsubscribe(key));
+        return Some(state.forget(key));
     }
     None
 }

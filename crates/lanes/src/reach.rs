@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tollgate_model::reserved::RESERVED_PREFIX;
-use tollgate_model::Lane;
+use tollgate_model::{Exclusive, Lane};
 use tollgate_resp::Frame;
 
 use crate::acl::may_run;
@@ -77,7 +77,7 @@ async fn check_once(
     clients: &LanesConfig,
 ) -> Result<Result<(), ReachError>, Unanswered> {
     let mut conn = leases
-        .borrow(Lane::Admin)
+        .borrow(Exclusive::Admin)
         .await
         .map_err(|error| Unanswered(error.to_string()))?;
     let result = async {
@@ -198,7 +198,7 @@ pub async fn check_grants(
 ) -> Result<Vec<GrantMismatch>, ReachError> {
     let unreachable = |reason: String| ReachError::CannotCheck { reason };
     let mut conn = leases
-        .borrow(Lane::Admin)
+        .borrow(Exclusive::Admin)
         .await
         .map_err(|error| unreachable(error.to_string()))?;
     let mut mismatches = Vec::new();

@@ -5,8 +5,6 @@
 use bytes::{Buf, Bytes, BytesMut};
 use tollgate_resp::{Discarded, Frame, Limits, ProtocolError, Scanner};
 
-use crate::multiplex::is_push;
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reply(Bytes);
 
@@ -117,6 +115,13 @@ impl ReplyReader {
             }
         }
     }
+}
+
+/// Whether `frame` is a RESP3 push (`>`), which answers no command. The front door refuses what
+/// would make Redis send one on a shared connection (client-side caching); should one arrive all
+/// the same, it is dropped rather than taken for the next command's reply.
+fn is_push(frame: &[u8]) -> bool {
+    frame.first() == Some(&b'>')
 }
 
 #[cfg(test)]

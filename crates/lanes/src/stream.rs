@@ -6,11 +6,14 @@ use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use bytes::BytesMut;
 use nix::errno::Errno;
 use nix::sys::socket::{recv, MsgFlags};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
+use tollgate_resp::Frame;
 
+use crate::reply::reply_limits;
 use crate::Endpoint;
 
 pub(crate) enum Stream {
@@ -40,7 +43,43 @@ pub(crate) enum UntrustedServer {
     OverTcp { expected: u32 },
 }
 
+/// Why a one-off request on a raw stream got no reply frame.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ExchangeError {
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("{0}")]
+    Protocol(#[from] tollgate_resp::ProtocolError),
+    #[error("connection closed")]
+    Closed,
+}
+
 impl Stream {
+    /// Writes `argv` as one command and reads one reply frame: the few exchanges made outside any
+    /// lane (asking sentinels, provisioning ACL users). `read` keeps bytes that arrived past it.
+    pub(crate) async fn exchange(
+        &mut self,
+        read: &mut BytesMut,
+        argv: &[&str],
+    ) -> Result<Frame, ExchangeError> {
+        let mut out = BytesMut::new();
+        tollgate_resp::encode_command(argv, &mut out);
+        self.write_all(&out).await?;
+        self.next_frame(read).await
+    }
+
+    /// The next whole frame, reading as needed.
+    pub(crate) async fn next_frame(&mut self, read: &mut BytesMut) -> Result<Frame, ExchangeError> {
+        loop {
+            if let Some(frame) = tollgate_resp::parse(read, &reply_limits())? {
+                return Ok(frame);
+            }
+            if self.read_buf(read).await? == 0 {
+                return Err(ExchangeError::Closed);
+            }
+        }
+    }
+
     pub(crate) async fn connect(endpoint: &Endpoint) -> io::Result<Stream> {
         Ok(match endpoint {
             Endpoint::Unix(path) => Stream::Unix(UnixStream::connect(path).await?),

@@ -119,7 +119,6 @@ impl TryFrom<RedisSection> for RedisConfig {
 
 /// How the lanes find the server to talk to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Topology {
     /// One server at a fixed address.
     Standalone(Endpoint),

@@ -12,38 +12,17 @@ use serde::Serialize;
 use tollgate_lease::api::{AcquireRequest, InspectRequest, ReleaseRequest, RenewRequest};
 use tollgate_lease::watch::HolderEvent;
 use tollgate_lease::{
-    AcquireOutcome, Attempt, InspectOutcome, ReleaseOutcome, RenewOutcome, Resource, Terminal,
+    AcquireOutcome, Attempt, InspectOutcome, ReleaseOutcome, RenewOutcome, Resource,
 };
 
+use crate::error::ClientError;
 use crate::events::Events;
-use crate::lease::{Acquisition, Lease};
 use crate::transport::{Transport, TransportError};
 
 /// Retries of an indeterminate call unless [`LeaseClient::with_retries`] says otherwise.
 const DEFAULT_RETRIES: u32 = 3;
 /// First pause before a retry; doubles each time.
 const RETRY_BACKOFF: Duration = Duration::from_millis(20);
-
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    /// The daemon answered with an error that no retry can fix (bad input, denied, unknown path).
-    #[error(
-        "daemon refused the request ({status}{}): {message}",
-        field.as_deref().map(|f| format!(", field `{f}`")).unwrap_or_default()
-    )]
-    Rejected {
-        status: u16,
-        /// The request field the daemon named, if any.
-        field: Option<String>,
-        message: String,
-    },
-    #[error("unreadable reply from the daemon: {0}")]
-    BadReply(String),
-    #[error(transparent)]
-    Terminal(#[from] Terminal),
-    #[error(transparent)]
-    Transport(#[from] TransportError),
-}
 
 /// What the client needs to know of each outcome type to retry it.
 pub trait Outcome: DeserializeOwned {
@@ -118,16 +97,6 @@ impl LeaseClient {
             owner: Alphanumeric.sample_string(&mut rng, 24),
             operation_id: Alphanumeric.sample_string(&mut rng, 16),
         }
-    }
-
-    /// Acquires and, when held, returns a [`Lease`] that tracks its state.
-    pub async fn acquire(
-        &self,
-        resource: &Resource,
-        request: &AcquireRequest,
-    ) -> Result<Acquisition, ClientError> {
-        let answer = self.acquire_raw(resource, request).await?;
-        Ok(Lease::from_answer(self.clone(), resource, request, answer))
     }
 
     pub async fn acquire_raw(

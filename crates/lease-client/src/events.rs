@@ -9,7 +9,7 @@ use hyper::body::Incoming;
 use serde::de::DeserializeOwned;
 use tollgate_lease::api::LeaseEvent;
 
-use crate::client::ClientError;
+use crate::error::ClientError;
 
 pub struct Events<T = LeaseEvent> {
     body: Incoming,

@@ -9,13 +9,27 @@ use tollgate_lease::{
     AcquireOutcome, Attempt, Holding, LeaseState, ReleaseOutcome, RenewOutcome, Resource,
 };
 
-use crate::client::{Answer, ClientError, LeaseClient};
+use crate::client::{Answer, LeaseClient};
+use crate::error::ClientError;
 use crate::events::Events;
 
 /// What an acquire came to: a lease, or the outcome that says why not.
 pub enum Acquisition {
     Held(Lease),
     NotHeld(AcquireOutcome),
+}
+
+impl LeaseClient {
+    /// Acquires and, when held, returns a [`Lease`] that tracks its state. (Here rather than with
+    /// the raw calls so that the client does not depend on the lease it hands out.)
+    pub async fn acquire(
+        &self,
+        resource: &Resource,
+        request: &AcquireRequest,
+    ) -> Result<Acquisition, ClientError> {
+        let answer = self.acquire_raw(resource, request).await?;
+        Ok(Lease::from_answer(self.clone(), resource, request, answer))
+    }
 }
 
 pub struct Lease {

@@ -3,11 +3,13 @@
 //! through ACTIVE, UNCERTAIN, LOST and RELEASED (see `tollgate_lease::state`).
 
 mod client;
+mod error;
 mod events;
 mod lease;
 mod transport;
 
-pub use client::{Answer, ClientError, LeaseClient, Outcome};
+pub use client::{Answer, LeaseClient, Outcome};
+pub use error::ClientError;
 pub use events::Events;
 pub use lease::{Acquisition, Lease};
 pub use tollgate_lease::api::{AcquireRequest, LeaseEvent, ReleaseRequest, RenewRequest};

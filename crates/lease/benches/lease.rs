@@ -52,6 +52,9 @@ fn request(ttl: Duration, wait: Duration) -> AcquireRequest {
         watchdog: false,
         replicas: 0,
         value: None,
+        permits: None,
+        count: None,
+        mode: None,
     }
 }
 

@@ -6,7 +6,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::attempt::Attempt;
+use crate::invalid::InvalidRequest;
 use crate::outcome::LostReason;
+use crate::shape::{Mode, Shape};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -27,6 +29,22 @@ pub struct AcquireRequest {
     /// value (the leader's address, say). At most [`MAX_VALUE_LEN`] bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
+    /// A semaphore of this many permits, each a lease of its own (`crate::shape`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u32>,
+    /// How many of the semaphore's permits to take at once (1 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+    /// A read/write lease, taken as a reader or as the writer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+}
+
+impl AcquireRequest {
+    /// The shape this acquire asks for, or which of its fields is wrong.
+    pub fn shape(&self) -> Result<Shape, InvalidRequest> {
+        Shape::of(self.permits, self.count, self.mode, self.replicas)
+    }
 }
 
 /// The longest `value` accepted with an acquisition.

@@ -1,6 +1,10 @@
 //! One lease call = one script run, its reply decoded into the outcome table. Validity is counted
 //! from the moment the call was sent, less the drift budget, and always from the server's own
-//! remaining PTTL when the lease already existed (replay).
+//! remaining PTTL when the lease already existed (replay). Semaphores and read/write leases have
+//! their own acquire (`shared`); renew, release and inspect are one script for every shape.
+
+mod replies;
+mod shared;
 
 use std::time::{Duration, Instant};
 
@@ -9,6 +13,7 @@ use tollgate_resp::Frame;
 use crate::outcome::{AcquireOutcome, InspectOutcome, LostReason, ReleaseOutcome, RenewOutcome};
 use crate::resource::LeaseKeys;
 use crate::scripts::{ScriptError, ScriptRunner, ACQUIRE, INSPECT, RELEASE, RENEW};
+use replies::{held_exclusive, held_shared, integers, millis, shape_conflict, unexpected};
 
 /// An attempt as Redis sees it: the owner already bound to the caller's principal and uid.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -75,44 +80,31 @@ impl Calls {
             Ok(frames) => frames,
             Err(error) => return error.into(),
         };
+        if let Some(conflict) = shape_conflict(&frames[0]) {
+            return conflict;
+        }
         let Some([status, fence, remaining]) = integers::<3>(&frames[0]) else {
             return unexpected(&frames[0], |reason| AcquireOutcome::Indeterminate {
                 reason,
             });
         };
-        // The script never hands out less than 1; anything else is a corrupt reply, and a fence is
-        // only worth something if a wrong one is never given out.
-        let fence = match u64::try_from(fence) {
-            Ok(fence) if fence >= 1 => fence,
-            _ if status == 1 || status == 2 => {
-                tracing::error!(fence, "acquire script answered an invalid fence");
-                return AcquireOutcome::Indeterminate {
-                    reason: format!("redis answered fence {fence}, which is not a fence"),
-                };
-            }
-            _ => 0,
-        };
-        let remaining = Duration::from_millis(u64::try_from(remaining).unwrap_or_default());
         let held = match status {
-            1 | 2 => {
-                let Some(valid_for) = self.validity(remaining, sent_at) else {
-                    return AcquireOutcome::Indeterminate {
-                        reason: ran_out(sent_at),
-                    };
-                };
-                if status == 1 {
-                    AcquireOutcome::Acquired { fence, valid_for }
-                } else {
-                    AcquireOutcome::Replayed { fence, valid_for }
-                }
-            }
+            1 | 2 => self.holding(status == 1, fence, remaining, sent_at),
             3 => return AcquireOutcome::Conflict,
             _ => {
                 return AcquireOutcome::Contended {
-                    retry_after: remaining,
+                    retry_after: Duration::from_millis(
+                        u64::try_from(remaining).unwrap_or_default(),
+                    ),
                 }
             }
         };
+        if !matches!(
+            held,
+            AcquireOutcome::Acquired { .. } | AcquireOutcome::Replayed { .. }
+        ) {
+            return held;
+        }
         if durability.replicas > 0 {
             let confirmed = match frames.get(1) {
                 Some(Frame::Integer(n)) => *n,
@@ -129,6 +121,35 @@ impl Calls {
             }
         }
         held
+    }
+
+    /// What an acquire script's "held" reply (`acquired` for a new holding, else replayed) means for
+    /// the caller.
+    fn holding(
+        &self,
+        acquired: bool,
+        fence: i64,
+        remaining: i64,
+        sent_at: Instant,
+    ) -> AcquireOutcome {
+        // The script never hands out less than 1; anything else is a corrupt reply, and a fence is
+        // only worth something if a wrong one is never given out.
+        let Some(fence) = u64::try_from(fence).ok().filter(|fence| *fence >= 1) else {
+            tracing::error!(fence, "acquire script answered an invalid fence");
+            return AcquireOutcome::Indeterminate {
+                reason: format!("redis answered fence {fence}, which is not a fence"),
+            };
+        };
+        let remaining = Duration::from_millis(u64::try_from(remaining).unwrap_or_default());
+        let Some(valid_for) = self.validity(remaining, sent_at) else {
+            return AcquireOutcome::Indeterminate {
+                reason: ran_out(sent_at),
+            };
+        };
+        match acquired {
+            true => AcquireOutcome::Acquired { fence, valid_for },
+            false => AcquireOutcome::Replayed { fence, valid_for },
+        }
     }
 
     pub async fn renew(
@@ -226,27 +247,10 @@ impl Calls {
         if let Some([0]) = integers::<1>(&frames[0]) {
             return InspectOutcome::Free;
         }
-        // `{1, fence, remaining, yours, value}`; the value is nil when the holder gave none.
-        let held = match &frames[0] {
-            Frame::Array(items) if items.len() == 5 => {
-                integers::<4>(&Frame::Array(items[..4].to_vec())).zip(match &items[4] {
-                    // Lua's false for a missing field: a null, or `false` to a RESP3 connection.
-                    Frame::Null | Frame::Boolean(false) => Some(None),
-                    Frame::Bulk(value) => Some(Some(String::from_utf8_lossy(value).into_owned())),
-                    _ => None,
-                })
-            }
-            _ => None,
-        };
-        match held {
-            Some(([1, fence, remaining, yours], value)) => InspectOutcome::Held {
-                remaining: Duration::from_millis(u64::try_from(remaining).unwrap_or_default()),
-                fence: u64::try_from(fence).unwrap_or_default(),
-                yours: yours == 1,
-                value,
-            },
-            _ => unexpected(&frames[0], |reason| InspectOutcome::Unavailable { reason }),
+        if let Some(held) = held_shared(&frames[0]).or_else(|| held_exclusive(&frames[0])) {
+            return held;
         }
+        unexpected(&frames[0], |reason| InspectOutcome::Unavailable { reason })
     }
 
     /// Server-side remaining time, less drift, less the time since the call was sent.
@@ -286,29 +290,6 @@ macro_rules! outcome_from_script_error {
     )*};
 }
 outcome_from_script_error!(AcquireOutcome, RenewOutcome, ReleaseOutcome);
-
-fn unexpected<T>(frame: &Frame, into: impl FnOnce(String) -> T) -> T {
-    into(format!("unexpected reply from a lease script: {frame:?}"))
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// An array of exactly `N` integers.
-fn integers<const N: usize>(frame: &Frame) -> Option<[i64; N]> {
-    let Frame::Array(items) = frame else {
-        return None;
-    };
-    let values: Vec<i64> = items
-        .iter()
-        .map(|item| match item {
-            Frame::Integer(n) => Some(*n),
-            _ => None,
-        })
-        .collect::<Option<_>>()?;
-    values.try_into().ok()
-}
 
 #[cfg(test)]
 mod tests {

@@ -49,18 +49,29 @@ impl Default for LeaseConfig {
 
 impl LeaseConfig {
     /// Problems a YAML parser cannot see.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), LeaseConfigError> {
         if self.min_ttl <= self.drift_budget {
-            return Err("leases.min_ttl must be larger than leases.drift_budget".into());
+            return Err(LeaseConfigError::MinTtlWithinDrift);
         }
         if self.max_ttl < self.min_ttl {
-            return Err("leases.max_ttl must not be smaller than leases.min_ttl".into());
+            return Err(LeaseConfigError::MaxTtlBelowMin);
         }
         if self.max_hold.is_zero() {
-            return Err("leases.max_hold must be positive".into());
+            return Err(LeaseConfigError::ZeroMaxHold);
         }
         Ok(())
     }
+}
+
+/// Lease settings that contradict each other.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LeaseConfigError {
+    #[error("leases.min_ttl must be larger than leases.drift_budget")]
+    MinTtlWithinDrift,
+    #[error("leases.max_ttl must not be smaller than leases.min_ttl")]
+    MaxTtlBelowMin,
+    #[error("leases.max_hold must be positive")]
+    ZeroMaxHold,
 }
 
 #[cfg(test)]
@@ -74,6 +85,9 @@ mod tests {
             min_ttl: Duration::from_millis(5),
             ..LeaseConfig::default()
         };
-        assert!(tight.validate().unwrap_err().contains("min_ttl"));
+        assert_eq!(tight.validate(), Err(LeaseConfigError::MinTtlWithinDrift));
+        assert!(LeaseConfigError::MinTtlWithinDrift
+            .to_string()
+            .contains("min_ttl"));
     }
 }

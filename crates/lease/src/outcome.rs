@@ -1,4 +1,4 @@
-//! What each lease call can come to (DESIGN.md's outcome table). Callers match on these to decide
+//! What each lease call can come to (the outcome table of docs/design.md, "Leases"). Callers match on these to decide
 //! what to do next; on the wire each is a JSON object whose `outcome` names the variant.
 //!
 //! `Unavailable` always means the call was not sent, so nothing changed; `Indeterminate` means it was
@@ -7,6 +7,8 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+use crate::shape::{HeldAs, SharedHolder};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
@@ -36,6 +38,13 @@ pub enum AcquireOutcome {
     /// (`leases.max_watchdogs_per_principal`); nothing was sent.
     TooManyWatchdogs {
         limit: usize,
+    },
+    /// The resource is held in another shape (exclusive, semaphore, read/write), or as a semaphore
+    /// of another size (`permits`); the shape is fixed by the first holder while anyone holds it.
+    ShapeConflict {
+        held_as: HeldAs,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        permits: Option<u32>,
     },
     Unavailable {
         reason: String,
@@ -98,6 +107,13 @@ pub enum InspectOutcome {
         /// What the holder acquired with (`value`), if anything: a leader's address, say.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         value: Option<String>,
+    },
+    /// Held as a semaphore or read/write lease: every live holder, oldest fence first.
+    HeldShared {
+        held_as: HeldAs,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        permits: Option<u32>,
+        holders: Vec<SharedHolder>,
     },
     Unavailable {
         reason: String,

@@ -1,4 +1,4 @@
-//! The four lease scripts and how they reach Redis: EVALSHA on the SCRIPT lane of the lease
+//! The lease scripts and how they reach Redis: EVALSHA on the SCRIPT lane of the lease
 //! service's own lanes (its own ACL user, the only one that reaches the reserved keyspace), and on `NOSCRIPT`
 //! (a fresh or restarted server, `SCRIPT FLUSH`) one `SCRIPT LOAD` on the same channel and one more
 //! EVALSHA. Failures are sorted by whether the script can have run: "not sent" is safe to report as
@@ -7,8 +7,8 @@
 use std::sync::LazyLock;
 
 use bytes::{Bytes, BytesMut};
-use tollgate_lanes::{CallError, Lanes};
-use tollgate_model::Lane;
+use tollgate_lanes::{CallError, Delivery, Lanes};
+use tollgate_model::Multiplexed;
 use tollgate_resp::Frame;
 
 /// One Lua script and its SHA-1, the name EVALSHA calls it by.
@@ -32,14 +32,29 @@ impl Script {
     }
 }
 
-pub static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new("acquire", include_str!("lua/acquire.lua")));
-pub static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new("renew", include_str!("lua/renew.lua")));
-pub static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new("release", include_str!("lua/release.lua")));
-pub static INSPECT: LazyLock<Script> =
-    LazyLock::new(|| Script::new("inspect", include_str!("lua/inspect.lua")));
+/// Every script starts with the preludes it may call: fence drawing and shared resources
+/// (semaphores, read/write leases), which the exclusive scripts must recognise too.
+macro_rules! script {
+    ($name:literal, $file:literal) => {
+        LazyLock::new(|| {
+            Script::new(
+                $name,
+                concat!(
+                    include_str!("lua/fence.lua"),
+                    include_str!("lua/shared.lua"),
+                    include_str!($file)
+                ),
+            )
+        })
+    };
+}
+
+pub static ACQUIRE: LazyLock<Script> = script!("acquire", "lua/acquire.lua");
+pub static RENEW: LazyLock<Script> = script!("renew", "lua/renew.lua");
+pub static RELEASE: LazyLock<Script> = script!("release", "lua/release.lua");
+pub static INSPECT: LazyLock<Script> = script!("inspect", "lua/inspect.lua");
+pub static ACQUIRE_SHARED: LazyLock<Script> = script!("acquire_shared", "lua/acquire_shared.lua");
+pub static WITHDRAW: LazyLock<Script> = script!("withdraw", "lua/withdraw.lua");
 
 /// Why a script gave no usable reply.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -90,7 +105,7 @@ impl ScriptRunner {
     ) -> Result<Vec<Frame>, ScriptError> {
         let channel = self
             .lanes
-            .multiplexed(Lane::Script)
+            .multiplexed(Multiplexed::Script)
             .map_err(|error| ScriptError::NotSent(error.to_string()))?;
         let evalsha = evalsha(script, keys, args);
         let first = send_all(&channel, &evalsha, then).await?;
@@ -162,9 +177,9 @@ fn command(argv: &[&[u8]]) -> Bytes {
 }
 
 fn sorted(error: CallError) -> ScriptError {
-    match error {
-        CallError::Indeterminate { .. } => ScriptError::Indeterminate(error.to_string()),
-        _ => ScriptError::NotSent(error.to_string()),
+    match error.delivery() {
+        Delivery::NotSent => ScriptError::NotSent(error.to_string()),
+        Delivery::MaybeRan | Delivery::Ran => ScriptError::Indeterminate(error.to_string()),
     }
 }
 
@@ -211,11 +226,19 @@ mod tests {
             Script::new("empty", "").sha(),
             "da39a3ee5e6b4b0d3255bfef95601890afd80709"
         );
-        let shas = [&ACQUIRE, &RENEW, &RELEASE, &INSPECT].map(|s| s.sha().to_owned());
+        let shas = [
+            &ACQUIRE,
+            &RENEW,
+            &RELEASE,
+            &INSPECT,
+            &ACQUIRE_SHARED,
+            &WITHDRAW,
+        ]
+        .map(|s| s.sha().to_owned());
         assert!(shas.iter().all(|sha| sha.len() == 40));
         assert_eq!(
             shas.iter().collect::<std::collections::HashSet<_>>().len(),
-            4
+            shas.len()
         );
     }
 

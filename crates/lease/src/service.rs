@@ -1,7 +1,10 @@
 //! The lease service the daemon serves: binds attempts to the caller's identity (principal and
 //! uid), checks requests against the configured bounds, waits for held leases (release
 //! notification or holder expiry, whichever is first; one waiter per resource at a time), starts
-//! watchdogs, and starts watches of holder changes (`watch.rs`).
+//! watchdogs, and starts watches of holder changes (`watch.rs`). Waiters for a semaphore or
+//! read/write lease keep strict arrival order: they line up before their first try, and the head
+//! of the line stands at the head in Redis too, so that nobody, waiting or not, passes it
+//! (`calls::shared`).
 
 use std::time::{Duration, Instant};
 
@@ -16,22 +19,16 @@ use crate::attempt::{Attempt, Identity};
 use crate::calls::{BoundAttempt, Calls, Durability};
 use crate::config::LeaseConfig;
 use crate::holder::Holder;
+use crate::invalid::InvalidRequest;
 use crate::metrics::LeaseMetrics;
 use crate::outcome::{AcquireOutcome, InspectOutcome, ReleaseOutcome, RenewOutcome};
 use crate::queue::WaitLines;
 use crate::resource::{LeaseKeys, Resource};
 use crate::scripts::ScriptRunner;
+use crate::shape::{Shape, Shared};
 use crate::state::Holding;
 use crate::watch::{self, HolderEvent, WatchUnavailable};
 use crate::watchdog::{AtLimit, Guard, Watchdogs};
-
-/// A request the service refuses before sending anything; `field` names the culprit.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct InvalidRequest {
-    pub field: &'static str,
-    pub message: String,
-}
 
 #[derive(Clone)]
 pub struct LeaseService {
@@ -68,15 +65,21 @@ impl LeaseService {
     ) -> Result<AcquireOutcome, InvalidRequest> {
         check_attempt(&request.attempt)?;
         self.check_ttl(request.ttl)?;
-        if request
-            .value
-            .as_ref()
-            .is_some_and(|v| v.len() > MAX_VALUE_LEN)
-        {
-            return Err(InvalidRequest {
-                field: "value",
-                message: format!("at most {MAX_VALUE_LEN} bytes"),
-            });
+        let shape = request.shape()?;
+        if let Some(value) = &request.value {
+            if value.len() > MAX_VALUE_LEN {
+                return Err(InvalidRequest {
+                    field: "value",
+                    message: format!("at most {MAX_VALUE_LEN} bytes"),
+                });
+            }
+            // Leader election's value names the one holder; a shared resource has many.
+            if shape != Shape::Exclusive {
+                return Err(InvalidRequest {
+                    field: "value",
+                    message: "only an exclusive lease keeps a value".into(),
+                });
+            }
         }
         if request.wait > self.config.max_wait {
             return Err(InvalidRequest {
@@ -102,9 +105,16 @@ impl LeaseService {
             None => None,
         };
         let deadline = Instant::now() + request.wait;
-        let outcome = self
-            .acquire_waiting(&keys, &attempt, request, deadline)
-            .await;
+        let outcome = match shape {
+            Shape::Exclusive => {
+                self.acquire_waiting(&keys, &attempt, request, deadline)
+                    .await
+            }
+            Shape::Shared(shape) => {
+                self.acquire_shared(&keys, &attempt, request, shape, deadline)
+                    .await
+            }
+        };
         self.metrics.outcome("acquire", &outcome);
         if let (
             Some(holder),
@@ -240,7 +250,7 @@ impl LeaseService {
             timeout: self.config.replica_timeout,
         };
         let value = request.value.as_deref();
-        let mut outcome = self
+        let outcome = self
             .calls
             .acquire(keys, attempt, request.ttl, durability, value)
             .await;
@@ -252,13 +262,73 @@ impl LeaseService {
         else {
             return outcome;
         };
+        self.retry_until(keys, deadline, || {
+            self.calls
+                .acquire(keys, attempt, request.ttl, durability, value)
+        })
+        .await
+    }
+
+    /// A semaphore or read/write lease: tries once without waiting; otherwise lines up first and,
+    /// at the head of the line, tries while standing at its head in Redis until served or
+    /// `deadline`, then leaves the head.
+    async fn acquire_shared(
+        &self,
+        keys: &LeaseKeys,
+        attempt: &BoundAttempt,
+        request: &AcquireRequest,
+        shape: Shared,
+        deadline: Instant,
+    ) -> AcquireOutcome {
+        let once = |stand_for| {
+            self.calls
+                .acquire_shared(keys, attempt, request.ttl, shape, stand_for)
+        };
+        if request.wait.is_zero() {
+            return once(None).await;
+        }
+        let Ok(_turn) =
+            tokio::time::timeout_at(deadline.into(), self.lines.enter(&keys.lease)).await
+        else {
+            // The line did not move in time; say how things stand without taking anyone's turn.
+            return once(None).await;
+        };
+        let mut standing = Standing {
+            calls: self.calls.clone(),
+            keys: keys.clone(),
+            attempt: attempt.clone(),
+            left: false,
+        };
+        let outcome = self
+            .retry_until(keys, deadline, || {
+                once(Some(deadline.saturating_duration_since(Instant::now())))
+            })
+            .await;
+        match outcome {
+            // The script that served the attempt left the head of the line itself.
+            AcquireOutcome::Acquired { .. } => standing.left = true,
+            // Before the next in line gets its turn.
+            _ => standing.leave().await,
+        }
+        outcome
+    }
+
+    /// Tries with `try_once` until it is not contended or `deadline` passes, waking for the release
+    /// notification or the holder's expiry, whichever is first.
+    async fn retry_until<F, Fut>(
+        &self,
+        keys: &LeaseKeys,
+        deadline: Instant,
+        mut try_once: F,
+    ) -> AcquireOutcome
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = AcquireOutcome>,
+    {
         let mut released = self.subscribe(keys).await;
         loop {
             // Subscribed before trying, so a release between the try and the wait is not missed.
-            outcome = self
-                .calls
-                .acquire(keys, attempt, request.ttl, durability, value)
-                .await;
+            let outcome = try_once().await;
             let AcquireOutcome::Contended { retry_after } = outcome else {
                 return outcome;
             };
@@ -294,6 +364,44 @@ impl LeaseService {
                 None
             }
         }
+    }
+}
+
+/// A waiter at the head of a shared resource's line, until it leaves the head in Redis: when served
+/// (the acquire script leaves it), when it gives up or times out (`leave`, before the next waiter's
+/// turn), or when the caller goes away mid-wait (dropped: left in a task of its own), so that the
+/// line moves on at once rather than when the head's standing runs out.
+struct Standing {
+    calls: Calls,
+    keys: LeaseKeys,
+    attempt: BoundAttempt,
+    left: bool,
+}
+
+impl Standing {
+    async fn leave(&mut self) {
+        self.left = true;
+        withdraw(&self.calls, &self.keys, &self.attempt).await;
+    }
+}
+
+impl Drop for Standing {
+    fn drop(&mut self) {
+        if self.left {
+            return;
+        }
+        // Without a runtime (the daemon is gone) the head's standing runs out by itself.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (calls, keys, attempt) = (self.calls.clone(), self.keys.clone(), self.attempt.clone());
+        runtime.spawn(async move { withdraw(&calls, &keys, &attempt).await });
+    }
+}
+
+async fn withdraw(calls: &Calls, keys: &LeaseKeys, attempt: &BoundAttempt) {
+    if let Err(error) = calls.withdraw(keys, attempt).await {
+        tracing::warn!(%error, "cannot leave the head of a lease's line; it runs out by itself");
     }
 }
 

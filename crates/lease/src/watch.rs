@@ -13,6 +13,10 @@
 //! announced while the last one was never released means the last one expired first. If the
 //! subscription ends (the PUBSUB connection dropped, the watcher fell behind), messages may have
 //! been missed: the stream says so (`interrupted`) and ends, and the caller watches again.
+//!
+//! Only exclusive leases are watched: a semaphore or read/write lease has many holders and its
+//! scripts announce no acquisitions, so a watch of a resource held in a shared shape is refused,
+//! and one whose resource is found held in a shared shape later ends (`interrupted`).
 
 use std::convert::Infallible;
 use std::hash::BuildHasher;
@@ -63,6 +67,10 @@ pub enum HolderEvent {
     /// The watch lost track (`reason`) and ends: changes from here on may be missed; watch again.
     Interrupted { reason: String },
 }
+
+/// Why a watch of a resource held in a shared shape is refused, or ends.
+const SHARED: &str =
+    "the resource is held as a semaphore or read/write lease; only exclusive leases can be watched";
 
 /// Why a watch could not start; nothing is subscribed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -122,6 +130,9 @@ pub async fn start(
     keys: LeaseKeys,
     shutdown: &CancellationToken,
 ) -> Result<mpsc::Receiver<HolderEvent>, WatchUnavailable> {
+    if let InspectOutcome::HeldShared { .. } = calls.inspect(&keys, None).await {
+        return Err(WatchUnavailable(SHARED.to_owned()));
+    }
     let subscription = pubsub
         .subscribe(
             SubscriptionKind::Shard,
@@ -200,6 +211,7 @@ impl Watcher {
                 self.emit(HolderEvent::Free).await?;
                 Belief::Free
             }
+            InspectOutcome::HeldShared { .. } => return Err(Stop::LostTrack(SHARED.to_owned())),
             InspectOutcome::Unavailable { reason } => return Err(Stop::LostTrack(reason)),
         };
         loop {
@@ -246,6 +258,7 @@ impl Watcher {
                 fence,
                 until: Instant::now() + remaining,
             }),
+            InspectOutcome::HeldShared { .. } => Err(Stop::LostTrack(SHARED.to_owned())),
             InspectOutcome::Unavailable { reason } => Err(Stop::LostTrack(reason)),
             // Gone, and no release was published ahead of the read: its TTL ran out.
             _ => {

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod reserved;
 
-/// A pool of Redis connections that carries one kind of traffic (see DESIGN.md, "Lanes").
+/// A pool of Redis connections that carries one kind of traffic (see docs/design.md, "Lanes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Lane {
@@ -59,6 +59,40 @@ impl Lane {
 impl fmt::Display for Lane {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// A lane whose connections carry many clients' commands at once, pipelined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Multiplexed {
+    Regular,
+    Script,
+}
+
+/// A lane whose connections are lent to one borrower at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Exclusive {
+    Blocking,
+    Transaction,
+    Admin,
+}
+
+impl From<Multiplexed> for Lane {
+    fn from(lane: Multiplexed) -> Lane {
+        match lane {
+            Multiplexed::Regular => Lane::Regular,
+            Multiplexed::Script => Lane::Script,
+        }
+    }
+}
+
+impl From<Exclusive> for Lane {
+    fn from(lane: Exclusive) -> Lane {
+        match lane {
+            Exclusive::Blocking => Lane::Blocking,
+            Exclusive::Transaction => Lane::Transaction,
+            Exclusive::Admin => Lane::Admin,
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! The daemon's reserved keyspace: every Redis key and channel whose name starts with
 //! [`RESERVED_PREFIX`] belongs to the daemon (lease state, fence counters, release channels). No
 //! client may name one: admission refuses them, and the client lanes' Redis ACL users cannot reach
-//! them, so not even a script run on a client lane can (DESIGN.md, "Trust model").
+//! them, so not even a script run on a client lane can (docs/design.md, "Trust model").
 
 /// The prefix of every key and channel the daemon keeps for itself.
 pub const RESERVED_PREFIX: &str = "tollgate:";

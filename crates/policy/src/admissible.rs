@@ -39,7 +39,8 @@ pub struct PrincipalReach {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admissible {
     /// Every command the catalogs describe that Redis runs as named: a parent whose subcommands
-    /// are listed (`CLIENT`) is left out, since granting it would grant all of them.
+    /// are listed (`CLIENT`) is left out, since Redis runs only its subcommands; one Redis also
+    /// runs bare (`COMMAND`) is in, beside its subcommands, and stands for that bare form alone.
     pub commands: Vec<AdmissibleCommand>,
     pub principals: Vec<PrincipalReach>,
 }
@@ -68,7 +69,7 @@ pub fn derive(
     let guards: Vec<Unkeyed> = policies.iter().map(|policy| Unkeyed::of(policy)).collect();
     let runnable: Vec<&Descriptor> = descriptors
         .iter()
-        .filter(|d| !is_parent(&d.name, descriptors))
+        .filter(|d| runs_bare(d) || !is_parent(&d.name, descriptors))
         .collect();
     let commands = runnable
         .iter()
@@ -128,6 +129,12 @@ fn is_parent(name: &str, descriptors: &[Descriptor]) -> bool {
                 .split_once('|')
                 .is_some_and(|(parent, _)| parent == name)
         })
+}
+
+/// Whether Redis runs `descriptor` with no further argument (arity 1 or -1): a parent that does
+/// (`COMMAND`, the only one in Redis 7.0) is a command of its own as well as its subcommands'.
+fn runs_bare(descriptor: &Descriptor) -> bool {
+    descriptor.arity.unsigned_abs() == 1
 }
 
 /// The lanes a command can be admitted on: the catalog's, and BLOCKING too for a command Redis
@@ -246,13 +253,23 @@ mod tests {
         eval.traits.scripting = true;
         let mut xread = command("XREAD", Lane::Regular, &[Category::Stream], true);
         xread.traits.blocking = true;
+        // Redis runs CLIENT only with a subcommand, COMMAND bare too.
+        let mut client = command("CLIENT", Lane::Regular, &[Category::Slow], false);
+        client.arity = -2;
         vec![
             command("GET", Lane::Regular, &[Category::Read], true),
             command("SORT", Lane::Regular, &[Category::Write], true),
             command("KEYS", Lane::Regular, &[Category::Keyspace], false),
             command("FLUSHDB", Lane::Regular, &[Category::Keyspace], false),
-            command("CLIENT", Lane::Regular, &[Category::Slow], false),
+            client,
             command("CLIENT|LIST", Lane::Admin, &[Category::Connection], false),
+            command("COMMAND", Lane::Regular, &[Category::Connection], false),
+            command(
+                "COMMAND|DOCS",
+                Lane::Regular,
+                &[Category::Connection],
+                false,
+            ),
             eval,
             xread,
         ]
@@ -302,7 +319,7 @@ mod tests {
     }
 
     #[test]
-    fn allow_all_admits_every_command_but_no_parent_of_subcommands() {
+    fn allow_all_admits_every_command_and_only_the_parents_redis_runs_bare() {
         let all = policy(vec![rule("all", None, &["*"], &[], None, Action::Allow)]);
         let admissible = derive(&[&all], false, &["app"], &catalog());
         assert_eq!(
@@ -312,6 +329,8 @@ mod tests {
                 "REGULAR SORT",
                 "REGULAR KEYS",
                 "REGULAR FLUSHDB",
+                "REGULAR COMMAND",
+                "REGULAR COMMAND|DOCS",
                 "REGULAR XREAD",
                 "BLOCKING XREAD",
                 "SCRIPT EVAL",

@@ -136,6 +136,8 @@ impl Admission {
         self.inner.metrics.decided(decision);
         log.record(Entry {
             principal: caller.principal.clone(),
+            uid: caller.uid,
+            pid: caller.pid,
             keys: match decision {
                 Decision::Admitted { descriptor, .. } => descriptor
                     .keys(argv)

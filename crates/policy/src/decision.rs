@@ -44,7 +44,6 @@ impl fmt::Display for Denial {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
-#[non_exhaustive]
 pub enum DenyCause {
     /// A rule denied it.
     Rule,

@@ -1,5 +1,5 @@
-//! The decision log: one JSON line per decision (principal, command, keys, verdict, rule, module,
-//! generation, latency), written by its own thread. Admission only `try_send`s into a bounded
+//! The decision log: one JSON line per decision (principal, the caller's uid and pid, command,
+//! keys, verdict, rule, module, generation, latency), written by its own thread. Admission only `try_send`s into a bounded
 //! queue, so a slow disk never delays a command: a full queue drops the line and counts it.
 
 use std::io::Write;
@@ -38,6 +38,9 @@ pub enum KeyRendering {
 /// What admission hands over; rendering (digests, JSON) happens on the writer thread.
 pub struct Entry {
     pub principal: String,
+    /// Who the kernel says sent it: the peer's uid and pid, so a line names the process too.
+    pub uid: u32,
+    pub pid: u32,
     /// The keys of an admitted command (a denied one is logged without them): only these of its
     /// arguments are written, so only these are copied.
     pub keys: Vec<Bytes>,
@@ -49,6 +52,8 @@ pub struct Entry {
 #[derive(Serialize)]
 struct Line<'a> {
     principal: &'a str,
+    uid: u32,
+    pid: u32,
     command: String,
     keys: Vec<String>,
     decision: &'static str,
@@ -147,6 +152,8 @@ fn render(entry: &Entry, keys: KeyRendering) -> Line<'_> {
     };
     Line {
         principal: &entry.principal,
+        uid: entry.uid,
+        pid: entry.pid,
         command,
         keys: key_list,
         decision,
@@ -186,6 +193,8 @@ mod tests {
     fn entry() -> Entry {
         Entry {
             principal: "app".into(),
+            uid: 1000,
+            pid: 1,
             keys: Vec::new(),
             decision: Decision::Denied(Denial {
                 rule: "no-wipe".into(),

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use crate::compile::Diagnostic;
 
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum PolicyError {
     #[error("{}", render(.0))]
     Compile(Vec<Diagnostic>),

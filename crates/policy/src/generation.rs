@@ -399,6 +399,15 @@ impl Generation {
             .map(|described| described.wit.clone())
     }
 
+    /// The catalogs' description of `argv` whatever its length: of a command of subcommands named
+    /// alone (`ACL`), which the host refuses for its arity before any guard sees it, too.
+    pub fn describe_any_arity<A: AsRef<[u8]>>(&self, argv: &[A]) -> Option<bindings::Descriptor> {
+        Lowered::with(|lowered| self.describe(lowered.bounded(argv)))
+            .ok()
+            .flatten()
+            .map(|described| described.wit)
+    }
+
     pub fn descriptors(&self) -> &[bindings::Descriptor] {
         &self.descriptors
     }

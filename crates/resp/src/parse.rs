@@ -36,7 +36,6 @@ impl Default for Limits {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
 pub enum ProtocolError {
     #[error("Protocol error: unknown frame type byte 0x{0:02x}")]
     UnknownType(u8),

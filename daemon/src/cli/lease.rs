@@ -159,6 +159,9 @@ async fn dispatch(command: LeaseCommand) -> Result<u8, String> {
                 watchdog: false,
                 replicas,
                 value: None,
+                permits: None,
+                count: None,
+                mode: None,
             };
             let answer = target
                 .socket
@@ -222,6 +225,9 @@ async fn dispatch(command: LeaseCommand) -> Result<u8, String> {
                 watchdog: true,
                 replicas: 0,
                 value: None,
+                permits: None,
+                count: None,
+                mode: None,
             };
             hold_while_running(
                 socket.client(),

@@ -27,18 +27,19 @@ pub enum PolicyCommand {
         #[arg(long = "module")]
         modules: Vec<PathBuf>,
     },
-    /// Every request class whose decision differs between two policies, grouped by what now
-    /// decides it, with a witness each; exit status 2 when any did.
+    /// Every request class whose decision differs between two policies, folded where classes
+    /// changed alike and grouped by what now decides them, with a witness each; exit status 2
+    /// when any did.
     Diff {
         old: PathBuf,
         new: PathBuf,
         /// Guard modules to run after either policy (opaque: their rows are sampled only).
         #[arg(long = "module")]
         modules: Vec<PathBuf>,
-        /// The same, as JSON (every class, with its witness).
+        /// The same, as JSON: every changed class, and the plan's folds of them, with witnesses.
         #[arg(long)]
         json: bool,
-        /// A line per changed class, instead of per principal and former verdict.
+        /// A row per changed class, instead of the plan's folds of those that changed alike.
         #[arg(long)]
         classes: bool,
     },

@@ -1,40 +1,23 @@
--- Acquire a lease, or tell the caller why not. Atomic: one server execution.
--- KEYS[1] lease hash {owner, op, fence}   KEYS[2] fencing counter of the resource's bucket, shared
--- with the other resources of the bucket (never expires; their number is bounded), so fences rise
--- per resource even though nothing of a resource is left once its lease is gone.
+-- Acquire a lease, or tell the caller why not. Atomic: one server execution. Runs after fence.lua
+-- and shared.lua.
+-- KEYS[1] lease hash {owner, op, fence[, value]}   KEYS[2] fencing counter of the resource's bucket
 -- KEYS[3] the resource's change channel: a new holding is announced there in the same atomic step
 -- (`acquired:<fence>:<ttl ms>[:<value>]`, read by watchers, see watch.rs).
 -- ARGV[1] bound owner   ARGV[2] operation id   ARGV[3] ttl in milliseconds
 -- ARGV[4] (optional) the holder's value, kept with the lease (leader election: the leader's address)
 -- Reply {status, fence, remaining ms}: 1 acquired, 2 replayed (same attempt, TTL untouched),
--- 3 conflict (same owner, other operation), 0 contended (another owner).
--- A counter or held fence that is not a whole number from 1 to 2^53 - 1 (what a Lua number holds
--- exactly) refuses the call with a `FENCE` error before anything is written. A missing counter
--- starts at the server's clock in microseconds, so a counter lost with the data (a flushed or
--- restarted server without persistence) starts again above every fence it handed out.
-local function fence_of(text)
-  local n = tonumber(text)
-  if n and n >= 1 and n < 9007199254740992 and n == math.floor(n) then
-    return n
-  end
-  return nil
-end
-
+-- 3 conflict (same owner, other operation), 0 contended (another owner), 4 the resource is held as
+-- a semaphore or read/write lease ({4, shape, permits, remaining}, see shared.lua).
 local held = redis.call('HMGET', KEYS[1], 'owner', 'op', 'fence')
+if held[1] == SHARED then
+  return shape_conflict(KEYS[1])
+end
 if not held[1] then
-  local counter = redis.call('GET', KEYS[2])
-  local fence
-  if counter then
-    if not fence_of(counter) or fence_of(counter) >= 9007199254740991 then
-      return redis.error_reply('FENCE counter ' .. KEYS[2] .. ' holds ' .. counter .. ', not a fence')
-    end
-    fence = redis.call('INCR', KEYS[2])
-  else
-    local now = redis.call('TIME')
-    local start = now[1] .. string.format('%06d', tonumber(now[2]))
-    redis.call('SET', KEYS[2], start)
-    fence = fence_of(start)
+  local refusal = fence_refusal(KEYS[2])
+  if refusal then
+    return refusal
   end
+  local fence = next_fence(KEYS[2])
   redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'op', ARGV[2], 'fence', fence)
   local announced = 'acquired:' .. string.format('%d', fence) .. ':' .. ARGV[3]
   if ARGV[4] then

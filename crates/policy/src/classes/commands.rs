@@ -47,7 +47,8 @@ pub struct Variant {
 pub struct CommandClass {
     pub members: Vec<Variant>,
     /// Whether each command rule (in [`CommandRules`] order) matches these commands, and last,
-    /// whether the host refuses them by name.
+    /// whether the host refuses them by name and whether it refuses every form of them for its
+    /// arity.
     pub matches: Vec<bool>,
     pub shape: Shape,
 }
@@ -126,29 +127,71 @@ impl CommandRules {
     }
 }
 
+/// The fewest arguments the command takes, its name and subcommand included.
+fn shortest(descriptor: &bindings::Descriptor) -> usize {
+    let parts = descriptor.name.split('|').count();
+    (descriptor.arity.unsigned_abs() as usize).max(parts)
+}
+
+/// Runs of arguments that forms of placeholders never hold but some commands need before they
+/// name keys: XREAD's and XREADGROUP's keys follow STREAMS, and they block only with BLOCK.
+/// Tried at every position, and only for a command whose descriptor names keys that no form of
+/// placeholders reached.
+const KEYWORD_RUNS: [&[&str]; 2] = [&["STREAMS"], &["BLOCK", "0", "STREAMS"]];
+
 /// The forms of `descriptor`'s command the catalog describes as it: its name and placeholders,
-/// from its shortest form to [`EXTRA_ARGS`] more.
+/// from its shortest form to [`EXTRA_ARGS`] more (with a [`KEYWORD_RUNS`] run where it needs one).
 fn forms(generation: &Generation, descriptor: &bindings::Descriptor) -> Vec<(Lane, usize, Form)> {
     let parts: Vec<&str> = descriptor.name.split('|').collect();
-    let shortest = (descriptor.arity.unsigned_abs() as usize).max(parts.len());
+    let shortest = shortest(descriptor);
     let longest = if descriptor.arity < 0 {
         shortest + EXTRA_ARGS
     } else {
         shortest
     };
     let mut out = Vec::new();
+    let probe = |argv: Vec<Vec<u8>>, out: &mut Vec<(Lane, usize, Form)>| {
+        let Some(described) = generation.describe_any_arity(&argv) else {
+            return;
+        };
+        if described.name == descriptor.name {
+            let keys = described.keys.iter().map(|k| k.position).collect();
+            out.push((
+                lane_from_wit(described.lane),
+                argv.len(),
+                Form { argv, keys },
+            ));
+        }
+    };
+    let filled = |argc: usize, placeholder: &str| {
+        let mut argv: Vec<Vec<u8>> = parts.iter().map(|p| p.as_bytes().to_vec()).collect();
+        argv.resize(argc, placeholder.as_bytes().to_vec());
+        argv
+    };
     for argc in shortest..=longest {
         for placeholder in PLACEHOLDERS {
-            let mut argv: Vec<Vec<u8>> = parts.iter().map(|p| p.as_bytes().to_vec()).collect();
-            argv.resize(argc, placeholder.as_bytes().to_vec());
-            let Some(described) = generation.describe_argv(&argv) else {
-                continue;
-            };
-            if described.name != descriptor.name {
-                continue;
+            probe(filled(argc, placeholder), &mut out);
+        }
+    }
+    if out.is_empty() && parts.len() < shortest {
+        // A command of subcommands named alone (ACL, CLIENT): the host refuses it for its arity,
+        // and the catalog knows none of it with another argument. That refusal is its class.
+        probe(filled(parts.len(), PLACEHOLDERS[0]), &mut out);
+    }
+    if descriptor.keys.is_empty() || out.iter().any(|(_, _, form)| !form.keys.is_empty()) {
+        return out;
+    }
+    for run in KEYWORD_RUNS {
+        for argc in shortest..=longest {
+            for at in parts.len()..=argc.saturating_sub(run.len() + 1) {
+                for placeholder in PLACEHOLDERS {
+                    let mut argv = filled(argc, placeholder);
+                    for (i, word) in run.iter().enumerate() {
+                        argv[at + i] = word.as_bytes().to_vec();
+                    }
+                    probe(argv, &mut out);
+                }
             }
-            let keys = described.keys.iter().map(|k| k.position).collect();
-            out.push((lane_from_wit(described.lane), argc, Form { argv, keys }));
         }
     }
     out
@@ -229,7 +272,8 @@ pub fn classes(variants: Vec<Variant>, rules: &CommandRules) -> Vec<CommandClass
     let mut out: Vec<CommandClass> = Vec::new();
     for variant in variants {
         let native = Descriptor::from(&variant.descriptor);
-        let matches = rules.matches(&variant.name, native.categories, variant.lane);
+        let mut matches = rules.matches(&variant.name, native.categories, variant.lane);
+        matches.push(variant.refused_for_arity());
         match out
             .iter_mut()
             .find(|c| c.matches == matches && c.shape == variant.shape)
@@ -252,6 +296,16 @@ pub fn classes(variants: Vec<Variant>, rules: &CommandRules) -> Vec<CommandClass
 }
 
 impl Variant {
+    /// Whether every form of it is one the host refuses for its arity (a command of subcommands
+    /// named alone).
+    pub fn refused_for_arity(&self) -> bool {
+        !self.forms.is_empty()
+            && self
+                .forms
+                .iter()
+                .all(|form| form.argv.len() < shortest(&self.descriptor))
+    }
+
     /// An argv of this command on this lane with `keys` at its key positions (the last repeated
     /// where there are more positions), as the catalog describes it; `None` when no form found
     /// fits (the request is then judged from the descriptor, as review does).
@@ -269,7 +323,7 @@ impl Variant {
             for (at, position) in form.keys.iter().enumerate() {
                 argv[*position as usize] = keys[at.min(keys.len() - 1)].clone();
             }
-            let described = generation.describe_argv(&argv)?;
+            let described = generation.describe_any_arity(&argv)?;
             let positions: Vec<u32> = described.keys.iter().map(|k| k.position).collect();
             (described.name == self.name
                 && lane_from_wit(described.lane) == self.lane

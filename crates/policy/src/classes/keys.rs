@@ -13,7 +13,7 @@ use super::atoms::Atoms;
 const MAX_KEY_CLASSES: usize = 4096;
 
 /// A keyed rule that can decide: its action and its globs (indices into the partition's globs).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Predicate {
     pub allow: bool,
     pub globs: Vec<usize>,
@@ -34,6 +34,12 @@ pub struct KeyClasses {
     /// False when [`MAX_KEY_CLASSES`] cut the search short.
     pub complete: bool,
 }
+
+/// What a key class asks of a request's keys, comparable across principal and command classes:
+/// the value of each distinct predicate there. Two classes with one condition hold the same key
+/// sets (as many keys as each command names), so a diff can fold them into one row exactly.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Condition(Vec<(Predicate, bool)>);
 
 fn values_of(predicates: &[Predicate], atoms: &Atoms, region: usize) -> Vec<bool> {
     let membership = &atoms.atoms[region].membership;
@@ -114,6 +120,31 @@ impl KeyClasses {
         self.by_values.insert(values.clone(), self.classes.len());
         self.classes.push(KeyClass { values, regions });
         true
+    }
+
+    /// The condition of class `k`: a conjunction of its predicates' values, so their order and
+    /// repeats do not matter.
+    pub fn condition(&self, k: usize) -> Condition {
+        let mut literals: Vec<(Predicate, bool)> = self
+            .predicates
+            .iter()
+            .zip(&self.classes[k].values)
+            .map(|(p, &value)| {
+                let mut globs = p.globs.clone();
+                globs.sort_unstable();
+                globs.dedup();
+                (
+                    Predicate {
+                        allow: p.allow,
+                        globs,
+                    },
+                    value,
+                )
+            })
+            .collect();
+        literals.sort();
+        literals.dedup();
+        Condition(literals)
     }
 
     /// The class of a request whose keys lie in `regions` (empty: no key).

@@ -12,6 +12,7 @@
 pub mod atoms;
 pub mod commands;
 pub mod diff;
+pub mod generated;
 pub mod keys;
 pub mod principals;
 
@@ -22,18 +23,18 @@ use tollgate_model::reserved::RESERVED_PREFIX;
 use tollgate_model::{Caller, Lane};
 use tollgate_policy_rules::{Action, Rule, Target};
 
-use crate::decision::Decision;
+use crate::decision::{Decision, DenyCause};
 use crate::generation::Generation;
 use atoms::Atoms;
 use commands::{CommandClass, CommandRules};
-use keys::{KeyClasses, Predicate};
+use keys::{Condition, KeyClasses, Predicate};
 use principals::PrincipalClass;
 
 /// A lease request's witness command, as `tests:` and `policy explain` write it.
 pub const LEASE: &str = "LEASE";
 
 /// What a class's requests ask for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Asks {
     /// A command class, by index.
     Command(usize),
@@ -41,12 +42,15 @@ pub enum Asks {
 }
 
 /// One generation's decision, as review and diff compare them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct Verdict {
     pub allowed: bool,
     pub rule: String,
     /// The module that denied, when one did.
     pub module: Option<String>,
+    /// Why it denied, when it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<DenyCause>,
     /// The operator guard modules that took part: opaque to this analysis, so the decision is
     /// known for the witness only.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -57,6 +61,20 @@ impl Verdict {
     /// Whether two verdicts decide alike by the same rule.
     pub fn same(&self, other: &Verdict) -> bool {
         self.allowed == other.allowed && self.rule == other.rule
+    }
+
+    /// Whether no rule of a policy decided: a denial by default (no rule allowed) or by the host
+    /// (the reserved keyspace, a command no catalog knows or of the wrong arity).
+    pub fn by_default_or_host(&self) -> bool {
+        matches!(
+            self.cause,
+            Some(
+                DenyCause::NoRule
+                    | DenyCause::Reserved
+                    | DenyCause::UnknownCommand
+                    | DenyCause::WrongArity
+            )
+        )
     }
 
     pub fn word(&self) -> &'static str {
@@ -94,24 +112,26 @@ impl Witness {
     /// `--principal app -- SET app:x v` (or `--uid 1000 --gid 65534` when the generations map
     /// the peer to different principals or to none).
     pub fn replay(&self) -> String {
-        let same = self.principals.windows(2).all(|w| w[0] == w[1]);
-        let who = match self.principals.first() {
-            Some(name) if same && !name.starts_with("uid:") => format!("--principal {name}"),
-            _ => format!("--uid {} --gid {}", self.uid, self.gid),
-        };
-        let argv = match &self.argv {
-            Some(argv) => argv.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" "),
+        format!("{} -- {}", self.peer(), self.request())
+    }
+
+    /// `--principal app`, or `--uid 1000 --gid 65534` when the generations map the peer to
+    /// different principals or to none.
+    pub fn peer(&self) -> String {
+        principals::peer_flags(self.uid, self.gid, &self.principals)
+    }
+
+    /// `SET app:x v`, shell-quoted.
+    pub fn request(&self) -> String {
+        let words = |words: &[String]| words.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" ");
+        match &self.argv {
+            Some(argv) => words(argv),
             None => format!(
                 "{} {}  (no argv found; judged from the descriptor)",
                 self.command,
-                self.keys
-                    .iter()
-                    .map(|k| quote(k))
-                    .collect::<Vec<_>>()
-                    .join(" ")
+                words(&self.keys)
             ),
-        };
-        format!("{who} -- {argv}")
+        }
     }
 }
 
@@ -133,6 +153,9 @@ pub struct Class {
     pub principal: usize,
     pub asks: Asks,
     pub keys: usize,
+    /// The key class's [`keys::Condition`], numbered across the space (leases apart from
+    /// commands, whose globs are numbered apart).
+    pub condition: usize,
     pub witness: Witness,
     /// The decision under each generation.
     pub verdicts: Vec<Verdict>,
@@ -148,6 +171,7 @@ pub struct Space<'g> {
     keys: HashMap<(usize, Asks), KeyClasses>,
     pub classes: Vec<Class>,
     by_parts: HashMap<(usize, Asks, usize), usize>,
+    conditions: HashMap<(bool, Condition), usize>,
 }
 
 /// A witness as judged: its command, lane, argv (if one was found) and each generation's decision.
@@ -181,6 +205,7 @@ fn verdict(generation: &Generation, decision: &Decision) -> Verdict {
             allowed: true,
             rule: rule.clone(),
             module: None,
+            cause: None,
             sampled: opaque,
         },
         Decision::Denied(denial) => Verdict {
@@ -192,6 +217,7 @@ fn verdict(generation: &Generation, decision: &Decision) -> Verdict {
                 Vec::new()
             },
             module: Some(denial.module.clone()),
+            cause: Some(denial.cause),
         },
     }
 }
@@ -298,6 +324,7 @@ impl<'g> Space<'g> {
             keys,
             classes: Vec::new(),
             by_parts: HashMap::new(),
+            conditions: HashMap::new(),
         };
         space.decide();
         space
@@ -318,13 +345,19 @@ impl<'g> Space<'g> {
             (p, asks, k)
         });
         for (p, asks, k) in parts {
-            let class = self.class(p, asks, k);
+            let condition = self.keys[&(p, asks)].condition(k);
+            let next = self.conditions.len();
+            let condition = *self
+                .conditions
+                .entry((asks == Asks::Lease, condition))
+                .or_insert(next);
+            let class = self.class(p, asks, k, condition);
             self.by_parts.insert((p, asks, k), self.classes.len());
             self.classes.push(class);
         }
     }
 
-    fn class(&self, p: usize, asks: Asks, k: usize) -> Class {
+    fn class(&self, p: usize, asks: Asks, k: usize, condition: usize) -> Class {
         let principal = &self.principals[p];
         let atoms = match asks {
             Asks::Command(_) => &self.key_atoms,
@@ -385,6 +418,7 @@ impl<'g> Space<'g> {
             principal: p,
             asks,
             keys: k,
+            condition,
             witness: Witness {
                 uid: principal.uid,
                 gid: principal.gid,

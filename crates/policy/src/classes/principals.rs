@@ -29,6 +29,21 @@ impl PrincipalClass {
             .unwrap_or_else(|| format!("uid:{}", self.uid))
     }
 
+    /// The principal under the last generation: `app`, or `(unmapped)`.
+    pub fn name(&self) -> String {
+        self.names
+            .last()
+            .cloned()
+            .flatten()
+            .unwrap_or_else(|| "(unmapped)".into())
+    }
+
+    /// The flags that make `policy explain` judge as this class's witness peer.
+    pub fn replay(&self) -> String {
+        let principals: Vec<String> = (0..self.names.len()).map(|at| self.principal(at)).collect();
+        peer_flags(self.uid, self.gid, &principals)
+    }
+
     /// `app (uid 1000)`, `reporting (gid 3000)`, `local (any other uid)`; `a -> b` when the
     /// generations map the peer differently.
     pub fn label(&self) -> String {
@@ -87,4 +102,14 @@ pub fn classes(generations: &[&Generation]) -> Vec<PrincipalClass> {
         }
     }
     out
+}
+
+/// How `policy explain` is told the peer `uid`/`gid` whose principal under each generation is
+/// `principals`: by name when they agree on a mapped one.
+pub(super) fn peer_flags(uid: u32, gid: u32, principals: &[String]) -> String {
+    let same = principals.windows(2).all(|w| w[0] == w[1]);
+    match principals.first() {
+        Some(name) if same && !name.starts_with("uid:") => format!("--principal {name}"),
+        _ => format!("--uid {uid} --gid {gid}"),
+    }
 }

@@ -8,6 +8,7 @@ use prometheus_client::registry::Registry;
 use tollgate_model::Caller;
 
 use super::diff::{diff, Change, Diff};
+use super::generated::{self, Draw};
 use super::{Space, Verdict, LEASE};
 use crate::decision::{lane_from_wit, Decision};
 use crate::generation::Generation;
@@ -267,44 +268,27 @@ fn a_changed_lease_rule_changes_lease_classes_only() {
     );
 }
 
-/// A small deterministic generator (xorshift), so the property test draws the same requests on
-/// every run.
-struct Draw(u64);
-
-impl Draw {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+/// A key: random bytes, or a glob's witness changed at an edge (cut short, one byte more, one
+/// byte changed).
+fn key(draw: &mut Draw, near: &[Vec<u8>]) -> Vec<u8> {
+    const BYTES: &[u8] = b"ax:*?[]\\-_0tollgate";
+    if near.is_empty() || draw.below(3) == 0 {
+        let len = draw.below(8);
+        return (0..len).map(|_| BYTES[draw.below(BYTES.len())]).collect();
     }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-
-    /// A key: random bytes, or a glob's witness changed at an edge (cut short, one byte more,
-    /// one byte changed).
-    fn key(&mut self, near: &[Vec<u8>]) -> Vec<u8> {
-        const BYTES: &[u8] = b"ax:*?[]\\-_0tollgate";
-        if near.is_empty() || self.below(3) == 0 {
-            let len = self.below(8);
-            return (0..len).map(|_| BYTES[self.below(BYTES.len())]).collect();
+    let mut key = near[draw.below(near.len())].clone();
+    match draw.below(4) {
+        0 if !key.is_empty() => {
+            key.truncate(draw.below(key.len()));
         }
-        let mut key = near[self.below(near.len())].clone();
-        match self.below(4) {
-            0 if !key.is_empty() => {
-                key.truncate(self.below(key.len()));
-            }
-            1 => key.push(BYTES[self.below(BYTES.len())]),
-            2 if !key.is_empty() => {
-                let at = self.below(key.len());
-                key[at] = BYTES[self.below(BYTES.len())];
-            }
-            _ => {}
+        1 => key.push(BYTES[draw.below(BYTES.len())]),
+        2 if !key.is_empty() => {
+            let at = draw.below(key.len());
+            key[at] = BYTES[draw.below(BYTES.len())];
         }
-        key
+        _ => {}
     }
+    key
 }
 
 fn decided(decision: &Decision) -> (bool, String) {
@@ -339,7 +323,7 @@ fn every_request_decides_as_its_class(generations: &[&Generation], seed: u64, dr
         let uid = uids[draw.below(uids.len())];
         let gid = gids[draw.below(gids.len())];
         let count = 1 + draw.below(3);
-        let keys: Vec<Vec<u8>> = (0..count).map(|_| draw.key(&near)).collect();
+        let keys: Vec<Vec<u8>> = (0..count).map(|_| key(&mut draw, &near)).collect();
         let lease = draw.below(10) == 0;
         let (argv, name, lane, request_keys) = if lease {
             (
@@ -358,7 +342,7 @@ fn every_request_decides_as_its_class(generations: &[&Generation], seed: u64, dr
             else {
                 continue;
             };
-            let described = generations[0].describe_argv(&argv).unwrap();
+            let described = generations[0].describe_any_arity(&argv).unwrap();
             let found: Vec<Vec<u8>> = described
                 .keys
                 .iter()
@@ -418,68 +402,11 @@ fn random_requests_decide_as_their_class_under_the_example_policies() {
     every_request_decides_as_its_class(&[&read_only, &tenants], 0x5eed_0002, 600);
 }
 
-/// A policy of `rules` rules over `globs`-like prefixes, drawn from `seed`.
-pub(crate) fn generated(seed: u64, rules: usize) -> String {
-    let mut draw = Draw(seed);
-    const GLOBS: &[&str] = &[
-        "*", "a*", "a:?*", "a:[0-4]*", "b*", "ab*", "*:x", "[^a]*", "t*",
-    ];
-    const COMMANDS: &[&str] = &[
-        "GET",
-        "MGET",
-        "SET",
-        "MSET",
-        "DEL",
-        "'@string'",
-        "'@list'",
-        "'@hash'",
-        "INFO",
-        "PING",
-    ];
-    let mut out = String::from("principals:\n");
-    for p in 0..4 {
-        out.push_str(&format!("  p{p}: {{ uids: [{}] }}\n", 3000 + p));
-    }
-    out.push_str("  g0: { gids: [4000] }\nrules:\n");
-    for r in 0..rules {
-        let glob_a = format!("k{}{}", draw.below(6), GLOBS[draw.below(GLOBS.len())]);
-        let glob_b = GLOBS[draw.below(GLOBS.len())];
-        let command = COMMANDS[draw.below(COMMANDS.len())];
-        let principal = match draw.below(6) {
-            0 => String::new(),
-            n => format!(
-                "    principals: [{}]\n",
-                if n == 5 {
-                    "g0".to_owned()
-                } else {
-                    format!("p{}", n - 1)
-                }
-            ),
-        };
-        let keys = match draw.below(3) {
-            0 => String::new(),
-            1 => format!("    keys: ['{glob_a}']\n"),
-            _ => format!("    keys: ['{glob_a}', '{glob_b}']\n"),
-        };
-        let action = if draw.below(3) == 0 { "deny" } else { "allow" };
-        if draw.below(8) == 0 {
-            out.push_str(&format!(
-                "  - id: r{r}\n{principal}    leases: ['{glob_a}']\n    {action}: drawn\n"
-            ));
-        } else {
-            out.push_str(&format!(
-                "  - id: r{r}\n{principal}    commands: [{command}]\n{keys}    {action}: drawn\n"
-            ));
-        }
-    }
-    out
-}
-
 #[test]
 fn random_requests_decide_as_their_class_under_generated_policies() {
     for seed in [11, 12] {
-        let old = generation(&generated(seed, 40));
-        let new = generation(&generated(seed + 100, 40));
+        let old = generation(&generated::policy(seed, 40, 6));
+        let new = generation(&generated::policy(seed + 100, 40, 6));
         every_request_decides_as_its_class(&[&old, &new], seed, 500);
     }
 }
@@ -509,4 +436,92 @@ fn the_plan_and_its_json_have_reviewed_snapshots() {
             serde_json::to_string_pretty(&changed).unwrap()
         );
     });
+}
+
+/// Each row of the plan is a product of principal classes × command classes × key conditions,
+/// every class of which changed alike, and every changed class is in exactly one row.
+fn the_plan_folds_exactly(changed: &Diff) {
+    let mut seen = vec![0; changed.rows.len()];
+    for fold in &changed.plan {
+        assert_eq!(
+            fold.rows.len(),
+            fold.principals.len() * fold.commands.len() * fold.keys.len(),
+            "{fold:?}"
+        );
+        for &i in &fold.rows {
+            seen[i] += 1;
+            let row = &changed.rows[i];
+            assert_eq!((&row.old, &row.new), (&fold.old, &fold.new), "{fold:?}");
+            let peer = changed
+                .peers
+                .iter()
+                .find(|p| p.label == row.principal)
+                .unwrap();
+            assert!(fold.principals.contains(&peer.name), "{fold:?}");
+            assert!(fold.commands.contains(&row.commands[0]), "{fold:?}");
+        }
+        assert_eq!(
+            fold.witness.replay(),
+            changed.rows[fold.rows[0]].witness.replay()
+        );
+    }
+    assert!(seen.iter().all(|&n| n == 1), "{seen:?}");
+}
+
+#[test]
+fn the_plan_of_a_real_change_fits_a_screen_and_folds_exactly() {
+    let old = example(&repo("policies/default.yaml"));
+    let new = example(&repo("policies/examples/read-only.yaml"));
+    let changed = diff(&old, &new);
+    the_plan_folds_exactly(&changed);
+    let plan = changed.render("explain", false);
+    assert!(plan.lines().count() <= 40, "{plan}");
+    // The classes still denied by default or by the host come last, on their own.
+    let quiet = plan
+        .split_once("\nstill denied by default or by the host")
+        .map(|(_, rest)| rest)
+        .unwrap_or_else(|| panic!("{plan}"));
+    assert!(quiet.contains("reserved -> default-deny"), "{plan}");
+    assert!(!quiet.contains("\nnow "), "{plan}");
+    // --classes: a line per changed class.
+    let every = changed.render("explain", true);
+    let rows = every.lines().filter(|l| l.contains(" e.g. ")).count();
+    assert_eq!(rows, changed.rows.len(), "{every}");
+    for seed in [21, 22] {
+        let old = generation(&generated::policy(seed, 60, 6));
+        let new = generation(&generated::policy(seed + 100, 60, 6));
+        the_plan_folds_exactly(&diff(&old, &new));
+    }
+}
+
+/// Every catalog command on every lane it takes has a form to replay, and one that names keys
+/// when it can name any (XREAD's keys follow STREAMS).
+#[test]
+fn every_command_has_a_form_and_a_keyed_one_when_it_names_keys() {
+    let g = example(&repo("policies/default.yaml"));
+    let missing: Vec<String> = super::commands::variants(&g)
+        .iter()
+        .filter(|v| {
+            v.forms.is_empty() || (v.shape.max > 0 && v.forms.iter().all(|f| f.keys.is_empty()))
+        })
+        .map(|v| format!("{}@{}", v.name, v.lane.as_str()))
+        .collect();
+    assert!(missing.is_empty(), "{missing:?}");
+    let xread = |lane| {
+        super::commands::variants(&g)
+            .into_iter()
+            .find(|v| v.name == "XREAD" && v.lane == lane)
+            .unwrap()
+    };
+    let keys = [b"s:1".to_vec(), b"s:2".to_vec()];
+    let regular = xread(tollgate_model::Lane::Regular)
+        .argv(&g, &keys)
+        .unwrap();
+    for word in [&b"STREAMS"[..], &keys[0], &keys[1]] {
+        assert!(regular.iter().any(|a| a == word), "{regular:?}");
+    }
+    let blocking = xread(tollgate_model::Lane::Blocking)
+        .argv(&g, &keys[..1])
+        .unwrap();
+    assert!(blocking.contains(&b"BLOCK".to_vec()), "{blocking:?}");
 }

@@ -4,9 +4,12 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 
 use super::{reply, text, ApiError, HttpResponse};
-use crate::runtime::Shared;
+use crate::services::Services;
 
-pub async fn handle(request: Request<Incoming>, shared: &Shared) -> Result<HttpResponse, ApiError> {
+pub async fn handle(
+    request: Request<Incoming>,
+    shared: &Services,
+) -> Result<HttpResponse, ApiError> {
     let path = request.uri().path();
     if request.method() != Method::GET {
         return Err(ApiError::MethodNotAllowed {

@@ -4,7 +4,7 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 
 use super::{json, ApiError, HttpResponse};
-use crate::runtime::Shared;
+use crate::services::Services;
 
 #[derive(serde::Serialize)]
 struct LanesReply {
@@ -13,7 +13,10 @@ struct LanesReply {
     status: tollgate_lanes::LanesStatus,
 }
 
-pub async fn handle(request: Request<Incoming>, shared: &Shared) -> Result<HttpResponse, ApiError> {
+pub async fn handle(
+    request: Request<Incoming>,
+    shared: &Services,
+) -> Result<HttpResponse, ApiError> {
     if request.method() != Method::GET {
         return Err(ApiError::MethodNotAllowed {
             method: request.method().to_string(),

@@ -1,10 +1,12 @@
 //! `/v1/leases/{resource}/…`: acquire, renew, release and inspect (POST, JSON), the watchdog's
 //! events as a stream of JSON lines (`GET …/events?owner=…&operation_id=…`), and the resource's
-//! holder changes as another (`GET …/holders`, leader election's observe; see `watch.rs`). The caller is the peer
-//! of the Unix socket; its principal and uid are bound into every owner, and the policy's `lease`
-//! rules admit it per resource (403 naming the rule otherwise). Statuses follow DESIGN.md: 200,
-//! 409 contended/conflict, 503 unavailable with Retry-After, 502 indeterminate, 400 bad input,
-//! 429 when the caller already runs `leases.max_watchdogs_per_principal` watchdogs.
+//! holder changes as another (`GET …/holders`, leader election's observe; see `watch.rs`; 503 for
+//! a resource held as a semaphore or read/write lease, which cannot be watched). The caller is the
+//! peer of the Unix socket; its principal and uid are bound into every owner, and the policy's
+//! `lease` rules admit it per resource (403 naming the rule otherwise). Statuses follow
+//! docs/design.md ("Leases"): 200, 409 contended/conflict/shape_conflict, 503 unavailable with
+//! Retry-After, 502 indeterminate, 400 bad input, 429 when the caller already runs
+//! `leases.max_watchdogs_per_principal` watchdogs.
 
 use std::convert::Infallible;
 
@@ -22,12 +24,15 @@ use tollgate_lease::{
 use tollgate_policy::Decision;
 
 use super::{caller_of, json, read_json, ApiError, HttpResponse};
-use crate::runtime::Shared;
+use crate::services::Services;
 
 /// Seconds a caller is told to wait after `unavailable` (Redis unreachable, nothing sent).
 const UNAVAILABLE_RETRY_SECS: u64 = 1;
 
-pub async fn handle(request: Request<Incoming>, shared: &Shared) -> Result<HttpResponse, ApiError> {
+pub async fn handle(
+    request: Request<Incoming>,
+    shared: &Services,
+) -> Result<HttpResponse, ApiError> {
     let path = request.uri().path().to_owned();
     let rest = path.strip_prefix("/v1/leases/").unwrap_or_default();
     let (name, action) = rest.split_once('/').unwrap_or((rest, ""));
@@ -110,7 +115,9 @@ trait Status {
 impl Status for AcquireOutcome {
     fn status(&self) -> StatusCode {
         match self {
-            AcquireOutcome::Contended { .. } | AcquireOutcome::Conflict => StatusCode::CONFLICT,
+            AcquireOutcome::Contended { .. }
+            | AcquireOutcome::Conflict
+            | AcquireOutcome::ShapeConflict { .. } => StatusCode::CONFLICT,
             AcquireOutcome::TooManyWatchdogs { .. } => StatusCode::TOO_MANY_REQUESTS,
             AcquireOutcome::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             AcquireOutcome::Indeterminate { .. } => StatusCode::BAD_GATEWAY,
@@ -268,6 +275,11 @@ mod tests {
         };
         assert_eq!(unavailable.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(AcquireOutcome::Conflict.status(), StatusCode::CONFLICT);
+        let reshaped = AcquireOutcome::ShapeConflict {
+            held_as: tollgate_lease::HeldAs::Semaphore,
+            permits: Some(3),
+        };
+        assert_eq!(reshaped.status(), StatusCode::CONFLICT);
         assert_eq!(
             AcquireOutcome::TooManyWatchdogs { limit: 2 }.status(),
             StatusCode::TOO_MANY_REQUESTS

@@ -23,6 +23,7 @@ use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::UnixListener;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 pub use body::{decode_json, json, read_json, text, ApiError, BODY_LIMIT};
 pub use throttle::Throttle;
@@ -30,10 +31,10 @@ pub use throttle::Throttle;
 use tollgate_model::Caller;
 
 use crate::config::LimitsConfig;
-use crate::runtime::Shared;
 use crate::server::limits::{ConnectionLimits, TooMany};
 use crate::server::peer::{self, PeerCredentials};
 use crate::server::socket;
+use crate::services::Services;
 
 /// Boxed so that a handler may stream (the lease events); JSON replies are one full chunk.
 pub type HttpResponse = Response<UnsyncBoxBody<Bytes, Infallible>>;
@@ -44,7 +45,7 @@ pub type HttpResponse = Response<UnsyncBoxBody<Bytes, Infallible>>;
 /// idle for `limits.http_idle_timeout`, is disconnected ([`waits`]).
 pub async fn serve(
     listener: UnixListener,
-    shared: Arc<Shared>,
+    shared: Arc<Services>,
     limits: &LimitsConfig,
     stop: CancellationToken,
 ) {
@@ -73,7 +74,8 @@ pub async fn serve(
         let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
             let shared = shared.clone();
             request.extensions_mut().insert(peer);
-            async move { Ok::<_, Infallible>(route(request, &shared).await) }
+            let span = request_span(&request, peer, &shared);
+            async move { Ok::<_, Infallible>(route(request, &shared).await) }.instrument(span)
         });
         let connection = builder
             .clone()
@@ -115,7 +117,7 @@ async fn turn_away(
     }
 }
 
-async fn route(request: Request<Incoming>, shared: &Shared) -> HttpResponse {
+async fn route(request: Request<Incoming>, shared: &Services) -> HttpResponse {
     let path = request.uri().path().to_owned();
     let outcome = match path.as_str() {
         "/healthz" | "/readyz" | "/metrics" => health::handle(request, shared).await,
@@ -125,6 +127,27 @@ async fn route(request: Request<Incoming>, shared: &Shared) -> HttpResponse {
         _ => Err(ApiError::NotFound(path)),
     };
     outcome.unwrap_or_else(ApiError::into_response)
+}
+
+/// Every line logged while a request is served names who sent it and what it asked for.
+fn request_span(
+    request: &Request<Incoming>,
+    peer: PeerCredentials,
+    shared: &Services,
+) -> tracing::Span {
+    let principal = shared
+        .identities
+        .caller(peer)
+        .map(|caller| caller.principal)
+        .unwrap_or_default();
+    tracing::info_span!(
+        "http",
+        method = %request.method(),
+        path = %request.uri().path(),
+        uid = peer.uid,
+        pid = peer.pid,
+        principal = %principal
+    )
 }
 
 /// The kernel's credentials of the connection this request came on.
@@ -137,7 +160,7 @@ fn peer_of(request: &Request<Incoming>) -> Result<PeerCredentials, ApiError> {
 }
 
 /// The caller behind the request, as every listener derives it; 403 for a refused peer.
-fn caller_of(request: &Request<Incoming>, shared: &Shared) -> Result<Caller, ApiError> {
+fn caller_of(request: &Request<Incoming>, shared: &Services) -> Result<Caller, ApiError> {
     shared
         .identities
         .caller(peer_of(request)?)

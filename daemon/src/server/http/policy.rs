@@ -13,7 +13,7 @@ use tollgate_model::Caller;
 use tollgate_policy::{Decision, PolicyError};
 
 use super::{caller_of, peer_of, read_json, reply, ApiError, HttpResponse};
-use crate::runtime::Shared;
+use crate::services::Services;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -22,7 +22,10 @@ struct ExplainRequest {
     argv: Vec<String>,
 }
 
-pub async fn handle(request: Request<Incoming>, shared: &Shared) -> Result<HttpResponse, ApiError> {
+pub async fn handle(
+    request: Request<Incoming>,
+    shared: &Services,
+) -> Result<HttpResponse, ApiError> {
     let path = request.uri().path().to_owned();
     match (request.method().clone(), path.as_str()) {
         (Method::GET, "/v1/policy") => Ok(reply(
@@ -44,7 +47,7 @@ pub async fn handle(request: Request<Incoming>, shared: &Shared) -> Result<HttpR
     }
 }
 
-async fn reload(request: Request<Incoming>, shared: &Shared) -> Result<HttpResponse, ApiError> {
+async fn reload(request: Request<Incoming>, shared: &Services) -> Result<HttpResponse, ApiError> {
     shared
         .identities
         .admin(peer_of(&request)?, "reloading the policy")
@@ -96,7 +99,7 @@ async fn reload(request: Request<Incoming>, shared: &Shared) -> Result<HttpRespo
     })
 }
 
-async fn explain(request: Request<Incoming>, shared: &Shared) -> Result<HttpResponse, ApiError> {
+async fn explain(request: Request<Incoming>, shared: &Services) -> Result<HttpResponse, ApiError> {
     let peer = peer_of(&request)?;
     let own = caller_of(&request, shared);
     let body: ExplainRequest = read_json(request).await?;

@@ -18,7 +18,7 @@ const SECRET: [&str; 4] = [
 ];
 
 /// How one command's reply is corrected.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub enum Amend {
     /// `PUBLISH` (channels and patterns) or `SPUBLISH` (shard channels): the receivers Redis
     /// counted, with the daemon's subscriptions replaced by the clients subscribed through them.

@@ -409,7 +409,7 @@ fn syntax_error() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::resp::argv;
+    use crate::server::resp::words::argv;
 
     fn clients() -> (Arc<Clients>, Vec<Registration>) {
         let clients = Arc::new(Clients::default());

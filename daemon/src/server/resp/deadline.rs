@@ -206,7 +206,7 @@ fn millis(arg: &[u8]) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::resp::argv;
+    use crate::server::resp::words::argv;
 
     const ORDINARY: Duration = Duration::from_secs(10);
 

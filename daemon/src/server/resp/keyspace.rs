@@ -79,7 +79,7 @@ type Failed = Bytes;
 
 async fn keys(argv: &[Bytes], scope: &Scope<'_>) -> Result<Bytes, Failed> {
     let [_, pattern] = argv else {
-        return Err(super::local::wrong_arity("keys"));
+        return Err(replies::wrong_arity("keys"));
     };
     let mut seen = HashSet::new();
     let mut found = Vec::new();
@@ -98,7 +98,7 @@ async fn keys(argv: &[Bytes], scope: &Scope<'_>) -> Result<Bytes, Failed> {
 /// Redis's, so a scan resumes and ends as it would.
 async fn scan(argv: &[Bytes], scope: &Scope<'_>) -> Result<Bytes, Failed> {
     let Some(cursor) = argv.get(1) else {
-        return Err(super::local::wrong_arity("scan"));
+        return Err(replies::wrong_arity("scan"));
     };
     let options: Vec<&[u8]> = argv[2..].iter().map(|word| &word[..]).collect();
     let (next, page) = scan_page(scope, cursor, &options).await?;
@@ -161,7 +161,7 @@ async fn flush(argv: &[Bytes], scope: &Scope<'_>) -> Result<Bytes, Failed> {
         [_, _] => return Err(replies::error("ERR syntax error".to_owned())),
         _ => {
             let name = String::from_utf8_lossy(&argv[0]).to_ascii_lowercase();
-            return Err(super::local::wrong_arity(&name));
+            return Err(replies::wrong_arity(&name));
         }
     }
     let mut pages = Pages::new(scope, vec![b"COUNT", PAGE.as_bytes()]);

@@ -5,63 +5,24 @@
 //! `SESSION` is bound to the connection: a watchdog renews it while the connection lives and
 //! releases it when the connection closes. `VALUE` keeps a value with the lease (leader election:
 //! campaign = `ACQUIRE … WAIT … VALUE … SESSION`, leader = `INSPECT`, resign = `RELEASE`, observe =
-//! `WATCH`, which `lease_watch.rs` serves). `COMMAND DOCS LEASE` is answered here too.
+//! `WATCH`, which `lease_watch.rs` serves). `COMMAND DOCS LEASE` is answered here too. Which
+//! commands are the lease service's, and that none runs inside a transaction, is the plan's
+//! (`kind.rs`, `plan.rs`).
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tollgate_lease::api::{AcquireRequest, ReleaseRequest, RenewRequest};
-use tollgate_lease::{Attempt, Holder, Identity, InvalidRequest, Resource};
+use tollgate_lease::{Attempt, Holder, Identity, InvalidRequest, Mode, Resource};
 use tollgate_lease_client::LeaseClient;
 use tollgate_model::Caller;
 use tollgate_policy::Decision;
-use tollgate_resp::{Command, Frame};
+use tollgate_resp::Frame;
 
+use super::front::FrontDoor;
 use super::local::Protocol;
-use super::{replies, FrontDoor};
-
-/// What the session does with a command that belongs to this module.
-pub enum Intercept {
-    /// Answer at once.
-    Reply(Bytes),
-    /// Run it in place (it may wait), once everything before it has been answered.
-    Run,
-}
-
-/// Whether `command` is this module's: `LEASE …` or `COMMAND DOCS LEASE`.
-pub fn is_ours(command: &Command) -> bool {
-    command.name().eq_ignore_ascii_case(b"LEASE") || asks_docs(command)
-}
-
-/// What to do with `command`, `None` when it is not this module's.
-pub fn intercept(command: &Command, protocol: Protocol, in_transaction: bool) -> Option<Intercept> {
-    if asks_docs(command) {
-        return Some(Intercept::Reply(replies::encode(&docs(protocol))));
-    }
-    if !command.name().eq_ignore_ascii_case(b"LEASE") {
-        return None;
-    }
-    Some(match in_transaction {
-        // Queued in MULTI it would have to run at EXEC, on Redis, which knows no LEASE.
-        true => Intercept::Reply(replies::error(
-            "ERR tollgate: LEASE cannot be used inside WATCH or MULTI".to_owned(),
-        )),
-        false => Intercept::Run,
-    })
-}
-
-/// `COMMAND DOCS LEASE`, exactly: Redis knows no LEASE, so the daemon describes it.
-fn asks_docs(command: &Command) -> bool {
-    command.len() == 3
-        && command.name().eq_ignore_ascii_case(b"COMMAND")
-        && command
-            .word(1)
-            .is_some_and(|w| w.eq_ignore_ascii_case(b"DOCS"))
-        && command
-            .word(2)
-            .is_some_and(|w| w.eq_ignore_ascii_case(b"LEASE"))
-}
+use super::replies;
 
 /// The connection's side of its session-bound leases: dropped with the session, it ends them.
 pub struct Connection {
@@ -132,11 +93,15 @@ pub async fn run(
         | Call::Release { resource, .. }
         | Call::Inspect { resource, .. } => resource,
     };
-    if let Decision::Denied(denial) = front.admission.admit_lease(caller, resource.as_str()) {
+    if let Decision::Denied(denial) = front
+        .services
+        .admission
+        .admit_lease(caller, resource.as_str())
+    {
         return replies::denied(argv, &denial);
     }
     let identity = Identity::from(caller);
-    let leases = &front.leases;
+    let leases = &front.services.leases;
     let answered = match &call {
         Call::Acquire {
             resource,
@@ -249,7 +214,9 @@ fn parse(argv: &[&[u8]]) -> Result<Call, String> {
             };
             let options = Options::read(
                 options,
-                &["WAIT", "OWNER", "OP", "REPLICAS", "VALUE"],
+                &[
+                    "WAIT", "OWNER", "OP", "REPLICAS", "VALUE", "PERMITS", "COUNT", "MODE",
+                ],
                 &["SESSION", "WATCHDOG"],
             )?;
             let binding = match (options.flag("SESSION"), options.flag("WATCHDOG")) {
@@ -275,6 +242,9 @@ fn parse(argv: &[&[u8]]) -> Result<Call, String> {
                                 .map_err(|_| "ERR tollgate: VALUE must be UTF-8 text".to_owned())
                         })
                         .transpose()?,
+                    permits: options.number("PERMITS")?,
+                    count: options.number("COUNT")?,
+                    mode: options.mode()?,
                 },
                 binding,
             })
@@ -398,6 +368,17 @@ impl<'a> Options<'a> {
             .transpose()
     }
 
+    /// `MODE READ|WRITE`: a read/write lease.
+    fn mode(&self) -> Result<Option<Mode>, String> {
+        self.value("MODE")
+            .map(|word| match word.to_ascii_uppercase().as_slice() {
+                b"READ" => Ok(Mode::Read),
+                b"WRITE" => Ok(Mode::Write),
+                _ => Err("ERR tollgate: MODE is READ or WRITE".to_owned()),
+            })
+            .transpose()
+    }
+
     /// `OWNER o OP op`, both or neither.
     fn attempt(&self) -> Result<Option<Attempt>, String> {
         match (self.value("OWNER"), self.value("OP")) {
@@ -459,7 +440,7 @@ const fn option(name: &'static str, kind: &'static str, token: &'static str) -> 
 const SUBCOMMANDS: [(&str, &str, &[Arg]); 6] = [
     (
         "acquire",
-        "Takes a fenced lease on a resource, waiting up to WAIT ms; without OWNER/OP the daemon makes the attempt and returns it.",
+        "Takes a fenced lease on a resource, waiting up to WAIT ms; without OWNER/OP the daemon makes the attempt and returns it. PERMITS n makes the resource a semaphore of n permits (COUNT k of them taken at once, 1 by default); MODE READ|WRITE a read/write lease.",
         &[
             arg("resource", "string"),
             arg("ttl-ms", "integer"),
@@ -468,6 +449,9 @@ const SUBCOMMANDS: [(&str, &str, &[Arg]); 6] = [
             option("operation-id", "string", "OP"),
             option("replicas", "integer", "REPLICAS"),
             option("value", "string", "VALUE"),
+            option("permits", "integer", "PERMITS"),
+            option("count", "integer", "COUNT"),
+            option("mode", "string", "MODE"),
             option("session", "pure-token", "SESSION"),
             option("watchdog", "pure-token", "WATCHDOG"),
         ],
@@ -493,7 +477,7 @@ const SUBCOMMANDS: [(&str, &str, &[Arg]); 6] = [
     ),
     (
         "inspect",
-        "Tells whether a resource is held, its fence, value and remaining time, and whether the named attempt holds it.",
+        "Tells whether a resource is held, its fence, value and remaining time, and whether the named attempt holds it; for a semaphore or read/write lease, every holder.",
         &[
             arg("resource", "string"),
             option("owner", "string", "OWNER"),
@@ -513,7 +497,7 @@ const SUBCOMMANDS: [(&str, &str, &[Arg]); 6] = [
 ];
 
 /// `COMMAND DOCS LEASE`, in the shape Redis gives its own commands.
-fn docs(protocol: Protocol) -> Frame {
+pub fn docs(protocol: Protocol) -> Frame {
     let text = |s: &str| Frame::Bulk(Bytes::from(s.to_owned()));
     let set = |items: Vec<Frame>| match protocol {
         Protocol::Resp3 => Frame::Set(items),
@@ -562,7 +546,7 @@ fn docs(protocol: Protocol) -> Frame {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::resp::argv;
+    use crate::server::resp::words::argv;
 
     #[test]
     fn acquire_reads_its_options_in_any_order_and_case() {
@@ -607,6 +591,29 @@ mod tests {
     }
 
     #[test]
+    fn permits_count_and_mode_ask_for_a_shared_shape() {
+        let request = |words| match parse(&argv(words)) {
+            Ok(Call::Acquire { request, .. }) => request,
+            other => panic!("{other:?}"),
+        };
+        let semaphore = request("LEASE ACQUIRE r 1000 PERMITS 5 count 2");
+        assert_eq!((semaphore.permits, semaphore.count), (Some(5), Some(2)));
+        assert_eq!(
+            request("LEASE ACQUIRE r 1000 mode read").mode,
+            Some(Mode::Read)
+        );
+        assert_eq!(
+            request("LEASE ACQUIRE r 1000 MODE Write").mode,
+            Some(Mode::Write)
+        );
+        let exclusive = request("LEASE ACQUIRE r 1000");
+        assert_eq!(
+            (exclusive.permits, exclusive.count, exclusive.mode),
+            (None, None, None)
+        );
+    }
+
+    #[test]
     fn without_an_attempt_the_daemon_makes_a_fresh_one() {
         let attempt = |words| match parse(&argv(words)) {
             Ok(Call::Acquire { request, .. }) => request.attempt,
@@ -633,6 +640,8 @@ mod tests {
         assert!(error("LEASE ACQUIRE r/1 1000").contains("resource"));
         assert!(error("LEASE ACQUIRE r 1000 SESSION WATCHDOG").contains("exclude"));
         assert!(error("LEASE RENEW r 1000").contains("required"));
+        assert!(error("LEASE ACQUIRE r 1000 MODE SHARED").contains("READ or WRITE"));
+        assert!(error("LEASE ACQUIRE r 1000 PERMITS many").contains("PERMITS"));
         assert!(error("LEASE RELEASE r OWNER o").contains("OWNER and OP"));
         assert!(error("LEASE STEAL r").contains("unknown subcommand"));
     }

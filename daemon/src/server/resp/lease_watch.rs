@@ -18,10 +18,11 @@ use tollgate_model::Caller;
 use tollgate_policy::Decision;
 use tollgate_resp::Frame;
 
+use super::front::FrontDoor;
 use super::lease::{frame, resource};
 use super::local::Protocol;
+use super::replies;
 use super::subscriptions::{confirmation, out_of_band};
-use super::{replies, FrontDoor};
 
 /// Watches one connection may hold at once.
 pub const MAX_WATCHES: usize = 64;
@@ -63,14 +64,7 @@ impl Watches {
     }
 }
 
-/// Whether `argv` is `LEASE WATCH …` or `LEASE UNWATCH …`.
-pub fn is_watch(argv: &[&[u8]]) -> bool {
-    argv.get(1).is_some_and(|sub| {
-        sub.eq_ignore_ascii_case(b"WATCH") || sub.eq_ignore_ascii_case(b"UNWATCH")
-    })
-}
-
-/// Runs `LEASE WATCH|UNWATCH` (see [`is_watch`]) and returns the reply to write.
+/// Runs `LEASE WATCH|UNWATCH …` (`argv`, as `kind.rs` found it) and returns the reply to write.
 pub async fn run(
     front: &FrontDoor,
     caller: &Caller,
@@ -78,8 +72,10 @@ pub async fn run(
     protocol: Protocol,
     argv: &[&[u8]],
 ) -> Bytes {
-    let names = &argv[2..];
-    if argv[1].eq_ignore_ascii_case(b"UNWATCH") {
+    let (Some(sub), Some(names)) = (argv.get(1), argv.get(2..)) else {
+        return replies::error("ERR wrong number of arguments for 'lease' command".to_owned());
+    };
+    if sub.eq_ignore_ascii_case(b"UNWATCH") {
         return unwatch(watches, names, protocol);
     }
     let [name] = names else {
@@ -91,7 +87,11 @@ pub async fn run(
         Ok(resource) => resource,
         Err(message) => return replies::error(message),
     };
-    if let Decision::Denied(denial) = front.admission.admit_lease(caller, resource.as_str()) {
+    if let Decision::Denied(denial) = front
+        .services
+        .admission
+        .admit_lease(caller, resource.as_str())
+    {
         return replies::denied(argv, &denial);
     }
     if !watches.watching.iter().any(|(r, _)| *r == resource) {
@@ -100,7 +100,7 @@ pub async fn run(
                 "ERR tollgate: a connection may watch at most {MAX_WATCHES} resources"
             ));
         }
-        match front.leases.watch(&resource).await {
+        match front.services.leases.watch(&resource).await {
             Ok(events) => watches.watching.push((resource.clone(), events)),
             Err(error) => return replies::error(format!("UNAVAILABLE tollgate: {error}")),
         }
@@ -183,13 +183,5 @@ mod tests {
             event_frame(&resource, &event, Protocol::Resp3),
             Frame::Push(_)
         ));
-    }
-
-    #[test]
-    fn only_watch_and_unwatch_are_ours() {
-        assert!(is_watch(&[b"LEASE", b"watch", b"r"]));
-        assert!(is_watch(&[b"lease", b"UNWATCH"]));
-        assert!(!is_watch(&[b"LEASE", b"INSPECT", b"r"]));
-        assert!(!is_watch(&[b"LEASE"]));
     }
 }

@@ -241,13 +241,6 @@ pub enum Arity {
     Wrong(&'static str),
 }
 
-/// `-ERR wrong number of arguments for '<command>' command`, Redis's text.
-pub fn wrong_arity(command: &str) -> Bytes {
-    super::replies::error(format!(
-        "ERR wrong number of arguments for '{command}' command"
-    ))
-}
-
 /// The null a client of `protocol` reads: `_` in RESP3, `$-1` in RESP2.
 pub fn null(protocol: Protocol) -> Frame {
     match protocol {
@@ -370,7 +363,7 @@ pub fn valid_client_name(name: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::resp::argv;
+    use crate::server::resp::words::argv;
 
     #[test]
     fn client_reply_skips_one_reply_or_silences_until_on() {

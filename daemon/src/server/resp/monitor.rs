@@ -135,7 +135,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::server::resp::argv;
+    use crate::server::resp::words::argv;
 
     #[test]
     fn a_line_is_written_as_redis_writes_it() {

@@ -11,26 +11,45 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::Stream;
 use tollgate_lanes::{PubSub, SendFuture};
-use tollgate_model::Lane;
+use tollgate_model::{Exclusive, Multiplexed};
 
 use super::amend::Amend;
 use super::local::Voice;
 use super::replies;
 
-/// Where an in-flight command is, which decides what may run beside it.
+/// A lane whose connections are lent to one command at a time (TRANSACTION's are pinned to a
+/// session instead, see `transaction.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lent {
+    Blocking,
+    Admin,
+}
+
+impl Lent {
+    pub fn lane(self) -> Exclusive {
+        match self {
+            Lent::Blocking => Exclusive::Blocking,
+            Lent::Admin => Exclusive::Admin,
+        }
+    }
+}
+
+/// Where a command runs, which decides what may run beside it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Class {
     /// Answered by the daemon; touches nothing in Redis.
     Local,
     /// Pipelined on this session's channel of a multiplexed lane.
-    Multiplexed(Lane),
+    Multiplexed(Multiplexed),
     /// Alone on a borrowed BLOCKING or ADMIN connection.
     Exclusive,
+    /// Awaited by the session itself, alone (a transaction's command, a subscription …).
+    InPlace,
 }
 
 pub enum Pending {
     Ready(Option<(Class, Bytes)>),
-    Multiplexed(Lane, SendFuture),
+    Multiplexed(Multiplexed, SendFuture),
     Exclusive(BoxFuture<'static, Bytes>),
     /// A reply the daemon corrects once it arrives (see [`Amend`]); rare, so boxed.
     Amended(Box<Amended>),

@@ -1,10 +1,101 @@
-//! The error replies the daemon itself writes, so that each cause reads the same everywhere.
+//! The replies the daemon itself writes — every error it answers with built here, so that each
+//! cause reads the same everywhere.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use tollgate_lanes::{CallError, LaneError};
 use tollgate_model::Protocol;
 use tollgate_policy::{Denial, DenyCause};
-use tollgate_resp::Frame;
+use tollgate_resp::{Command, Frame, ProtocolError};
+
+use super::refusal::Refusal;
+
+/// The error a command refused before it runs is answered with.
+pub fn refused(refusal: &Refusal, command: &Command) -> Bytes {
+    let name = || String::from_utf8_lossy(command.name());
+    match refusal {
+        // Redis's own text while only subscribed; watching adds the watch commands.
+        Refusal::WhileSubscribed => error(format!(
+            "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+            name().to_lowercase()
+        )),
+        Refusal::WhileWatching => error(format!(
+            "ERR Can't execute '{}': only LEASE WATCH / LEASE UNWATCH / (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+            name().to_lowercase()
+        )),
+        Refusal::LeaseInTransaction => {
+            error("ERR tollgate: LEASE cannot be used inside WATCH or MULTI".to_owned())
+        }
+        Refusal::WrongArity(name) => wrong_arity(name),
+        Refusal::Denied(denial) => denied(&command.argv(), denial),
+        Refusal::WholeInTransaction => error(format!(
+            "ERR tollgate: {} cannot run inside a transaction: it is served key by key, over the keys this client may touch",
+            name().to_uppercase()
+        )),
+    }
+}
+
+/// `-ERR wrong number of arguments for '<command>' command`, Redis's text.
+pub fn wrong_arity(command: &str) -> Bytes {
+    error(format!(
+        "ERR wrong number of arguments for '{command}' command"
+    ))
+}
+
+/// Unreadable input, answered before the connection closes.
+pub fn protocol_error(error: &ProtocolError) -> Bytes {
+    self::error(format!("ERR {error}"))
+}
+
+/// `EXEC` or `DISCARD` (`command`) with no transaction, as Redis answers it.
+pub fn without_multi(command: &str) -> Bytes {
+    error(format!("ERR {command} without MULTI"))
+}
+
+/// `EXEC` of a transaction a queued command was refused in.
+pub fn exec_abort() -> Bytes {
+    error("EXECABORT Transaction discarded because of previous errors.".to_owned())
+}
+
+pub fn queued() -> Bytes {
+    Bytes::from_static(b"+QUEUED\r\n")
+}
+
+/// A `SUBSCRIBE` of `fresh` new names past `resp.max_subscriptions`.
+pub fn too_many_subscriptions(fresh: usize, cap: usize) -> Bytes {
+    error(format!(
+        "ERR tollgate: {fresh} more subscriptions would take this client past resp.max_subscriptions ({cap}); none were made"
+    ))
+}
+
+/// `SELECT` of a database other than 0.
+pub fn other_database() -> Bytes {
+    error(
+        "ERR tollgate serves database 0 only (lane connections are shared between clients)"
+            .to_owned(),
+    )
+}
+
+pub fn invalid_client_name() -> Bytes {
+    error("ERR Client names cannot contain spaces, newlines or special characters.".to_owned())
+}
+
+/// A `CLIENT` subcommand (`sub`) that sets state on the connection it runs on.
+pub fn unshareable(sub: &[u8]) -> Bytes {
+    error(format!(
+        "ERR tollgate: CLIENT {} is not available: connections to Redis are shared between clients",
+        String::from_utf8_lossy(sub).to_uppercase()
+    ))
+}
+
+/// The old form of `CLIENT KILL addr` when no session matched.
+pub fn no_such_client() -> Bytes {
+    error("ERR No such client".to_owned())
+}
+
+/// Why the daemon is about to close the connection of a client it gives up on.
+pub fn disconnected(why: &impl std::fmt::Display) -> Bytes {
+    error(format!("ERR tollgate: {why}; disconnected"))
+}
 
 /// `-NOPERM tollgate: rule <id> denies <COMMAND>: <reason>`. A command no catalog knows, or
 /// with the wrong number of arguments, gets Redis's own error instead: no rule decided it, and
@@ -40,18 +131,22 @@ fn unknown_command(name: &[u8], args: &[&[u8]]) -> String {
 }
 
 pub fn lane_failed(error: &LaneError) -> Bytes {
-    call_failed(&CallError::from(error.clone()))
+    let code = match error {
+        LaneError::Saturated { .. } => "BUSY",
+        LaneError::Unavailable { .. } => "UNAVAILABLE",
+        LaneError::Closed => "SHUTDOWN",
+    };
+    error_bytes(format!("{code} tollgate: {error}"))
 }
 
-/// Saturation, unavailability and lost replies, each with its own error code.
+/// A refusal by the lane keeps its code; a lost reply is `IOERR` (the command may have run); a
+/// reply dropped for the client's budget is `ERR` (it ran; the connection is closed next).
 pub fn call_failed(error: &CallError) -> Bytes {
-    let text = match error {
-        CallError::Saturated { .. } => format!("BUSY tollgate: {error}"),
-        CallError::Unavailable { .. } => format!("UNAVAILABLE tollgate: {error}"),
-        CallError::Indeterminate { .. } => format!("IOERR tollgate: {error}"),
-        _ => format!("SHUTDOWN tollgate: {error}"),
-    };
-    error_bytes(text)
+    match error {
+        CallError::NotSent(refused) => lane_failed(refused),
+        CallError::Indeterminate { .. } => error_bytes(format!("IOERR tollgate: {error}")),
+        CallError::OverBudget(_) => error_bytes(format!("ERR tollgate: {error}")),
+    }
 }
 
 pub fn error(text: String) -> Bytes {
@@ -83,5 +178,33 @@ pub fn map(protocol: Protocol, pairs: Vec<(Frame, Frame)>) -> Frame {
     match protocol {
         Protocol::Resp3 => Frame::Map(pairs),
         Protocol::Resp2 => Frame::Array(pairs.into_iter().flat_map(|(k, v)| [k, v]).collect()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tollgate_lanes::OverBudget;
+
+    use super::*;
+
+    fn code(reply: &Bytes) -> &str {
+        let text = std::str::from_utf8(reply).unwrap();
+        text[1..].split_whitespace().next().unwrap()
+    }
+
+    #[test]
+    fn each_failure_says_whether_the_command_may_have_run() {
+        let refused = CallError::from(LaneError::Unavailable {
+            reason: "down".into(),
+        });
+        assert_eq!(code(&call_failed(&refused)), "UNAVAILABLE");
+        assert_eq!(code(&call_failed(&LaneError::Closed.into())), "SHUTDOWN");
+        let lost = CallError::Indeterminate {
+            reason: "reset".into(),
+        };
+        assert_eq!(code(&call_failed(&lost)), "IOERR");
+        // It ran: neither a refusal nor a shutdown, whatever else the client is told.
+        let dropped = CallError::OverBudget(OverBudget("over 1 MiB".into()));
+        assert_eq!(code(&call_failed(&dropped)), "ERR");
     }
 }

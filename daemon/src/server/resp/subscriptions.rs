@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -19,6 +19,14 @@ use tollgate_resp::Frame;
 
 use super::clients::Subscribed;
 use super::local::Protocol;
+use super::replies;
+
+/// How many subscriptions a client may hold, and how many messages each may buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct Caps {
+    pub subscriptions: usize,
+    pub buffer: usize,
+}
 
 pub struct Subscriptions {
     active: HashMap<(SubscriptionKind, Bytes), JoinHandle<()>>,
@@ -113,7 +121,7 @@ impl Subscriptions {
     }
 
     /// Subscribes once per name; a second `SUBSCRIBE` of the same name only confirms again.
-    pub async fn subscribe(
+    async fn subscribe(
         &mut self,
         pubsub: &PubSub,
         kind: SubscriptionKind,
@@ -138,10 +146,73 @@ impl Subscriptions {
         Ok(())
     }
 
-    /// Stops delivering `name`; dropping the subscription unsubscribes on Redis if it was the last.
-    pub fn unsubscribe(&mut self, kind: SubscriptionKind, name: &Bytes) {
+    /// `SUBSCRIBE`/`PSUBSCRIBE`/`SSUBSCRIBE` (`argv`): every name or none, within `caps`; the
+    /// reply confirms each name, or says why the lane could not subscribe it.
+    pub async fn subscribe_all(
+        &mut self,
+        pubsub: &PubSub,
+        kind: SubscriptionKind,
+        argv: Vec<Bytes>,
+        caps: Caps,
+        budget: Arc<dyn Budget>,
+        protocol: Protocol,
+    ) -> Bytes {
+        let fresh = self.new_names(kind, &argv[1..]);
+        if self.len() + fresh > caps.subscriptions {
+            return replies::too_many_subscriptions(fresh, caps.subscriptions);
+        }
+        let mut out = BytesMut::new();
+        for name in argv.into_iter().skip(1) {
+            let subscribed = self
+                .subscribe(pubsub, kind, name.clone(), caps.buffer, budget.clone())
+                .await;
+            if let Err(error) = subscribed {
+                out.extend_from_slice(&replies::lane_failed(&error));
+                continue;
+            }
+            let word = confirmation_word(kind, true);
+            let frame = confirmation(word, Some(name), self.count(kind), protocol);
+            tollgate_resp::encode(&frame, &mut out);
+        }
+        out.freeze()
+    }
+
+    /// `UNSUBSCRIBE`/`PUNSUBSCRIBE`/`SUNSUBSCRIBE` (`argv`): the names given, or all of the kind;
+    /// each confirmed, and one confirmation with no name when there was none to drop.
+    pub async fn unsubscribe_all(
+        &mut self,
+        pubsub: &PubSub,
+        kind: SubscriptionKind,
+        argv: Vec<Bytes>,
+        protocol: Protocol,
+    ) -> Bytes {
+        let mut names: Vec<Bytes> = argv.into_iter().skip(1).collect();
+        if names.is_empty() {
+            names = self.names(kind);
+        }
+        let word = confirmation_word(kind, false);
+        let mut out = BytesMut::new();
+        if names.is_empty() {
+            let frame = confirmation(word, None, self.count(kind), protocol);
+            tollgate_resp::encode(&frame, &mut out);
+        }
+        for name in names {
+            self.unsubscribe(pubsub, kind, &name).await;
+            let frame = confirmation(word, Some(name), self.count(kind), protocol);
+            tollgate_resp::encode(&frame, &mut out);
+        }
+        out.freeze()
+    }
+
+    /// Stops delivering `name`; dropping the subscription unsubscribes on Redis if it was the last,
+    /// and Redis has confirmed that when this returns (a `PUBLISH` right after the client's
+    /// confirmation no longer counts the daemon's connection, as it would not count the client's).
+    async fn unsubscribe(&mut self, pubsub: &PubSub, kind: SubscriptionKind, name: &Bytes) {
         if let Some(forwarder) = self.active.remove(&(kind, name.clone())) {
             forwarder.abort();
+            // Cancelled, the task has dropped its subscription.
+            let _ = forwarder.await;
+            pubsub.unsubscribed(kind, name.clone()).await;
         }
     }
 
@@ -229,8 +300,8 @@ pub fn message_frame(message: Message, protocol: Protocol) -> Frame {
     out_of_band(items, protocol)
 }
 
-/// `subscribe`/`unsubscribe` confirmations: `[kind, name, count]`.
-pub fn confirmation(
+/// `subscribe`/`unsubscribe` confirmations (and `LEASE WATCH`'s): `[kind, name, count]`.
+pub(super) fn confirmation(
     kind: &'static str,
     name: Option<Bytes>,
     count: usize,
@@ -251,5 +322,17 @@ pub(super) fn out_of_band(items: Vec<Frame>, protocol: Protocol) -> Frame {
     match protocol {
         Protocol::Resp3 => Frame::Push(items),
         Protocol::Resp2 => Frame::Array(items),
+    }
+}
+
+/// `(kind, true)` for the subscribe commands' confirmations, `(kind, false)` for the unsubscribes'.
+fn confirmation_word(kind: SubscriptionKind, subscribe: bool) -> &'static str {
+    match (kind, subscribe) {
+        (SubscriptionKind::Channel, true) => "subscribe",
+        (SubscriptionKind::Pattern, true) => "psubscribe",
+        (SubscriptionKind::Shard, true) => "ssubscribe",
+        (SubscriptionKind::Channel, false) => "unsubscribe",
+        (SubscriptionKind::Pattern, false) => "punsubscribe",
+        (SubscriptionKind::Shard, false) => "sunsubscribe",
     }
 }

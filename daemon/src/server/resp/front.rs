@@ -1,0 +1,58 @@
+//! What every session of the RESP listener shares: the daemon's [`Services`] (admission,
+//! identities, lanes, lease service), the listener's limits and budgets, and its registry of
+//! sessions.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use tollgate_resp::Limits;
+
+use super::budget;
+use super::clients::Clients;
+use super::deadline;
+use super::monitor::Monitors;
+use crate::config::RespConfig;
+use crate::server::limits::ConnectionLimits;
+use crate::services::Services;
+
+/// What every session shares.
+pub struct FrontDoor {
+    /// The parts the HTTP listener uses too; `LEASE …` is served by the same lease service.
+    pub services: Arc<Services>,
+    /// How many connections this listener holds (`limits:`).
+    pub(super) connections: ConnectionLimits,
+    pub(super) config: RespConfig,
+    pub(super) deadlines: deadline::Deadlines,
+    pub(super) limits: Limits,
+    /// Every client's held bytes together (`resp.budgets.total`).
+    pub(super) pool: Arc<budget::Pool>,
+    pub(super) next_client_id: AtomicU64,
+    /// The live sessions, as `CLIENT LIST` shows them.
+    pub(super) clients: Arc<Clients>,
+    /// Sessions in `MONITOR`, and the stream of commands they see.
+    pub(super) monitors: Arc<Monitors>,
+    /// The socket's path, which `CLIENT LIST` shows as each session's address.
+    pub(super) socket: String,
+}
+
+impl FrontDoor {
+    pub fn new(
+        services: Arc<Services>,
+        config: RespConfig,
+        connections: ConnectionLimits,
+        socket: String,
+    ) -> Self {
+        Self {
+            services,
+            connections,
+            limits: config.limits(),
+            deadlines: deadline::Deadlines::new(config.command_timeout, &config.command_deadlines),
+            pool: budget::Pool::new(&config.budgets),
+            config,
+            next_client_id: AtomicU64::new(1),
+            clients: Arc::default(),
+            monitors: Arc::default(),
+            socket,
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! Why a command is refused before it runs: the plan's verdict, which `replies.rs` words.
+
+use tollgate_policy::Denial;
+
+/// Why a command is refused before it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// A RESP2 subscriber may only (un)subscribe, PING, QUIT and RESET, as in Redis.
+    WhileSubscribed,
+    /// A RESP2 client watching a lease may also `LEASE WATCH` and `LEASE UNWATCH`.
+    WhileWatching,
+    /// LEASE inside WATCH or MULTI: queued, it would have to run at EXEC, on Redis.
+    LeaseInTransaction,
+    /// The named command's argument count does not fit its arity.
+    WrongArity(&'static str),
+    Denied(Denial),
+    /// A whole-keyspace command runs key by key, which a transaction cannot hold.
+    WholeInTransaction,
+}
+
+impl Refusal {
+    /// Whether, inside MULTI, the refusal makes EXEC fail, as Redis fails a transaction with a
+    /// command it refused to queue.
+    pub fn aborts_multi(&self) -> bool {
+        match self {
+            Refusal::WrongArity(_) | Refusal::Denied(_) | Refusal::WholeInTransaction => true,
+            Refusal::WhileSubscribed | Refusal::WhileWatching | Refusal::LeaseInTransaction => {
+                false
+            }
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! A session's schedule: the replies it still owes, in the order its commands were sent, what is in
+//! flight where, and the one command held back for a *barrier*. Commands for the same multiplexed
+//! lane go out without waiting; a command for another lane, or for an exclusive connection, waits
+//! until everything before it is answered, so that a client's commands still run in the order sent.
+//! Knows nothing of sockets: the session's loop asks it what may start and feeds it what starts.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{FutureExt, StreamExt};
+use tollgate_lanes::SubscriptionKind;
+use tollgate_model::Multiplexed;
+use tollgate_resp::Command;
+
+use super::amend::Amend;
+use super::keyspace::Whole;
+use super::local::{self, Voice};
+use super::pending::{Class, InOrder, Lent, Pending};
+
+/// What one planned command becomes.
+pub enum Step {
+    /// A reply the daemon writes itself.
+    Reply(Bytes),
+    /// Send these encoded bytes on a multiplexed lane, with this deadline; correct the reply as
+    /// the [`Amend`] says when it arrives.
+    Multiplexed(Multiplexed, Bytes, Option<Duration>, Option<Amend>),
+    /// Borrow a BLOCKING or ADMIN connection for this one command.
+    Exclusive(Lent, Command, Option<Amend>),
+    /// Awaited in place once everything before it has been answered: it changes the session.
+    InPlace(InPlace),
+    /// Write this reply, then close the connection.
+    Close(Bytes),
+}
+
+impl Step {
+    /// Where the step runs, which decides whether it must wait for what is in flight.
+    pub fn class(&self) -> Class {
+        match self {
+            Step::Reply(_) | Step::Close(_) => Class::Local,
+            Step::Multiplexed(lane, ..) => Class::Multiplexed(*lane),
+            Step::Exclusive(..) => Class::Exclusive,
+            Step::InPlace(_) => Class::InPlace,
+        }
+    }
+}
+
+/// Work that changes the session, awaited in place.
+pub enum InPlace {
+    /// A command while a transaction connection is pinned, or one that pins it (WATCH, MULTI).
+    Transaction(Command),
+    Subscribe(SubscriptionKind, Vec<Bytes>),
+    Unsubscribe(SubscriptionKind, Vec<Bytes>),
+    /// `HELLO` with another protocol: the lane connections change with it, so it waits for what
+    /// was sent before on the old ones.
+    Hello(local::Hello),
+    /// `MONITOR`: from now on, the commands of the sessions this one may see are streamed to it.
+    Monitor,
+    /// A whole-keyspace command, run key by key over SCAN (see `keyspace.rs`).
+    Keyspace(Whole, Vec<Bytes>),
+    Reset,
+    /// `LEASE …`, which may wait for the lease.
+    Lease(Command),
+    /// `LEASE WATCH|UNWATCH …`: starts or ends watches of the connection.
+    LeaseWatch(Command),
+}
+
+/// In-flight commands per place, to decide when a barrier is needed. Local replies hold nothing
+/// up, so they are not counted.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct InFlight {
+    regular: usize,
+    script: usize,
+    exclusive: usize,
+}
+
+impl InFlight {
+    fn count(&mut self, class: Class) -> Option<&mut usize> {
+        match class {
+            Class::Multiplexed(Multiplexed::Regular) => Some(&mut self.regular),
+            Class::Multiplexed(Multiplexed::Script) => Some(&mut self.script),
+            Class::Exclusive => Some(&mut self.exclusive),
+            Class::Local | Class::InPlace => None,
+        }
+    }
+}
+
+/// A session's owed replies and held-back command.
+#[derive(Default)]
+pub struct Schedule {
+    pending: InOrder,
+    in_flight: InFlight,
+    /// A planned command waiting for a barrier, and whether its reply will be heard.
+    parked: Option<(Step, Voice)>,
+}
+
+/// What the schedule says of a step that is ready to start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Turn {
+    /// It may start now.
+    Go,
+    /// It must wait until what is in flight has been answered.
+    Wait,
+}
+
+impl Schedule {
+    /// Whether a step of `class` may start beside what is in flight: a multiplexed lane pipelines
+    /// behind itself only; an exclusive connection is borrowed alone; work in place waits for every
+    /// reply owed, the daemon's own included (it writes its reply straight to the client).
+    pub fn turn(&self, class: Class) -> Turn {
+        let InFlight {
+            regular,
+            script,
+            exclusive,
+        } = self.in_flight;
+        let busy = match class {
+            Class::Local => false,
+            Class::Multiplexed(Multiplexed::Regular) => script + exclusive > 0,
+            Class::Multiplexed(Multiplexed::Script) => regular + exclusive > 0,
+            Class::Exclusive => regular + script + exclusive > 0,
+            Class::InPlace => !self.pending.is_empty(),
+        };
+        match busy {
+            true => Turn::Wait,
+            false => Turn::Go,
+        }
+    }
+
+    /// How many commands are in flight on `class`'s connections.
+    pub fn in_flight(&self, class: Class) -> usize {
+        let mut in_flight = self.in_flight;
+        in_flight.count(class).map_or(0, |count| *count)
+    }
+
+    /// A started command, whose reply is owed after every reply owed already.
+    pub fn push(&mut self, class: Class, pending: Pending, voice: Voice) {
+        if let Some(count) = self.in_flight.count(class) {
+            *count += 1;
+        }
+        self.pending.push_back(pending, voice);
+    }
+
+    /// Holds `step` back until the next barrier lifts.
+    pub fn park(&mut self, step: Step, voice: Voice) {
+        self.parked = Some((step, voice));
+    }
+
+    /// The step held back, to try again.
+    pub fn unpark(&mut self) -> Option<(Step, Voice)> {
+        self.parked.take()
+    }
+
+    pub fn is_parked(&self) -> bool {
+        self.parked.is_some()
+    }
+
+    /// How many replies are owed.
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// The next reply owed, once it has arrived (as the client is to read it: nothing for a
+    /// silenced one). Cancel-safe: a reply is taken only when it is returned.
+    pub async fn next(&mut self) -> Option<Bytes> {
+        let (class, reply) = self.pending.next().await?;
+        self.settle(class);
+        Some(reply)
+    }
+
+    /// The next reply owed if it has arrived already. Polling without a waker is safe: the caller
+    /// awaits [`Schedule::next`] again when this says nothing.
+    pub fn next_now(&mut self) -> Option<Bytes> {
+        let (class, reply) = self.pending.next().now_or_never()??;
+        self.settle(class);
+        Some(reply)
+    }
+
+    /// Drops every reply owed (the client is gone).
+    pub fn clear(&mut self) {
+        *self = Schedule::default();
+    }
+
+    fn settle(&mut self, class: Class) {
+        if let Some(count) = self.in_flight.count(class) {
+            *count -= 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REGULAR: Class = Class::Multiplexed(Multiplexed::Regular);
+    const SCRIPT: Class = Class::Multiplexed(Multiplexed::Script);
+
+    fn reply(text: &'static str) -> Pending {
+        Pending::Ready(Some((Class::Local, Bytes::from_static(text.as_bytes()))))
+    }
+
+    /// A reply owed for `class` that has arrived.
+    fn arrived(class: Class, text: &'static str) -> Pending {
+        Pending::Ready(Some((class, Bytes::from_static(text.as_bytes()))))
+    }
+
+    /// A reply that never arrives (only the count under its class matters to the barrier).
+    fn owed() -> Pending {
+        Pending::Exclusive(Box::pin(futures::future::pending::<Bytes>()))
+    }
+
+    #[test]
+    fn an_empty_schedule_lets_anything_start() {
+        let schedule = Schedule::default();
+        for class in [
+            Class::Local,
+            REGULAR,
+            SCRIPT,
+            Class::Exclusive,
+            Class::InPlace,
+        ] {
+            assert_eq!(schedule.turn(class), Turn::Go, "{class:?}");
+        }
+    }
+
+    #[test]
+    fn commands_for_the_same_multiplexed_lane_are_pipelined_without_waiting() {
+        let mut schedule = Schedule::default();
+        schedule.push(REGULAR, owed(), Voice::Heard);
+        schedule.push(REGULAR, owed(), Voice::Heard);
+        assert_eq!(schedule.turn(REGULAR), Turn::Go);
+        assert_eq!(schedule.in_flight(REGULAR), 2);
+    }
+
+    #[test]
+    fn a_command_for_another_lane_waits_for_a_barrier() {
+        let mut schedule = Schedule::default();
+        schedule.push(REGULAR, owed(), Voice::Heard);
+        assert_eq!(schedule.turn(SCRIPT), Turn::Wait);
+        assert_eq!(schedule.turn(Class::Exclusive), Turn::Wait);
+        assert_eq!(schedule.turn(Class::InPlace), Turn::Wait);
+    }
+
+    #[test]
+    fn an_exclusive_command_waits_even_for_another_exclusive_one() {
+        let mut schedule = Schedule::default();
+        schedule.push(Class::Exclusive, owed(), Voice::Heard);
+        assert_eq!(schedule.turn(Class::Exclusive), Turn::Wait);
+        assert_eq!(schedule.turn(REGULAR), Turn::Wait);
+    }
+
+    #[test]
+    fn local_replies_hold_up_only_work_in_place() {
+        let mut schedule = Schedule::default();
+        schedule.push(Class::Local, reply("+PONG\r\n"), Voice::Heard);
+        assert_eq!(schedule.turn(REGULAR), Turn::Go);
+        assert_eq!(schedule.turn(Class::Exclusive), Turn::Go);
+        assert_eq!(schedule.turn(Class::InPlace), Turn::Wait);
+    }
+
+    #[tokio::test]
+    async fn replies_come_back_in_the_order_sent_and_a_silenced_one_as_nothing() {
+        let mut schedule = Schedule::default();
+        schedule.push(REGULAR, arrived(REGULAR, "$1\r\na\r\n"), Voice::Heard);
+        schedule.push(Class::Local, reply("+OK\r\n"), Voice::Silent);
+        schedule.push(REGULAR, arrived(REGULAR, "$1\r\nb\r\n"), Voice::Heard);
+        assert_eq!(schedule.next().await.as_deref(), Some(&b"$1\r\na\r\n"[..]));
+        assert_eq!(schedule.next().await.as_deref(), Some(&b""[..]));
+        assert_eq!(schedule.next_now().as_deref(), Some(&b"$1\r\nb\r\n"[..]));
+        assert_eq!(schedule.next().await, None);
+        assert!(schedule.is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_answered_reply_lifts_the_barrier_it_raised() {
+        let mut schedule = Schedule::default();
+        schedule.push(REGULAR, arrived(REGULAR, "+OK\r\n"), Voice::Heard);
+        assert_eq!(schedule.turn(Class::Exclusive), Turn::Wait);
+        schedule.next().await;
+        assert_eq!(schedule.in_flight(REGULAR), 0);
+        assert_eq!(schedule.turn(Class::Exclusive), Turn::Go);
+    }
+
+    #[test]
+    fn a_reply_that_has_not_arrived_is_not_taken_early() {
+        let mut schedule = Schedule::default();
+        schedule.push(Class::Exclusive, owed(), Voice::Heard);
+        schedule.push(Class::Local, reply("+OK\r\n"), Voice::Heard);
+        assert_eq!(schedule.next_now(), None);
+        assert_eq!(schedule.len(), 2);
+    }
+
+    #[test]
+    fn a_parked_step_is_given_back_once() {
+        let mut schedule = Schedule::default();
+        schedule.park(Step::Reply(Bytes::from_static(b"+OK\r\n")), Voice::Heard);
+        assert!(schedule.is_parked());
+        assert!(matches!(
+            schedule.unpark(),
+            Some((Step::Reply(_), Voice::Heard))
+        ));
+        assert!(schedule.unpark().is_none());
+    }
+}

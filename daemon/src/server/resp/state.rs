@@ -1,0 +1,449 @@
+//! A session's connection-scoped state — protocol, name and reply mode, the pinned transaction,
+//! subscriptions, lease watches, `MONITOR`, its channels on the multiplexed lanes — and what each
+//! command becomes with it: the [`Plan`] carried out as a [`Step`] for the session's loop to
+//! schedule, and the work awaited in place that changes the state.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tollgate_lanes::Channel;
+use tollgate_model::{Caller, Multiplexed};
+use tollgate_policy::{Decision, DenyCause};
+use tollgate_resp::Command;
+
+use super::ahead::Admitting;
+use super::amend::Amend;
+use super::answer::{self, Asking};
+use super::budget::ClientBudget;
+use super::clients::Registration;
+use super::front::FrontDoor;
+use super::keyspace;
+use super::kind::Kind;
+use super::lease;
+use super::lease_watch::{self, Watches};
+use super::local::{self, Local, Protocol, ReplyMode, Voice};
+use super::monitor::Watch;
+use super::pending::{Amended, Class, Lent, Pending};
+use super::plan::{self, Context, Forward, Plan, Refusal};
+use super::replies;
+use super::schedule::{InPlace, Step};
+use super::subscriptions::{Caps, Subscriptions};
+use super::transaction::Pinning;
+
+/// This session's channel on each multiplexed lane, opened on first use.
+#[derive(Default)]
+struct Channels {
+    regular: Option<Channel>,
+    script: Option<Channel>,
+}
+
+impl Channels {
+    fn slot(&mut self, lane: Multiplexed) -> &mut Option<Channel> {
+        match lane {
+            Multiplexed::Regular => &mut self.regular,
+            Multiplexed::Script => &mut self.script,
+        }
+    }
+}
+
+pub struct SessionState {
+    pub front: Arc<FrontDoor>,
+    pub caller: Caller,
+    pub id: u64,
+    pub protocol: Protocol,
+    /// This session in the listener's list (`CLIENT LIST`): its name, last command and state.
+    pub me: Registration,
+    /// Set once the session sent `MONITOR`.
+    pub monitor: Option<Watch>,
+    channels: Channels,
+    pub transaction: Pinning,
+    pub subscriptions: Subscriptions,
+    /// Which replies the client gets (`CLIENT REPLY`).
+    reply_mode: ReplyMode,
+    /// A guard ran out of its budget deciding this session's command: the worker it kept busy is
+    /// given back to other sessions before this one goes on.
+    pub owes_yield: bool,
+    /// Ends this connection's session-bound leases when the session is dropped.
+    leases: lease::Connection,
+    /// `LEASE WATCH`es: holder changes pushed to the client.
+    pub watches: Watches,
+    /// The bytes held for this client, against `resp.budgets`.
+    pub budget: Arc<ClientBudget>,
+}
+
+impl SessionState {
+    pub fn new(front: Arc<FrontDoor>, caller: Caller, id: u64, me: Registration) -> Self {
+        SessionState {
+            subscriptions: Subscriptions::new(front.config.subscriber_buffer),
+            budget: ClientBudget::new(&front.config.budgets, front.pool.clone(), &caller, id),
+            front,
+            caller,
+            id,
+            protocol: Protocol::Resp2,
+            me,
+            monitor: None,
+            channels: Channels::default(),
+            transaction: Pinning::None,
+            reply_mode: ReplyMode::On,
+            owes_yield: false,
+            leases: lease::Connection::new(id),
+            watches: Watches::default(),
+        }
+    }
+
+    /// What reading ahead needs of the session.
+    pub fn admitting(&self) -> Admitting<'_> {
+        Admitting {
+            admission: &self.front.services.admission,
+            caller: &self.caller,
+            limits: &self.front.limits,
+            subscribed: self.listening(),
+        }
+    }
+
+    /// Whether messages may arrive unasked: subscribed, or watching leases. In RESP2 that limits
+    /// the commands accepted, as Redis limits a subscriber's.
+    fn listening(&self) -> bool {
+        !self.subscriptions.is_empty() || !self.watches.is_empty()
+    }
+
+    fn context(&self) -> Context {
+        Context {
+            protocol: self.protocol,
+            subscribed: self.listening(),
+            watching: !self.watches.is_empty(),
+            pinned: self.transaction.pinned(),
+        }
+    }
+
+    /// Whether the reply of a command of `kind` reaches the client, as `CLIENT REPLY` left it; a
+    /// `SKIP` is used up here.
+    pub fn voice(&mut self, kind: Kind) -> Voice {
+        if self.reply_mode == ReplyMode::On || kind.always_heard() {
+            return Voice::Heard;
+        }
+        let (voice, mode) = self.reply_mode.next();
+        self.reply_mode = mode;
+        voice
+    }
+
+    /// What `command` (of `kind`, admitted ahead if `decided`) becomes.
+    pub fn step(&mut self, command: Command, kind: Kind, decided: Option<Decision>) -> Step {
+        let plan = match decided {
+            Some(decision) => self.admitted(&command, kind, decision),
+            None => {
+                let plan = plan::before(kind, command.len(), self.context());
+                if let Kind::Local(local) = kind {
+                    if !matches!(
+                        plan,
+                        Plan::Refuse(Refusal::WhileSubscribed | Refusal::WhileWatching)
+                    ) {
+                        self.ran_local(local, &command);
+                    }
+                }
+                plan
+            }
+        };
+        self.carry_out(plan, command, kind)
+    }
+
+    /// What `CLIENT LIST` and `MONITOR` show of a connection-scoped command.
+    fn ran_local(&self, local: Local, command: &Command) {
+        self.me.client.update(|state| state.ran_local(local.name()));
+        // Credentials are never shown, as Redis hides AUTH and HELLO.
+        if !local.needs_admission() && !matches!(local, Local::Auth | Local::Hello) {
+            self.front.monitors.ran(&self.me.client, command);
+        }
+    }
+
+    /// The plan for a command the policy decided.
+    fn admitted(&mut self, command: &Command, kind: Kind, decision: Decision) -> Plan {
+        match decision {
+            Decision::Admitted {
+                lane, descriptor, ..
+            } => {
+                let plan = plan::admitted(
+                    kind,
+                    &descriptor.name,
+                    command.word(1),
+                    lane,
+                    self.context(),
+                );
+                if !matches!(plan, Plan::Keyspace(_) | Plan::Refuse(_)) {
+                    self.me.client.update(|state| state.ran(descriptor));
+                    self.front.monitors.ran(&self.me.client, command);
+                }
+                plan
+            }
+            Decision::Denied(denial) => {
+                self.owes_yield |= denial.cause == DenyCause::Deadline;
+                Plan::Refuse(Refusal::Denied(denial))
+            }
+        }
+    }
+
+    fn carry_out(&mut self, plan: Plan, command: Command, kind: Kind) -> Step {
+        match plan {
+            Plan::Answer(local) => self.answer(local, &command, false),
+            Plan::Queue(local) => self.answer(local, &command, true),
+            Plan::Refuse(refusal) => {
+                if refusal.aborts_multi() {
+                    self.transaction.refused();
+                }
+                Step::Reply(replies::refused(&refusal, &command))
+            }
+            Plan::PingRedis => {
+                self.sending(Forward::Multiplexed(Multiplexed::Regular), command, None)
+            }
+            Plan::LeaseDocs => Step::Reply(replies::encode(&lease::docs(self.protocol))),
+            Plan::Lease => Step::InPlace(InPlace::Lease(command)),
+            Plan::LeaseWatch => Step::InPlace(InPlace::LeaseWatch(command)),
+            Plan::Admit => {
+                let decision = self
+                    .front
+                    .services
+                    .admission
+                    .admit(&self.caller, &command.argv());
+                let plan = self.admitted(&command, kind, decision);
+                self.carry_out(plan, command, kind)
+            }
+            Plan::Keyspace(whole) => Step::InPlace(InPlace::Keyspace(whole, command.shared_argv())),
+            Plan::ConfigGet(forward) => {
+                let fallback = replies::encode(&local::config_get(&command.argv(), self.protocol));
+                self.sending(forward, command, Some(Amend::ConfigGet { fallback }))
+            }
+            Plan::Subscribe(kind) => Step::InPlace(InPlace::Subscribe(kind, command.shared_argv())),
+            Plan::Unsubscribe(kind) => {
+                Step::InPlace(InPlace::Unsubscribe(kind, command.shared_argv()))
+            }
+            Plan::Transaction => Step::InPlace(InPlace::Transaction(command)),
+            Plan::Forward(forward, amend) => self.sending(forward, command, amend),
+        }
+    }
+
+    /// A connection-scoped command answered here. Inside MULTI an error answers at once and makes
+    /// EXEC fail, as Redis does for a command it refuses to queue; a reply is `queued` into EXEC's.
+    fn answer(&mut self, local: Local, command: &Command, queued: bool) -> Step {
+        let asking = Asking {
+            protocol: self.protocol,
+            subscribed_resp2: self.protocol == Protocol::Resp2 && self.listening(),
+            id: self.id,
+            me: &self.me.client,
+            clients: &self.front.clients,
+            reply_mode: &mut self.reply_mode,
+        };
+        match answer::answer(local, &command.argv(), asking) {
+            Step::Reply(reply) if reply.starts_with(b"-") => {
+                self.transaction.refused();
+                Step::Reply(reply)
+            }
+            Step::Reply(reply) if queued => Step::Reply(self.transaction.queue_local(reply)),
+            step => step,
+        }
+    }
+
+    /// How a command is sent on its connection, its reply corrected by `amend`.
+    fn sending(&self, forward: Forward, command: Command, amend: Option<Amend>) -> Step {
+        match forward {
+            Forward::Multiplexed(lane) => {
+                let deadline = self.front.deadlines.of_command(&command);
+                Step::Multiplexed(lane, command.encoded(), deadline, amend)
+            }
+            Forward::Exclusive(lane) => Step::Exclusive(lane, command, amend),
+        }
+    }
+
+    /// Sends `encoded` on this session's channel of `lane`. Between commands (`idle`), the lane's
+    /// choice of connection is followed (it packs work on few); with commands in flight the
+    /// channel stays, so that their replies keep their order.
+    pub fn send_multiplexed(
+        &mut self,
+        lane: Multiplexed,
+        encoded: Bytes,
+        deadline: Option<Duration>,
+        idle: bool,
+    ) -> Pending {
+        let slot = self.channels.slot(lane);
+        let channel = match slot {
+            Some(channel) => {
+                if idle {
+                    channel.repick();
+                }
+                channel
+            }
+            None => match self
+                .front
+                .services
+                .lanes
+                .multiplexed_speaking(lane, self.protocol)
+            {
+                Ok(channel) => slot.insert(channel.charged_to(self.budget.clone())),
+                Err(error) => {
+                    let reply = replies::lane_failed(&error);
+                    return Pending::Ready(Some((Class::Multiplexed(lane), reply)));
+                }
+            },
+        };
+        Pending::Multiplexed(lane, channel.send_within(encoded, deadline))
+    }
+
+    /// Borrows a connection of `lane` (the principal's share of it) for `command` alone.
+    pub fn send_exclusive(&self, lane: Lent, command: Command) -> Pending {
+        let lanes = self.front.services.lanes.clone();
+        let protocol = self.protocol;
+        let deadline = self.front.deadlines.of_command(&command);
+        let principal = self.caller.principal.clone();
+        Pending::Exclusive(Box::pin(async move {
+            let mut conn = match lanes.borrow_for(lane.lane(), protocol, &principal).await {
+                Ok(conn) => conn,
+                Err(error) => return replies::lane_failed(&error),
+            };
+            let encoded = command.encoded();
+            let reply = match conn.send_within(encoded, deadline).await {
+                Ok(reply) => reply.into_bytes(),
+                Err(error) => replies::call_failed(&error),
+            };
+            conn.release().await;
+            reply
+        }))
+    }
+
+    /// `pending`, its reply corrected by `amend` when it arrives.
+    pub fn amend(&self, pending: Pending, amend: Option<Amend>) -> Pending {
+        match amend {
+            Some(amend) => Pending::Amended(Box::new(Amended {
+                inner: pending,
+                amend: Some(amend),
+                pubsub: self.front.services.lanes.pubsub(),
+            })),
+            None => pending,
+        }
+    }
+
+    /// Work that changes the session; what `CLIENT LIST` shows of it follows.
+    pub async fn in_place(&mut self, work: InPlace) -> Bytes {
+        let reply = self.change(work).await;
+        let subscriptions = self.subscriptions.counts();
+        let multi = self.transaction.queued();
+        self.me.client.update(|state| {
+            state.subscriptions = subscriptions;
+            state.multi = multi;
+        });
+        reply
+    }
+
+    async fn change(&mut self, work: InPlace) -> Bytes {
+        match work {
+            InPlace::Transaction(command) => {
+                let deadline = self.front.deadlines.of_command(&command);
+                let lanes = &self.front.services.lanes;
+                let principal = &self.caller.principal;
+                self.transaction
+                    .run(&command, lanes, self.protocol, principal, deadline)
+                    .await
+            }
+            InPlace::Subscribe(kind, argv) => {
+                let caps = Caps {
+                    subscriptions: self.front.config.max_subscriptions,
+                    buffer: self.front.config.subscriber_buffer,
+                };
+                let pubsub = self.front.services.lanes.pubsub();
+                let budget = self.budget.clone();
+                self.subscriptions
+                    .subscribe_all(&pubsub, kind, argv, caps, budget, self.protocol)
+                    .await
+            }
+            InPlace::Unsubscribe(kind, argv) => {
+                let pubsub = self.front.services.lanes.pubsub();
+                self.subscriptions
+                    .unsubscribe_all(&pubsub, kind, argv, self.protocol)
+                    .await
+            }
+            InPlace::Hello(hello) => {
+                if let Some(protocol) = hello.protocol {
+                    self.speak(protocol);
+                }
+                replies::encode(&answer::hello(
+                    hello,
+                    &self.me.client,
+                    self.protocol,
+                    self.id,
+                ))
+            }
+            InPlace::Keyspace(whole, argv) => {
+                let channel = match &self.channels.regular {
+                    Some(channel) => channel.clone(),
+                    None => match self
+                        .front
+                        .services
+                        .lanes
+                        .multiplexed_speaking(Multiplexed::Regular, self.protocol)
+                    {
+                        Ok(channel) => channel,
+                        Err(error) => return replies::lane_failed(&error),
+                    },
+                };
+                let scope = keyspace::Scope {
+                    caller: &self.caller,
+                    admission: &self.front.services.admission,
+                    channel: &channel,
+                    protocol: self.protocol,
+                };
+                keyspace::serve(whole, &argv, scope).await
+            }
+            InPlace::Monitor => {
+                self.monitor = Some(self.front.monitors.watch());
+                replies::ok()
+            }
+            InPlace::Lease(command) => {
+                let argv = command.argv();
+                lease::run(
+                    &self.front,
+                    &self.caller,
+                    &self.leases,
+                    self.protocol,
+                    &argv,
+                )
+                .await
+            }
+            InPlace::LeaseWatch(command) => {
+                let argv = command.argv();
+                let (front, caller) = (&self.front, &self.caller);
+                lease_watch::run(front, caller, &mut self.watches, self.protocol, &argv).await
+            }
+            InPlace::Reset => {
+                self.subscriptions.clear();
+                self.watches.clear();
+                self.monitor = None;
+                self.transaction.release().await;
+                self.speak(Protocol::Resp2);
+                self.me.client.update(|state| state.name = None);
+                self.reply_mode = ReplyMode::On;
+                Bytes::from_static(b"+RESET\r\n")
+            }
+        }
+    }
+
+    /// Switches the client's protocol. Its multiplexed channels are dropped, so that its next
+    /// commands go to connections speaking the new one (a transaction already pinned keeps its
+    /// connection, and protocol, until it ends).
+    fn speak(&mut self, protocol: Protocol) {
+        if protocol != self.protocol {
+            self.protocol = protocol;
+            self.me.client.update(|state| {
+                state.resp = match protocol {
+                    Protocol::Resp2 => 2,
+                    Protocol::Resp3 => 3,
+                }
+            });
+            self.channels = Channels::default();
+        }
+    }
+
+    /// After the client is gone: an open transaction is discarded and its connection returned clean.
+    pub async fn finish(&mut self) {
+        self.subscriptions.clear();
+        self.transaction.release().await;
+    }
+}
