@@ -149,6 +149,7 @@ pub fn request(attempt: &Attempt, ttl_ms: u64, wait_ms: u64) -> AcquireRequest {
         wait: Duration::from_millis(wait_ms),
         watchdog: false,
         replicas: 0,
+        value: None,
         permits: None,
         count: None,
         mode: None,
@@ -275,8 +276,9 @@ async fn every_outcome_of_the_four_calls() {
             fence,
             yours,
             remaining,
+            value,
         } => {
-            assert_eq!((fence, yours), (first_fence, true));
+            assert_eq!((fence, yours, value), (first_fence, true, None));
             assert!(remaining <= Duration::from_millis(10_000));
         }
         other => panic!("expected held, got {other:?}"),

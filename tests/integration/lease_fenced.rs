@@ -63,6 +63,7 @@ async fn no_stale_holder_writes_through_a_fenced_store() {
                     wait: Duration::from_secs(20),
                     watchdog: false,
                     replicas: 0,
+                    value: None,
                     permits: None,
                     count: None,
                     mode: None,

@@ -133,6 +133,7 @@ impl Case<'_> {
             wait: Duration::ZERO,
             watchdog: false,
             replicas: 0,
+            value: None,
             permits,
             count,
             mode,

@@ -493,7 +493,9 @@ async fn command_docs_describe_lease() {
             "LEASE|ACQUIRE",
             "LEASE|INSPECT",
             "LEASE|RELEASE",
-            "LEASE|RENEW"
+            "LEASE|RENEW",
+            "LEASE|UNWATCH",
+            "LEASE|WATCH"
         ]
     );
     let acquire = &specs[1];
@@ -504,7 +506,10 @@ async fn command_docs_describe_lease() {
         .collect();
     assert_eq!(
         tokens,
-        ["WAIT", "OWNER", "OP", "REPLICAS", "PERMITS", "COUNT", "MODE", "SESSION", "WATCHDOG"]
+        [
+            "WAIT", "OWNER", "OP", "REPLICAS", "VALUE", "PERMITS", "COUNT", "MODE", "SESSION",
+            "WATCHDOG"
+        ]
     );
     assert!(acquire.args[2].optional && !acquire.args[0].optional);
     daemon.stop().await;

@@ -19,6 +19,7 @@ mod lanes_pubsub;
 mod lanes_sentinel;
 mod lanes_share;
 mod lease;
+mod lease_election;
 mod lease_fenced;
 mod lease_http;
 mod lease_props;

@@ -10,6 +10,7 @@ use rand::distr::{Alphanumeric, SampleString};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tollgate_lease::api::{AcquireRequest, InspectRequest, ReleaseRequest, RenewRequest};
+use tollgate_lease::watch::HolderEvent;
 use tollgate_lease::{
     AcquireOutcome, Attempt, InspectOutcome, OutcomeClass, ReleaseOutcome, RenewOutcome, Resource,
 };
@@ -143,7 +144,17 @@ impl LeaseClient {
             "/v1/leases/{resource}/events?owner={}&operation_id={}",
             attempt.owner, attempt.operation_id
         );
-        let response = self.transport.stream(&path).await?;
+        self.stream(&path).await
+    }
+
+    /// Who holds `resource` now, then every change (new holder with its fence and value, release,
+    /// expiry): leader election's observe.
+    pub async fn holders(&self, resource: &Resource) -> Result<Events<HolderEvent>, ClientError> {
+        self.stream(&format!("/v1/leases/{resource}/holders")).await
+    }
+
+    async fn stream<T: DeserializeOwned>(&self, path: &str) -> Result<Events<T>, ClientError> {
+        let response = self.transport.stream(path).await?;
         if response.status() != StatusCode::OK {
             let status = response.status();
             let body = http_body_util::BodyExt::collect(response.into_body())

@@ -1,27 +1,33 @@
-//! The events stream (`GET /v1/leases/{resource}/events`): JSON lines read off a streaming body.
+//! The daemon's event streams (`GET /v1/leases/{resource}/events`, a watchdog's events, and
+//! `…/holders`, the resource's holder changes): JSON lines read off a streaming body.
+
+use std::marker::PhantomData;
 
 use bytes::BytesMut;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use serde::de::DeserializeOwned;
 use tollgate_lease::api::LeaseEvent;
 
 use crate::error::ClientError;
 
-pub struct Events {
+pub struct Events<T = LeaseEvent> {
     body: Incoming,
     buffer: BytesMut,
+    event: PhantomData<T>,
 }
 
-impl Events {
-    pub(crate) fn new(body: Incoming) -> Events {
+impl<T: DeserializeOwned> Events<T> {
+    pub(crate) fn new(body: Incoming) -> Events<T> {
         Events {
             body,
             buffer: BytesMut::new(),
+            event: PhantomData,
         }
     }
 
     /// The next event; `None` when the daemon ended the stream.
-    pub async fn next(&mut self) -> Option<Result<LeaseEvent, ClientError>> {
+    pub async fn next(&mut self) -> Option<Result<T, ClientError>> {
         loop {
             if let Some(end) = self.buffer.iter().position(|&b| b == b'\n') {
                 let line = self.buffer.split_to(end + 1);

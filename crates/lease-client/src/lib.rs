@@ -13,6 +13,7 @@ pub use error::ClientError;
 pub use events::Events;
 pub use lease::{Acquisition, Lease};
 pub use tollgate_lease::api::{AcquireRequest, LeaseEvent, ReleaseRequest, RenewRequest};
+pub use tollgate_lease::watch::HolderEvent;
 pub use tollgate_lease::{
     AcquireOutcome, Attempt, InspectOutcome, LeaseState, LostReason, Outcome, OutcomeClass,
     ReleaseOutcome, RenewOutcome, Resource,

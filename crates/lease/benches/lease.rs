@@ -1,16 +1,26 @@
-//! Lease costs against a real `redis-server`, side by side with the alternative, in one run:
+//! Lease costs against a real `redis-server`, side by side with the alternatives, in one run:
 //!
 //! - `acquire_release`: one acquire + release pair through the daemon (lease client → HTTP → lease
 //!   service → SCRIPT lane), the same pair as `LEASE ACQUIRE` / `LEASE RELEASE` on the daemon's RESP
-//!   socket (redis-rs, one multiplexed connection), and the same two Lua scripts run directly with
-//!   redis-rs (EVALSHA on a multiplexed connection). Criterion's time per pair gives pairs/s; p50/p99 of single pairs are
-//!   printed after the group.
+//!   socket (redis-rs, one multiplexed connection), the same two Lua scripts run directly with
+//!   redis-rs (EVALSHA on a multiplexed connection), and an etcd lock + unlock pair (its
+//!   `concurrency` mutex, see `support/etcd.rs`). Criterion's time per pair gives pairs/s; p50/p99
+//!   of single pairs are printed after the group.
+//! - `acquire_release_16_clients`: sixteen clients taking pairs at once, each on a resource of its
+//!   own, over RESP through the daemon vs directly with redis-rs: time per pair is 1 / throughput.
 //! - `handoff`: a holder releases while a second caller waits: from the release to the waiter
-//!   holding, through the daemon's waiting (release notification) vs a client polling the daemon
-//!   every 10 ms (the common hand-rolled SET NX loop).
+//!   holding, through the daemon's waiting (release notification; over HTTP and over RESP) vs a
+//!   client polling the daemon every 10 ms (the common hand-rolled SET NX loop) vs etcd's mutex,
+//!   released 25 ms into the wait as the others are, and 150 ms into it (past etcd's 100 ms watch
+//!   sync loop, which a waiter that just started waiting pays).
 //!
-//! `cargo bench -p tollgate-lease --bench lease`
+//! `cargo bench -p tollgate-lease --bench lease` (without an `etcd` binary on PATH the etcd part is
+//! skipped, and says so).
 
+#[path = "support/etcd.rs"]
+mod etcd;
+
+use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -19,12 +29,20 @@ use tollgate::config::Config;
 use tollgate::Daemon;
 use tollgate_lanes::{Endpoint, RedisConfig};
 use tollgate_lease::scripts::{ACQUIRE, RELEASE};
+use tollgate_lease::LeaseKeys;
 use tollgate_lease_client::{
     AcquireOutcome, AcquireRequest, LeaseClient, ReleaseRequest, Resource,
 };
 use tollgate_testkit::RedisServer;
 
+use crate::etcd::{Etcd, Gateway};
+
 const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// Clients of `acquire_release_16_clients`.
+const CLIENTS: u64 = 16;
+/// The etcd mutexes' names, base64 as etcd's gateway carries bytes: `bench-pairs`, `bench-handoff`.
+const ETCD_PAIRS: &str = "YmVuY2gtcGFpcnM=";
+const ETCD_HANDOFF: &str = "YmVuY2gtaGFuZG9mZg==";
 
 fn request(ttl: Duration, wait: Duration) -> AcquireRequest {
     AcquireRequest {
@@ -33,6 +51,7 @@ fn request(ttl: Duration, wait: Duration) -> AcquireRequest {
         wait,
         watchdog: false,
         replicas: 0,
+        value: None,
         permits: None,
         count: None,
         mode: None,
@@ -63,6 +82,7 @@ fn report(name: &str, samples: &Mutex<Vec<Duration>>) {
 }
 
 fn benches(c: &mut Criterion) {
+    println!("load average at the start: {}", load_average());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -87,6 +107,7 @@ fn benches(c: &mut Criterion) {
     config.redis = Some(RedisConfig::standalone(Endpoint::Unix(
         redis.socket().to_owned(),
     )));
+    let etcd = Etcd::start();
     let (daemon, direct, resp) = runtime.block_on(async {
         // The lane and lease users, as an operator of an external Redis sets them up.
         let endpoint = Endpoint::Unix(redis.socket().to_owned());
@@ -96,23 +117,26 @@ fn benches(c: &mut Criterion) {
             .expect("create the lane users")
             .config;
         let daemon = Daemon::start(config).await.expect("daemon starts");
-        let client = redis::Client::open(redis.url()).expect("redis-rs client");
-        let direct = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("redis-rs connection");
+        let direct = redis::Client::open(redis.url()).expect("redis-rs client");
         let resp = redis::Client::open(format!("redis+unix://{}", daemon.resp_socket().display()))
-            .expect("redis-rs client of the RESP socket")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("redis-rs connection to the daemon");
+            .expect("redis-rs client of the RESP socket");
         (daemon, direct, resp)
     });
+    let connect = |client: &redis::Client| {
+        runtime
+            .block_on(client.get_multiplexed_async_connection())
+            .expect("redis-rs connection")
+    };
+    if let Some(etcd) = &etcd {
+        println!("etcd {}", runtime.block_on(etcd.ready()));
+    }
     let client = LeaseClient::new(daemon.http_socket());
     let resource = Resource::parse("bench:pairs").unwrap();
     let keys = resource.keys();
-    let acquire_script = redis::Script::new(ACQUIRE.source);
-    let release_script = redis::Script::new(RELEASE.source);
+    let scripts = Scripts {
+        acquire: redis::Script::new(ACQUIRE.source),
+        release: redis::Script::new(RELEASE.source),
+    };
     let latencies = Mutex::new(Vec::new());
 
     let mut group = c.benchmark_group("acquire_release");
@@ -136,64 +160,87 @@ fn benches(c: &mut Criterion) {
         })
     });
     report("acquire_release/daemon", &latencies);
+    let resp_connection = connect(&resp);
     group.bench_function("resp", |b| {
         b.to_async(&runtime).iter_custom(|iters| {
-            let mut connection = resp.clone();
+            let mut connection = resp_connection.clone();
             timed(iters, &latencies, async move || {
-                let attempt = LeaseClient::new_attempt();
-                let (owner, op) = (attempt.owner.as_str(), attempt.operation_id.as_str());
                 let started = Instant::now();
-                let acquired: Vec<redis::Value> = redis::cmd("LEASE")
-                    .arg(&["ACQUIRE", "bench:pairs", "10000", "OWNER", owner, "OP", op])
-                    .query_async(&mut connection)
-                    .await
-                    .unwrap();
-                assert_eq!(
-                    acquired.get(1),
-                    Some(&redis::Value::BulkString(b"acquired".to_vec()))
-                );
-                let _: redis::Value = redis::cmd("LEASE")
-                    .arg(&["RELEASE", "bench:pairs", "OWNER", owner, "OP", op])
-                    .query_async(&mut connection)
-                    .await
-                    .unwrap();
+                resp_pair(&mut connection, "bench:pairs").await;
                 started.elapsed()
             })
         })
     });
     report("acquire_release/resp", &latencies);
+    let direct_connection = connect(&direct);
     group.bench_function("redis_rs_direct", |b| {
         b.to_async(&runtime).iter_custom(|iters| {
-            let (direct, keys, acquire_script, release_script) =
-                (&direct, &keys, &acquire_script, &release_script);
+            let (keys, scripts) = (&keys, &scripts);
             // One connection per batch, as a redis-rs application would keep it.
-            let mut connection = direct.clone();
+            let mut connection = direct_connection.clone();
             timed(iters, &latencies, async move || {
-                let attempt = LeaseClient::new_attempt();
                 let started = Instant::now();
-                let reply: Vec<i64> = acquire_script
-                    .key(&keys.lease)
-                    .key(&keys.fence)
-                    .arg(&attempt.owner)
-                    .arg(&attempt.operation_id)
-                    .arg(10_000)
-                    .invoke_async(&mut connection)
-                    .await
-                    .unwrap();
-                assert_eq!(reply[0], 1);
-                let _: i64 = release_script
-                    .key(&keys.lease)
-                    .key(&keys.channel)
-                    .arg(&attempt.owner)
-                    .arg(&attempt.operation_id)
-                    .invoke_async(&mut connection)
-                    .await
-                    .unwrap();
+                direct_pair(&mut connection, keys, scripts).await;
                 started.elapsed()
             })
         })
     });
     report("acquire_release/redis_rs_direct", &latencies);
+    if let Some(etcd) = &etcd {
+        let gateway = runtime.block_on(async {
+            let mut gateway = etcd.connect().await.expect("etcd connection");
+            let session = gateway.session().await;
+            tokio::sync::Mutex::new((gateway, session))
+        });
+        group.bench_function("etcd", |b| {
+            b.to_async(&runtime).iter_custom(|iters| {
+                let gateway = &gateway;
+                timed(iters, &latencies, async move || {
+                    let mut held = gateway.lock().await;
+                    let (gateway, session) = &mut *held;
+                    let started = Instant::now();
+                    let key = gateway.lock(ETCD_PAIRS, session).await;
+                    gateway.unlock(&key).await;
+                    started.elapsed()
+                })
+            })
+        });
+        report("acquire_release/etcd", &latencies);
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("acquire_release_16_clients");
+    group
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(5));
+    let resp_connections: Vec<_> = (0..CLIENTS).map(|_| connect(&resp)).collect();
+    group.bench_function("resp", |b| {
+        b.to_async(&runtime).iter_custom(|iters| {
+            let connections = resp_connections.clone();
+            parallel(iters, connections, |n, mut connection| async move {
+                resp_pair(&mut connection, &format!("bench:clients:{n}")).await;
+                connection
+            })
+        })
+    });
+    let direct_connections: Vec<_> = (0..CLIENTS).map(|_| connect(&direct)).collect();
+    let shared = std::sync::Arc::new(scripts);
+    group.bench_function("redis_rs_direct", |b| {
+        b.to_async(&runtime).iter_custom(|iters| {
+            let connections = direct_connections.clone();
+            let scripts = shared.clone();
+            parallel(iters, connections, move |n, mut connection| {
+                let scripts = scripts.clone();
+                async move {
+                    let keys = Resource::parse(&format!("bench:clients:{n}"))
+                        .unwrap()
+                        .keys();
+                    direct_pair(&mut connection, &keys, &scripts).await;
+                    connection
+                }
+            })
+        })
+    });
     group.finish();
 
     let contested = Resource::parse("bench:handoff").unwrap();
@@ -212,8 +259,51 @@ fn benches(c: &mut Criterion) {
         });
         report(&format!("handoff/{name}"), &latencies);
     }
+    let (holder, waiter) = (connect(&resp), connect(&resp));
+    group.bench_function("resp_waiting", |b| {
+        b.to_async(&runtime).iter_custom(|iters| {
+            let (holder, waiter) = (holder.clone(), waiter.clone());
+            timed(iters, &latencies, async move || {
+                resp_handoff(holder.clone(), waiter.clone()).await
+            })
+        })
+    });
+    report("handoff/resp_waiting", &latencies);
+    if let Some(etcd) = &etcd {
+        let sides = runtime.block_on(async {
+            let mut holder = etcd.connect().await.expect("etcd connection");
+            let mut waiter = etcd.connect().await.expect("etcd connection");
+            let sessions = (holder.session().await, waiter.session().await);
+            tokio::sync::Mutex::new(((holder, waiter), sessions))
+        });
+        // A waiter whose wait began just before the release, like the daemon rows, and one that
+        // has waited past etcd's 100 ms watch sync loop.
+        for (name, settle) in [("etcd", 25), ("etcd_waiting_150ms", 150)] {
+            let settle = Duration::from_millis(settle);
+            group.bench_function(name, |b| {
+                b.to_async(&runtime).iter_custom(|iters| {
+                    let sides = &sides;
+                    timed(iters, &latencies, async move || {
+                        let mut sides = sides.lock().await;
+                        let ((holder, waiter), (held, waits)) = &mut *sides;
+                        etcd_handoff(holder, waiter, held, waits, settle).await
+                    })
+                })
+            });
+            report(&format!("handoff/{name}"), &latencies);
+        }
+    }
     group.finish();
+    println!("load average at the end: {}", load_average());
     runtime.block_on(daemon.shutdown());
+}
+
+/// The machine's one-minute load average, for the report.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| text.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "unknown".to_owned())
 }
 
 /// Runs `one` `iters` times; each call measures itself. Records every sample for [`report`].
@@ -229,6 +319,91 @@ async fn timed(
         total += took;
     }
     total
+}
+
+/// About `iters` pairs shared out among the clients, each on its own connection, all at once;
+/// returns the time `iters` pairs took at the throughput reached.
+async fn parallel<C, F, Fut>(iters: u64, connections: Vec<C>, one: F) -> Duration
+where
+    C: Send + 'static,
+    F: Fn(u64, C) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = C> + Send,
+{
+    let each = iters.div_ceil(CLIENTS);
+    let started = Instant::now();
+    let clients: Vec<_> = (0..CLIENTS)
+        .zip(connections)
+        .map(|(n, mut connection)| {
+            let one = one.clone();
+            tokio::spawn(async move {
+                for _ in 0..each {
+                    connection = one(n, connection).await;
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.await.expect("a benchmark client");
+    }
+    started
+        .elapsed()
+        .mul_f64(iters as f64 / (each * CLIENTS) as f64)
+}
+
+/// The two lease scripts as a redis-rs application would hold them.
+struct Scripts {
+    acquire: redis::Script,
+    release: redis::Script,
+}
+
+/// `LEASE ACQUIRE` + `LEASE RELEASE` on the daemon's RESP socket.
+async fn resp_pair(connection: &mut redis::aio::MultiplexedConnection, resource: &str) {
+    let attempt = LeaseClient::new_attempt();
+    let (owner, op) = (attempt.owner.as_str(), attempt.operation_id.as_str());
+    let acquired: Vec<redis::Value> = redis::cmd("LEASE")
+        .arg(&["ACQUIRE", resource, "10000", "OWNER", owner, "OP", op])
+        .query_async(connection)
+        .await
+        .unwrap();
+    assert_eq!(
+        acquired.get(1),
+        Some(&redis::Value::BulkString(b"acquired".to_vec()))
+    );
+    let _: redis::Value = redis::cmd("LEASE")
+        .arg(&["RELEASE", resource, "OWNER", owner, "OP", op])
+        .query_async(connection)
+        .await
+        .unwrap();
+}
+
+/// The same two scripts, run directly on Redis.
+async fn direct_pair(
+    connection: &mut redis::aio::MultiplexedConnection,
+    keys: &LeaseKeys,
+    scripts: &Scripts,
+) {
+    let attempt = LeaseClient::new_attempt();
+    let reply: Vec<i64> = scripts
+        .acquire
+        .key(&keys.lease)
+        .key(&keys.fence)
+        .key(&keys.channel)
+        .arg(&attempt.owner)
+        .arg(&attempt.operation_id)
+        .arg(10_000)
+        .invoke_async(connection)
+        .await
+        .unwrap();
+    assert_eq!(reply[0], 1);
+    let _: i64 = scripts
+        .release
+        .key(&keys.lease)
+        .key(&keys.channel)
+        .arg(&attempt.owner)
+        .arg(&attempt.operation_id)
+        .invoke_async(connection)
+        .await
+        .unwrap();
 }
 
 /// One hand-off: a holder releases while a waiter waits; returns release → waiter holds.
@@ -272,6 +447,93 @@ async fn handoff(client: &LeaseClient, resource: &Resource, polling: bool) -> Du
         .await
         .unwrap();
     holds.duration_since(released)
+}
+
+/// One hand-off over RESP: the waiter's `LEASE ACQUIRE … WAIT` blocks its own connection while the
+/// holder releases on another; returns release → waiter holds.
+async fn resp_handoff(
+    mut holder: redis::aio::MultiplexedConnection,
+    mut waiter: redis::aio::MultiplexedConnection,
+) -> Duration {
+    let lease = |words: Vec<&str>| {
+        let mut command = redis::cmd("LEASE");
+        command.arg(words);
+        command
+    };
+    let (first, second) = (LeaseClient::new_attempt(), LeaseClient::new_attempt());
+    let acquire = |attempt: &tollgate_lease_client::Attempt, wait: &'static str| {
+        lease(vec![
+            "ACQUIRE",
+            "bench:handoff",
+            "10000",
+            "WAIT",
+            wait,
+            "OWNER",
+            attempt.owner.as_str(),
+            "OP",
+            attempt.operation_id.as_str(),
+        ])
+    };
+    let release = |attempt: &tollgate_lease_client::Attempt| {
+        lease(vec![
+            "RELEASE",
+            "bench:handoff",
+            "OWNER",
+            attempt.owner.as_str(),
+            "OP",
+            attempt.operation_id.as_str(),
+        ])
+    };
+    let held: Vec<redis::Value> = acquire(&first, "0").query_async(&mut holder).await.unwrap();
+    assert_eq!(
+        held.get(1),
+        Some(&redis::Value::BulkString(b"acquired".to_vec()))
+    );
+    let waiting = {
+        let command = acquire(&second, "5000");
+        tokio::spawn(async move {
+            let got: Vec<redis::Value> = command.query_async(&mut waiter).await.unwrap();
+            assert_eq!(
+                got.get(1),
+                Some(&redis::Value::BulkString(b"acquired".to_vec()))
+            );
+            Instant::now()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(25)).await;
+    let released = Instant::now();
+    let _: redis::Value = release(&first).query_async(&mut holder).await.unwrap();
+    let holds = waiting.await.unwrap();
+    let _: redis::Value = release(&second).query_async(&mut holder).await.unwrap();
+    holds.duration_since(released)
+}
+
+/// One hand-off of etcd's mutex: the waiter's lock blocks in etcd until the holder unlocks,
+/// `settle` after the waiter started waiting.
+async fn etcd_handoff(
+    holder: &mut Gateway,
+    waiter: &mut Gateway,
+    held: &etcd::Session,
+    waits: &etcd::Session,
+    settle: Duration,
+) -> Duration {
+    let key = holder.lock(ETCD_HANDOFF, held).await;
+    let (unlocked, holds, waiter_key) = {
+        let waiting = async {
+            let key = waiter.lock(ETCD_HANDOFF, waits).await;
+            (Instant::now(), key)
+        };
+        let releasing = async {
+            tokio::time::sleep(settle).await;
+            let unlocked = Instant::now();
+            holder.unlock(&key).await;
+            unlocked
+        };
+        let ((holds, waiter_key), unlocked) = tokio::join!(waiting, releasing);
+        (unlocked, holds, waiter_key)
+    };
+    waiter.unlock(&waiter_key).await;
+    holds.duration_since(unlocked)
 }
 
 criterion_group!(lease_benches, benches);

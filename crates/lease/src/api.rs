@@ -25,6 +25,10 @@ pub struct AcquireRequest {
     /// Replicas that must confirm the acquisition before it is reported (`WAIT`).
     #[serde(default)]
     pub replicas: u32,
+    /// Kept with the lease while it is held and shown to inspectors and watchers: leader election's
+    /// value (the leader's address, say). At most [`MAX_VALUE_LEN`] bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
     /// A semaphore of this many permits, each a lease of its own (`crate::shape`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permits: Option<u32>,
@@ -42,6 +46,9 @@ impl AcquireRequest {
         Shape::of(self.permits, self.count, self.mode, self.replicas)
     }
 }
+
+/// The longest `value` accepted with an acquisition.
+pub const MAX_VALUE_LEN: usize = 4096;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -13,7 +13,7 @@ use tollgate_resp::Frame;
 use crate::outcome::{AcquireOutcome, InspectOutcome, LostReason, ReleaseOutcome, RenewOutcome};
 use crate::resource::LeaseKeys;
 use crate::scripts::{ScriptError, ScriptRunner, ACQUIRE, INSPECT, RELEASE, RENEW};
-use replies::{held_shared, integers, millis, shape_conflict, unexpected};
+use replies::{held_exclusive, held_shared, integers, millis, shape_conflict, unexpected};
 
 /// An attempt as Redis sees it: the owner already bound to the caller's principal and uid.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -49,6 +49,7 @@ impl Calls {
         attempt: &BoundAttempt,
         ttl: Duration,
         durability: Durability,
+        value: Option<&str>,
     ) -> AcquireOutcome {
         let ttl_ms = millis(ttl).to_string();
         let replicas = durability.replicas.to_string();
@@ -60,14 +61,20 @@ impl Calls {
             &[]
         };
         let sent_at = Instant::now();
-        let args = [
+        let mut args = vec![
             attempt.owner.as_bytes(),
             attempt.operation_id.as_bytes(),
             ttl_ms.as_bytes(),
         ];
+        args.extend(value.map(str::as_bytes));
         let frames = match self
             .runner
-            .run(&ACQUIRE, &[&keys.lease, &keys.fence], &args, then)
+            .run(
+                &ACQUIRE,
+                &[&keys.lease, &keys.fence, &keys.channel],
+                &args,
+                then,
+            )
             .await
         {
             Ok(frames) => frames,
@@ -203,9 +210,30 @@ impl Calls {
         let (owner, operation) = attempt
             .map(|a| (a.owner.as_bytes(), a.operation_id.as_bytes()))
             .unwrap_or_default();
+        self.read(keys, owner, operation, b"").await
+    }
+
+    /// An inspect that publishes `marker` on the change channel in the same atomic step (a watch
+    /// placing its read among the announcements, see `watch.rs`).
+    pub async fn observe(&self, keys: &LeaseKeys, marker: &str) -> InspectOutcome {
+        self.read(keys, b"", b"", marker.as_bytes()).await
+    }
+
+    async fn read(
+        &self,
+        keys: &LeaseKeys,
+        owner: &[u8],
+        operation: &[u8],
+        marker: &[u8],
+    ) -> InspectOutcome {
         let frames = match self
             .runner
-            .run(&INSPECT, &[&keys.lease], &[owner, operation], &[])
+            .run(
+                &INSPECT,
+                &[&keys.lease, &keys.channel],
+                &[owner, operation, marker],
+                &[],
+            )
             .await
         {
             Ok(frames) => frames,
@@ -219,17 +247,10 @@ impl Calls {
         if let Some([0]) = integers::<1>(&frames[0]) {
             return InspectOutcome::Free;
         }
-        if let Some(held) = held_shared(&frames[0]) {
+        if let Some(held) = held_shared(&frames[0]).or_else(|| held_exclusive(&frames[0])) {
             return held;
         }
-        match integers::<4>(&frames[0]) {
-            Some([1, fence, remaining, yours]) => InspectOutcome::Held {
-                remaining: Duration::from_millis(u64::try_from(remaining).unwrap_or_default()),
-                fence: u64::try_from(fence).unwrap_or_default(),
-                yours: yours == 1,
-            },
-            _ => unexpected(&frames[0], |reason| InspectOutcome::Unavailable { reason }),
-        }
+        unexpected(&frames[0], |reason| InspectOutcome::Unavailable { reason })
     }
 
     /// Server-side remaining time, less drift, less the time since the call was sent.

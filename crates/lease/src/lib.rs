@@ -18,6 +18,7 @@ pub mod scripts;
 mod service;
 pub mod shape;
 pub mod state;
+pub mod watch;
 mod watchdog;
 
 pub use attempt::{Attempt, Identity, InvalidAttempt};

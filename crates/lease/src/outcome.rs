@@ -100,6 +100,9 @@ pub enum InspectOutcome {
         fence: u64,
         /// Whether the attempt named in the request is the holder.
         yours: bool,
+        /// What the holder acquired with (`value`), if anything: a leader's address, say.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        value: Option<String>,
     },
     /// Held as a semaphore or read/write lease: every live holder, oldest fence first.
     HeldShared {

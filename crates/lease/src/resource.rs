@@ -54,7 +54,7 @@ impl Resource {
         &self.0
     }
 
-    /// The Redis names of this resource's lease, its bucket's fencing counter and its release
+    /// The Redis names of this resource's lease, its bucket's fencing counter and its change
     /// channel, all in the daemon's reserved keyspace.
     pub fn keys(&self) -> LeaseKeys {
         let digest = Sha256::digest(self.0.as_bytes());
@@ -79,6 +79,8 @@ impl fmt::Display for Resource {
 pub struct LeaseKeys {
     pub lease: String,
     pub fence: String,
+    /// Where the scripts announce acquisitions and releases (waiters wake on releases, watchers
+    /// follow both); named `…:released` from when it carried releases only.
     pub channel: String,
 }
 

@@ -1,9 +1,10 @@
 //! The lease service the daemon serves: binds attempts to the caller's identity (principal and
 //! uid), checks requests against the configured bounds, waits for held leases (release
-//! notification or holder expiry, whichever is first; one waiter per resource at a time), and
-//! starts watchdogs. Waiters for a semaphore or read/write lease keep strict arrival order: they
-//! line up before their first try, and the head of the line stands at the head in Redis too, so
-//! that nobody, waiting or not, passes it (`calls::shared`).
+//! notification or holder expiry, whichever is first; one waiter per resource at a time), starts
+//! watchdogs, and starts watches of holder changes (`watch.rs`). Waiters for a semaphore or
+//! read/write lease keep strict arrival order: they line up before their first try, and the head
+//! of the line stands at the head in Redis too, so that nobody, waiting or not, passes it
+//! (`calls::shared`).
 
 use std::time::{Duration, Instant};
 
@@ -13,7 +14,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tollgate_lanes::{Lanes, PubSub, Subscription, SubscriptionKind};
 
-use crate::api::{AcquireRequest, LeaseEvent, ReleaseRequest, RenewRequest};
+use crate::api::{AcquireRequest, LeaseEvent, ReleaseRequest, RenewRequest, MAX_VALUE_LEN};
 use crate::attempt::{Attempt, Identity};
 use crate::calls::{BoundAttempt, Calls, Durability};
 use crate::config::LeaseConfig;
@@ -26,6 +27,7 @@ use crate::resource::{LeaseKeys, Resource};
 use crate::scripts::ScriptRunner;
 use crate::shape::{Shape, Shared};
 use crate::state::Holding;
+use crate::watch::{self, HolderEvent, WatchUnavailable};
 use crate::watchdog::{AtLimit, Guard, Watchdogs};
 
 #[derive(Clone)]
@@ -64,6 +66,21 @@ impl LeaseService {
         check_attempt(&request.attempt)?;
         self.check_ttl(request.ttl)?;
         let shape = request.shape()?;
+        if let Some(value) = &request.value {
+            if value.len() > MAX_VALUE_LEN {
+                return Err(InvalidRequest {
+                    field: "value",
+                    message: format!("at most {MAX_VALUE_LEN} bytes"),
+                });
+            }
+            // Leader election's value names the one holder; a shared resource has many.
+            if shape != Shape::Exclusive {
+                return Err(InvalidRequest {
+                    field: "value",
+                    message: "only an exclusive lease keeps a value".into(),
+                });
+            }
+        }
         if request.wait > self.config.max_wait {
             return Err(InvalidRequest {
                 field: "wait_ms",
@@ -191,6 +208,15 @@ impl LeaseService {
         Ok(self.watchdogs.subscribe(&key))
     }
 
+    /// Follows who holds `resource`: its holder now, then every change (see `watch.rs`). The watch
+    /// ends when the receiver is dropped, or after an `interrupted` event.
+    pub async fn watch(
+        &self,
+        resource: &Resource,
+    ) -> Result<tokio::sync::mpsc::Receiver<HolderEvent>, WatchUnavailable> {
+        watch::start(&self.calls, &self.pubsub, resource.keys(), &self.shutdown).await
+    }
+
     /// Daemon shutdown: stops every watchdog (their leases run out by TTL) and every wait.
     pub fn close(&self) {
         self.shutdown.cancel();
@@ -223,9 +249,10 @@ impl LeaseService {
             replicas: request.replicas,
             timeout: self.config.replica_timeout,
         };
+        let value = request.value.as_deref();
         let outcome = self
             .calls
-            .acquire(keys, attempt, request.ttl, durability)
+            .acquire(keys, attempt, request.ttl, durability, value)
             .await;
         if !matches!(outcome, AcquireOutcome::Contended { .. }) || Instant::now() >= deadline {
             return outcome;
@@ -236,7 +263,8 @@ impl LeaseService {
             return outcome;
         };
         self.retry_until(keys, deadline, || {
-            self.calls.acquire(keys, attempt, request.ttl, durability)
+            self.calls
+                .acquire(keys, attempt, request.ttl, durability, value)
         })
         .await
     }
@@ -378,11 +406,19 @@ async fn withdraw(calls: &Calls, keys: &LeaseKeys, attempt: &BoundAttempt) {
 }
 
 /// Resolves on the next release message (`false`) or when the subscription ends (`true`); never
-/// without a subscription.
+/// without a subscription. The channel's other announcements (acquisitions, watchers' markers)
+/// free nothing, so they wake nobody; any `released…` does (the exclusive lease's `released:<fence>`
+/// or another script's plain `released`).
 async fn next_release(subscription: &mut Option<Subscription>) -> bool {
-    match subscription {
-        Some(subscription) => subscription.recv().await.is_err(),
-        None => std::future::pending().await,
+    let Some(subscription) = subscription else {
+        return std::future::pending().await;
+    };
+    loop {
+        match subscription.recv().await {
+            Ok(message) if message.payload.starts_with(b"released") => return false,
+            Ok(_) => {}
+            Err(_) => return true,
+        }
     }
 }
 

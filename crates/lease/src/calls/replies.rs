@@ -1,5 +1,6 @@
-//! What the lease scripts answer, decoded: the integer arrays every script replies with, and the
-//! replies only the shared-resource scripts give (a shape conflict, a shared resource's holders).
+//! What the lease scripts answer, decoded: the integer arrays every script replies with, an
+//! exclusive lease's holder (with its value), and the replies only the shared-resource scripts
+//! give (a shape conflict, a shared resource's holders).
 
 use std::time::Duration;
 
@@ -53,6 +54,31 @@ pub(super) fn shape_conflict(frame: &Frame) -> Option<AcquireOutcome> {
     Some(AcquireOutcome::ShapeConflict {
         held_as,
         permits: (held_as == HeldAs::Semaphore).then(|| u32::try_from(permits).unwrap_or_default()),
+    })
+}
+
+/// `{1, fence, remaining, yours, value}`: an exclusive lease's holder; the value is nil when the
+/// holder gave none.
+pub(super) fn held_exclusive(frame: &Frame) -> Option<InspectOutcome> {
+    let Frame::Array(items) = frame else {
+        return None;
+    };
+    let [Frame::Integer(1), Frame::Integer(fence), Frame::Integer(remaining), Frame::Integer(yours), value] =
+        items.as_slice()
+    else {
+        return None;
+    };
+    let value = match value {
+        // Lua's false for a missing field: a null, or `false` to a RESP3 connection.
+        Frame::Null | Frame::Boolean(false) => None,
+        Frame::Bulk(value) => Some(String::from_utf8_lossy(value).into_owned()),
+        _ => return None,
+    };
+    Some(InspectOutcome::Held {
+        remaining: Duration::from_millis(u64::try_from(*remaining).unwrap_or_default()),
+        fence: u64::try_from(*fence).unwrap_or_default(),
+        yours: *yours == 1,
+        value,
     })
 }
 
@@ -146,5 +172,31 @@ mod tests {
             None,
             "an exclusive holder"
         );
+    }
+
+    #[test]
+    fn an_exclusive_holder_decodes_with_or_without_its_value() {
+        let held = |value: Frame| {
+            let mut items: Vec<Frame> = [1, 7, 500, 1].map(Frame::Integer).into();
+            items.push(value);
+            held_exclusive(&Frame::Array(items))
+        };
+        assert_eq!(
+            held(Frame::Bulk(b"10.0.0.1:80".to_vec().into())),
+            Some(InspectOutcome::Held {
+                remaining: Duration::from_millis(500),
+                fence: 7,
+                yours: true,
+                value: Some("10.0.0.1:80".into()),
+            })
+        );
+        for none in [Frame::Null, Frame::Boolean(false)] {
+            assert!(
+                matches!(held(none), Some(InspectOutcome::Held { value: None, .. })),
+                "no value"
+            );
+        }
+        assert_eq!(held(Frame::Integer(3)), None, "a value that is no string");
+        assert_eq!(held_exclusive(&array(&[1, 7, 500, 1])), None, "a cut reply");
     }
 }

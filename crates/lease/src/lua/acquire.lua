@@ -1,7 +1,10 @@
 -- Acquire a lease, or tell the caller why not. Atomic: one server execution. Runs after fence.lua
 -- and shared.lua.
--- KEYS[1] lease hash {owner, op, fence}   KEYS[2] fencing counter of the resource's bucket
+-- KEYS[1] lease hash {owner, op, fence[, value]}   KEYS[2] fencing counter of the resource's bucket
+-- KEYS[3] the resource's change channel: a new holding is announced there in the same atomic step
+-- (`acquired:<fence>:<ttl ms>[:<value>]`, read by watchers, see watch.rs).
 -- ARGV[1] bound owner   ARGV[2] operation id   ARGV[3] ttl in milliseconds
+-- ARGV[4] (optional) the holder's value, kept with the lease (leader election: the leader's address)
 -- Reply {status, fence, remaining ms}: 1 acquired, 2 replayed (same attempt, TTL untouched),
 -- 3 conflict (same owner, other operation), 0 contended (another owner), 4 the resource is held as
 -- a semaphore or read/write lease ({4, shape, permits, remaining}, see shared.lua).
@@ -16,7 +19,13 @@ if not held[1] then
   end
   local fence = next_fence(KEYS[2])
   redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'op', ARGV[2], 'fence', fence)
+  local announced = 'acquired:' .. string.format('%d', fence) .. ':' .. ARGV[3]
+  if ARGV[4] then
+    redis.call('HSET', KEYS[1], 'value', ARGV[4])
+    announced = announced .. ':' .. ARGV[4]
+  end
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  redis.call('SPUBLISH', KEYS[3], announced)
   return {1, fence, tonumber(ARGV[3])}
 end
 local fence = fence_of(held[3])

@@ -1,10 +1,12 @@
-//! `/v1/leases/{resource}/…`: acquire, renew, release and inspect (POST, JSON), and the watchdog's
-//! events as a stream of JSON lines (`GET …/events?owner=…&operation_id=…`). The caller is the peer
-//! of the Unix socket; its principal and uid are bound into every owner, and the policy's `lease`
-//! rules admit it per resource (403 naming the rule otherwise). Statuses follow docs/design.md
-//! ("Leases"): 200, 409 contended/conflict/shape_conflict, 503 unavailable with Retry-After, 502
-//! indeterminate, 400 bad input,
-//! 429 when the caller already runs `leases.max_watchdogs_per_principal` watchdogs.
+//! `/v1/leases/{resource}/…`: acquire, renew, release and inspect (POST, JSON), the watchdog's
+//! events as a stream of JSON lines (`GET …/events?owner=…&operation_id=…`), and the resource's
+//! holder changes as another (`GET …/holders`, leader election's observe; see `watch.rs`; 503 for
+//! a resource held as a semaphore or read/write lease, which cannot be watched). The caller is the
+//! peer of the Unix socket; its principal and uid are bound into every owner, and the policy's
+//! `lease` rules admit it per resource (403 naming the rule otherwise). Statuses follow
+//! docs/design.md ("Leases"): 200, 409 contended/conflict/shape_conflict, 503 unavailable with
+//! Retry-After, 502 indeterminate, 400 bad input, 429 when the caller already runs
+//! `leases.max_watchdogs_per_principal` watchdogs.
 
 use std::convert::Infallible;
 
@@ -86,7 +88,8 @@ pub async fn handle(
             Ok(respond(&outcome))
         }
         (Method::GET, "events") => events(leases, &identity, &resource, request.uri().query()),
-        (method, "acquire" | "renew" | "release" | "inspect" | "events") => {
+        (Method::GET, "holders") => holders(leases, &resource).await,
+        (method, "acquire" | "renew" | "release" | "inspect" | "events" | "holders") => {
             Err(ApiError::MethodNotAllowed {
                 method: method.to_string(),
                 path,
@@ -142,25 +145,45 @@ fn events(
     let lines = futures::stream::unfold(receiver, |mut receiver| async move {
         loop {
             match receiver.recv().await {
-                Ok(event) => {
-                    let mut line = serde_json::to_vec(&event).expect("events always serialise");
-                    line.push(b'\n');
-                    return Some((
-                        Ok::<_, Infallible>(Frame::data(Bytes::from(line))),
-                        receiver,
-                    ));
-                }
+                Ok(event) => return Some((event, receiver)),
                 // A watcher that fell behind skips what it missed and reads on.
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
             }
         }
     });
-    Ok(Response::builder()
+    Ok(json_lines(lines))
+}
+
+/// The resource's holder changes as JSON lines, until the watch is interrupted or the client goes.
+async fn holders(leases: &LeaseService, resource: &Resource) -> Result<HttpResponse, ApiError> {
+    let receiver = leases
+        .watch(resource)
+        .await
+        .map_err(|error| ApiError::Unavailable {
+            reason: error.to_string(),
+            retry_after_secs: UNAVAILABLE_RETRY_SECS,
+        })?;
+    let lines = futures::stream::unfold(receiver, |mut receiver| async move {
+        receiver.recv().await.map(|event| (event, receiver))
+    });
+    Ok(json_lines(lines))
+}
+
+/// A stream of events as a streaming `application/x-ndjson` body, one JSON object a line.
+fn json_lines<T: Serialize + Send + 'static>(
+    events: impl futures::Stream<Item = T> + Send + 'static,
+) -> HttpResponse {
+    let lines = futures::StreamExt::map(events, |event| {
+        let mut line = serde_json::to_vec(&event).expect("events always serialise");
+        line.push(b'\n');
+        Ok::<_, Infallible>(Frame::data(Bytes::from(line)))
+    });
+    Response::builder()
         .status(StatusCode::OK)
         .header(CONTENT_TYPE, "application/x-ndjson")
         .body(StreamBody::new(lines).boxed_unsync())
-        .expect("a static status and header always build a response"))
+        .expect("a static status and header always build a response")
 }
 
 fn attempt_from_query(query: &str) -> Result<Attempt, ApiError> {

@@ -33,6 +33,9 @@ pub enum Subscribing {
 pub enum LeaseCommand {
     /// `LEASE ACQUIRE|RENEW|RELEASE|INSPECT …`.
     Call,
+    /// `LEASE WATCH|UNWATCH …`: changes the connection's watches (`lease_watch.rs`); allowed in
+    /// RESP2 watch mode and while subscribed, as `SUBSCRIBE` is.
+    Watch,
     /// `COMMAND DOCS LEASE`, exactly: Redis knows no LEASE, so the daemon describes it.
     Docs,
 }
@@ -61,7 +64,11 @@ impl Kind {
     fn of_words(name: &[u8], first: Option<&[u8]>, second: Option<&[u8]>, len: usize) -> Kind {
         let is = |word: &[u8], expected: &[u8]| word.eq_ignore_ascii_case(expected);
         if is(name, b"LEASE") {
-            return Kind::Lease(LeaseCommand::Call);
+            let watch = first.is_some_and(|w| is(w, b"WATCH") || is(w, b"UNWATCH"));
+            return Kind::Lease(match watch {
+                true => LeaseCommand::Watch,
+                false => LeaseCommand::Call,
+            });
         }
         if len == 3
             && is(name, b"COMMAND")
@@ -169,6 +176,10 @@ mod tests {
     fn lease_commands_are_the_lease_service_s_and_only_command_docs_lease_exactly() {
         assert_eq!(kind("lease acquire r"), Kind::Lease(LeaseCommand::Call));
         assert_eq!(kind("COMMAND docs lease"), Kind::Lease(LeaseCommand::Docs));
+        assert_eq!(kind("LEASE watch r"), Kind::Lease(LeaseCommand::Watch));
+        assert_eq!(kind("lease UNWATCH"), Kind::Lease(LeaseCommand::Watch));
+        assert_eq!(kind("LEASE WATCHDOG r"), Kind::Lease(LeaseCommand::Call));
+        assert_eq!(kind("LEASE"), Kind::Lease(LeaseCommand::Call));
         assert_eq!(kind("COMMAND DOCS LEASE GET"), Kind::Redis);
         assert_eq!(kind("COMMAND DOCS"), Kind::Redis);
         assert_eq!(Kind::of_catalog("COMMAND|DOCS"), Kind::Redis);

@@ -3,7 +3,9 @@
 //! calls, answered with the HTTP API's outcome objects as RESP3 maps (flat arrays in RESP2). A
 //! waiting acquire is awaited in place, so it holds up only its own connection. A lease taken with
 //! `SESSION` is bound to the connection: a watchdog renews it while the connection lives and
-//! releases it when the connection closes. `COMMAND DOCS LEASE` is answered here too. Which
+//! releases it when the connection closes. `VALUE` keeps a value with the lease (leader election:
+//! campaign = `ACQUIRE … WAIT … VALUE … SESSION`, leader = `INSPECT`, resign = `RELEASE`, observe =
+//! `WATCH`, which `lease_watch.rs` serves). `COMMAND DOCS LEASE` is answered here too. Which
 //! commands are the lease service's, and that none runs inside a transaction, is the plan's
 //! (`kind.rs`, `plan.rs`).
 
@@ -164,7 +166,7 @@ fn with_attempt(mut outcome: serde_json::Value, attempt: &Attempt) -> serde_json
 
 /// JSON as RESP: objects are maps in RESP3 and flat arrays in RESP2, `true`/`false` booleans in
 /// RESP3 and 1/0 in RESP2, strings bulk strings.
-fn frame(value: &serde_json::Value, protocol: Protocol) -> Frame {
+pub(super) fn frame(value: &serde_json::Value, protocol: Protocol) -> Frame {
     use serde_json::Value;
     match value {
         Value::Null => Frame::Null,
@@ -213,7 +215,7 @@ fn parse(argv: &[&[u8]]) -> Result<Call, String> {
             let options = Options::read(
                 options,
                 &[
-                    "WAIT", "OWNER", "OP", "REPLICAS", "PERMITS", "COUNT", "MODE",
+                    "WAIT", "OWNER", "OP", "REPLICAS", "VALUE", "PERMITS", "COUNT", "MODE",
                 ],
                 &["SESSION", "WATCHDOG"],
             )?;
@@ -233,6 +235,13 @@ fn parse(argv: &[&[u8]]) -> Result<Call, String> {
                     wait: options.millis("WAIT")?.unwrap_or_default(),
                     watchdog: binding == Binding::Process,
                     replicas: options.number("REPLICAS")?.unwrap_or_default(),
+                    value: options
+                        .value("VALUE")
+                        .map(|value| {
+                            String::from_utf8(value.to_vec())
+                                .map_err(|_| "ERR tollgate: VALUE must be UTF-8 text".to_owned())
+                        })
+                        .transpose()?,
                     permits: options.number("PERMITS")?,
                     count: options.number("COUNT")?,
                     mode: options.mode()?,
@@ -388,7 +397,7 @@ impl<'a> Options<'a> {
     }
 }
 
-fn resource(word: &[u8]) -> Result<Resource, String> {
+pub(super) fn resource(word: &[u8]) -> Result<Resource, String> {
     Resource::parse(&String::from_utf8_lossy(word))
         .map_err(|error| format!("ERR tollgate: resource: {error}"))
 }
@@ -428,7 +437,7 @@ const fn option(name: &'static str, kind: &'static str, token: &'static str) -> 
 }
 
 /// The subcommands: name, summary, arguments.
-const SUBCOMMANDS: [(&str, &str, &[Arg]); 4] = [
+const SUBCOMMANDS: [(&str, &str, &[Arg]); 6] = [
     (
         "acquire",
         "Takes a fenced lease on a resource, waiting up to WAIT ms; without OWNER/OP the daemon makes the attempt and returns it. PERMITS n makes the resource a semaphore of n permits (COUNT k of them taken at once, 1 by default); MODE READ|WRITE a read/write lease.",
@@ -439,6 +448,7 @@ const SUBCOMMANDS: [(&str, &str, &[Arg]); 4] = [
             option("owner", "string", "OWNER"),
             option("operation-id", "string", "OP"),
             option("replicas", "integer", "REPLICAS"),
+            option("value", "string", "VALUE"),
             option("permits", "integer", "PERMITS"),
             option("count", "integer", "COUNT"),
             option("mode", "string", "MODE"),
@@ -467,12 +477,22 @@ const SUBCOMMANDS: [(&str, &str, &[Arg]); 4] = [
     ),
     (
         "inspect",
-        "Tells whether a resource is held, its fence and remaining time, and whether the named attempt holds it; for a semaphore or read/write lease, every holder.",
+        "Tells whether a resource is held, its fence, value and remaining time, and whether the named attempt holds it; for a semaphore or read/write lease, every holder.",
         &[
             arg("resource", "string"),
             option("owner", "string", "OWNER"),
             option("operation-id", "string", "OP"),
         ],
+    ),
+    (
+        "watch",
+        "Streams the resource's holder changes as push messages: who holds it now, then each new holder (fence, value), release and expiry, until UNWATCH.",
+        &[arg("resource", "string")],
+    ),
+    (
+        "unwatch",
+        "Ends the named watches, or all of them.",
+        &[Arg { optional: true, ..arg("resource", "string") }],
     ),
 ];
 
@@ -552,6 +572,22 @@ mod tests {
         );
         assert_eq!(binding, Binding::Session);
         assert!(!request.watchdog);
+    }
+
+    #[test]
+    fn a_value_goes_with_the_acquisition_as_text() {
+        let value = |words| match parse(&argv(words)) {
+            Ok(Call::Acquire { request, .. }) => request.value,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            value("LEASE ACQUIRE r 1000 VALUE node-a:8080 SESSION"),
+            Some("node-a:8080".to_owned())
+        );
+        assert_eq!(value("LEASE ACQUIRE r 1000"), None);
+        let mut words = argv("LEASE ACQUIRE r 1000 VALUE x");
+        words[5] = &[0xff_u8][..];
+        assert!(parse(&words).unwrap_err().contains("UTF-8"));
     }
 
     #[test]

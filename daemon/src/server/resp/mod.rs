@@ -6,9 +6,10 @@
 //! and admits a pipeline's run together; `state.rs` asks `plan.rs` what the command becomes in
 //! this session and carries that out as a [`schedule`] step: sent on its lane (`pending.rs`, its
 //! reply corrected by `amend.rs` where needed), or answered by the daemon (`answer.rs`,
-//! `transaction.rs`, `subscriptions.rs`, `keyspace.rs`, `lease.rs`); `schedule.rs` hands the
-//! replies back in order and `session.rs` writes them. Every error the daemon answers is worded
-//! in `replies.rs`; what the front door sends where (for the lane users' ACLs) is `route.rs`.
+//! `transaction.rs`, `subscriptions.rs`, `keyspace.rs`, `lease.rs`, `lease_watch.rs`);
+//! `schedule.rs` hands the replies back in order and `session.rs` writes them. Every error the
+//! daemon answers is worded in `replies.rs`; what the front door sends where (for the lane users'
+//! ACLs) is `route.rs`.
 
 mod ahead;
 mod amend;
@@ -22,6 +23,7 @@ mod front;
 mod keyspace;
 mod kind;
 mod lease;
+mod lease_watch;
 mod local;
 mod monitor;
 mod pending;

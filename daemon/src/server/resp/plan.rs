@@ -18,8 +18,10 @@ pub use super::refusal::Refusal;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Context {
     pub protocol: Protocol,
-    /// The client holds at least one subscription.
+    /// Messages may arrive unasked: the client holds a subscription or a lease watch.
     pub subscribed: bool,
+    /// The client holds a lease watch (`LEASE WATCH`); RESP2's refusal names the watch commands.
+    pub watching: bool,
     pub pinned: Pinned,
 }
 
@@ -49,6 +51,8 @@ pub enum Plan {
     LeaseDocs,
     /// `LEASE …`, run in place (it may wait for the lease).
     Lease,
+    /// `LEASE WATCH|UNWATCH …`, run in place: it changes the connection's watches.
+    LeaseWatch,
     /// The policy decides first; then [`admitted`] says what it becomes.
     Admit,
     /// A whole-keyspace command, served key by key over SCAN.
@@ -119,18 +123,22 @@ impl Context {
 pub fn before(kind: Kind, argc: usize, context: Context) -> Plan {
     let may_run_subscribed = match kind {
         Kind::Local(local) => local.allowed_while_subscribed(),
-        Kind::Subscription(..) => true,
-        Kind::Lease(_) | Kind::Redis => false,
+        Kind::Subscription(..) | Kind::Lease(LeaseCommand::Watch) => true,
+        Kind::Lease(LeaseCommand::Call | LeaseCommand::Docs) | Kind::Redis => false,
     };
     if context.protocol == Protocol::Resp2 && context.subscribed && !may_run_subscribed {
-        return Plan::Refuse(Refusal::WhileSubscribed);
+        return Plan::Refuse(match context.watching {
+            true => Refusal::WhileWatching,
+            false => Refusal::WhileSubscribed,
+        });
     }
     let local = match kind {
         Kind::Lease(LeaseCommand::Docs) => return Plan::LeaseDocs,
-        Kind::Lease(LeaseCommand::Call) if context.pinned != Pinned::No => {
+        Kind::Lease(LeaseCommand::Call | LeaseCommand::Watch) if context.pinned != Pinned::No => {
             return Plan::Refuse(Refusal::LeaseInTransaction)
         }
         Kind::Lease(LeaseCommand::Call) => return Plan::Lease,
+        Kind::Lease(LeaseCommand::Watch) => return Plan::LeaseWatch,
         Kind::Subscription(..) | Kind::Redis => return Plan::Admit,
         Kind::Local(local) => local,
     };
@@ -190,6 +198,7 @@ mod tests {
     const PLAIN: Context = Context {
         protocol: Protocol::Resp2,
         subscribed: false,
+        watching: false,
         pinned: Pinned::No,
     };
     const IN_MULTI: Context = Context {
@@ -207,7 +216,18 @@ mod tests {
     const SUBSCRIBED_RESP3: Context = Context {
         protocol: Protocol::Resp3,
         subscribed: true,
+        watching: false,
         pinned: Pinned::No,
+    };
+    /// Watching a lease in RESP2: watch mode, which limits commands as subscribing does.
+    const WATCHING_LEASE_RESP2: Context = Context {
+        subscribed: true,
+        watching: true,
+        ..PLAIN
+    };
+    const WATCHING_LEASE_RESP3: Context = Context {
+        protocol: Protocol::Resp3,
+        ..WATCHING_LEASE_RESP2
     };
 
     fn before_admission(words: &str, context: Context) -> Plan {
@@ -387,6 +407,7 @@ mod tests {
         assert!(Refusal::WholeInTransaction.aborts_multi());
         assert!(!Refusal::LeaseInTransaction.aborts_multi());
         assert!(!Refusal::WhileSubscribed.aborts_multi());
+        assert!(!Refusal::WhileWatching.aborts_multi());
     }
 
     #[test]
@@ -511,5 +532,50 @@ mod tests {
             Plan::LeaseDocs
         );
         assert_eq!(before_admission("COMMAND DOCS GET", PLAIN), Plan::Admit);
+    }
+
+    #[test]
+    fn lease_watch_and_unwatch_run_in_place_also_while_subscribed_but_never_in_a_transaction() {
+        planned_as([
+            ("LEASE WATCH r", PLAIN, Plan::LeaseWatch),
+            ("lease unwatch", PLAIN, Plan::LeaseWatch),
+            ("LEASE WATCH r", SUBSCRIBED_RESP2, Plan::LeaseWatch),
+            ("LEASE UNWATCH r", WATCHING_LEASE_RESP2, Plan::LeaseWatch),
+            ("LEASE WATCH r", WATCHING_LEASE_RESP3, Plan::LeaseWatch),
+            (
+                "LEASE WATCH r",
+                WATCHING,
+                Plan::Refuse(Refusal::LeaseInTransaction),
+            ),
+            (
+                "LEASE UNWATCH",
+                IN_MULTI,
+                Plan::Refuse(Refusal::LeaseInTransaction),
+            ),
+        ]);
+    }
+
+    #[test]
+    fn a_resp2_watcher_may_only_watch_subscribe_ping_quit_and_reset_and_is_told_so() {
+        for words in [
+            "GET k",
+            "CLIENT ID",
+            "LEASE INSPECT r",
+            "COMMAND DOCS LEASE",
+        ] {
+            assert_eq!(
+                before_admission(words, WATCHING_LEASE_RESP2),
+                Plan::Refuse(Refusal::WhileWatching),
+                "{words}"
+            );
+        }
+        planned_as([
+            ("SUBSCRIBE b", WATCHING_LEASE_RESP2, Plan::Admit),
+            ("PING", WATCHING_LEASE_RESP2, Plan::Answer(Local::Ping)),
+            ("RESET", WATCHING_LEASE_RESP2, Plan::Answer(Local::Reset)),
+            // RESP3 watchers run anything, as RESP3 subscribers do.
+            ("GET k", WATCHING_LEASE_RESP3, Plan::Admit),
+            ("PING", WATCHING_LEASE_RESP3, Plan::PingRedis),
+        ]);
     }
 }

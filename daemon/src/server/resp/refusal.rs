@@ -7,6 +7,8 @@ use tollgate_policy::Denial;
 pub enum Refusal {
     /// A RESP2 subscriber may only (un)subscribe, PING, QUIT and RESET, as in Redis.
     WhileSubscribed,
+    /// A RESP2 client watching a lease may also `LEASE WATCH` and `LEASE UNWATCH`.
+    WhileWatching,
     /// LEASE inside WATCH or MULTI: queued, it would have to run at EXEC, on Redis.
     LeaseInTransaction,
     /// The named command's argument count does not fit its arity.
@@ -22,7 +24,9 @@ impl Refusal {
     pub fn aborts_multi(&self) -> bool {
         match self {
             Refusal::WrongArity(_) | Refusal::Denied(_) | Refusal::WholeInTransaction => true,
-            Refusal::WhileSubscribed | Refusal::LeaseInTransaction => false,
+            Refusal::WhileSubscribed | Refusal::WhileWatching | Refusal::LeaseInTransaction => {
+                false
+            }
         }
     }
 }

@@ -13,8 +13,13 @@ use super::refusal::Refusal;
 pub fn refused(refusal: &Refusal, command: &Command) -> Bytes {
     let name = || String::from_utf8_lossy(command.name());
     match refusal {
+        // Redis's own text while only subscribed; watching adds the watch commands.
         Refusal::WhileSubscribed => error(format!(
             "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+            name().to_lowercase()
+        )),
+        Refusal::WhileWatching => error(format!(
+            "ERR Can't execute '{}': only LEASE WATCH / LEASE UNWATCH / (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
             name().to_lowercase()
         )),
         Refusal::LeaseInTransaction => {

@@ -30,6 +30,7 @@ impl Route {
         let outside = Context {
             protocol: Protocol::Resp2,
             subscribed: false,
+            watching: false,
             pinned: Pinned::No,
         };
         let kind = Kind::of_catalog(name);
@@ -46,6 +47,7 @@ impl Route {
             | Plan::PingRedis
             | Plan::LeaseDocs
             | Plan::Lease
+            | Plan::LeaseWatch
             | Plan::Admit => Route::Answered,
         }
     }

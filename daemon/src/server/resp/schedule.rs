@@ -60,6 +60,8 @@ pub enum InPlace {
     Reset,
     /// `LEASE …`, which may wait for the lease.
     Lease(Command),
+    /// `LEASE WATCH|UNWATCH …`: starts or ends watches of the connection.
+    LeaseWatch(Command),
 }
 
 /// In-flight commands per place, to decide when a barrier is needed. Local replies hold nothing

@@ -117,6 +117,7 @@ impl Session {
                 && (!self.schedule.is_parked() || input.len() < PARKED_INPUT_CAP);
             budget::trim(&mut input, READ_CHUNK);
             let subscribed = !self.state.subscriptions.is_empty();
+            let watching = !self.state.watches.is_empty();
             budget.sync(self.out.len(), input.len(), subscribed);
             let room = match may_read {
                 true => budget.room(input.len()),
@@ -144,6 +145,9 @@ impl Session {
                 Some((message, _held)) = self.state.subscriptions.next(), if subscribed => {
                     // Delivered whatever `CLIENT REPLY` says, as Redis 7 delivers them.
                     let frame = subscriptions::message_frame(message, self.state.protocol);
+                    tollgate_resp::encode(&frame, &mut self.out);
+                }
+                frame = self.state.watches.next(self.state.protocol), if watching => {
                     tollgate_resp::encode(&frame, &mut self.out);
                 }
                 _ = &mut evicted => {

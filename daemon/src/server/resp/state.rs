@@ -1,7 +1,7 @@
 //! A session's connection-scoped state — protocol, name and reply mode, the pinned transaction,
-//! subscriptions, `MONITOR`, its channels on the multiplexed lanes — and what each command becomes
-//! with it: the [`Plan`] carried out as a [`Step`] for the session's loop to schedule, and the
-//! work awaited in place that changes the state.
+//! subscriptions, lease watches, `MONITOR`, its channels on the multiplexed lanes — and what each
+//! command becomes with it: the [`Plan`] carried out as a [`Step`] for the session's loop to
+//! schedule, and the work awaited in place that changes the state.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +21,7 @@ use super::front::FrontDoor;
 use super::keyspace;
 use super::kind::Kind;
 use super::lease;
+use super::lease_watch::{self, Watches};
 use super::local::{self, Local, Protocol, ReplyMode, Voice};
 use super::monitor::Watch;
 use super::pending::{Amended, Class, Lent, Pending};
@@ -65,6 +66,8 @@ pub struct SessionState {
     pub owes_yield: bool,
     /// Ends this connection's session-bound leases when the session is dropped.
     leases: lease::Connection,
+    /// `LEASE WATCH`es: holder changes pushed to the client.
+    pub watches: Watches,
     /// The bytes held for this client, against `resp.budgets`.
     pub budget: Arc<ClientBudget>,
 }
@@ -85,6 +88,7 @@ impl SessionState {
             reply_mode: ReplyMode::On,
             owes_yield: false,
             leases: lease::Connection::new(id),
+            watches: Watches::default(),
         }
     }
 
@@ -94,14 +98,21 @@ impl SessionState {
             admission: &self.front.services.admission,
             caller: &self.caller,
             limits: &self.front.limits,
-            subscribed: !self.subscriptions.is_empty(),
+            subscribed: self.listening(),
         }
+    }
+
+    /// Whether messages may arrive unasked: subscribed, or watching leases. In RESP2 that limits
+    /// the commands accepted, as Redis limits a subscriber's.
+    fn listening(&self) -> bool {
+        !self.subscriptions.is_empty() || !self.watches.is_empty()
     }
 
     fn context(&self) -> Context {
         Context {
             protocol: self.protocol,
-            subscribed: !self.subscriptions.is_empty(),
+            subscribed: self.listening(),
+            watching: !self.watches.is_empty(),
             pinned: self.transaction.pinned(),
         }
     }
@@ -124,7 +135,10 @@ impl SessionState {
             None => {
                 let plan = plan::before(kind, command.len(), self.context());
                 if let Kind::Local(local) = kind {
-                    if plan != Plan::Refuse(Refusal::WhileSubscribed) {
+                    if !matches!(
+                        plan,
+                        Plan::Refuse(Refusal::WhileSubscribed | Refusal::WhileWatching)
+                    ) {
                         self.ran_local(local, &command);
                     }
                 }
@@ -184,6 +198,7 @@ impl SessionState {
             }
             Plan::LeaseDocs => Step::Reply(replies::encode(&lease::docs(self.protocol))),
             Plan::Lease => Step::InPlace(InPlace::Lease(command)),
+            Plan::LeaseWatch => Step::InPlace(InPlace::LeaseWatch(command)),
             Plan::Admit => {
                 let decision = self
                     .front
@@ -212,7 +227,7 @@ impl SessionState {
     fn answer(&mut self, local: Local, command: &Command, queued: bool) -> Step {
         let asking = Asking {
             protocol: self.protocol,
-            subscribed_resp2: self.protocol == Protocol::Resp2 && !self.subscriptions.is_empty(),
+            subscribed_resp2: self.protocol == Protocol::Resp2 && self.listening(),
             id: self.id,
             me: &self.me.client,
             clients: &self.front.clients,
@@ -392,8 +407,14 @@ impl SessionState {
                 )
                 .await
             }
+            InPlace::LeaseWatch(command) => {
+                let argv = command.argv();
+                let (front, caller) = (&self.front, &self.caller);
+                lease_watch::run(front, caller, &mut self.watches, self.protocol, &argv).await
+            }
             InPlace::Reset => {
                 self.subscriptions.clear();
+                self.watches.clear();
                 self.monitor = None;
                 self.transaction.release().await;
                 self.speak(Protocol::Resp2);

@@ -300,8 +300,8 @@ pub fn message_frame(message: Message, protocol: Protocol) -> Frame {
     out_of_band(items, protocol)
 }
 
-/// `subscribe`/`unsubscribe` confirmations: `[kind, name, count]`.
-fn confirmation(
+/// `subscribe`/`unsubscribe` confirmations (and `LEASE WATCH`'s): `[kind, name, count]`.
+pub(super) fn confirmation(
     kind: &'static str,
     name: Option<Bytes>,
     count: usize,
@@ -318,7 +318,7 @@ fn confirmation(
     )
 }
 
-fn out_of_band(items: Vec<Frame>, protocol: Protocol) -> Frame {
+pub(super) fn out_of_band(items: Vec<Frame>, protocol: Protocol) -> Frame {
     match protocol {
         Protocol::Resp3 => Frame::Push(items),
         Protocol::Resp2 => Frame::Array(items),
