@@ -321,6 +321,7 @@ mod tests {
                 remaining: second,
                 fence: 1,
                 yours: false,
+                value: None,
             },
             InspectOutcome::HeldShared {
                 held_as: HeldAs::Semaphore,
