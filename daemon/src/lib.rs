@@ -22,7 +22,8 @@
 //!
 //! The other crates: `tollgate-model` (shared vocabulary), `tollgate-resp` (RESP bytes),
 //! `tollgate-policy` and `tollgate-policy-rules` (admission in the WASM sandbox), `tollgate-lanes`
-//! (the only way to Redis), `tollgate-lease` and `tollgate-lease-client` (leases).
+//! (the only way to Redis), `tollgate-lease-api`, `tollgate-lease` and `tollgate-lease-client`
+//! (leases: the wire types, the service, a client).
 
 pub mod cli;
 pub mod config;

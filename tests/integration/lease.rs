@@ -8,8 +8,8 @@ use prometheus_client::registry::Registry;
 use tollgate_lanes::{Endpoint, Lanes, LanesConfig, Topology};
 use tollgate_lease::api::{AcquireRequest, LeaseEvent, ReleaseRequest, RenewRequest};
 use tollgate_lease::{
-    AcquireOutcome, Attempt, Holder, Identity, InspectOutcome, LeaseConfig, LeaseService,
-    LostReason, ReleaseOutcome, RenewOutcome, Resource,
+    AcquireOutcome, Attempt, Holder, Identity, InspectOutcome, LeaseConfig, LeaseKeys,
+    LeaseService, LostReason, ReleaseOutcome, RenewOutcome, Resource,
 };
 use tollgate_testkit::RedisServer;
 
@@ -99,7 +99,7 @@ impl Fixture {
     pub fn server_pttl(&self) -> i64 {
         let reply = self
             .redis
-            .inline(&format!("PTTL {}", resource().keys().lease));
+            .inline(&format!("PTTL {}", LeaseKeys::of(&resource()).lease));
         reply
             .trim()
             .trim_start_matches(':')
@@ -430,7 +430,9 @@ async fn a_reply_lost_in_transit_then_a_retry_with_the_same_attempt_holds_exactl
     let AcquireOutcome::Replayed { fence, .. } = retry else {
         panic!("got {retry:?}");
     };
-    let counter = fx.redis.inline(&format!("GET {}", resource().keys().fence));
+    let counter = fx
+        .redis
+        .inline(&format!("GET {}", LeaseKeys::of(&resource()).fence));
     assert!(
         counter.contains(&format!("\r\n{fence}\r\n")),
         "fence counter moved once: {counter:?}"
@@ -693,7 +695,8 @@ async fn the_watchdog_reports_a_lost_lease_and_stops() {
     let fx = Fixture::start();
     let a = attempt("alice-token", "op-1");
     let mut watched = Watched::start(&fx, &a, 600).await;
-    fx.redis.inline(&format!("DEL {}", resource().keys().lease));
+    fx.redis
+        .inline(&format!("DEL {}", LeaseKeys::of(&resource()).lease));
     let fence = watched.fence;
     assert_eq!(
         watched.next_news().await,
@@ -801,7 +804,7 @@ async fn fence_state_does_not_pile_up_and_fences_still_rise() {
         keys.iter().find(|key| !key.ends_with("}:fence"))
     );
     assert!(
-        counters.len() <= usize::from(tollgate_lease::resource::FENCE_BUCKETS),
+        counters.len() <= usize::from(tollgate_lease::FENCE_BUCKETS),
         "{} counters for {RESOURCES} resources",
         counters.len()
     );

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use serde_json::json;
+use tollgate_lease::LeaseKeys;
 use tollgate_lease_client::{
     Acquisition, ClientError, LeaseClient, LeaseState, LostReason, RenewOutcome, Resource,
 };
@@ -228,7 +229,7 @@ async fn a_cut_reply_is_indeterminate_and_a_retry_with_the_same_attempt_holds_on
     tokio::time::sleep(Duration::from_millis(600)).await;
     let retry = daemon.post(ACQUIRE, &acquire_body("alice", 10_000)).await;
     assert_eq!(retry.status, 200, "{}", retry.body);
-    let counter = redis.inline_in(1, &format!("GET {}", resource().keys().fence));
+    let counter = redis.inline_in(1, &format!("GET {}", LeaseKeys::of(&resource()).fence));
     assert!(
         counter.contains(&format!("\r\n{}\r\n", retry.json()["fence"])),
         "held exactly once: counter {counter:?}, {}",
@@ -253,7 +254,7 @@ async fn the_client_retries_an_indeterminate_call_with_the_same_attempt() {
     let Acquisition::Held(lease) = acquired.unwrap() else {
         panic!("the retries reach the server once the pause ends");
     };
-    let counter = redis.inline_in(1, &format!("GET {}", resource.keys().fence));
+    let counter = redis.inline_in(1, &format!("GET {}", LeaseKeys::of(&resource).fence));
     assert!(
         counter.contains(&format!("\r\n{}\r\n", lease.fence())),
         "one acquisition, however many sends: counter {counter:?}, fence {}",
@@ -271,7 +272,7 @@ async fn renew_after_lost_sends_nothing() {
     let Acquisition::Held(mut lease) = client.acquire(&resource(), &request).await.unwrap() else {
         panic!("free resource");
     };
-    redis.inline_in(1, &format!("DEL {}", resource().keys().lease));
+    redis.inline_in(1, &format!("DEL {}", LeaseKeys::of(&resource()).lease));
     assert_eq!(
         lease.renew(Duration::from_secs(10)).await.unwrap(),
         RenewOutcome::Lost {
@@ -312,7 +313,7 @@ async fn the_events_stream_reports_the_watchdogs_renewals_and_a_loss() {
         matches!(first, tollgate_lease_client::LeaseEvent::Renewed { .. }),
         "{first:?}"
     );
-    redis.inline_in(1, &format!("DEL {}", resource().keys().lease));
+    redis.inline_in(1, &format!("DEL {}", LeaseKeys::of(&resource()).lease));
     let lost = loop {
         match events.next().await {
             Some(Ok(tollgate_lease_client::LeaseEvent::Renewed { .. })) => continue,

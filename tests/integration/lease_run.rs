@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use tokio::process::Command;
+use tollgate_lease::LeaseKeys;
 use tollgate_lease_client::{InspectOutcome, LeaseClient};
 use tollgate_testkit::RedisServer;
 
@@ -45,7 +46,7 @@ async fn cmd_gets_the_fencing_token_and_its_exit_code_comes_through() {
         .unwrap();
     assert_eq!(status.code(), Some(7));
     // The token is the fence this acquisition was handed: the counter's value in the lease database.
-    let counter = redis.inline_in(1, &format!("GET {}", resource().keys().fence));
+    let counter = redis.inline_in(1, &format!("GET {}", LeaseKeys::of(&resource()).fence));
     let fence = counter.lines().nth(1).expect("a fence counter");
     assert_eq!(
         std::fs::read_to_string(&out).unwrap().trim(),
@@ -89,7 +90,7 @@ async fn losing_the_lease_stops_cmd_and_exits_lost() {
     wait_until_held(&client).await;
     let cmd_pid = read_pid(&pid_file).await;
 
-    redis.inline_in(1, &format!("DEL {}", resource().keys().lease));
+    redis.inline_in(1, &format!("DEL {}", LeaseKeys::of(&resource()).lease));
     let output = tokio::time::timeout(Duration::from_secs(10), run.wait_with_output())
         .await
         .expect("lease run ends once the lease is lost")

@@ -8,7 +8,7 @@ use redis::AsyncCommands;
 use tollgate::runtime::StartError;
 use tollgate::Daemon;
 use tollgate_lanes::{Endpoint, ReachError, RedisConfig};
-use tollgate_lease::Resource;
+use tollgate_lease::{LeaseKeys, Resource};
 use tollgate_resp::Frame;
 use tollgate_testkit::RedisServer;
 
@@ -88,7 +88,7 @@ async fn attack_lease_state(redis: &RedisServer, daemon: TestDaemon) {
     let held = acquire(&daemon, "orders", "alice").await;
     assert_eq!(held["outcome"], "acquired", "{held}");
     let fence = held["fence"].as_u64().expect("a fence");
-    let keys = Resource::parse("orders").unwrap().keys();
+    let keys = LeaseKeys::of(&Resource::parse("orders").unwrap());
     let mut direct = lease_database(redis).await;
     let state_before: Vec<(String, String)> = direct.hgetall(&keys.lease).await.unwrap();
     assert!(
@@ -224,7 +224,7 @@ async fn an_external_redis_whose_lane_users_reach_the_reserved_keyspace_is_refus
 async fn a_corrupt_fence_counter_fails_closed_and_a_lost_one_restarts_above_every_fence() {
     let redis = RedisServer::start();
     let daemon = TestDaemon::start(&redis).await;
-    let keys = Resource::parse("jobs").unwrap().keys();
+    let keys = LeaseKeys::of(&Resource::parse("jobs").unwrap());
     let mut direct = lease_database(&redis).await;
 
     let first = acquire(&daemon, "jobs", "a").await;
@@ -324,7 +324,7 @@ async fn fences_strictly_increase_whatever_clients_do_meanwhile() {
         .unwrap_or(120);
     let redis = RedisServer::start();
     let daemon = std::sync::Arc::new(TestDaemon::start(&redis).await);
-    let keys = Resource::parse("contested").unwrap().keys();
+    let keys = LeaseKeys::of(&Resource::parse("contested").unwrap());
     let attacks = std::sync::Arc::new(hostile_commands(&keys));
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
 

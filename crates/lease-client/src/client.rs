@@ -9,9 +9,9 @@ use hyper::{Method, StatusCode};
 use rand::distr::{Alphanumeric, SampleString};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tollgate_lease::api::{AcquireRequest, InspectRequest, ReleaseRequest, RenewRequest};
-use tollgate_lease::watch::HolderEvent;
-use tollgate_lease::{
+use tollgate_lease_api::api::HolderEvent;
+use tollgate_lease_api::api::{AcquireRequest, InspectRequest, ReleaseRequest, RenewRequest};
+use tollgate_lease_api::{
     AcquireOutcome, Attempt, InspectOutcome, OutcomeClass, ReleaseOutcome, RenewOutcome, Resource,
 };
 
@@ -25,8 +25,8 @@ const DEFAULT_RETRIES: u32 = 3;
 const RETRY_BACKOFF: Duration = Duration::from_millis(20);
 
 /// How the client makes each outcome type's answer for a call that was not sent or whose reply
-/// was lost (its name and class come from [`tollgate_lease::Outcome`]).
-pub trait Retried: DeserializeOwned + tollgate_lease::Outcome {
+/// was lost (its name and class come from [`tollgate_lease_api::Outcome`]).
+pub trait Retried: DeserializeOwned + tollgate_lease_api::Outcome {
     fn not_sent(reason: String) -> Self;
     fn reply_lost(reason: String) -> Self;
 }

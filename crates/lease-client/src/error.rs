@@ -1,6 +1,6 @@
 //! What a lease call through the client can fail with, short of an outcome.
 
-use tollgate_lease::Terminal;
+use tollgate_lease_api::Terminal;
 
 use crate::transport::TransportError;
 

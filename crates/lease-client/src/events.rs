@@ -7,7 +7,7 @@ use bytes::BytesMut;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde::de::DeserializeOwned;
-use tollgate_lease::api::LeaseEvent;
+use tollgate_lease_api::api::LeaseEvent;
 
 use crate::error::ClientError;
 

@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use tollgate_lease::api::{AcquireRequest, ReleaseRequest, RenewRequest};
-use tollgate_lease::{
+use tollgate_lease_api::api::{AcquireRequest, ReleaseRequest, RenewRequest};
+use tollgate_lease_api::{
     AcquireOutcome, Attempt, Holding, LeaseState, ReleaseOutcome, RenewOutcome, Resource,
 };
 
@@ -118,7 +118,7 @@ impl Lease {
         self.holding.on_renew(
             Instant::now(),
             &RenewOutcome::Lost {
-                reason: tollgate_lease::LostReason::Absent,
+                reason: tollgate_lease_api::LostReason::Absent,
             },
         );
     }

@@ -132,7 +132,7 @@ fn benches(c: &mut Criterion) {
     }
     let client = LeaseClient::new(daemon.http_socket());
     let resource = Resource::parse("bench:pairs").unwrap();
-    let keys = resource.keys();
+    let keys = LeaseKeys::of(&resource);
     let scripts = Scripts {
         acquire: redis::Script::new(ACQUIRE.source),
         release: redis::Script::new(RELEASE.source),
@@ -232,9 +232,8 @@ fn benches(c: &mut Criterion) {
             parallel(iters, connections, move |n, mut connection| {
                 let scripts = scripts.clone();
                 async move {
-                    let keys = Resource::parse(&format!("bench:clients:{n}"))
-                        .unwrap()
-                        .keys();
+                    let keys =
+                        LeaseKeys::of(&Resource::parse(&format!("bench:clients:{n}")).unwrap());
                     direct_pair(&mut connection, &keys, &scripts).await;
                     connection
                 }

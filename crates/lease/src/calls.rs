@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use tollgate_resp::Frame;
 
+use crate::keys::LeaseKeys;
 use crate::outcome::{AcquireOutcome, InspectOutcome, LostReason, ReleaseOutcome, RenewOutcome};
-use crate::resource::LeaseKeys;
 use crate::scripts::{ScriptError, ScriptRunner, ACQUIRE, INSPECT, RELEASE, RENEW};
 use replies::{held_exclusive, held_shared, integers, millis, shape_conflict, unexpected};
 

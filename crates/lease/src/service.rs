@@ -19,16 +19,17 @@ use crate::attempt::{Attempt, Identity};
 use crate::calls::{BoundAttempt, Calls, Durability};
 use crate::config::LeaseConfig;
 use crate::holder::Holder;
-use crate::invalid::InvalidRequest;
+use crate::keys::LeaseKeys;
 use crate::metrics::LeaseMetrics;
 use crate::outcome::{AcquireOutcome, InspectOutcome, ReleaseOutcome, RenewOutcome};
 use crate::queue::WaitLines;
-use crate::resource::{LeaseKeys, Resource};
+use crate::resource::Resource;
 use crate::scripts::ScriptRunner;
 use crate::shape::{Shape, Shared};
 use crate::state::Holding;
 use crate::watch::{self, HolderEvent, WatchUnavailable};
 use crate::watchdog::{AtLimit, Guard, Watchdogs};
+use crate::InvalidRequest;
 
 #[derive(Clone)]
 pub struct LeaseService {
@@ -87,7 +88,7 @@ impl LeaseService {
                 message: format!("at most {} ms", self.config.max_wait.as_millis()),
             });
         }
-        let keys = resource.keys();
+        let keys = LeaseKeys::of(resource);
         let attempt = bind(identity, &request.attempt);
         let slot = match &holder {
             Some(_) => match self.watchdogs.reserve(
@@ -153,7 +154,7 @@ impl LeaseService {
         let attempt = bind(identity, &request.attempt);
         let outcome = self
             .calls
-            .renew(&resource.keys(), &attempt, request.ttl)
+            .renew(&LeaseKeys::of(resource), &attempt, request.ttl)
             .await;
         self.metrics.outcome("renew", &outcome);
         Ok(outcome)
@@ -167,7 +168,7 @@ impl LeaseService {
         request: &ReleaseRequest,
     ) -> Result<ReleaseOutcome, InvalidRequest> {
         check_attempt(&request.attempt)?;
-        let keys = resource.keys();
+        let keys = LeaseKeys::of(resource);
         let attempt = bind(identity, &request.attempt);
         let outcome = self.calls.release(&keys, &attempt).await;
         if matches!(
@@ -190,7 +191,10 @@ impl LeaseService {
             check_attempt(attempt)?;
         }
         let bound = attempt.map(|attempt| bind(identity, attempt));
-        let outcome = self.calls.inspect(&resource.keys(), bound.as_ref()).await;
+        let outcome = self
+            .calls
+            .inspect(&LeaseKeys::of(resource), bound.as_ref())
+            .await;
         self.metrics.outcome("inspect", &outcome);
         Ok(outcome)
     }
@@ -204,7 +208,7 @@ impl LeaseService {
         attempt: &Attempt,
     ) -> Result<Option<broadcast::Receiver<LeaseEvent>>, InvalidRequest> {
         check_attempt(attempt)?;
-        let key = (resource.keys().lease, bind(identity, attempt));
+        let key = (LeaseKeys::of(resource).lease, bind(identity, attempt));
         Ok(self.watchdogs.subscribe(&key))
     }
 
@@ -214,7 +218,13 @@ impl LeaseService {
         &self,
         resource: &Resource,
     ) -> Result<tokio::sync::mpsc::Receiver<HolderEvent>, WatchUnavailable> {
-        watch::start(&self.calls, &self.pubsub, resource.keys(), &self.shutdown).await
+        watch::start(
+            &self.calls,
+            &self.pubsub,
+            LeaseKeys::of(resource),
+            &self.shutdown,
+        )
+        .await
     }
 
     /// Daemon shutdown: stops every watchdog (their leases run out by TTL) and every wait.

@@ -24,14 +24,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
+
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tollgate_lanes::{PubSub, Subscription, SubscriptionKind};
 
 use crate::calls::Calls;
+use crate::keys::LeaseKeys;
 use crate::outcome::InspectOutcome;
-use crate::resource::LeaseKeys;
 
 /// Undelivered messages one watch may buffer before its subscription is dropped as lagging.
 const MESSAGE_BUFFER: usize = 64;
@@ -44,29 +44,7 @@ const IDLE_CHECK: Duration = Duration::from_secs(3600);
 /// How long a read's marker may take to come back on a live subscription.
 const MARKER_WAIT: Duration = Duration::from_secs(10);
 
-/// One holder change, streamed as JSON lines over HTTP and as maps (flat arrays in RESP2) over RESP.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum HolderEvent {
-    /// Who holds it: first event of a watch, or a new holder. `value` is what the holder acquired
-    /// with (`VALUE`: a leader's address, say); `remaining_ms` is its TTL as of the event.
-    Held {
-        fence: u64,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        value: Option<String>,
-        #[serde(rename = "remaining_ms", with = "crate::millis")]
-        remaining: Duration,
-    },
-    /// First event of a watch: nobody holds it.
-    Free,
-    /// The holder with `fence` released it (or its session or process ended and the daemon did).
-    Released { fence: u64 },
-    /// The holder with `fence` let its TTL run out.
-    Expired { fence: u64 },
-    /// The watch lost track (`reason`) and ends: changes from here on may be missed; watch again.
-    Interrupted { reason: String },
-}
+pub use tollgate_lease_api::api::HolderEvent;
 
 /// Why a watch of a resource held in a shared shape is refused, or ends.
 const SHARED: &str =

@@ -20,9 +20,9 @@ use tokio_util::sync::CancellationToken;
 use crate::api::LeaseEvent;
 use crate::calls::{BoundAttempt, Calls};
 use crate::holder::Holder;
+use crate::keys::LeaseKeys;
 use crate::metrics::LeaseMetrics;
 use crate::outcome::{LostReason, ReleaseOutcome, RenewOutcome};
-use crate::resource::LeaseKeys;
 use crate::state::Holding;
 
 /// Events buffered per watcher; one that falls further behind misses events (`Lagged`).

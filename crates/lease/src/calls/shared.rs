@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use super::replies::{integers, millis, shape_conflict, unexpected};
 use super::{BoundAttempt, Calls};
+use crate::keys::LeaseKeys;
 use crate::outcome::AcquireOutcome;
-use crate::resource::LeaseKeys;
 use crate::scripts::{ScriptError, ACQUIRE_SHARED, WITHDRAW};
 use crate::shape::{Mode, Shared};
 

@@ -101,3 +101,26 @@ impl LeaseEvent {
         )
     }
 }
+
+/// One holder change, streamed as JSON lines over HTTP and as maps (flat arrays in RESP2) over RESP.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum HolderEvent {
+    /// Who holds it: first event of a watch, or a new holder. `value` is what the holder acquired
+    /// with (`VALUE`: a leader's address, say); `remaining_ms` is its TTL as of the event.
+    Held {
+        fence: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        value: Option<String>,
+        #[serde(rename = "remaining_ms", with = "crate::millis")]
+        remaining: Duration,
+    },
+    /// First event of a watch: nobody holds it.
+    Free,
+    /// The holder with `fence` released it (or its session or process ended and the daemon did).
+    Released { fence: u64 },
+    /// The holder with `fence` let its TTL run out.
+    Expired { fence: u64 },
+    /// The watch lost track (`reason`) and ends: changes from here on may be missed; watch again.
+    Interrupted { reason: String },
+}
