@@ -391,17 +391,22 @@ mod tests {
         assert_eq!(reach(&admissible, Some("app")), ["REGULAR GET"]);
     }
 
-    #[test]
-    fn every_guard_must_be_able_to_let_it_through() {
-        let allow = policy(vec![rule("all", None, &["*"], &[], None, Action::Allow)]);
-        let deny_sort = policy(vec![rule(
+    /// A YAML guard whose only rule denies SORT.
+    fn deny_sort() -> CompiledPolicy {
+        policy(vec![rule(
             "no-sort",
             None,
             &["SORT"],
             &[],
             None,
             Action::Deny,
-        )]);
+        )])
+    }
+
+    #[test]
+    fn every_guard_must_be_able_to_let_it_through() {
+        let allow = policy(vec![rule("all", None, &["*"], &[], None, Action::Allow)]);
+        let deny_sort = deny_sort();
         let admissible = derive(&[&allow, &deny_sort], false, &["app"], &catalog());
         let app = reach(&admissible, Some("app"));
         assert!(!app.contains(&"REGULAR SORT".to_owned()), "{app:?}");
@@ -410,14 +415,7 @@ mod tests {
 
     #[test]
     fn operator_modules_may_allow_what_no_yaml_guard_denies() {
-        let deny_sort = policy(vec![rule(
-            "no-sort",
-            None,
-            &["SORT"],
-            &[],
-            None,
-            Action::Deny,
-        )]);
+        let deny_sort = deny_sort();
         let without = derive(&[&deny_sort], false, &["app"], &catalog());
         assert_eq!(reach(&without, Some("app")), Vec::<String>::new());
         let with = derive(&[&deny_sort], true, &["app"], &catalog());
