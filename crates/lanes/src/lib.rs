@@ -8,6 +8,7 @@
 mod acl;
 mod budget;
 mod busy;
+mod cluster;
 mod config;
 mod conn;
 mod connector;
@@ -37,6 +38,7 @@ pub use acl::{
     ALWAYS_REFUSED, LEASE_USER,
 };
 pub use budget::{Budget, Held, OverBudget};
+pub use cluster::{Slot, SLOT_COUNT};
 pub use config::{LaneOverrides, LaneSettings, LanesConfig, LeaseConnections, ZeroSetting};
 pub use error::{CallError, Delivery, LaneError, OpenError, Saturation};
 pub use exclusive::Borrowed;
