@@ -54,16 +54,16 @@ pub fn place<A: AsRef<[u8]>>(
 ) -> Placement {
     // Every command pays for this: the keys are walked once, and nothing is allocated unless
     // they turn out to span slots.
-    let mut located = located(argv, keys);
-    let Some(first) = located.next() else {
+    let mut walk = located(argv, keys);
+    let Some(first) = walk.next() else {
         return Placement::Keyless;
     };
-    let Some(other) = located.find(|key| key.slot != first.slot) else {
+    let Some(other) = walk.find(|key| key.slot != first.slot) else {
         return Placement::Slot(first.slot);
     };
     let split = match (splitting, Family::of(name)) {
         (Splitting::Allowed, Some(family)) => {
-            Split::of(family, argv, &self::located(argv, keys).collect::<Vec<_>>())
+            Split::of(family, argv, &located(argv, keys).collect::<Vec<_>>())
         }
         _ => None,
     };

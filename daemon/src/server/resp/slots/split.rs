@@ -125,25 +125,29 @@ impl Split {
             part.words.extend(words.iter().map(AsRef::as_ref));
             part.places.push(place);
         }
-        let merge = match family {
-            Family::Values => Merge::Values {
-                keys: located.len(),
-                places: building.iter().map(|part| part.places.clone()).collect(),
-            },
-            Family::Pairs => Merge::Combined(Combine::AllOk),
-            Family::Counts => Merge::Combined(Combine::Sum),
-        };
-        let parts = building
+        let (parts, places): (Vec<Part>, Vec<Vec<usize>>) = building
             .into_iter()
             .map(|part| {
                 let mut command = BytesMut::new();
                 tollgate_resp::encode_command(&part.words, &mut command);
-                Part {
-                    slot: part.slot,
-                    command: command.freeze(),
-                }
+                let command = command.freeze();
+                (
+                    Part {
+                        slot: part.slot,
+                        command,
+                    },
+                    part.places,
+                )
             })
-            .collect();
+            .unzip();
+        let merge = match family {
+            Family::Values => Merge::Values {
+                keys: located.len(),
+                places,
+            },
+            Family::Pairs => Merge::Combined(Combine::AllOk),
+            Family::Counts => Merge::Combined(Combine::Sum),
+        };
         Some(Split { parts, merge })
     }
 
