@@ -226,12 +226,12 @@ mod tests {
 
     /// Runs `words` whole on one copy of `keyspace` and split on another: the client's reply and
     /// the data afterwards must be the same both ways.
-    fn round_trip(name: &str, words: &str, keys: &[KeyAccess], keyspace: &Keyspace) -> Split {
-        let argv = argv(words);
-        let split = split(name, &argv, keys);
+    fn round_trip(name: &str, argv: &[&[u8]], keys: &[KeyAccess], keyspace: &Keyspace) -> Split {
+        let words = String::from_utf8_lossy(&argv.join(&b' ')).into_owned();
+        let split = split(name, argv, keys);
         let mut whole = keyspace.clone();
         let mut whole_command = BytesMut::new();
-        tollgate_resp::encode_command(&argv, &mut whole_command);
+        tollgate_resp::encode_command(argv, &mut whole_command);
         let expected = encoded(&whole.run(&whole_command));
         let mut parted = keyspace.clone();
         let replies = split
@@ -277,7 +277,7 @@ mod tests {
         // foo and {foo}x share a slot; bar and {bar}y another; baz is a third.
         let data = keyspace(&[("foo", "1"), ("bar", "2"), ("{foo}x", "3"), ("baz", "5")]);
         let words = "mget foo bar {foo}x baz {bar}y foo";
-        let split = round_trip("MGET", words, &every_word(7), &data);
+        let split = round_trip("MGET", &argv(words), &every_word(7), &data);
         // Parts in the order their slots first appear, the client's spelling of the name kept.
         assert_eq!(
             commands(&split),
@@ -294,7 +294,7 @@ mod tests {
         let data = keyspace(&[("bar", "old"), ("baz", "old")]);
         let split = round_trip(
             "MSET",
-            "MSET foo 1 bar 2 {foo}x 3 baz 4 foo 5",
+            &argv("MSET foo 1 bar 2 {foo}x 3 baz 4 foo 5"),
             &every_other_word(11),
             &data,
         );
@@ -303,15 +303,30 @@ mod tests {
             texts(&["MSET", "foo", "1", "{foo}x", "3", "foo", "5"]),
             "pairs stay together, in order, so the last value of a repeated key wins"
         );
-        let split = round_trip("DEL", "DEL foo bar baz {bar}y bar", &every_word(6), &data);
+        let split = round_trip(
+            "DEL",
+            &argv("DEL foo bar baz {bar}y bar"),
+            &every_word(6),
+            &data,
+        );
         assert_eq!(split.parts().len(), 3);
-        round_trip("UNLINK", "UNLINK baz nothing bar", &every_word(4), &data);
+        round_trip(
+            "UNLINK",
+            &argv("UNLINK baz nothing bar"),
+            &every_word(4),
+            &data,
+        );
     }
 
     #[test]
     fn exists_counts_a_repeated_key_each_time_it_is_named() {
         let data = keyspace(&[("foo", "1"), ("bar", "2")]);
-        let split = round_trip("EXISTS", "EXISTS foo bar foo gone", &every_word(5), &data);
+        let split = round_trip(
+            "EXISTS",
+            &argv("EXISTS foo bar foo gone"),
+            &every_word(5),
+            &data,
+        );
         assert_eq!(
             split.merge(vec![
                 Frame::Integer(2),
@@ -320,7 +335,7 @@ mod tests {
             ])[..],
             b":3\r\n"[..]
         );
-        round_trip("TOUCH", "TOUCH foo bar foo", &every_word(4), &data);
+        round_trip("TOUCH", &argv("TOUCH foo bar foo"), &every_word(4), &data);
     }
 
     #[test]
@@ -437,6 +452,41 @@ mod tests {
                     prop_assert!(keys.iter().all(|key| Slot::of(key.as_bytes()) == slot));
                 }
                 other => prop_assert!(false, "{:?}", other),
+            }
+        }
+
+        #[test]
+        fn a_split_write_or_count_does_what_the_whole_command_does(
+            name in prop_oneof!["MSET", "DEL", "UNLINK", "EXISTS", "TOUCH"],
+            keys in proptest::collection::vec(key(), 1..30),
+            stored in proptest::collection::btree_map(key(), "[a-z]{1,3}", 0..20),
+        ) {
+            let data = Keyspace(
+                stored
+                    .iter()
+                    .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+                    .collect(),
+            );
+            let values: Vec<String> = (0..keys.len()).map(|at| format!("v{at}")).collect();
+            let mut argv: Vec<&[u8]> = vec![name.as_bytes()];
+            for (key, value) in keys.iter().zip(&values) {
+                argv.push(key.as_bytes());
+                if name == "MSET" {
+                    argv.push(value.as_bytes());
+                }
+            }
+            let positions = match name.as_str() {
+                "MSET" => every_other_word(argv.len()),
+                _ => every_word(argv.len()),
+            };
+            let spans = keys
+                .iter()
+                .map(|key| Slot::of(key.as_bytes()))
+                .collect::<std::collections::HashSet<_>>()
+                .len();
+            if spans > 1 {
+                // Asserts the same reply and the same data both ways.
+                round_trip(&name, &argv, &positions, &data);
             }
         }
     }
