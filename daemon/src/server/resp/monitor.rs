@@ -108,7 +108,8 @@ fn line(at: SystemTime, addr: &str, argv: &[&[u8]]) -> String {
     line
 }
 
-fn quote(word: &[u8], out: &mut String) {
+/// `word` quoted and escaped as Redis's `sdscatrepr` writes it: printable ASCII kept.
+pub(super) fn quote(word: &[u8], out: &mut String) {
     out.push('"');
     for &byte in word {
         match byte {
