@@ -112,10 +112,15 @@ impl Daemon {
             }
             None => (config.lanes.clone(), None, None),
         };
-        let lanes_config = tollgate_lanes::LanesConfig {
+        let mut lanes_config = tollgate_lanes::LanesConfig {
             command_timeout: Some(config.resp.command_timeout),
             ..lanes_config
         };
+        if let Topology::Cluster { .. } = topology {
+            // A cluster has database 0 only; there the reserved prefix alone keeps the lease keys
+            // from clients (the lane users' key patterns exclude it, as everywhere).
+            lanes_config.leases.database = 0;
+        }
         let (lanes, lease_lanes) = open_checked_lanes(
             &topology,
             &lanes_config,

@@ -2,6 +2,7 @@
 //! on temporary sockets, and the real `tollgate` binary. One test binary keeps links fast.
 
 mod budgets;
+mod cluster;
 mod embedded_supervision;
 mod faults;
 mod foundation;

@@ -115,12 +115,13 @@ pub const ALWAYS_REFUSED: [&str; 15] = [
 ];
 
 /// What a lane's connections send on their own, whatever the policy: `HELLO` (with `AUTH` and
-/// `SETNAME`) to open, `PING` to probe; a TRANSACTION connection's `DISCARD`/`UNWATCH` to come back
+/// `SETNAME`) to open, `PING` to probe; on a cluster `ASKING` and the slot map's `CLUSTER SHARDS`
+/// (`SLOTS`, `INFO`); a TRANSACTION connection's `DISCARD`/`UNWATCH` to come back
 /// clean; the shared subscriber connection's unsubscribes when a channel's last local subscriber
 /// leaves.
 pub fn plumbing(lane: Lane) -> &'static [&'static str] {
     match lane {
-        Lane::Transaction => &["hello", "ping", "discard", "unwatch"],
+        Lane::Transaction => &["hello", "ping", "asking", "discard", "unwatch"],
         Lane::Pubsub => &[
             "hello",
             "ping",
@@ -128,7 +129,17 @@ pub fn plumbing(lane: Lane) -> &'static [&'static str] {
             "punsubscribe",
             "sunsubscribe",
         ],
-        Lane::Regular | Lane::Blocking | Lane::Script | Lane::Admin => &["hello", "ping"],
+        // On a cluster: ASKING before a command redirected to a slot being imported, and the
+        // slot map, which the REGULAR lane's user reads.
+        Lane::Regular => &[
+            "hello",
+            "ping",
+            "asking",
+            "cluster|shards",
+            "cluster|slots",
+            "cluster|info",
+        ],
+        Lane::Blocking | Lane::Script | Lane::Admin => &["hello", "ping", "asking"],
     }
 }
 

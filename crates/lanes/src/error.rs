@@ -42,6 +42,12 @@ pub enum LaneError {
     Unavailable { reason: String },
     #[error("lanes are closed (daemon shutting down)")]
     Closed,
+    /// The cluster still redirected the command after this many redirects; Redis ran none of the
+    /// attempts (a redirect is a refusal up front).
+    #[error(
+        "the cluster still redirects this command after {redirects} redirects (not run): {last}"
+    )]
+    Redirected { redirects: usize, last: String },
 }
 
 /// Sending a command failed.
@@ -94,4 +100,11 @@ pub enum OpenError {
     PasswordWithoutUser { lane: Lane },
     #[error("a Sentinel topology needs at least one sentinel address")]
     NoSentinels,
+    #[error("a cluster topology needs at least one seed node address")]
+    NoSeeds,
+    #[error(
+        "`lanes.leases.database: {database}`: a Redis Cluster has only database 0; \
+         the lease keys' reserved prefix keeps them apart there"
+    )]
+    DatabaseInCluster { database: u32 },
 }

@@ -1,57 +1,46 @@
-//! `Lanes`: the six lanes built from the config, the one handle the rest of the daemon holds, and
-//! their shared lifecycle (open, drain, close exactly once).
+//! `Lanes`: the one handle the rest of the daemon holds on Redis, whatever the topology. One server
+//! (standalone, or a Sentinel group's master) has one [`Node`] of six lanes; a cluster has one per
+//! master, and every call names the [`Route`] that picks it (keyless callers may say `Any`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use parking_lot::Mutex;
 use prometheus_client::registry::Registry;
-use tokio::task::JoinSet;
-use tokio::time::Instant;
 use tollgate_model::{Exclusive, Lane, Multiplexed, Protocol};
 
 use crate::budget::Budget;
-use crate::config::{LaneSettings, LanesConfig};
-use crate::connector::{Connector, Credentials};
+use crate::channel::{Channel, Route};
+use crate::cluster::{self, ClusterChannel, ClusterLanes};
+use crate::config::LanesConfig;
 use crate::error::{CallError, LaneError, OpenError};
-use crate::exclusive::{Borrowed, ExclusiveLane};
-use crate::kill;
-use crate::life::Life;
-use crate::locator::Locator;
-use crate::metrics::{Families, LaneMetrics, Rejection};
-use crate::multiplex::{Channel, MultiplexedLane};
+use crate::exclusive::Borrowed;
+use crate::locator::Server;
+use crate::metrics::Families;
+use crate::node::{Node, Owner};
 use crate::pubsub::{PubSubLane, Subscription, SubscriptionKind};
-use crate::status::{LaneFacts, LaneStatus, LanesStatus, Sharing};
-use crate::Topology;
+use crate::reply::Reply;
+use crate::status::LanesStatus;
+use crate::{Slot, Splitting, Topology};
 
 /// The daemon's only way to Redis. Cheap to clone; all clones share the same lanes.
 #[derive(Clone)]
 pub struct Lanes(Arc<Inner>);
 
 struct Inner {
-    regular: Arc<MultiplexedLane>,
-    script: Arc<MultiplexedLane>,
-    /// SCRIPT's connection for kills (see `kill`); `None` for the lease service's lanes.
-    kills: Option<Arc<MultiplexedLane>>,
-    blocking: Arc<ExclusiveLane>,
-    transaction: Arc<ExclusiveLane>,
-    admin: Arc<ExclusiveLane>,
-    pubsub: Arc<PubSubLane>,
-    pubsub_metrics: LaneMetrics,
-    settings: Vec<LaneSettings>,
-    connectors: Vec<Arc<Connector>>,
-    life: Arc<Life>,
-    drivers: Mutex<JoinSet<()>>,
+    nodes: Nodes,
+    /// The command timeout of the multiplexed lanes, for channels' sends without their own.
+    regular_timeout: Option<Duration>,
+    script_timeout: Option<Duration>,
     closed: tokio::sync::Mutex<bool>,
 }
 
-impl Drop for Inner {
-    /// The last handle is gone without `close`: stop the drivers rather than leak them.
-    fn drop(&mut self) {
-        self.life.start_draining();
-        self.life.kill();
-    }
+enum Nodes {
+    One(Node),
+    Cluster {
+        lanes: Arc<ClusterLanes>,
+        split: Splitting,
+    },
 }
 
 /// How a call to [`Lanes::close`] ended.
@@ -65,53 +54,13 @@ pub enum CloseOutcome {
     AlreadyClosed,
 }
 
-/// The subscriber side of the PUBSUB lane.
-#[derive(Clone)]
-pub struct PubSub(Arc<PubSubLane>);
-
-impl PubSub {
-    /// Subscribes to `name`, buffering at most `capacity` undelivered messages; resolves once Redis
-    /// has confirmed the subscription.
-    pub async fn subscribe(
-        &self,
-        kind: SubscriptionKind,
-        name: Bytes,
-        capacity: usize,
-    ) -> Result<Subscription, LaneError> {
-        self.0.subscribe(kind, name, capacity, None).await
-    }
-
-    /// [`PubSub::subscribe`], with every message counted against `budget` from its fan-out until
-    /// the subscriber takes it ([`Subscription::recv_held`]); a message the budget refuses ends
-    /// the subscription ([`SubscriptionEnded::OverBudget`](crate::SubscriptionEnded::OverBudget)).
-    pub async fn subscribe_charged(
-        &self,
-        kind: SubscriptionKind,
-        name: Bytes,
-        capacity: usize,
-        budget: Arc<dyn Budget>,
-    ) -> Result<Subscription, LaneError> {
-        self.0.subscribe(kind, name, capacity, Some(budget)).await
-    }
-
-    /// How many local subscribers `name` has, when the daemon's subscription to it is active in
-    /// Redis: Redis counts the daemon's one connection for all of them.
-    pub fn local_subscribers(&self, kind: SubscriptionKind, name: Bytes) -> Option<usize> {
-        self.0.local_subscribers(kind, name)
-    }
-
-    /// Resolves once Redis no longer counts the daemon as subscribed to `name`, after the
-    /// subscription dropped was its last local one (at once otherwise); bounded by the lane's
-    /// confirmation timeout. An unsubscribing client is answered after this, as Redis answers it
-    /// after it stopped counting the client.
-    pub async fn unsubscribed(&self, kind: SubscriptionKind, name: Bytes) {
-        self.0.unsubscribed(kind, name).await
-    }
-
-    /// Every active pattern subscription, with its number of local subscribers.
-    pub fn patterns(&self) -> Vec<(Bytes, usize)> {
-        self.0.patterns()
-    }
+/// What the lanes know of the cluster behind them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// One server: every route leads to it.
+    Single,
+    /// A Redis Cluster: commands go to their slot's master.
+    Cluster(Splitting),
 }
 
 impl Lanes {
@@ -147,233 +96,172 @@ impl Lanes {
         owner: Owner,
         registry: &mut Registry,
     ) -> Result<Lanes, OpenError> {
-        let database = match owner {
-            Owner::Clients => None,
-            Owner::Leases { database } => database,
-        };
-        if let Topology::Sentinel { sentinels, .. } = topology {
-            if sentinels.is_empty() {
-                return Err(OpenError::NoSentinels);
-            }
-        }
         let families = Families::register(registry);
-        let life = Arc::new(Life::new());
-        let mut drivers = JoinSet::new();
-        let locator = Arc::new(Locator::start(topology, &life, &mut drivers));
-        let mut settings = Vec::new();
-        let mut connectors = Vec::new();
-        let mut parts = Vec::new();
-        let mut kills = None;
-        for lane in Lane::ALL {
-            let lane_settings = config.settings(lane);
-            let credentials = credentials(&lane_settings)?;
-            let metrics = families.lane(lane);
-            let connector = |credentials, name: &str| {
-                Connector::new(
-                    name,
-                    locator.clone(),
-                    credentials,
-                    database,
-                    config.server_uid,
-                    metrics.clone(),
-                )
-            };
-            // The kill connection has a connector of its own: its warming pings, failing while
-            // Redis is away, must not hold SCRIPT's other connections in backoff.
-            if lane == Lane::Script && owner == Owner::Clients {
-                let name = format!("tollgate-{}-kill", lane.as_str());
-                let connector = Arc::new(connector(credentials.clone(), &name));
-                kills = Some(kill::start(
-                    &lane_settings,
-                    connector,
-                    metrics.clone(),
-                    &life,
-                    &mut drivers,
-                ));
+        let nodes = match topology {
+            Topology::Standalone(endpoint) => Nodes::One(Node::open(
+                &Server::Fixed(endpoint.clone()),
+                config,
+                owner,
+                &families,
+            )?),
+            Topology::Sentinel { sentinels, .. } if sentinels.is_empty() => {
+                return Err(OpenError::NoSentinels)
             }
-            let name = format!("tollgate-{}", lane.as_str());
-            parts.push((
-                lane_settings.clone(),
-                connector(credentials, &name),
-                metrics,
-            ));
-            settings.push(lane_settings);
-        }
-        let mut parts = parts.into_iter();
-        let mut next = || parts.next().expect("one part per lane, in Lane::ALL order");
-        let regular = multiplexed(next(), &life, None, &mut drivers);
-        let blocking = exclusive(next(), &life);
-        let transaction = exclusive(next(), &life);
-        let script = multiplexed(next(), &life, kills.clone(), &mut drivers);
-        let (pubsub_settings, pubsub_connector, pubsub_metrics) = next();
-        let admin = exclusive(next(), &life);
-        connectors.extend([
-            regular.connector.clone(),
-            blocking.connector.clone(),
-            transaction.connector.clone(),
-            script.connector.clone(),
-        ]);
-        let pubsub_connector = Arc::new(pubsub_connector);
-        connectors.push(pubsub_connector.clone());
-        connectors.push(admin.connector.clone());
-        let pubsub = PubSubLane::start(
-            pubsub_settings.connections,
-            pubsub_settings.acquire_timeout,
-            pubsub_connector,
-            pubsub_metrics.clone(),
-            life.clone(),
-            &mut drivers,
-        );
+            Topology::Sentinel { master, sentinels } => Nodes::One(Node::open(
+                &Server::Sentinel {
+                    master: master.clone(),
+                    sentinels: sentinels.clone(),
+                },
+                config,
+                owner,
+                &families,
+            )?),
+            Topology::Cluster { seeds, split } => Nodes::Cluster {
+                lanes: ClusterLanes::open(seeds, config, owner, families)?,
+                split: *split,
+            },
+        };
         Ok(Lanes(Arc::new(Inner {
-            regular,
-            script,
-            kills,
-            blocking,
-            transaction,
-            admin,
-            pubsub,
-            pubsub_metrics,
-            settings,
-            connectors,
-            life,
-            drivers: Mutex::new(drivers),
+            nodes,
+            regular_timeout: config.settings(Lane::Regular).command_timeout,
+            script_timeout: config.settings(Lane::Script).command_timeout,
             closed: tokio::sync::Mutex::new(false),
         })))
     }
 
-    /// A channel on a multiplexed lane (REGULAR or SCRIPT), on the connection the lane picks: the
-    /// first with room, so work is packed on few connections and batched. RESP2.
+    /// Whether these lanes lead to one server or to a cluster.
+    pub fn shape(&self) -> Shape {
+        match &self.0.nodes {
+            Nodes::One(_) => Shape::Single,
+            Nodes::Cluster { split, .. } => Shape::Cluster(*split),
+        }
+    }
+
+    /// A channel on a multiplexed lane (REGULAR or SCRIPT): on one server, the connection the lane
+    /// picks (the first with room, so work is packed on few connections and batched); on a
+    /// cluster, such a connection on each node the channel's commands are routed to. RESP2.
     pub fn multiplexed(&self, lane: Multiplexed) -> Result<Channel, LaneError> {
         self.multiplexed_speaking(lane, Protocol::Resp2)
     }
 
-    /// [`Lanes::multiplexed`] on a connection speaking `protocol`, for a client that speaks it.
+    /// [`Lanes::multiplexed`] on connections speaking `protocol`, for a client that speaks it.
     pub fn multiplexed_speaking(
         &self,
         lane: Multiplexed,
         protocol: Protocol,
     ) -> Result<Channel, LaneError> {
-        let pool = match lane {
-            Multiplexed::Regular => &self.0.regular,
-            Multiplexed::Script => &self.0.script,
+        let timeout = match lane {
+            Multiplexed::Regular => self.0.regular_timeout,
+            Multiplexed::Script => self.0.script_timeout,
         };
-        if !self.0.life.is_open() {
-            pool.metrics.reject(Rejection::Closed);
-            return Err(LaneError::Closed);
-        }
-        Ok(pool.channel(protocol))
+        Ok(match &self.0.nodes {
+            Nodes::One(node) => Channel::node(node.multiplexed_speaking(lane, protocol)?, timeout),
+            Nodes::Cluster { lanes, .. } => {
+                Channel::cluster(ClusterChannel::new(lanes.clone(), lane, protocol), timeout)
+            }
+        })
     }
 
-    /// Borrows one connection of an exclusive lane (BLOCKING, TRANSACTION or ADMIN), waiting in line
-    /// up to the lane's acquire timeout. RESP2.
+    /// Borrows one connection of an exclusive lane (BLOCKING, TRANSACTION or ADMIN) of any master,
+    /// waiting in line up to the lane's acquire timeout. RESP2.
     pub async fn borrow(&self, lane: Exclusive) -> Result<Borrowed, LaneError> {
-        self.borrow_speaking(lane, Protocol::Resp2).await
-    }
-
-    /// [`Lanes::borrow`], the connection speaking `protocol`, for a client that speaks it.
-    pub async fn borrow_speaking(
-        &self,
-        lane: Exclusive,
-        protocol: Protocol,
-    ) -> Result<Borrowed, LaneError> {
-        self.borrow_within_share(lane, protocol, None).await
-    }
-
-    /// [`Lanes::borrow_speaking`] for a client of `principal`, which may hold at most its share of
-    /// the lane's connections at once (`lanes.<lane>.per_principal`); past it the borrower waits
-    /// for one of its own to come back, up to the acquire timeout.
-    pub async fn borrow_for(
-        &self,
-        lane: Exclusive,
-        protocol: Protocol,
-        principal: &str,
-    ) -> Result<Borrowed, LaneError> {
-        self.borrow_within_share(lane, protocol, Some(principal))
+        self.borrow_at(Route::Any, lane, Protocol::Resp2, None)
             .await
     }
 
-    async fn borrow_within_share(
+    /// [`Lanes::borrow`] on `route`'s node, speaking `protocol`; for a client of `principal`, which
+    /// may hold at most its share of the lane's connections at once (`lanes.<lane>.per_principal`;
+    /// past it the borrower waits for one of its own to come back, up to the acquire timeout).
+    pub async fn borrow_at(
         &self,
+        route: Route,
         lane: Exclusive,
         protocol: Protocol,
         principal: Option<&str>,
     ) -> Result<Borrowed, LaneError> {
-        let pool = match lane {
-            Exclusive::Blocking => &self.0.blocking,
-            Exclusive::Transaction => &self.0.transaction,
-            Exclusive::Admin => &self.0.admin,
-        };
-        pool.borrow(protocol, principal).await
+        match &self.0.nodes {
+            Nodes::One(node) => node.borrow(lane, protocol, principal).await,
+            Nodes::Cluster { lanes, .. } => {
+                let target = lanes.target(&route).await?;
+                lanes.node(&target)?.borrow(lane, protocol, principal).await
+            }
+        }
+    }
+
+    /// Runs `command` alone on a borrowed connection of `lane` on `route`'s node (given back clean
+    /// afterwards), following a cluster's redirects.
+    pub async fn run_lent(
+        &self,
+        route: Route,
+        lane: Exclusive,
+        protocol: Protocol,
+        principal: &str,
+        command: Bytes,
+        deadline: Option<Duration>,
+    ) -> Result<Reply, CallError> {
+        match &self.0.nodes {
+            Nodes::One(node) => {
+                let mut conn = node.borrow(lane, protocol, Some(principal)).await?;
+                let reply = conn.send_within(command, deadline).await;
+                conn.release().await;
+                reply
+            }
+            Nodes::Cluster { lanes, .. } => {
+                let principal = Some(principal);
+                cluster::run_lent(lanes, route, lane, protocol, principal, command, deadline).await
+            }
+        }
+    }
+
+    /// The master of every shard, in a stable order, for a command every master must run (one
+    /// server: that server alone).
+    pub async fn masters(&self) -> Result<Vec<Route>, LaneError> {
+        match &self.0.nodes {
+            Nodes::One(_) => Ok(vec![Route::Any]),
+            Nodes::Cluster { lanes, .. } => Ok(lanes
+                .masters()
+                .await?
+                .into_iter()
+                .map(Route::Node)
+                .collect()),
+        }
+    }
+
+    /// [`Lanes::masters`] by the slot map in hand, without waiting: `None` before the first map.
+    pub fn masters_now(&self) -> Option<Vec<Route>> {
+        match &self.0.nodes {
+            Nodes::One(_) => Some(vec![Route::Any]),
+            Nodes::Cluster { lanes, .. } => {
+                Some(lanes.masters_now()?.into_iter().map(Route::Node).collect())
+            }
+        }
     }
 
     pub fn pubsub(&self) -> PubSub {
-        PubSub(self.0.pubsub.clone())
+        PubSub(self.clone())
     }
 
-    /// One PING over the REGULAR lane within `timeout`: can the daemon reach Redis as its users?
+    /// One PING over the REGULAR lane of any master within `timeout`: can the daemon reach Redis
+    /// as its users?
     pub async fn ping(&self, timeout: Duration) -> Result<(), CallError> {
-        let channel = self.multiplexed(Multiplexed::Regular)?;
-        let reply = tokio::time::timeout(
-            timeout,
-            channel.send(Bytes::from_static(b"*1\r\n$4\r\nPING\r\n")),
-        )
-        .await
-        .map_err(|_| CallError::Indeterminate {
-            reason: format!("no reply to PING within {timeout:?}"),
-        })??;
-        if reply.is_error() {
-            return Err(CallError::NotSent(LaneError::Unavailable {
-                reason: String::from_utf8_lossy(reply.bytes().trim_ascii_end()).into_owned(),
-            }));
-        }
-        Ok(())
+        let node = match &self.0.nodes {
+            Nodes::One(node) => node.clone(),
+            Nodes::Cluster { lanes, .. } => {
+                let target = tokio::time::timeout(timeout, lanes.target(&Route::Any))
+                    .await
+                    .map_err(|_| CallError::Indeterminate {
+                        reason: format!("no slot map from the cluster within {timeout:?}"),
+                    })??;
+                lanes.node(&target)?
+            }
+        };
+        node.ping(timeout).await
     }
 
     pub fn status(&self) -> LanesStatus {
-        let inner = &self.0;
-        let lanes = inner
-            .settings
-            .iter()
-            .zip(&inner.connectors)
-            .map(|(settings, connector)| {
-                let (sharing, metrics, max_in_flight) = match settings.lane {
-                    Lane::Regular => (
-                        Sharing::Multiplexed,
-                        &inner.regular.metrics,
-                        Some(settings.in_flight),
-                    ),
-                    Lane::Script => (
-                        Sharing::Multiplexed,
-                        &inner.script.metrics,
-                        Some(settings.in_flight),
-                    ),
-                    Lane::Blocking => (Sharing::Exclusive, &inner.blocking.metrics, None),
-                    Lane::Transaction => (Sharing::Exclusive, &inner.transaction.metrics, None),
-                    Lane::Admin => (Sharing::Exclusive, &inner.admin.metrics, None),
-                    Lane::Pubsub => (Sharing::Shared, &inner.pubsub_metrics, None),
-                };
-                // A multiplexed lane has its `connections` per protocol (see `multiplex`), and
-                // SCRIPT one more per protocol for kills.
-                let kills = Protocol::ALL.len()
-                    * usize::from(settings.lane == Lane::Script && inner.kills.is_some());
-                let max_connections = match sharing {
-                    Sharing::Multiplexed => settings.connections * Protocol::ALL.len() + kills,
-                    Sharing::Exclusive | Sharing::Shared => settings.connections,
-                };
-                LaneStatus::new(LaneFacts {
-                    lane: settings.lane,
-                    sharing,
-                    user: settings.user.as_deref(),
-                    max_connections,
-                    max_in_flight,
-                    metrics,
-                    unavailable: connector.outage(),
-                })
-            })
-            .collect();
-        LanesStatus {
-            state: inner.life.state(),
-            lanes,
+        match &self.0.nodes {
+            Nodes::One(node) => node.status(),
+            Nodes::Cluster { lanes, .. } => lanes.status().unwrap_or_else(LanesStatus::unopened),
         }
     }
 
@@ -386,104 +274,102 @@ impl Lanes {
             return CloseOutcome::AlreadyClosed;
         }
         *closed = true;
-        let inner = &self.0;
-        let deadline = Instant::now() + drain;
-        inner.life.start_draining();
-        for pool in [&inner.regular, &inner.script]
-            .into_iter()
-            .chain(inner.kills.as_ref())
-        {
-            pool.close_gate();
+        match &self.0.nodes {
+            Nodes::One(node) => node.close(drain).await,
+            Nodes::Cluster { lanes, .. } => lanes.close(drain).await,
         }
-        for pool in [&inner.blocking, &inner.transaction, &inner.admin] {
-            pool.close_gate();
+    }
+
+    /// The lane of `kind`'s subscriptions to `name`: the shard's master for a sharded one, the
+    /// first master for the others (a cluster delivers them on every node).
+    async fn pubsub_lane(
+        &self,
+        kind: SubscriptionKind,
+        name: &[u8],
+    ) -> Result<Arc<PubSubLane>, LaneError> {
+        match &self.0.nodes {
+            Nodes::One(node) => Ok(node.pubsub().clone()),
+            Nodes::Cluster { lanes, .. } => {
+                let target = lanes.target(&pubsub_route(kind, name)).await?;
+                Ok(lanes.node(&target)?.pubsub().clone())
+            }
         }
-        let mut drivers = std::mem::take(&mut *inner.drivers.lock());
-        let drained = tokio::time::timeout_at(deadline, async {
-            inner.life.all_returned().await;
-            while drivers.join_next().await.is_some() {}
-        })
-        .await
-        .is_ok();
-        if !drained {
-            tracing::warn!(
-                ?drain,
-                "lanes did not drain in time; closing what is still in use"
-            );
-            inner.life.kill();
-            while drivers.join_next().await.is_some() {}
-        }
-        for pool in [&inner.blocking, &inner.transaction, &inner.admin] {
-            pool.close_idle();
-        }
-        inner.life.mark_closed();
-        if drained {
-            CloseOutcome::Drained
-        } else {
-            CloseOutcome::Forced
+    }
+
+    /// [`Lanes::pubsub_lane`] without waiting: `None` before a slot map, or when the node was never
+    /// subscribed to.
+    fn pubsub_lane_now(&self, kind: SubscriptionKind, name: &[u8]) -> Option<Arc<PubSubLane>> {
+        match &self.0.nodes {
+            Nodes::One(node) => Some(node.pubsub().clone()),
+            Nodes::Cluster { lanes, .. } => {
+                let target = lanes.target_now(&pubsub_route(kind, name))?;
+                lanes.opened_node(&target).map(|node| node.pubsub().clone())
+            }
         }
     }
 }
 
-fn credentials(settings: &LaneSettings) -> Result<Option<Credentials>, OpenError> {
-    let lane = settings.lane;
-    let password = match &settings.password_file {
-        None => String::new(),
-        Some(path) => std::fs::read_to_string(path)
-            .map_err(|source| OpenError::PasswordFile {
-                lane,
-                path: path.clone(),
-                source,
-            })?
-            .lines()
-            .next()
+fn pubsub_route(kind: SubscriptionKind, name: &[u8]) -> Route {
+    match kind {
+        SubscriptionKind::Shard => Route::Slot(Slot::of(name)),
+        SubscriptionKind::Channel | SubscriptionKind::Pattern => Route::Any,
+    }
+}
+
+/// The subscriber side of the PUBSUB lane.
+#[derive(Clone)]
+pub struct PubSub(Lanes);
+
+impl PubSub {
+    /// Subscribes to `name`, buffering at most `capacity` undelivered messages; resolves once Redis
+    /// has confirmed the subscription.
+    pub async fn subscribe(
+        &self,
+        kind: SubscriptionKind,
+        name: Bytes,
+        capacity: usize,
+    ) -> Result<Subscription, LaneError> {
+        let lane = self.0.pubsub_lane(kind, &name).await?;
+        lane.subscribe(kind, name, capacity, None).await
+    }
+
+    /// [`PubSub::subscribe`], with every message counted against `budget` from its fan-out until
+    /// the subscriber takes it ([`Subscription::recv_held`]); a message the budget refuses ends
+    /// the subscription ([`SubscriptionEnded::OverBudget`](crate::SubscriptionEnded::OverBudget)).
+    pub async fn subscribe_charged(
+        &self,
+        kind: SubscriptionKind,
+        name: Bytes,
+        capacity: usize,
+        budget: Arc<dyn Budget>,
+    ) -> Result<Subscription, LaneError> {
+        let lane = self.0.pubsub_lane(kind, &name).await?;
+        lane.subscribe(kind, name, capacity, Some(budget)).await
+    }
+
+    /// How many local subscribers `name` has, when the daemon's subscription to it is active in
+    /// Redis: Redis counts the daemon's one connection for all of them.
+    pub fn local_subscribers(&self, kind: SubscriptionKind, name: Bytes) -> Option<usize> {
+        self.0
+            .pubsub_lane_now(kind, &name)?
+            .local_subscribers(kind, name)
+    }
+
+    /// Resolves once Redis no longer counts the daemon as subscribed to `name`, after the
+    /// subscription dropped was its last local one (at once otherwise); bounded by the lane's
+    /// confirmation timeout. An unsubscribing client is answered after this, as Redis answers it
+    /// after it stopped counting the client.
+    pub async fn unsubscribed(&self, kind: SubscriptionKind, name: Bytes) {
+        if let Some(lane) = self.0.pubsub_lane_now(kind, &name) {
+            lane.unsubscribed(kind, name).await
+        }
+    }
+
+    /// Every active pattern subscription, with its number of local subscribers.
+    pub fn patterns(&self) -> Vec<(Bytes, usize)> {
+        self.0
+            .pubsub_lane_now(SubscriptionKind::Pattern, b"")
+            .map(|lane| lane.patterns())
             .unwrap_or_default()
-            .to_owned(),
-    };
-    match (&settings.user, &settings.password_file) {
-        (Some(user), _) => Ok(Some(Credentials {
-            user: user.clone(),
-            password,
-        })),
-        (None, Some(_)) => Err(OpenError::PasswordWithoutUser { lane }),
-        (None, None) => Ok(None),
     }
-}
-
-type Part = (LaneSettings, Connector, LaneMetrics);
-
-fn multiplexed(
-    part: Part,
-    life: &Arc<Life>,
-    kills: Option<Arc<MultiplexedLane>>,
-    drivers: &mut JoinSet<()>,
-) -> Arc<MultiplexedLane> {
-    let (settings, connector, metrics) = part;
-    MultiplexedLane::start(
-        &settings,
-        Arc::new(connector),
-        metrics,
-        life.clone(),
-        kills,
-        drivers,
-    )
-}
-
-/// Whose lanes these are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Owner {
-    /// The clients': SCRIPT keeps a connection for kills.
-    Clients,
-    /// The lease service's, in its database (`None`: database 0).
-    Leases { database: Option<u32> },
-}
-
-fn exclusive(part: Part, life: &Arc<Life>) -> Arc<ExclusiveLane> {
-    let (settings, connector, metrics) = part;
-    Arc::new(ExclusiveLane::new(
-        &settings,
-        Arc::new(connector),
-        metrics,
-        life.clone(),
-    ))
 }

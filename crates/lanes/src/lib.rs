@@ -8,6 +8,7 @@
 mod acl;
 mod budget;
 mod busy;
+mod channel;
 mod cluster;
 mod config;
 mod conn;
@@ -23,6 +24,7 @@ mod life;
 mod locator;
 mod metrics;
 mod multiplex;
+mod node;
 mod pubsub;
 mod quiet;
 mod reach;
@@ -38,14 +40,14 @@ pub use acl::{
     ALWAYS_REFUSED, LEASE_USER,
 };
 pub use budget::{Budget, Held, OverBudget};
+pub use channel::{Channel, Route, SendFuture};
 pub use cluster::{Slot, SLOT_COUNT};
 pub use config::{LaneOverrides, LaneSettings, LanesConfig, LeaseConnections, ZeroSetting};
 pub use error::{CallError, Delivery, LaneError, OpenError, Saturation};
 pub use exclusive::Borrowed;
 pub use grants::LaneGrants;
-pub use lanes::{CloseOutcome, Lanes, PubSub};
+pub use lanes::{CloseOutcome, Lanes, PubSub, Shape};
 pub use life::LifeState;
-pub use multiplex::{Channel, SendFuture};
 pub use pubsub::{Message, Subscription, SubscriptionEnded, SubscriptionKind};
 pub use quiet::Quiet;
 pub use reach::{
@@ -54,4 +56,6 @@ pub use reach::{
 pub use reply::Reply;
 pub use status::{LaneStatus, LanesStatus, Rejections, Sharing};
 pub use tollgate_model::{Exclusive, Lane, Multiplexed, Protocol};
-pub use topology::{Endpoint, InvalidEndpoint, InvalidRedisConfig, RedisConfig, Topology};
+pub use topology::{
+    Endpoint, InvalidEndpoint, InvalidRedisConfig, RedisConfig, Splitting, Topology,
+};

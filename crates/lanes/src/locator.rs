@@ -12,7 +12,7 @@ use tollgate_resp::Frame;
 
 use crate::life::Life;
 use crate::stream::{ExchangeError, Stream};
-use crate::{Endpoint, Topology};
+use crate::Endpoint;
 
 /// How long one exchange with a sentinel may take.
 const SENTINEL_TIMEOUT: Duration = Duration::from_secs(1);
@@ -68,14 +68,26 @@ pub(crate) struct Locator {
     _fixed: Option<watch::Sender<Located>>,
 }
 
+/// The one server a [`Node`](crate::node::Node)'s lanes talk to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Server {
+    /// At a fixed address: a standalone server, or one master of a cluster.
+    Fixed(Endpoint),
+    /// The master of a Sentinel group, wherever the sentinels say it is.
+    Sentinel {
+        master: String,
+        sentinels: Vec<Endpoint>,
+    },
+}
+
 impl Locator {
     pub(crate) fn start(
-        topology: &Topology,
+        server: &Server,
         life: &std::sync::Arc<Life>,
         drivers: &mut JoinSet<()>,
     ) -> Locator {
-        match topology {
-            Topology::Standalone(endpoint) => {
+        match server {
+            Server::Fixed(endpoint) => {
                 let (fixed, current) = watch::channel(Located {
                     master: Some(endpoint.clone()),
                     generation: 0,
@@ -86,7 +98,7 @@ impl Locator {
                     _fixed: Some(fixed),
                 }
             }
-            Topology::Sentinel { master, sentinels } => {
+            Server::Sentinel { master, sentinels } => {
                 let (sender, current) = watch::channel(Located {
                     master: None,
                     generation: 0,

@@ -1,5 +1,5 @@
 //! REGULAR and SCRIPT: commands from many callers pipelined over a few long-lived connections. Each
-//! connection has a driver task; `Channel::send` queues the command for that driver synchronously, so
+//! connection has a driver task; `NodeChannel::send` queues the command for that driver synchronously, so
 //! the commands one caller sends in order are written in order. A connection keeps one write
 //! unanswered at a time and gathers what arrives meanwhile into the next; callers are packed on the
 //! first connections with room. Commands in flight per lane are capped by the lane's gate; the number
@@ -42,6 +42,9 @@ use crate::metrics::{LaneMetrics, Rejection};
 use crate::quiet::Quiet;
 use crate::reply::{reply_limits, Next, Reply, ReplyReader};
 use crate::stream::Stream;
+
+/// `ASKING`, encoded.
+const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
 
 /// How many bytes of queued commands one write may gather.
 const MAX_BATCH: usize = 64 * 1024;
@@ -99,9 +102,9 @@ impl Slot {
 }
 
 /// A handle on one pooled connection of a multiplexed lane; cheap to clone. A client session keeps one
-/// so that its pipeline stays in order.
+/// per node so that its pipeline stays in order (see [`crate::Channel`]).
 #[derive(Clone)]
-pub struct Channel {
+pub(crate) struct NodeChannel {
     slot: Arc<Slot>,
     lane: Arc<MultiplexedLane>,
     /// What this channel's replies are counted against while they wait for their caller.
@@ -110,6 +113,8 @@ pub struct Channel {
 
 struct Request {
     command: Bytes,
+    /// Replies to drop before this command's own: those of an `ASKING` written just before it.
+    preamble: usize,
     reply: ReplySender,
     budget: Option<Arc<dyn Budget>>,
     since: Instant,
@@ -158,6 +163,8 @@ impl Drop for Ticket {
 /// A command written to Redis whose reply is owed.
 struct InFlight {
     reply: ReplySender,
+    /// Replies still to drop before this command's own ([`Request::preamble`]).
+    preamble: usize,
     deadline: Option<Duration>,
     budget: Option<Arc<dyn Budget>>,
     permit: Permit,
@@ -188,21 +195,21 @@ impl InFlight {
     }
 }
 
-/// The reply to one [`Channel::send`].
-pub struct SendFuture(SendState);
+/// The reply to one [`NodeChannel::send`].
+pub(crate) struct NodeSend(SendState);
 
 enum SendState {
     Done(Option<Result<Reply, CallError>>),
     Waiting(oneshot::Receiver<Delivery>),
 }
 
-impl Future for SendFuture {
+impl Future for NodeSend {
     type Output = Result<Reply, CallError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match &mut self.0 {
             SendState::Done(outcome) => {
-                Poll::Ready(outcome.take().expect("SendFuture polled after completion"))
+                Poll::Ready(outcome.take().expect("NodeSend polled after completion"))
             }
             // Taken, the reply no longer counts against the lane's hold: its caller counts it now.
             SendState::Waiting(receiver) => Pin::new(receiver).poll(cx).map(|delivery| {
@@ -283,8 +290,8 @@ impl MultiplexedLane {
     }
 
     /// A channel on the connection [`MultiplexedLane::pick`] names for `protocol`.
-    pub(crate) fn channel(self: &Arc<Self>, protocol: Protocol) -> Channel {
-        Channel {
+    pub(crate) fn channel(self: &Arc<Self>, protocol: Protocol) -> NodeChannel {
+        NodeChannel {
             slot: self.pick(protocol).clone(),
             lane: self.clone(),
             budget: None,
@@ -320,20 +327,20 @@ impl MultiplexedLane {
     }
 }
 
-impl Channel {
-    pub fn lane(&self) -> Lane {
+impl NodeChannel {
+    pub(crate) fn lane(&self) -> Lane {
         self.lane.lane
     }
 
     /// Counts the replies to this channel's commands against `budget` while they wait to be taken.
-    pub fn charged_to(mut self, budget: Arc<dyn Budget>) -> Channel {
+    pub(crate) fn charged_to(mut self, budget: Arc<dyn Budget>) -> NodeChannel {
         self.budget = Some(budget);
         self
     }
 
     /// Moves the channel to the connection a new channel would get. Only for a caller with nothing
     /// in flight on it: commands sent on different connections may be answered out of order.
-    pub fn repick(&mut self) {
+    pub(crate) fn repick(&mut self) {
         let slot = self.lane.pick(self.slot.protocol);
         if !Arc::ptr_eq(slot, &self.slot) {
             self.slot = slot.clone();
@@ -342,16 +349,34 @@ impl Channel {
 
     /// Queues `command` (one encoded command) for writing now, with the lane's command timeout; the
     /// future resolves to its reply.
-    pub fn send(&self, command: Bytes) -> SendFuture {
+    pub(crate) fn send(&self, command: Bytes) -> NodeSend {
         self.send_within(command, self.lane.command_timeout)
     }
 
-    /// [`Channel::send`] with the command's own deadline (`None`: none), counted from when Redis
+    /// [`NodeChannel::send`] with the command's own deadline (`None`: none), counted from when Redis
     /// could start on it: when it is the oldest command its connection owes a reply to. Past it the
     /// connection is closed and every command written on it fails as indeterminate.
-    pub fn send_within(&self, command: Bytes, deadline: Option<Duration>) -> SendFuture {
+    pub(crate) fn send_within(&self, command: Bytes, deadline: Option<Duration>) -> NodeSend {
+        self.send_prefixed(command, 0, deadline)
+    }
+
+    /// [`NodeChannel::send_within`] preceded by `ASKING` in the same write, so that nothing else is
+    /// written between them: the cluster's one-time redirect to a slot being imported.
+    pub(crate) fn send_asking(&self, command: &[u8], deadline: Option<Duration>) -> NodeSend {
+        let mut both = BytesMut::with_capacity(ASKING.len() + command.len());
+        both.extend_from_slice(ASKING);
+        both.extend_from_slice(command);
+        self.send_prefixed(both.freeze(), 1, deadline)
+    }
+
+    fn send_prefixed(
+        &self,
+        command: Bytes,
+        preamble: usize,
+        deadline: Option<Duration>,
+    ) -> NodeSend {
         if let Some(kills) = self.lane.kills.as_ref().filter(|_| busy::is_kill(&command)) {
-            let on_its_own = Channel {
+            let on_its_own = NodeChannel {
                 slot: kills.pick(self.slot.protocol).clone(),
                 lane: kills.clone(),
                 budget: self.budget.clone(),
@@ -361,7 +386,7 @@ impl Channel {
         let lane = &self.lane;
         if !lane.life.is_open() {
             lane.metrics.reject(Rejection::Closed);
-            return SendFuture(SendState::Done(Some(Err(CallError::NotSent(
+            return NodeSend(SendState::Done(Some(Err(CallError::NotSent(
                 LaneError::Closed,
             )))));
         }
@@ -369,7 +394,7 @@ impl Channel {
         if ahead >= lane.outstanding_cap {
             lane.metrics
                 .reject(Rejection::Saturated(Saturation::QueueFull));
-            return SendFuture(SendState::Done(Some(Err(CallError::NotSent(
+            return NodeSend(SendState::Done(Some(Err(CallError::NotSent(
                 LaneError::Saturated {
                     lane: lane.lane,
                     waited: std::time::Duration::ZERO,
@@ -380,6 +405,7 @@ impl Channel {
         let (reply, receiver) = oneshot::channel();
         let request = Request {
             command,
+            preamble,
             reply,
             budget: self.budget.clone(),
             since: Instant::now(),
@@ -387,8 +413,8 @@ impl Channel {
             ticket,
         };
         match self.slot.queue.send(request) {
-            Ok(()) => SendFuture(SendState::Waiting(receiver)),
-            Err(_) => SendFuture(SendState::Done(Some(Err(CallError::NotSent(
+            Ok(()) => NodeSend(SendState::Waiting(receiver)),
+            Err(_) => NodeSend(SendState::Done(Some(Err(CallError::NotSent(
                 LaneError::Closed,
             ))))),
         }
@@ -593,6 +619,7 @@ fn stage(
     // Registered before the bytes are written, so the reader always knows whose reply arrives.
     let _ = in_flight.send(InFlight {
         reply: request.reply,
+        preamble: request.preamble,
         deadline: request.deadline,
         budget: request.budget,
         permit,
@@ -684,6 +711,12 @@ fn hand_out(
         let Some(next) = replies.next(read)? else {
             break;
         };
+        if let Some(waiting) = current.as_mut().filter(|waiting| waiting.preamble > 0) {
+            // The reply to an `ASKING` written with the command: Redis answers it `+OK`, and the
+            // command's own reply says whether the redirect it asked for worked.
+            waiting.preamble -= 1;
+            continue;
+        }
         let outcome = match next {
             Next::Reply(reply) => Ok(reply),
             Next::TooLarge { limit } => Err(CallError::Indeterminate {

@@ -14,6 +14,16 @@ pub struct LanesStatus {
     pub lanes: Vec<LaneStatus>,
 }
 
+impl LanesStatus {
+    /// A cluster's lanes before any node's were opened: open, with no lanes yet.
+    pub(crate) fn unopened() -> Self {
+        LanesStatus {
+            state: LifeState::Open,
+            lanes: Vec::new(),
+        }
+    }
+}
+
 /// How a lane shares its connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -21,6 +21,13 @@ impl RedisConfig {
         }
     }
 
+    /// A Redis Cluster, learnt from `seeds`.
+    pub fn cluster(seeds: Vec<Endpoint>, split: Splitting) -> Self {
+        Self {
+            topology: Topology::Cluster { seeds, split },
+        }
+    }
+
     /// The master named `master`, found through `sentinels` and followed across failovers.
     pub fn sentinel(master: impl Into<String>, sentinels: Vec<Endpoint>) -> Self {
         Self {
@@ -36,13 +43,29 @@ impl RedisConfig {
     }
 }
 
-/// The section as written, before "exactly one of `address` and `sentinel`" is checked.
+/// The section as written, before "exactly one of `address`, `sentinel` and `cluster`" is checked.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RedisSection {
     /// `unix:/path/to/redis.sock` or `host:port`.
     address: Option<Endpoint>,
     sentinel: Option<SentinelSection>,
+    cluster: Option<ClusterSection>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClusterSection {
+    /// Seed nodes: any of the cluster's nodes; the slot map names the rest.
+    addresses: Vec<Endpoint>,
+    /// Whether MGET, MSET, DEL, UNLINK, EXISTS and TOUCH across slots are split per slot (not
+    /// atomic) rather than refused with CROSSSLOT.
+    #[serde(default = "split_by_default")]
+    split_multi_key: bool,
+}
+
+fn split_by_default() -> bool {
+    true
 }
 
 #[derive(Deserialize)]
@@ -58,15 +81,21 @@ struct SentinelSection {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum InvalidRedisConfig {
     #[error(
-        "set exactly one of `address` (one server) and `sentinel` (master and addresses), not both"
+        "set exactly one of `address` (one server), `sentinel` (master and addresses) and \
+         `cluster` (addresses), not several"
     )]
-    Both,
-    #[error("set one of `address` (one server) or `sentinel` (master and addresses)")]
+    Several,
+    #[error(
+        "set one of `address` (one server), `sentinel` (master and addresses) or `cluster` \
+         (addresses)"
+    )]
     Neither,
     #[error("`sentinel.master` must name the monitored master")]
     EmptyMaster,
     #[error("`sentinel.addresses` must list at least one sentinel")]
     NoSentinels,
+    #[error("`cluster.addresses` must list at least one node")]
+    NoSeeds,
 }
 
 impl<'de> Deserialize<'de> for RedisConfig {
@@ -100,19 +129,29 @@ impl TryFrom<RedisSection> for RedisConfig {
     type Error = InvalidRedisConfig;
 
     fn try_from(section: RedisSection) -> Result<Self, Self::Error> {
-        match (section.address, section.sentinel) {
-            (Some(_), Some(_)) => Err(InvalidRedisConfig::Both),
-            (None, None) => Err(InvalidRedisConfig::Neither),
-            (Some(address), None) => Ok(RedisConfig::standalone(address)),
-            (None, Some(sentinel)) if sentinel.master.trim().is_empty() => {
+        match (section.address, section.sentinel, section.cluster) {
+            (None, None, None) => Err(InvalidRedisConfig::Neither),
+            (Some(address), None, None) => Ok(RedisConfig::standalone(address)),
+            (None, Some(sentinel), None) if sentinel.master.trim().is_empty() => {
                 Err(InvalidRedisConfig::EmptyMaster)
             }
-            (None, Some(sentinel)) if sentinel.addresses.is_empty() => {
+            (None, Some(sentinel), None) if sentinel.addresses.is_empty() => {
                 Err(InvalidRedisConfig::NoSentinels)
             }
-            (None, Some(sentinel)) => {
+            (None, Some(sentinel), None) => {
                 Ok(RedisConfig::sentinel(sentinel.master, sentinel.addresses))
             }
+            (None, None, Some(cluster)) if cluster.addresses.is_empty() => {
+                Err(InvalidRedisConfig::NoSeeds)
+            }
+            (None, None, Some(cluster)) => {
+                let split = match cluster.split_multi_key {
+                    true => Splitting::Split,
+                    false => Splitting::Refuse,
+                };
+                Ok(RedisConfig::cluster(cluster.addresses, split))
+            }
+            _ => Err(InvalidRedisConfig::Several),
         }
     }
 }
@@ -128,6 +167,22 @@ pub enum Topology {
         master: String,
         sentinels: Vec<Endpoint>,
     },
+    /// A Redis Cluster: the slot map is learnt from the seeds (and then from every node it names),
+    /// and each master gets lanes of its own.
+    Cluster {
+        seeds: Vec<Endpoint>,
+        split: Splitting,
+    },
+}
+
+/// What a multi-key command whose keys span slots becomes in a cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Splitting {
+    /// MGET, MSET, DEL, UNLINK, EXISTS and TOUCH are split per slot and their replies merged (a
+    /// split MSET or DEL is not atomic).
+    Split,
+    /// Refused with CROSSSLOT, as Redis refuses them.
+    Refuse,
 }
 
 impl From<&RedisConfig> for Topology {
@@ -238,10 +293,35 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_section_names_seed_nodes_and_splits_by_default() {
+        let seeds = vec![
+            "127.0.0.1:7000".parse().unwrap(),
+            "unix:/run/n2.sock".parse().unwrap(),
+        ];
+        assert_eq!(
+            redis("cluster: { addresses: ['127.0.0.1:7000', 'unix:/run/n2.sock'] }").unwrap(),
+            RedisConfig::cluster(seeds.clone(), Splitting::Split)
+        );
+        assert_eq!(
+            redis("cluster: { addresses: ['127.0.0.1:7000', 'unix:/run/n2.sock'], split_multi_key: false }")
+                .unwrap(),
+            RedisConfig::cluster(seeds, Splitting::Refuse)
+        );
+    }
+
+    #[test]
     fn redis_section_rejects_both_neither_and_empty_sentinel_groups() {
         let both = "address: localhost:6379\nsentinel: { master: m, addresses: ['h:1'] }";
-        assert!(redis(both).unwrap_err().contains("not both"));
+        assert!(redis(both).unwrap_err().contains("not several"));
         assert!(redis("{}").unwrap_err().contains("set one of `address`"));
+        let sentinel_and_cluster =
+            "sentinel: { master: m, addresses: ['h:1'] }\ncluster: { addresses: ['h:2'] }";
+        assert!(redis(sentinel_and_cluster)
+            .unwrap_err()
+            .contains("not several"));
+        assert!(redis("cluster: { addresses: [] }")
+            .unwrap_err()
+            .contains("at least one node"));
         assert!(redis("sentinel: { master: '', addresses: ['h:1'] }")
             .unwrap_err()
             .contains("sentinel.master"));

@@ -7,7 +7,7 @@
 use std::sync::LazyLock;
 
 use bytes::{Bytes, BytesMut};
-use tollgate_lanes::{CallError, Delivery, Lanes};
+use tollgate_lanes::{CallError, Delivery, Lanes, Route, Slot};
 use tollgate_model::Multiplexed;
 use tollgate_resp::Frame;
 
@@ -107,27 +107,26 @@ impl ScriptRunner {
             .lanes
             .multiplexed(Multiplexed::Script)
             .map_err(|error| ScriptError::NotSent(error.to_string()))?;
+        // On a cluster every key of a resource shares its hash tag, so the first names the node;
+        // a script loaded after NOSCRIPT must be loaded on that same node.
+        let route = keys
+            .first()
+            .map_or(Route::Any, |key| Route::Slot(Slot::of(key.as_bytes())));
         let evalsha = evalsha(script, keys, args);
-        let first = send_all(&channel, &evalsha, then).await?;
+        let first = send_all(&channel, &route, &evalsha, then).await?;
         if !is_noscript(&first[0]) {
             return first.into_iter().map(checked).collect();
         }
         tracing::info!(script = script.name, "NOSCRIPT: loading the script once");
-        let load = channel
-            .send(command(&[
-                b"SCRIPT".as_slice(),
-                b"LOAD",
-                script.source.as_bytes(),
-            ]))
-            .await
-            .map_err(sorted)?;
+        let load = command(&[b"SCRIPT".as_slice(), b"LOAD", script.source.as_bytes()]);
+        let load = channel.send_to(route.clone(), load).await.map_err(sorted)?;
         if load.is_error() {
             let message = load
                 .frame()
                 .map_or_else(|e| e.to_string(), |f| describe(&f));
             return Err(ScriptError::NotSent(message));
         }
-        send_all(&channel, &evalsha, then)
+        send_all(&channel, &route, &evalsha, then)
             .await?
             .into_iter()
             .map(checked)
@@ -138,11 +137,13 @@ impl ScriptRunner {
 /// Queues the script and its follow-ups in order (each `send` queues at once), then awaits all.
 async fn send_all(
     channel: &tollgate_lanes::Channel,
+    route: &Route,
     evalsha: &Bytes,
     then: &[&[&[u8]]],
 ) -> Result<Vec<Frame>, ScriptError> {
-    let mut pending = vec![channel.send(evalsha.clone())];
-    pending.extend(then.iter().map(|argv| channel.send(command(argv))));
+    let send = |command: Bytes| channel.send_to(route.clone(), command);
+    let mut pending = vec![send(evalsha.clone())];
+    pending.extend(then.iter().map(|argv| send(command(argv))));
     let mut frames = Vec::with_capacity(pending.len());
     for (index, reply) in pending.into_iter().enumerate() {
         match reply.await {

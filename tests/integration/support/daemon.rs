@@ -6,10 +6,10 @@ use std::sync::OnceLock;
 
 use tollgate::config::Config;
 use tollgate::Daemon;
-use tollgate_lanes::{Endpoint, LaneGrants, RedisConfig};
+use tollgate_lanes::{Endpoint, LaneGrants, RedisConfig, Splitting};
 use tollgate_policy::PolicyConfig;
 use tollgate_testkit::http::{self, HttpReply};
-use tollgate_testkit::{RedisServer, RedisServerBuilder};
+use tollgate_testkit::{RedisCluster, RedisServer, RedisServerBuilder};
 
 pub struct TestDaemon {
     daemon: Option<Daemon>,
@@ -52,6 +52,37 @@ impl TestDaemon {
         let mut config = Self::config(dir.path());
         config.redis = Some(redis);
         config.lanes = lane_users(nodes, dir.path()).await;
+        Self::start_config(dir, config).await
+    }
+
+    /// Starts the daemon against the cluster `cluster` (every node as a seed), splitting
+    /// multi-key commands as `split` says; the lane and lease users are created on every node,
+    /// replicas included, so that a promoted replica knows them.
+    pub async fn start_cluster(cluster: &RedisCluster, split: Splitting) -> TestDaemon {
+        Self::start_cluster_with(cluster, split, |_| {}).await
+    }
+
+    /// [`TestDaemon::start_cluster`] after `adjust` edits the config.
+    pub async fn start_cluster_with(
+        cluster: &RedisCluster,
+        split: Splitting,
+        adjust: impl FnOnce(&mut Config),
+    ) -> TestDaemon {
+        let dir = tempdir();
+        let mut config = Self::config(dir.path());
+        let seeds = (cluster.addresses().iter())
+            .map(|address| address.parse().expect("a node address"))
+            .collect();
+        config.redis = Some(RedisConfig::cluster(seeds, split));
+        adjust(&mut config);
+        let grants = grants_for(&config.policy);
+        let nodes: Vec<Endpoint> = (cluster.nodes().iter())
+            .map(|node| Endpoint::Unix(node.socket().to_owned()))
+            .collect();
+        config.lanes = tollgate_lanes::provision(&nodes, dir.path(), &config.lanes, &grants)
+            .await
+            .expect("create the lane users on every node")
+            .config;
         Self::start_config(dir, config).await
     }
 

@@ -27,6 +27,7 @@ mod lease_watch;
 mod local;
 mod monitor;
 mod pending;
+mod placing;
 mod plan;
 mod queued;
 mod refusal;
@@ -34,8 +35,6 @@ mod replies;
 mod route;
 mod schedule;
 mod session;
-// Wired into the session by the cluster hub (issue 18); until then nothing outside its tests uses it.
-#[allow(dead_code, unused_imports)]
 mod slots;
 mod state;
 mod subscriptions;

@@ -10,12 +10,14 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::Stream;
-use tollgate_lanes::{PubSub, SendFuture};
+use tollgate_lanes::{CallError, PubSub, Reply, Route, SendFuture};
 use tollgate_model::{Exclusive, Multiplexed};
+use tollgate_resp::Frame;
 
 use super::amend::Amend;
 use super::local::Voice;
 use super::replies;
+use super::slots::{Combine, Split};
 
 /// A lane whose connections are lent to one command at a time (TRANSACTION's are pinned to a
 /// session instead, see `transaction.rs`).
@@ -51,8 +53,47 @@ pub enum Pending {
     Ready(Option<(Class, Bytes)>),
     Multiplexed(Multiplexed, SendFuture),
     Exclusive(BoxFuture<'static, Bytes>),
+    /// On a cluster, parts sent to several nodes on a multiplexed lane, merged into one reply.
+    Gathered(Multiplexed, BoxFuture<'static, Bytes>),
     /// A reply the daemon corrects once it arrives (see [`Amend`]); rare, so boxed.
     Amended(Box<Amended>),
+}
+
+/// A command sent to several nodes of a cluster, and how their replies become the client's one.
+pub struct Gather {
+    pub parts: Vec<(Route, Bytes)>,
+    pub merge: Merge,
+}
+
+/// How the parts' replies, in part order, become the client's reply.
+pub enum Merge {
+    /// A split multi-key command's parts.
+    Split(Split),
+    /// A keyless command every master ran.
+    Combine(Combine),
+}
+
+impl Merge {
+    pub fn merge(&self, replies: Vec<Frame>) -> Bytes {
+        match self {
+            Merge::Split(split) => split.merge(replies),
+            Merge::Combine(combine) => combine.combine(replies),
+        }
+    }
+}
+
+/// A part's outcome as a frame to merge: a failure to send or read it is its error reply.
+pub fn part_frame(outcome: Result<Reply, CallError>) -> Frame {
+    let failed = |reply: Bytes| {
+        let text = reply.strip_prefix(b"-").unwrap_or(&reply).trim_ascii_end();
+        Frame::Error(Bytes::copy_from_slice(text))
+    };
+    match outcome {
+        Ok(reply) => reply
+            .frame()
+            .unwrap_or_else(|error| failed(replies::error(format!("ERR tollgate: {error}")))),
+        Err(error) => failed(replies::call_failed(&error)),
+    }
 }
 
 pub struct Amended {
@@ -83,6 +124,10 @@ impl Future for Pending {
                 .as_mut()
                 .poll(cx)
                 .map(|reply| (Class::Exclusive, reply)),
+            Pending::Gathered(lane, work) => work
+                .as_mut()
+                .poll(cx)
+                .map(|reply| (Class::Multiplexed(*lane), reply)),
             Pending::Amended(amended) => {
                 let (class, reply) = std::task::ready!(Pin::new(&mut amended.inner).poll(cx));
                 let reply = match amended.amend.take() {

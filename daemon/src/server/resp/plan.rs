@@ -4,7 +4,7 @@
 //! transaction connection or forwarded on a lane. The session carries the plan out; nothing after
 //! this asks again what kind of command it is.
 
-use tollgate_lanes::SubscriptionKind;
+use tollgate_lanes::{Slot, SubscriptionKind};
 use tollgate_model::{Lane, Multiplexed};
 
 use super::amend::Amend;
@@ -13,6 +13,7 @@ use super::kind::{Kind, LeaseCommand, Subscribing};
 use super::local::{Arity, Local, Protocol};
 use super::pending::Lent;
 pub use super::refusal::Refusal;
+use super::slots::{Combine, Split, TransactionSlot};
 
 /// The session's state a plan depends on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,8 +64,17 @@ pub enum Plan {
     Unsubscribe(SubscriptionKind),
     /// Run on the pinned TRANSACTION connection (WATCH and MULTI pin it).
     Transaction,
+    /// On a cluster, the first command of a transaction with keys: it pins the transaction's
+    /// connection on the node of its first key's slot.
+    TransactionIn(TransactionSlot),
     /// Sent on a lane, its reply corrected on the way back where the daemon must.
     Forward(Forward, Option<Amend>),
+    /// On a cluster, [`Plan::Forward`] to the master of the slot its keys are in.
+    Placed(Forward, Slot, Option<Amend>),
+    /// On a cluster, one command per slot, their replies merged in the client's order.
+    Split(Forward, Split),
+    /// On a cluster, sent to every master, their replies combined.
+    EveryMaster(Forward, Combine),
 }
 
 /// Which connection a forwarded command is sent on.

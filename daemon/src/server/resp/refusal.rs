@@ -2,6 +2,8 @@
 
 use tollgate_policy::Denial;
 
+use super::slots::CrossSlot;
+
 /// Why a command is refused before it runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
@@ -16,6 +18,8 @@ pub enum Refusal {
     Denied(Denial),
     /// A whole-keyspace command runs key by key, which a transaction cannot hold.
     WholeInTransaction,
+    /// On a cluster, keys in two slots that no one node serves (or outside the transaction's).
+    CrossSlot(CrossSlot),
 }
 
 impl Refusal {
@@ -23,7 +27,10 @@ impl Refusal {
     /// command it refused to queue.
     pub fn aborts_multi(&self) -> bool {
         match self {
-            Refusal::WrongArity(_) | Refusal::Denied(_) | Refusal::WholeInTransaction => true,
+            Refusal::WrongArity(_)
+            | Refusal::Denied(_)
+            | Refusal::WholeInTransaction
+            | Refusal::CrossSlot(_) => true,
             Refusal::WhileSubscribed | Refusal::WhileWatching | Refusal::LeaseInTransaction => {
                 false
             }

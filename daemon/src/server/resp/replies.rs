@@ -31,6 +31,7 @@ pub fn refused(refusal: &Refusal, command: &Command) -> Bytes {
             "ERR tollgate: {} cannot run inside a transaction: it is served key by key, over the keys this client may touch",
             name().to_uppercase()
         )),
+        Refusal::CrossSlot(cross) => cross.reply(),
     }
 }
 
@@ -135,6 +136,8 @@ pub fn lane_failed(error: &LaneError) -> Bytes {
         LaneError::Saturated { .. } => "BUSY",
         LaneError::Unavailable { .. } => "UNAVAILABLE",
         LaneError::Closed => "SHUTDOWN",
+        // Redis's own code for "not now, try again": a migration or failover outlasted the retries.
+        LaneError::Redirected { .. } => "TRYAGAIN",
     };
     error_bytes(format!("{code} tollgate: {error}"))
 }

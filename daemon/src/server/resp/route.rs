@@ -37,9 +37,13 @@ impl Route {
         match plan::admitted(kind, name, None, admitted_on, outside) {
             Plan::Keyspace(whole) => Route::ServedWith(whole.served_with()),
             Plan::Subscribe(_) | Plan::Unsubscribe(_) => Route::Subscription,
-            Plan::Transaction => Route::Lane(Lane::Transaction),
+            Plan::Transaction | Plan::TransactionIn(_) => Route::Lane(Lane::Transaction),
             // CONFIG GET is forwarded once admitted (and answered locally where Redis refuses).
-            Plan::ConfigGet(forward) | Plan::Forward(forward, _) => Route::Lane(forward.lane()),
+            Plan::ConfigGet(forward)
+            | Plan::Forward(forward, _)
+            | Plan::Placed(forward, ..)
+            | Plan::Split(forward, _)
+            | Plan::EveryMaster(forward, _) => Route::Lane(forward.lane()),
             // Never sent to Redis as it is.
             Plan::Answer(_)
             | Plan::Queue(_)

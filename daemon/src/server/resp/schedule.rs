@@ -8,24 +8,30 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
-use tollgate_lanes::SubscriptionKind;
+use tollgate_lanes::{Route, SubscriptionKind};
 use tollgate_model::Multiplexed;
 use tollgate_resp::Command;
 
 use super::amend::Amend;
 use super::keyspace::Whole;
 use super::local::{self, Voice};
-use super::pending::{Class, InOrder, Lent, Pending};
+use super::pending::{Class, Gather, InOrder, Lent, Pending};
+use super::slots::TransactionSlot;
 
 /// What one planned command becomes.
 pub enum Step {
     /// A reply the daemon writes itself.
     Reply(Bytes),
-    /// Send these encoded bytes on a multiplexed lane, with this deadline; correct the reply as
-    /// the [`Amend`] says when it arrives.
-    Multiplexed(Multiplexed, Bytes, Option<Duration>, Option<Amend>),
-    /// Borrow a BLOCKING or ADMIN connection for this one command.
-    Exclusive(Lent, Command, Option<Amend>),
+    /// Send these encoded bytes on a multiplexed lane, to where the route leads, with this
+    /// deadline; correct the reply as the [`Amend`] says when it arrives.
+    Multiplexed(Multiplexed, Route, Bytes, Option<Duration>, Option<Amend>),
+    /// Borrow a BLOCKING or ADMIN connection on the route's node for this one command.
+    Exclusive(Lent, Route, Command, Option<Amend>),
+    /// On a cluster: send each part on a multiplexed lane to its route, and merge the replies.
+    Gathered(Multiplexed, Gather, Option<Duration>),
+    /// On a cluster: run each part on a BLOCKING or ADMIN connection of its route's node in turn,
+    /// and merge the replies.
+    GatheredLent(Lent, Gather, Option<Duration>),
     /// Awaited in place once everything before it has been answered: it changes the session.
     InPlace(InPlace),
     /// Write this reply, then close the connection.
@@ -37,8 +43,8 @@ impl Step {
     pub fn class(&self) -> Class {
         match self {
             Step::Reply(_) | Step::Close(_) => Class::Local,
-            Step::Multiplexed(lane, ..) => Class::Multiplexed(*lane),
-            Step::Exclusive(..) => Class::Exclusive,
+            Step::Multiplexed(lane, ..) | Step::Gathered(lane, ..) => Class::Multiplexed(*lane),
+            Step::Exclusive(..) | Step::GatheredLent(..) => Class::Exclusive,
             Step::InPlace(_) => Class::InPlace,
         }
     }
@@ -46,8 +52,9 @@ impl Step {
 
 /// Work that changes the session, awaited in place.
 pub enum InPlace {
-    /// A command while a transaction connection is pinned, or one that pins it (WATCH, MULTI).
-    Transaction(Command),
+    /// A command while a transaction connection is pinned, or one that pins it (WATCH, MULTI);
+    /// on a cluster, with the slot its first key pins the transaction to.
+    Transaction(Command, Option<TransactionSlot>),
     Subscribe(SubscriptionKind, Vec<Bytes>),
     Unsubscribe(SubscriptionKind, Vec<Bytes>),
     /// `HELLO` with another protocol: the lane connections change with it, so it waits for what

@@ -226,16 +226,28 @@ impl Session {
                     self.schedule.push(Class::Local, ready, voice);
                 }
                 Step::Close(reply) => return Ok(Some(voice.say(reply))),
-                Step::Multiplexed(lane, encoded, deadline, amend) => {
+                Step::Multiplexed(lane, route, encoded, deadline, amend) => {
                     let class = Class::Multiplexed(lane);
                     let idle = self.schedule.in_flight(class) == 0;
-                    let sent = self.state.send_multiplexed(lane, encoded, deadline, idle);
+                    let sent = self
+                        .state
+                        .send_multiplexed(lane, route, encoded, deadline, idle);
                     let sent = self.state.amend(sent, amend);
                     self.schedule.push(class, sent, voice);
                 }
-                Step::Exclusive(lane, command, amend) => {
-                    let sent = self.state.send_exclusive(lane, command);
+                Step::Gathered(lane, gather, deadline) => {
+                    let class = Class::Multiplexed(lane);
+                    let idle = self.schedule.in_flight(class) == 0;
+                    let sent = self.state.send_gathered(lane, gather, deadline, idle);
+                    self.schedule.push(class, sent, voice);
+                }
+                Step::Exclusive(lane, route, command, amend) => {
+                    let sent = self.state.send_exclusive(lane, route, command);
                     let sent = self.state.amend(sent, amend);
+                    self.schedule.push(Class::Exclusive, sent, voice);
+                }
+                Step::GatheredLent(lane, gather, deadline) => {
+                    let sent = self.state.send_gathered_lent(lane, gather, deadline);
                     self.schedule.push(Class::Exclusive, sent, voice);
                 }
                 Step::InPlace(work) => {

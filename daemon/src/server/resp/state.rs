@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tollgate_lanes::Channel;
+use tollgate_lanes::{Channel, LaneError, Route, Shape};
 use tollgate_model::{Caller, Multiplexed};
 use tollgate_policy::{Decision, DenyCause};
 use tollgate_resp::Command;
@@ -24,12 +24,13 @@ use super::lease;
 use super::lease_watch::{self, Watches};
 use super::local::{self, Local, Protocol, ReplyMode, Voice};
 use super::monitor::Watch;
-use super::pending::{Amended, Class, Lent, Pending};
+use super::pending::{self, Amended, Class, Gather, Lent, Merge, Pending};
+use super::placing::{self, Placed};
 use super::plan::{self, Context, Forward, Plan, Refusal};
 use super::replies;
 use super::schedule::{InPlace, Step};
 use super::subscriptions::{Caps, Subscriptions};
-use super::transaction::Pinning;
+use super::transaction::{Borrower, Pinning};
 
 /// This session's channel on each multiplexed lane, opened on first use.
 #[derive(Default)]
@@ -170,6 +171,19 @@ impl SessionState {
                     lane,
                     self.context(),
                 );
+                let plan = match self.front.services.lanes.shape() {
+                    Shape::Single => plan,
+                    Shape::Cluster(splitting) => {
+                        let argv = command.shared_argv();
+                        let placed = Placed {
+                            name: &descriptor.name,
+                            argv: &argv,
+                            keys: &descriptor.keys,
+                        };
+                        let pinned = self.transaction.slot();
+                        placing::on_cluster(plan, placed, splitting, pinned)
+                    }
+                };
                 if !matches!(plan, Plan::Keyspace(_) | Plan::Refuse(_)) {
                     self.me.client.update(|state| state.ran(descriptor));
                     self.front.monitors.ran(&self.me.client, command);
@@ -194,7 +208,8 @@ impl SessionState {
                 Step::Reply(replies::refused(&refusal, &command))
             }
             Plan::PingRedis => {
-                self.sending(Forward::Multiplexed(Multiplexed::Regular), command, None)
+                let regular = Forward::Multiplexed(Multiplexed::Regular);
+                self.sending(regular, Route::Any, command, None)
             }
             Plan::LeaseDocs => Step::Reply(replies::encode(&lease::docs(self.protocol))),
             Plan::Lease => Step::InPlace(InPlace::Lease(command)),
@@ -211,14 +226,40 @@ impl SessionState {
             Plan::Keyspace(whole) => Step::InPlace(InPlace::Keyspace(whole, command.shared_argv())),
             Plan::ConfigGet(forward) => {
                 let fallback = replies::encode(&local::config_get(&command.argv(), self.protocol));
-                self.sending(forward, command, Some(Amend::ConfigGet { fallback }))
+                self.sending(
+                    forward,
+                    Route::Any,
+                    command,
+                    Some(Amend::ConfigGet { fallback }),
+                )
             }
             Plan::Subscribe(kind) => Step::InPlace(InPlace::Subscribe(kind, command.shared_argv())),
             Plan::Unsubscribe(kind) => {
                 Step::InPlace(InPlace::Unsubscribe(kind, command.shared_argv()))
             }
-            Plan::Transaction => Step::InPlace(InPlace::Transaction(command)),
-            Plan::Forward(forward, amend) => self.sending(forward, command, amend),
+            Plan::Transaction => Step::InPlace(InPlace::Transaction(command, None)),
+            Plan::TransactionIn(slot) => Step::InPlace(InPlace::Transaction(command, Some(slot))),
+            Plan::Forward(forward, amend) => self.sending(forward, Route::Any, command, amend),
+            Plan::Placed(forward, slot, amend) => {
+                self.sending(forward, Route::Slot(slot), command, amend)
+            }
+            Plan::Split(forward, split) => {
+                let parts = split.parts().iter();
+                let parts = parts.map(|part| (Route::Slot(part.slot()), part.command().clone()));
+                let parts = parts.collect();
+                self.gathering(forward, command, parts, Merge::Split(split))
+            }
+            Plan::EveryMaster(forward, combine) => {
+                let Some(masters) = self.front.services.lanes.masters_now() else {
+                    let unmapped = LaneError::Unavailable {
+                        reason: "no slot map from the cluster yet".to_owned(),
+                    };
+                    return Step::Reply(replies::lane_failed(&unmapped));
+                };
+                let encoded = command.encoded();
+                let parts = masters.into_iter().map(|node| (node, encoded.clone()));
+                self.gathering(forward, command, parts.collect(), Merge::Combine(combine))
+            }
         }
     }
 
@@ -243,14 +284,38 @@ impl SessionState {
         }
     }
 
-    /// How a command is sent on its connection, its reply corrected by `amend`.
-    fn sending(&self, forward: Forward, command: Command, amend: Option<Amend>) -> Step {
+    /// How a command is sent on its connection to where `route` leads, its reply corrected by
+    /// `amend`.
+    fn sending(
+        &self,
+        forward: Forward,
+        route: Route,
+        command: Command,
+        amend: Option<Amend>,
+    ) -> Step {
         match forward {
             Forward::Multiplexed(lane) => {
                 let deadline = self.front.deadlines.of_command(&command);
-                Step::Multiplexed(lane, command.encoded(), deadline, amend)
+                Step::Multiplexed(lane, route, command.encoded(), deadline, amend)
             }
-            Forward::Exclusive(lane) => Step::Exclusive(lane, command, amend),
+            Forward::Exclusive(lane) => Step::Exclusive(lane, route, command, amend),
+        }
+    }
+
+    /// How a command sent as `parts` to several nodes is sent. An exclusive lane's parts run one
+    /// after the other on connections borrowed in turn; a multiplexed lane's go out at once.
+    fn gathering(
+        &self,
+        forward: Forward,
+        command: Command,
+        parts: Vec<(Route, Bytes)>,
+        merge: Merge,
+    ) -> Step {
+        let deadline = self.front.deadlines.of_command(&command);
+        let gather = Gather { parts, merge };
+        match forward {
+            Forward::Multiplexed(lane) => Step::Gathered(lane, gather, deadline),
+            Forward::Exclusive(lane) => Step::GatheredLent(lane, gather, deadline),
         }
     }
 
@@ -260,10 +325,72 @@ impl SessionState {
     pub fn send_multiplexed(
         &mut self,
         lane: Multiplexed,
+        route: Route,
         encoded: Bytes,
         deadline: Option<Duration>,
         idle: bool,
     ) -> Pending {
+        match self.channel(lane, idle) {
+            Ok(channel) => {
+                Pending::Multiplexed(lane, channel.send_routed(route, encoded, deadline))
+            }
+            Err(reply) => Pending::Ready(Some((Class::Multiplexed(lane), reply))),
+        }
+    }
+
+    /// [`SessionState::send_multiplexed`] of every part of `gather` at once, their replies merged.
+    pub fn send_gathered(
+        &mut self,
+        lane: Multiplexed,
+        gather: Gather,
+        deadline: Option<Duration>,
+        idle: bool,
+    ) -> Pending {
+        let channel = match self.channel(lane, idle) {
+            Ok(channel) => channel,
+            Err(reply) => return Pending::Ready(Some((Class::Multiplexed(lane), reply))),
+        };
+        let Gather { parts, merge } = gather;
+        let sent: Vec<_> = parts
+            .into_iter()
+            .map(|(route, part)| channel.send_routed(route, part, deadline))
+            .collect();
+        Pending::Gathered(
+            lane,
+            Box::pin(async move {
+                let outcomes = futures::future::join_all(sent).await;
+                merge.merge(outcomes.into_iter().map(pending::part_frame).collect())
+            }),
+        )
+    }
+
+    /// [`SessionState::send_exclusive`] of every part of `gather`, one after the other.
+    pub fn send_gathered_lent(
+        &self,
+        lane: Lent,
+        gather: Gather,
+        deadline: Option<Duration>,
+    ) -> Pending {
+        let lanes = self.front.services.lanes.clone();
+        let protocol = self.protocol;
+        let principal = self.caller.principal.clone();
+        Pending::Exclusive(Box::pin(async move {
+            let Gather { parts, merge } = gather;
+            let mut frames = Vec::with_capacity(parts.len());
+            for (route, part) in parts {
+                let reply = lanes
+                    .run_lent(route, lane.lane(), protocol, &principal, part, deadline)
+                    .await;
+                frames.push(pending::part_frame(reply));
+            }
+            merge.merge(frames)
+        }))
+    }
+
+    /// This session's channel of `lane`, opened on first use. Between commands (`idle`), the
+    /// lane's choice of connection is followed (it packs work on few); with commands in flight the
+    /// channel stays, so that their replies keep their order. `Err`: the reply to give instead.
+    fn channel(&mut self, lane: Multiplexed, idle: bool) -> Result<&Channel, Bytes> {
         let slot = self.channels.slot(lane);
         let channel = match slot {
             Some(channel) => {
@@ -279,33 +406,26 @@ impl SessionState {
                 .multiplexed_speaking(lane, self.protocol)
             {
                 Ok(channel) => slot.insert(channel.charged_to(self.budget.clone())),
-                Err(error) => {
-                    let reply = replies::lane_failed(&error);
-                    return Pending::Ready(Some((Class::Multiplexed(lane), reply)));
-                }
+                Err(error) => return Err(replies::lane_failed(&error)),
             },
         };
-        Pending::Multiplexed(lane, channel.send_within(encoded, deadline))
+        Ok(channel)
     }
 
-    /// Borrows a connection of `lane` (the principal's share of it) for `command` alone.
-    pub fn send_exclusive(&self, lane: Lent, command: Command) -> Pending {
+    /// Borrows a connection of `lane` (the principal's share of it) on `route`'s node for
+    /// `command` alone.
+    pub fn send_exclusive(&self, lane: Lent, route: Route, command: Command) -> Pending {
         let lanes = self.front.services.lanes.clone();
         let protocol = self.protocol;
         let deadline = self.front.deadlines.of_command(&command);
         let principal = self.caller.principal.clone();
         Pending::Exclusive(Box::pin(async move {
-            let mut conn = match lanes.borrow_for(lane.lane(), protocol, &principal).await {
-                Ok(conn) => conn,
-                Err(error) => return replies::lane_failed(&error),
-            };
             let encoded = command.encoded();
-            let reply = match conn.send_within(encoded, deadline).await {
+            let ran = lanes.run_lent(route, lane.lane(), protocol, &principal, encoded, deadline);
+            match ran.await {
                 Ok(reply) => reply.into_bytes(),
                 Err(error) => replies::call_failed(&error),
-            };
-            conn.release().await;
-            reply
+            }
         }))
     }
 
@@ -335,13 +455,14 @@ impl SessionState {
 
     async fn change(&mut self, work: InPlace) -> Bytes {
         match work {
-            InPlace::Transaction(command) => {
+            InPlace::Transaction(command, slot) => {
                 let deadline = self.front.deadlines.of_command(&command);
-                let lanes = &self.front.services.lanes;
-                let principal = &self.caller.principal;
-                self.transaction
-                    .run(&command, lanes, self.protocol, principal, deadline)
-                    .await
+                let on = Borrower {
+                    lanes: &self.front.services.lanes,
+                    protocol: self.protocol,
+                    principal: &self.caller.principal,
+                };
+                self.transaction.run(&command, on, slot, deadline).await
             }
             InPlace::Subscribe(kind, argv) => {
                 let caps = Caps {

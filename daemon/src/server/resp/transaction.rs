@@ -2,11 +2,16 @@
 //! until EXEC, DISCARD or an UNWATCH outside MULTI runs on it; then it goes back to the lane,
 //! cleaned. Inside MULTI the daemon keeps what Redis cannot see: the replies of commands it answers
 //! itself (spliced into EXEC's, see `queued.rs`) and whether a refused command must make EXEC fail.
+//!
+//! On a cluster the connection is pinned on the node of the transaction's slot: that of WATCH's
+//! keys, or, after a MULTI with nothing watched, of the first queued command with keys. Until that
+//! command, MULTI and the keyless commands queued after it are held here (answered as Redis
+//! would) and sent, in order, once the node is known.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use tollgate_lanes::{Borrowed, Lanes};
+use tollgate_lanes::{Borrowed, Lanes, Route, Shape};
 use tollgate_model::Exclusive;
 use tollgate_resp::Command;
 
@@ -14,6 +19,14 @@ use super::local::Protocol;
 use super::plan::Pinned;
 use super::queued::QueuedLocally;
 use super::replies;
+use super::slots::TransactionSlot;
+
+/// What pinning borrows with.
+pub struct Borrower<'a> {
+    pub lanes: &'a Lanes,
+    pub protocol: Protocol,
+    pub principal: &'a str,
+}
 
 /// The session's TRANSACTION connection, if it holds one.
 #[derive(Default)]
@@ -21,13 +34,24 @@ pub enum Pinning {
     #[default]
     None,
     /// After WATCH, or a MULTI Redis refused: pinned, not queueing.
-    Watching(Borrowed),
+    Watching(Borrowed, Option<TransactionSlot>),
+    /// On a cluster, after a MULTI with nothing pinned: held until a command names the slot.
+    Opening(Opening),
     /// Between MULTI and EXEC or DISCARD.
     InMulti(Multi),
 }
 
+/// A cluster's MULTI before its slot is known: the keyless commands queued since, to send after
+/// MULTI once the connection is pinned.
+#[derive(Default)]
+pub struct Opening {
+    held: Vec<Command>,
+    local: QueuedLocally,
+}
+
 pub struct Multi {
     conn: Borrowed,
+    slot: Option<TransactionSlot>,
     queue: Queue,
     /// The queue's commands answered by the daemon, and where their replies go in EXEC's.
     local: QueuedLocally,
@@ -45,8 +69,16 @@ impl Pinning {
     pub fn pinned(&self) -> Pinned {
         match self {
             Pinning::None => Pinned::No,
-            Pinning::Watching(_) => Pinned::Watching,
-            Pinning::InMulti(_) => Pinned::InMulti,
+            Pinning::Watching(..) => Pinned::Watching,
+            Pinning::Opening(_) | Pinning::InMulti(_) => Pinned::InMulti,
+        }
+    }
+
+    /// The slot the transaction is pinned to, on a cluster, once it is.
+    pub fn slot(&self) -> Option<&TransactionSlot> {
+        match self {
+            Pinning::Watching(_, slot) | Pinning::InMulti(Multi { slot, .. }) => slot.as_ref(),
+            Pinning::None | Pinning::Opening(_) => None,
         }
     }
 
@@ -54,7 +86,8 @@ impl Pinning {
     pub fn queued(&self) -> Option<usize> {
         match self {
             Pinning::InMulti(multi) => Some(multi.local.count()),
-            Pinning::None | Pinning::Watching(_) => None,
+            Pinning::Opening(opening) => Some(opening.local.count()),
+            Pinning::None | Pinning::Watching(..) => None,
         }
     }
 
@@ -73,37 +106,45 @@ impl Pinning {
                 multi.local.queue(reply);
                 replies::queued()
             }
-            Pinning::None | Pinning::Watching(_) => reply,
+            Pinning::Opening(opening) => {
+                opening.local.queue(reply);
+                replies::queued()
+            }
+            Pinning::None | Pinning::Watching(..) => reply,
         }
     }
 
     /// Gives the connection back to the lane, cleaned; the transaction, if any, is discarded.
     pub async fn release(&mut self) {
         match std::mem::take(self) {
-            Pinning::None => {}
-            Pinning::Watching(conn) | Pinning::InMulti(Multi { conn, .. }) => conn.release().await,
+            Pinning::None | Pinning::Opening(_) => {}
+            Pinning::Watching(conn, _) | Pinning::InMulti(Multi { conn, .. }) => {
+                conn.release().await
+            }
         }
     }
 
     /// Runs `command` on the pinned connection (pinning one for WATCH and MULTI, `principal`'s
-    /// share of the lane) and returns its reply.
+    /// share of the lane; on a cluster, on the node of `slot`, the slot of the command's keys) and
+    /// returns its reply.
     pub async fn run(
         &mut self,
         command: &Command,
-        lanes: &Lanes,
-        protocol: Protocol,
-        principal: &str,
+        on: Borrower<'_>,
+        slot: Option<TransactionSlot>,
         deadline: Option<Duration>,
     ) -> Bytes {
         let is = |word: &[u8]| command.name().eq_ignore_ascii_case(word);
         if let Pinning::None = self {
+            let cluster = matches!(on.lanes.shape(), Shape::Cluster(_));
+            if is(b"MULTI") && cluster && slot.is_none() {
+                *self = Pinning::Opening(Opening::default());
+                return replies::ok();
+            }
             if is(b"WATCH") || is(b"MULTI") {
-                match lanes
-                    .borrow_for(Exclusive::Transaction, protocol, principal)
-                    .await
-                {
-                    Ok(conn) => *self = Pinning::Watching(conn),
-                    Err(error) => return replies::lane_failed(&error),
+                match pin(&on, slot.as_ref()).await {
+                    Ok(conn) => *self = Pinning::Watching(conn, slot.clone()),
+                    Err(reply) => return reply,
                 }
             } else if is(b"EXEC") {
                 return replies::without_multi("EXEC");
@@ -112,6 +153,19 @@ impl Pinning {
             } else {
                 // UNWATCH with nothing pinned, as Redis answers it.
                 return replies::ok();
+            }
+        }
+        if let Pinning::Opening(opening) = self {
+            if is(b"DISCARD") {
+                *self = Pinning::None;
+                return replies::ok();
+            }
+            if slot.is_none() && !is(b"EXEC") {
+                opening.held.push(command.clone());
+                return replies::queued();
+            }
+            if let Err(reply) = self.open(&on, slot.as_ref(), deadline).await {
+                return reply;
             }
         }
         let ends =
@@ -127,7 +181,7 @@ impl Pinning {
                     .await;
                 Ok(replies::exec_abort())
             }
-            Pinning::Watching(conn) | Pinning::InMulti(Multi { conn, .. }) => {
+            Pinning::Watching(conn, _) | Pinning::InMulti(Multi { conn, .. }) => {
                 match conn.send_within(command.encoded(), deadline).await {
                     Ok(reply) => {
                         let opened = is(b"MULTI") && !reply.is_error();
@@ -137,7 +191,7 @@ impl Pinning {
                 }
             }
             // Pinned above.
-            Pinning::None => Ok(replies::ok()),
+            Pinning::None | Pinning::Opening(_) => Ok(replies::ok()),
         };
         let reply = match sent {
             Ok(reply) => reply,
@@ -154,12 +208,54 @@ impl Pinning {
         reply
     }
 
+    /// A cluster's held MULTI, once a command names its slot (`None`: EXEC of keyless commands
+    /// only, run on any master): pins the connection there, sends MULTI and the held commands.
+    /// `Err`: the reply to give instead; the transaction is over.
+    async fn open(
+        &mut self,
+        on: &Borrower<'_>,
+        slot: Option<&TransactionSlot>,
+        deadline: Option<Duration>,
+    ) -> Result<(), Bytes> {
+        let Pinning::Opening(opening) = std::mem::take(self) else {
+            return Ok(());
+        };
+        let mut conn = pin(on, slot).await?;
+        let multi = conn
+            .send_within(Bytes::from_static(b"*1\r\n$5\r\nMULTI\r\n"), deadline)
+            .await;
+        match multi {
+            Ok(reply) if !reply.is_error() => {}
+            Ok(reply) => return Err(reply.into_bytes()),
+            Err(error) => return Err(replies::call_failed(&error)),
+        }
+        let mut multi = Multi {
+            conn,
+            slot: slot.cloned(),
+            queue: Queue::Clean,
+            local: opening.local,
+        };
+        for held in opening.held {
+            match multi.conn.send_within(held.encoded(), deadline).await {
+                Ok(reply) if reply.bytes()[..] == b"+QUEUED\r\n"[..] => {
+                    multi.local.queued_by_redis()
+                }
+                // The client was told QUEUED; Redis refused it, so EXEC fails, as Redis's would.
+                Ok(_) => multi.queue = Queue::Aborted,
+                Err(error) => return Err(replies::call_failed(&error)),
+            }
+        }
+        *self = Pinning::InMulti(multi);
+        Ok(())
+    }
+
     /// Redis's `reply` to a command run on the pinned connection, as the client reads it.
     fn answered(&mut self, reply: Bytes, opened_multi: bool, exec: bool) -> Bytes {
         if opened_multi {
             *self = match std::mem::take(self) {
-                Pinning::Watching(conn) => Pinning::InMulti(Multi {
+                Pinning::Watching(conn, slot) => Pinning::InMulti(Multi {
                     conn,
+                    slot,
                     queue: Queue::Clean,
                     local: QueuedLocally::default(),
                 }),
@@ -177,4 +273,14 @@ impl Pinning {
             false => reply,
         }
     }
+}
+
+/// A TRANSACTION connection on the node of `slot` (any master without one).
+async fn pin(on: &Borrower<'_>, slot: Option<&TransactionSlot>) -> Result<Borrowed, Bytes> {
+    let route = slot.map_or(Route::Any, |slot| Route::Slot(slot.slot()));
+    let principal = Some(on.principal);
+    on.lanes
+        .borrow_at(route, Exclusive::Transaction, on.protocol, principal)
+        .await
+        .map_err(|error| replies::lane_failed(&error))
 }

@@ -46,6 +46,7 @@ impl CrossSlot {
     }
 
     /// The two slots, the first key's first.
+    #[cfg(test)]
     pub fn slots(&self) -> (Slot, Slot) {
         (self.first.slot, self.second.slot)
     }

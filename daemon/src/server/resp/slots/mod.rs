@@ -14,6 +14,6 @@ mod spread;
 
 pub use combine::Combine;
 pub use cross::CrossSlot;
-pub use place::{place, same_slot, Placement, Splitting, TransactionSlot};
-pub use split::{Part, Split};
+pub use place::{place, same_slot, Placement, TransactionSlot};
+pub use split::Split;
 pub use spread::{spread, Spread};

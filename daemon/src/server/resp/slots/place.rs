@@ -3,19 +3,11 @@
 //! across slots and refused before anything is sent; and the check of a command queued in a
 //! transaction against the transaction's slot.
 
-use tollgate_lanes::Slot;
+use tollgate_lanes::{Slot, Splitting};
 use tollgate_policy::KeyAccess;
 
 use super::cross::{CrossSlot, KeyInSlot};
 use super::split::{Family, Split};
-
-/// Whether a multi-key command whose keys span slots may be split per slot
-/// (`redis.cluster.split_multi_key`). Refused, it is a cross-slot request like any other.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Splitting {
-    Allowed,
-    Refused,
-}
 
 /// What a command becomes in a cluster, from its keys.
 #[derive(Debug, PartialEq)]
@@ -62,7 +54,7 @@ pub fn place<A: AsRef<[u8]>>(
         return Placement::Slot(first.slot);
     };
     let split = match (splitting, Family::of(name)) {
-        (Splitting::Allowed, Some(family)) => {
+        (Splitting::Split, Some(family)) => {
             Split::of(family, argv, &located(argv, keys).collect::<Vec<_>>())
         }
         _ => None,
@@ -140,13 +132,13 @@ mod tests {
     fn a_command_without_keys_is_keyless() {
         for (name, words) in [("PING", "PING"), ("SCRIPT|LOAD", "SCRIPT LOAD return")] {
             assert_eq!(
-                placed(name, words, &[], Splitting::Allowed),
+                placed(name, words, &[], Splitting::Split),
                 Placement::Keyless
             );
         }
         // A key position past argv names no key.
         assert_eq!(
-            placed("GET", "GET", &keys_at([1]), Splitting::Allowed),
+            placed("GET", "GET", &keys_at([1]), Splitting::Split),
             Placement::Keyless
         );
     }
@@ -162,7 +154,7 @@ mod tests {
             ("EVAL", "EVAL return 2 {u}a {u}b", keys_at([3, 4])),
         ] {
             assert_eq!(
-                placed(name, words, &keys, Splitting::Refused),
+                placed(name, words, &keys, Splitting::Refuse),
                 Placement::Slot(tagged),
                 "{words}"
             );
@@ -181,7 +173,7 @@ mod tests {
             ("EXISTS", "EXISTS foo bar", every_word(3)),
             ("TOUCH", "TOUCH foo bar", every_word(3)),
         ] {
-            match placed(name, words, &keys, Splitting::Allowed) {
+            match placed(name, words, &keys, Splitting::Split) {
                 Placement::Split(split) => {
                     let slots: Vec<_> = split.parts().iter().map(Part::slot).collect();
                     assert_eq!(slots, [Slot::of(b"foo"), Slot::of(b"bar")], "{words}");
@@ -204,7 +196,7 @@ mod tests {
             ("MSETNX", "MSETNX foo 1 bar 2", every_other_word(5)),
         ] {
             assert_eq!(
-                cross_reply(placed(name, words, &keys, Splitting::Allowed)),
+                cross_reply(placed(name, words, &keys, Splitting::Split)),
                 expected,
                 "{words}"
             );
@@ -213,7 +205,7 @@ mod tests {
 
     #[test]
     fn a_split_refused_by_config_is_a_cross_slot_refusal() {
-        let placement = placed("MGET", "MGET foo bar", &every_word(3), Splitting::Refused);
+        let placement = placed("MGET", "MGET foo bar", &every_word(3), Splitting::Refuse);
         match &placement {
             Placement::Cross(cross) => {
                 assert_eq!(cross.slots(), (Slot::of(b"foo"), Slot::of(b"bar")))
@@ -233,7 +225,7 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    placed(name, words, &keys, Splitting::Allowed),
+                    placed(name, words, &keys, Splitting::Split),
                     Placement::Cross(_)
                 ),
                 "{words}"
@@ -245,7 +237,7 @@ mod tests {
     fn a_hostile_key_stays_on_one_line_escaped_and_cut_short() {
         let hostile = format!("evil\r\n+OK\r\n{}", "x".repeat(1000));
         let argv: Vec<&[u8]> = vec![b"RENAME", hostile.as_bytes(), b"bar"];
-        let reply = cross_reply(place("RENAME", &argv, &every_word(3), Splitting::Allowed));
+        let reply = cross_reply(place("RENAME", &argv, &every_word(3), Splitting::Split));
         assert_eq!(reply.matches("\r\n").count(), 1, "{reply:?}");
         assert!(reply.ends_with("\r\n"));
         assert!(reply.starts_with(r#"-CROSSSLOT tollgate: keys "evil\r\n+OK\r\nxxx"#));

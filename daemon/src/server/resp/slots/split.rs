@@ -205,11 +205,12 @@ mod tests {
     use super::super::fixtures::{
         argv, bulk, encoded, error, every_other_word, every_word, ok, words_of, Keyspace,
     };
-    use super::super::place::{place, Placement, Splitting};
+    use super::super::place::{place, Placement};
     use super::*;
+    use tollgate_lanes::Splitting;
 
     fn split(name: &str, argv: &[&[u8]], keys: &[KeyAccess]) -> Split {
-        match place(name, argv, keys, Splitting::Allowed) {
+        match place(name, argv, keys, Splitting::Split) {
             Placement::Split(split) => split,
             other => panic!("{name} not split: {other:?}"),
         }
@@ -442,7 +443,7 @@ mod tests {
                     .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
                     .collect(),
             );
-            match place("MGET", &argv, &every_word(argv.len()), Splitting::Allowed) {
+            match place("MGET", &argv, &every_word(argv.len()), Splitting::Split) {
                 Placement::Split(split) => {
                     let mut nodes = data.clone();
                     let replies = split.parts().iter().map(|part| nodes.run(part.command())).collect();

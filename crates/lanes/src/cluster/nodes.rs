@@ -1,0 +1,176 @@
+//! A cluster's lanes: one [`Node`] (six lanes, their own ceilings) per master the slot map names,
+//! opened when a command is first routed there, and the slot map they are routed by.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::RwLock;
+use tokio::task::JoinSet;
+
+use super::refresh::ClusterMap;
+use crate::channel::Route;
+use crate::config::LanesConfig;
+use crate::error::{LaneError, OpenError};
+use crate::life::Life;
+use crate::locator::Server;
+use crate::metrics::Families;
+use crate::node::{credentials, Node, Owner};
+use crate::{Endpoint, LanesStatus};
+
+pub(crate) struct ClusterLanes {
+    map: ClusterMap,
+    nodes: RwLock<HashMap<Endpoint, Node>>,
+    config: LanesConfig,
+    owner: Owner,
+    families: Families,
+    /// The slot map's refresher; it stops when the lanes close.
+    life: Arc<Life>,
+    drivers: parking_lot::Mutex<JoinSet<()>>,
+    /// How long a command waits for a first slot map before it is refused (not sent).
+    patience: Duration,
+}
+
+impl ClusterLanes {
+    pub(crate) fn open(
+        seeds: &[Endpoint],
+        config: &LanesConfig,
+        owner: Owner,
+        families: Families,
+    ) -> Result<Arc<ClusterLanes>, OpenError> {
+        if seeds.is_empty() {
+            return Err(OpenError::NoSeeds);
+        }
+        if let Owner::Leases {
+            database: Some(database),
+        } = owner
+        {
+            return Err(OpenError::DatabaseInCluster { database });
+        }
+        // The REGULAR lane's user reads the slot map: its plumbing grants CLUSTER SHARDS and INFO.
+        let asker = credentials(&config.settings(tollgate_model::Lane::Regular))?;
+        let life = Arc::new(Life::new());
+        let mut drivers = JoinSet::new();
+        let map = ClusterMap::start(seeds.to_vec(), asker, &life, &mut drivers);
+        let patience = config
+            .settings(tollgate_model::Lane::Regular)
+            .acquire_timeout;
+        Ok(Arc::new(ClusterLanes {
+            map,
+            nodes: RwLock::new(HashMap::new()),
+            config: config.clone(),
+            owner,
+            families,
+            life,
+            drivers: parking_lot::Mutex::new(drivers),
+            patience,
+        }))
+    }
+
+    /// The lanes of the node at `endpoint`, opened now if no command went there before.
+    pub(crate) fn node(&self, endpoint: &Endpoint) -> Result<Node, LaneError> {
+        if let Some(node) = self.nodes.read().get(endpoint) {
+            return Ok(node.clone());
+        }
+        if !self.life.is_open() {
+            return Err(LaneError::Closed);
+        }
+        let mut nodes = self.nodes.write();
+        if let Some(node) = nodes.get(endpoint) {
+            return Ok(node.clone());
+        }
+        let server = Server::Fixed(endpoint.clone());
+        let node =
+            Node::open(&server, &self.config, self.owner, &self.families).map_err(|error| {
+                LaneError::Unavailable {
+                    reason: format!("cannot open lanes to {endpoint}: {error}"),
+                }
+            })?;
+        nodes.insert(endpoint.clone(), node.clone());
+        Ok(node)
+    }
+
+    /// The master `route` leads to by the slot map in hand; `None` before the first map.
+    pub(crate) fn target_now(&self, route: &Route) -> Option<Endpoint> {
+        if let Route::Node(endpoint) = route {
+            return Some(endpoint.clone());
+        }
+        let view = self.map.current()?;
+        match route {
+            Route::Slot(slot) => view.map.master_of(*slot).cloned(),
+            Route::Any | Route::Node(_) => view.map.masters().next().cloned(),
+        }
+    }
+
+    /// [`ClusterLanes::target_now`], waiting up to the lanes' acquire timeout for a first map.
+    pub(crate) async fn target(&self, route: &Route) -> Result<Endpoint, LaneError> {
+        if let Some(target) = self.target_now(route) {
+            return Ok(target);
+        }
+        self.map.refresh_soon();
+        let _ = self.map.ready(self.patience).await;
+        self.target_now(route)
+            .ok_or_else(|| LaneError::Unavailable {
+                reason: match route {
+                    Route::Slot(slot) => format!("no master serves slot {slot} in the slot map"),
+                    Route::Any | Route::Node(_) => "no slot map from the cluster yet".to_owned(),
+                },
+            })
+    }
+
+    /// The masters of the slot map in hand, in a stable order (waiting for a first map as
+    /// [`ClusterLanes::target`] does).
+    pub(crate) async fn masters(&self) -> Result<Vec<Endpoint>, LaneError> {
+        self.target(&Route::Any).await?;
+        Ok(self.masters_now().unwrap_or_default())
+    }
+
+    /// The masters of the slot map in hand; `None` before the first map.
+    pub(crate) fn masters_now(&self) -> Option<Vec<Endpoint>> {
+        Some(self.map.current()?.map.masters().cloned().collect())
+    }
+
+    /// A redirect or a lost connection says the map in hand may be stale.
+    pub(crate) fn refresh_soon(&self) {
+        self.map.refresh_soon();
+    }
+
+    /// The lanes of the node at `endpoint` if a command went there before.
+    pub(crate) fn opened_node(&self, endpoint: &Endpoint) -> Option<Node> {
+        self.nodes.read().get(endpoint).cloned()
+    }
+
+    /// Every node opened so far.
+    pub(crate) fn opened(&self) -> Vec<Node> {
+        self.nodes.read().values().cloned().collect()
+    }
+
+    /// The nodes' lanes side by side: each lane's ceilings count every node's connections; the
+    /// live figures already do (the nodes share their metric families).
+    pub(crate) fn status(&self) -> Option<LanesStatus> {
+        let nodes = self.opened();
+        let mut status = nodes.first()?.status();
+        for other in &nodes[1..] {
+            for (lane, theirs) in status.lanes.iter_mut().zip(other.status().lanes) {
+                lane.max_connections += theirs.max_connections;
+                lane.unavailable = lane.unavailable.take().or(theirs.unavailable);
+            }
+        }
+        Some(status)
+    }
+
+    /// Closes every node's lanes within `drain`, and stops the map's refresher.
+    pub(crate) async fn close(&self, drain: Duration) -> crate::CloseOutcome {
+        self.life.start_draining();
+        let nodes = self.opened();
+        let outcomes = futures::future::join_all(nodes.iter().map(|node| node.close(drain))).await;
+        self.life.kill();
+        let mut drivers = std::mem::take(&mut *self.drivers.lock());
+        while drivers.join_next().await.is_some() {}
+        self.life.mark_closed();
+        match outcomes.contains(&crate::CloseOutcome::Forced) {
+            true => crate::CloseOutcome::Forced,
+            false => crate::CloseOutcome::Drained,
+        }
+    }
+}
