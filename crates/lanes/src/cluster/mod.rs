@@ -11,5 +11,7 @@ mod redirect;
 #[allow(dead_code)]
 mod refresh;
 mod slot;
+#[cfg(test)]
+mod tests;
 
 pub use slot::{Slot, SLOT_COUNT};
