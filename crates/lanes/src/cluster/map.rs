@@ -751,7 +751,8 @@ pub(crate) mod tests {
             SlotMap::from_shards(&refused, &answered()),
             Err(MapError::Refused(message)) if message.contains("SHARDS")
         ));
-        let cases: Vec<(Frame, fn(&MapError) -> bool)> = vec![
+        type Expected = fn(&MapError) -> bool;
+        let cases: Vec<(Frame, Expected)> = vec![
             (Frame::Integer(1), |e| {
                 matches!(e, MapError::Unexpected { .. })
             }),

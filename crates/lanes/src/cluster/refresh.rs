@@ -47,6 +47,8 @@ pub(crate) struct View {
     pub(crate) epoch: u64,
     /// Counts the distinct maps adopted (from 1), so that a holder can tell the map changed.
     pub(crate) generation: u64,
+    /// The node that described it.
+    pub(crate) from: Endpoint,
 }
 
 /// What one node said.
@@ -174,6 +176,7 @@ pub(crate) fn adopt(current: Option<&View>, answers: Vec<NodeView>) -> Option<Vi
         map: best.map,
         epoch: best.epoch,
         generation,
+        from: best.node,
     })
 }
 
@@ -321,6 +324,7 @@ impl Refresher {
                 return false;
             };
             tracing::info!(
+                from = %view.from,
                 epoch = view.epoch,
                 generation = view.generation,
                 masters = view.map.masters().len(),
@@ -370,6 +374,7 @@ mod tests {
             map: answer.map,
             epoch,
             generation,
+            from: answer.node,
         }
     }
 
