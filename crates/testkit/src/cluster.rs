@@ -3,7 +3,7 @@
 //! (`CLUSTER MEET`, `ADDSLOTSRANGE`, `REPLICATE`) so that the layout is known: nodes
 //! `0..masters` are the masters, in slot order, and each master's replicas follow the masters.
 //! `start` returns once every node says `cluster_state:ok`, agrees on the slots, and every replica
-//! is in sync; dropping the cluster kills every node (their logs are printed when a test panics).
+//! is in sync and seen as serving; dropping the cluster kills every node (their logs are printed when a test panics).
 //!
 //! The methods block (std sockets and sleeps, like [`RedisServer`]); from an async test call them
 //! on a multi-threaded runtime or in `spawn_blocking`.
@@ -314,7 +314,8 @@ impl RedisCluster {
     }
 
     /// Waits until every running node says `cluster_state:ok`, they all assign every slot alike,
-    /// and every running replica of a running master is in sync.
+    /// every running replica of a running master is in sync, and no node sees a replica as still
+    /// `loading`.
     pub fn wait_agreed(&self) {
         self.wait_until("the nodes agree on the slots", |cluster| {
             let views: Vec<Vec<(u16, u16, String)>> = cluster
@@ -339,9 +340,9 @@ impl RedisCluster {
             };
             views.windows(2).all(|pair| pair[0] == pair[1])
                 && views.iter().all(|view| covered(view) == usize::from(SLOTS))
-                && cluster
-                    .live()
-                    .all(|index| cluster.state_ok(index) && cluster.in_sync(index))
+                && cluster.live().all(|index| {
+                    cluster.state_ok(index) && cluster.in_sync(index) && cluster.none_loading(index)
+                })
         });
     }
 
@@ -378,6 +379,23 @@ impl RedisCluster {
         bulk_text(&self.call(node, &["INFO", "replication"]))
             .lines()
             .any(|line| line.trim_end() == "master_link_status:up")
+    }
+
+    /// Whether `node` sees every replica as serving: none is `loading` (still at offset 0) in
+    /// its `CLUSTER SHARDS`.
+    fn none_loading(&self, node: usize) -> bool {
+        fn loading(frame: &Frame) -> bool {
+            match frame {
+                Frame::Array(items) => {
+                    items.windows(2).any(|pair| {
+                        pair[0].as_bytes().is_some_and(|b| b.as_ref() == b"health")
+                            && pair[1].as_bytes().is_some_and(|b| b.as_ref() == b"loading")
+                    }) || items.iter().any(loading)
+                }
+                _ => false,
+            }
+        }
+        !loading(&self.call(node, &["CLUSTER", "SHARDS"]))
     }
 
     fn listed(&self, node: usize) -> Vec<Listed> {
@@ -440,6 +458,10 @@ fn start_node() -> ClusterNode {
         .arg(NODE_TIMEOUT_MS.to_string())
         .arg("--cluster-config-file")
         .arg("nodes.conf")
+        // A master's offset moves only when it writes to its replicas; a replica still at offset
+        // 0 counts as `loading`, not serving. Pinging them every second moves it.
+        .arg("--repl-ping-replica-period")
+        .arg("1")
         .start();
     let mut node = ClusterNode {
         server,

@@ -1,10 +1,12 @@
 //! The slot map: which master serves each of the 16384 slots and which replicas stand behind each
 //! master, read from one node's `CLUSTER SHARDS` reply (Redis 7; RESP2 flat pairs or RESP3 maps) or,
 //! from a server without it, its `CLUSTER SLOTS` reply. Reading is total: a malformed or hostile
-//! reply is a typed [`MapError`], never a panic. Nodes whose health is `failed`, and nodes without
-//! an address we can dial (a TLS-only port), are left out, so their slots read as unserved.
+//! reply is a typed [`MapError`], never a panic. Nodes whose health is `fail(ed)`, and nodes without
+//! an address we can dial (a TLS-only port), are left out, so their slots read as unserved; a
+//! replica still `loading` is not counted as a replica yet (as `CLUSTER SLOTS` does).
 
 use std::collections::{HashMap, HashSet};
+use std::fmt;
 
 use tollgate_resp::Frame;
 
@@ -15,7 +17,7 @@ use crate::Endpoint;
 const UNSERVED: u16 = u16::MAX;
 
 /// One node's view of who serves what, ready for an O(1) lookup per slot.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) struct SlotMap {
     /// The masters serving at least one slot, ordered by address so that two maps of the same
     /// cluster list them alike.
@@ -75,7 +77,8 @@ struct Entry {
     /// `None` when the entry's master failed or cannot be dialled: its slots are unserved.
     master: Option<Endpoint>,
     replicas: Vec<Endpoint>,
-    /// Nodes named but neither the master nor a replica to route to (a second master).
+    /// Nodes named but neither the master nor a replica to route to (a second master, a replica
+    /// still loading).
     others: Vec<Endpoint>,
 }
 
@@ -135,6 +138,32 @@ impl SlotMap {
     }
 }
 
+impl fmt::Debug for SlotMap {
+    /// The slot ranges per master rather than 16384 owner indexes.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut ranges: Vec<Vec<(usize, usize)>> = vec![Vec::new(); self.shards.len()];
+        for (slot, &owner) in self.owner.iter().enumerate() {
+            if let Some(list) = ranges.get_mut(usize::from(owner)) {
+                match list.last_mut() {
+                    Some((_, end)) if *end + 1 == slot => *end = slot,
+                    _ => list.push((slot, slot)),
+                }
+            }
+        }
+        let shards: Vec<_> = self
+            .shards
+            .iter()
+            .zip(&ranges)
+            .map(|(shard, ranges)| (&shard.master, ranges, &shard.replicas))
+            .collect();
+        f.debug_struct("SlotMap")
+            .field("shards", &shards)
+            .field("covered", &self.covered)
+            .field("nodes", &self.nodes)
+            .finish()
+    }
+}
+
 fn shard_entry(shard: &Frame, answered: &Endpoint) -> Result<Entry, MapError> {
     const WHAT: &str = "a shard";
     let shard = fields(shard, WHAT)?;
@@ -158,7 +187,8 @@ fn shard_entry(shard: &Frame, answered: &Endpoint) -> Result<Entry, MapError> {
             Some(health) => text(health, "a node's health")?,
             None => b"online",
         };
-        if health == b"failed" {
+        // Redis 7.0 says `fail`; the documentation (and later servers) `failed`.
+        if health == b"fail" || health == b"failed" {
             continue;
         }
         let preferred = lookup(&node, "endpoint")
@@ -178,7 +208,10 @@ fn shard_entry(shard: &Frame, answered: &Endpoint) -> Result<Entry, MapError> {
         };
         match role {
             b"master" if entry.master.is_none() => entry.master = Some(endpoint),
+            // A replica that has not synced yet (offset 0) serves nothing; CLUSTER SLOTS leaves
+            // it out too. It can still be asked for the map.
             b"master" => entry.others.push(endpoint),
+            _ if health == b"loading" => entry.others.push(endpoint),
             _ => entry.replicas.push(endpoint),
         }
     }
@@ -518,7 +551,7 @@ pub(crate) mod tests {
                 &[(0, 5460)],
                 vec![
                     node(7000, "master", "online"),
-                    node(7003, "replica", "loading"),
+                    node(7003, "replica", "online"),
                 ],
             ),
             shard(
@@ -627,7 +660,7 @@ pub(crate) mod tests {
             shard(
                 &[(0, 8191)],
                 vec![
-                    node(7000, "master", "failed"),
+                    node(7000, "master", "fail"),
                     node(7003, "replica", "online"),
                 ],
             ),
@@ -636,6 +669,7 @@ pub(crate) mod tests {
                 vec![
                     node(7001, "master", "online"),
                     node(7004, "replica", "failed"),
+                    node(7005, "replica", "loading"),
                 ],
             ),
         ]);
@@ -643,11 +677,13 @@ pub(crate) mod tests {
         assert_eq!(map.covered(), 8192);
         assert_eq!(map.master_of(slot(0)), None);
         assert_eq!(map.master_of(slot(8192)), Some(&tcp("127.0.0.1", 7001)));
+        // Failed, or not synced yet: no replica of 7001 serves.
         assert_eq!(map.replicas_of(&tcp("127.0.0.1", 7001)), []);
-        // The orphaned replica can still be asked during a refresh; the failed nodes cannot.
+        // The orphaned and the loading replicas can still be asked during a refresh; the failed
+        // nodes cannot.
         assert_eq!(
             map.nodes(),
-            [tcp("127.0.0.1", 7001), tcp("127.0.0.1", 7003)]
+            [7001, 7005, 7003].map(|port| tcp("127.0.0.1", port))
         );
     }
 
@@ -715,7 +751,8 @@ pub(crate) mod tests {
             SlotMap::from_shards(&refused, &answered()),
             Err(MapError::Refused(message)) if message.contains("SHARDS")
         ));
-        let cases: Vec<(Frame, fn(&MapError) -> bool)> = vec![
+        type Expected = fn(&MapError) -> bool;
+        let cases: Vec<(Frame, Expected)> = vec![
             (Frame::Integer(1), |e| {
                 matches!(e, MapError::Unexpected { .. })
             }),

@@ -11,6 +11,8 @@ mod redirect;
 #[allow(dead_code)]
 mod refresh;
 mod slot;
+#[cfg(test)]
+mod tests;
 
 pub(crate) use follow::{run_lent, ClusterChannel};
 pub(crate) use nodes::ClusterLanes;

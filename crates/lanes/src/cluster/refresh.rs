@@ -47,6 +47,8 @@ pub(crate) struct View {
     pub(crate) epoch: u64,
     /// Counts the distinct maps adopted (from 1), so that a holder can tell the map changed.
     pub(crate) generation: u64,
+    /// The node that described it.
+    pub(crate) from: Endpoint,
 }
 
 /// What one node said.
@@ -174,6 +176,7 @@ pub(crate) fn adopt(current: Option<&View>, answers: Vec<NodeView>) -> Option<Vi
         map: best.map,
         epoch: best.epoch,
         generation,
+        from: best.node,
     })
 }
 
@@ -321,6 +324,7 @@ impl Refresher {
                 return false;
             };
             tracing::info!(
+                from = %view.from,
                 epoch = view.epoch,
                 generation = view.generation,
                 masters = view.map.masters().len(),
@@ -330,5 +334,127 @@ impl Refresher {
             *current = Some(Arc::new(view));
             true
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::map::tests::{node, shard, tcp, three_shards};
+
+    fn answer(map: Frame, epoch: u64) -> NodeView {
+        let node = tcp("127.0.0.1", 7000);
+        NodeView {
+            map: SlotMap::from_shards(&map, &node).unwrap(),
+            node,
+            epoch,
+        }
+    }
+
+    /// Only the first two of the three masters: a view that lost a master.
+    fn two_shards() -> Frame {
+        Frame::Array(vec![
+            shard(&[(0, 5460)], vec![node(7000, "master", "online")]),
+            shard(&[(5461, 10922)], vec![node(7001, "master", "online")]),
+        ])
+    }
+
+    /// The three masters after 7003 took over the first one's slots.
+    fn failed_over() -> Frame {
+        Frame::Array(vec![
+            shard(&[(0, 5460)], vec![node(7003, "master", "online")]),
+            shard(&[(5461, 10922)], vec![node(7001, "master", "online")]),
+            shard(&[(10923, 16383)], vec![node(7002, "master", "online")]),
+        ])
+    }
+
+    fn view(map: Frame, epoch: u64, generation: u64) -> View {
+        let answer = answer(map, epoch);
+        View {
+            map: answer.map,
+            epoch,
+            generation,
+            from: answer.node,
+        }
+    }
+
+    #[test]
+    fn the_highest_epoch_wins_and_ties_go_to_the_most_slots_covered() {
+        let first = adopt(
+            None,
+            vec![answer(three_shards(), 6), answer(failed_over(), 7)],
+        )
+        .unwrap();
+        assert_eq!(first, view(failed_over(), 7, 1));
+        // Fewer slots covered does not outweigh a higher epoch.
+        let chosen = adopt(
+            None,
+            vec![answer(three_shards(), 6), answer(two_shards(), 7)],
+        )
+        .unwrap();
+        assert_eq!(chosen.map.covered(), 10923);
+        let tie = adopt(
+            None,
+            vec![answer(two_shards(), 7), answer(three_shards(), 7)],
+        )
+        .unwrap();
+        assert_eq!(tie, view(three_shards(), 7, 1));
+    }
+
+    #[test]
+    fn a_stale_view_never_replaces_a_newer_one() {
+        let held = view(failed_over(), 7, 3);
+        // A minority partition's view: the old master still in place, at the old epoch.
+        assert_eq!(adopt(Some(&held), vec![answer(three_shards(), 6)]), None);
+        assert_eq!(
+            adopt(
+                Some(&held),
+                vec![answer(three_shards(), 6), answer(two_shards(), 5)]
+            ),
+            None
+        );
+        assert_eq!(adopt(Some(&held), vec![]), None);
+    }
+
+    #[test]
+    fn a_new_map_bumps_the_generation_and_a_new_epoch_alone_does_not() {
+        let held = view(three_shards(), 6, 3);
+        assert_eq!(adopt(Some(&held), vec![answer(three_shards(), 6)]), None);
+        assert_eq!(
+            adopt(Some(&held), vec![answer(three_shards(), 8)]),
+            Some(view(three_shards(), 8, 3))
+        );
+        // A slot moved without an epoch bump (resharding): same epoch, another map.
+        assert_eq!(
+            adopt(Some(&held), vec![answer(failed_over(), 6)]),
+            Some(view(failed_over(), 6, 4))
+        );
+        assert_eq!(
+            adopt(Some(&held), vec![answer(failed_over(), 9)]),
+            Some(view(failed_over(), 9, 4))
+        );
+    }
+
+    #[test]
+    fn reads_the_current_epoch_from_cluster_info() {
+        let info = "cluster_state:ok\r\ncluster_slots_assigned:16384\r\ncluster_current_epoch:42\r\ncluster_my_epoch:2\r\n";
+        assert_eq!(current_epoch(&Frame::Bulk(info.into())).unwrap(), 42);
+        let verbatim = Frame::Verbatim {
+            format: *b"txt",
+            text: info.into(),
+        };
+        assert_eq!(current_epoch(&verbatim).unwrap(), 42);
+        for refused in [
+            Frame::Error("ERR This instance has cluster support disabled".into()),
+            Frame::Bulk("cluster_state:ok\r\n".into()),
+            Frame::Bulk("cluster_current_epoch:-1\r\n".into()),
+            Frame::Bulk("cluster_current_epoch:\r\n".into()),
+            Frame::Integer(42),
+        ] {
+            assert!(
+                matches!(current_epoch(&refused), Err(FetchFailure::Info(_))),
+                "{refused:?}"
+            );
+        }
     }
 }

@@ -1,0 +1,359 @@
+//! The cluster pieces against a real local cluster ([`RedisCluster`]): the map read from live
+//! `CLUSTER SHARDS` replies, redirects provoked on real nodes, and the refresher across a failover
+//! and beside a stale node. They live inside the crate because what they test is `pub(crate)`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::task::JoinSet;
+use tollgate_resp::Frame;
+use tollgate_testkit::RedisCluster;
+
+use super::map::SlotMap;
+use super::redirect::{redirect, Redirect};
+use super::refresh::{fetch_view, ClusterMap, FetchFailure, View};
+use super::Slot;
+use crate::connector::Credentials;
+use crate::life::Life;
+use crate::stream::Stream;
+use crate::Endpoint;
+
+/// How long anything here may take before the test fails instead of hanging.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+fn endpoint(cluster: &RedisCluster, node: usize) -> Endpoint {
+    Endpoint::Tcp {
+        host: "127.0.0.1".into(),
+        port: cluster.node(node).port(),
+    }
+}
+
+/// A sample of keys: plain ones and hash-tagged ones.
+fn sample_keys() -> Vec<String> {
+    (0..60)
+        .map(|i| format!("key:{i}"))
+        .chain((0..20).map(|i| format!("{{user{i}}}.followers")))
+        .collect()
+}
+
+/// Asks `node` over TCP, after `HELLO <protocol>` when one is given.
+async fn ask(node: &Endpoint, protocol: Option<&str>, argv: &[&str]) -> Frame {
+    let mut stream = Stream::connect(node).await.unwrap();
+    let mut read = BytesMut::new();
+    if let Some(version) = protocol {
+        let greeting = stream
+            .exchange(&mut read, &["HELLO", version])
+            .await
+            .unwrap();
+        assert!(!greeting.is_error(), "{greeting:?}");
+    }
+    stream.exchange(&mut read, argv).await.unwrap()
+}
+
+/// Waits until the map holds a view that `wanted` accepts, asking for a refresh each time round.
+async fn view_where(map: &ClusterMap, wanted: impl Fn(&View) -> bool) -> Arc<View> {
+    let waited = tokio::time::timeout(PATIENCE, async {
+        loop {
+            if let Some(view) = map.current().filter(|view| wanted(view)) {
+                return view;
+            }
+            map.refresh_soon();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    match waited.await {
+        Ok(view) => view,
+        Err(_) => panic!(
+            "no such view within {PATIENCE:?}; holding {:?}",
+            map.current()
+        ),
+    }
+}
+
+/// The same master for every slot and the same replicas for every master. (`CLUSTER SLOTS` names
+/// no node beyond those, so the nodes to ask may differ.)
+fn assert_same_routes(a: &SlotMap, b: &SlotMap) {
+    for number in 0..super::SLOT_COUNT {
+        let slot = Slot::new(number).unwrap();
+        assert_eq!(a.master_of(slot), b.master_of(slot), "slot {slot}");
+    }
+    assert!(a.masters().eq(b.masters()), "{a:?}\n{b:?}");
+    for master in a.masters() {
+        assert_eq!(a.replicas_of(master), b.replicas_of(master), "{master}");
+    }
+}
+
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(work).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_map_of_a_live_cluster_matches_cluster_slots_and_every_nodes_keyslot() {
+    let cluster = Arc::new(blocking(|| RedisCluster::start(3, 1)).await);
+    let node = endpoint(&cluster, 0);
+    let resp2 = ask(&node, None, &["CLUSTER", "SHARDS"]).await;
+    let resp3 = ask(&node, Some("3"), &["CLUSTER", "SHARDS"]).await;
+    assert!(
+        matches!(&resp3, Frame::Array(shards) if matches!(shards.first(), Some(Frame::Map(_)))),
+        "RESP3 shards are maps: {resp3:?}"
+    );
+    let map = SlotMap::from_shards(&resp2, &node).unwrap();
+    assert_eq!(SlotMap::from_shards(&resp3, &node).unwrap(), map);
+    let slots = ask(&node, None, &["CLUSTER", "SLOTS"]).await;
+    assert_same_routes(&SlotMap::from_slots(&slots, &node).unwrap(), &map);
+
+    assert_eq!(map.covered(), 16384);
+    let masters: Vec<Endpoint> = cluster
+        .masters()
+        .iter()
+        .map(|&m| endpoint(&cluster, m))
+        .collect();
+    let mut listed: Vec<Endpoint> = map.masters().cloned().collect();
+    listed.sort_by_key(|e| e.to_string());
+    let mut expected = masters.clone();
+    expected.sort_by_key(|e| e.to_string());
+    assert_eq!(listed, expected);
+    for &master in &cluster.masters() {
+        let replicas: Vec<Endpoint> = cluster
+            .replicas_of(master)
+            .iter()
+            .map(|&r| endpoint(&cluster, r))
+            .collect();
+        assert_eq!(map.replicas_of(&endpoint(&cluster, master)), replicas);
+    }
+    assert_eq!(map.nodes().len(), 6);
+
+    for key in sample_keys() {
+        let slot = Slot::of(key.as_bytes());
+        for index in 0..cluster.nodes().len() {
+            assert_eq!(
+                cluster.call(index, &["CLUSTER", "KEYSLOT", &key]),
+                Frame::Integer(slot.number().into()),
+                "{key} on node {index}"
+            );
+        }
+        assert_eq!(
+            map.master_of(slot),
+            Some(&endpoint(&cluster, cluster.master_of(slot.number()))),
+            "{key}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moved_and_ask_replies_name_the_nodes_the_map_names() {
+    let cluster = Arc::new(blocking(|| RedisCluster::start(3, 0)).await);
+    let asked = endpoint(&cluster, 0);
+    let map = fetch_view(&asked, None, PATIENCE).await.unwrap().map;
+
+    // MOVED: a key whose slot another master serves.
+    let key = sample_keys()
+        .into_iter()
+        .filter(|key| !key.contains('{'))
+        .find(|key| map.master_of(Slot::of(key.as_bytes())) != Some(&asked))
+        .unwrap();
+    let slot = Slot::of(key.as_bytes());
+    let reply = cluster.inline(0, &format!("GET {key}"));
+    assert_eq!(
+        redirect(reply.as_bytes(), &asked),
+        Some(Redirect::Moved {
+            slot,
+            to: map.master_of(slot).unwrap().clone()
+        }),
+        "{reply}"
+    );
+
+    // ASK: while the slot migrates, a key not on the old owner is looked for on the new one.
+    let from = cluster.master_of(slot.number());
+    let to = (0..3).find(|&m| m != from).unwrap();
+    let (kept, missing) = (format!("{{{key}}}.kept"), format!("{{{key}}}.missing"));
+    assert_eq!(cluster.inline(from, &format!("SET {kept} v")), "+OK\r\n");
+    let (moving, s) = (cluster.clone(), slot.number());
+    blocking(move || moving.begin_migration(s, from, to)).await;
+    assert_eq!(cluster.inline(from, &format!("GET {kept}")), "$1\r\nv\r\n");
+    let reply = cluster.inline(from, &format!("GET {missing}"));
+    assert_eq!(
+        redirect(reply.as_bytes(), &endpoint(&cluster, from)),
+        Some(Redirect::Ask {
+            slot,
+            to: endpoint(&cluster, to)
+        }),
+        "{reply}"
+    );
+
+    // Once the keys moved and the slot is handed over, the old owner says MOVED and its map agrees.
+    let moving = cluster.clone();
+    let moved = blocking(move || {
+        let moved = moving.migrate_keys(s, from, to);
+        moving.finish_migration(s, to);
+        moved
+    })
+    .await;
+    assert_eq!(moved, 1);
+    let reply = cluster.inline(from, &format!("GET {kept}"));
+    assert_eq!(
+        redirect(reply.as_bytes(), &endpoint(&cluster, from)),
+        Some(Redirect::Moved {
+            slot,
+            to: endpoint(&cluster, to)
+        }),
+        "{reply}"
+    );
+    let view = fetch_view(&endpoint(&cluster, from), None, PATIENCE)
+        .await
+        .unwrap();
+    assert_eq!(view.map.master_of(slot), Some(&endpoint(&cluster, to)));
+    assert_eq!(view.map.covered(), 16384);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_failover_the_refreshed_view_names_the_promoted_node_at_a_higher_epoch() {
+    let cluster = Arc::new(parking_lot::Mutex::new(
+        blocking(|| RedisCluster::start(3, 1)).await,
+    ));
+    let (seed, master, replica) = {
+        let cluster = cluster.lock();
+        let master = cluster.master_of(0);
+        let replica = cluster.replicas_of(master)[0];
+        (endpoint(&cluster, master), master, replica)
+    };
+    let life = Arc::new(Life::new());
+    let mut drivers = JoinSet::new();
+    let map = ClusterMap::start(vec![seed.clone()], None, &life, &mut drivers);
+    let before = map.ready(PATIENCE).await.unwrap();
+    assert_eq!(before.map.master_of(Slot::new(0).unwrap()), Some(&seed));
+
+    // The master crashes, and its replica is promoted without it.
+    let promoting = cluster.clone();
+    blocking(move || {
+        let mut cluster = promoting.lock();
+        cluster.kill(master);
+        cluster.failover(replica);
+    })
+    .await;
+    let promoted = endpoint(&cluster.lock(), replica);
+    // Once the others mark the dead master failed, it is no longer named at all.
+    let after = view_where(&map, |view| {
+        view.map.master_of(Slot::new(0).unwrap()) == Some(&promoted)
+            && !view.map.nodes().contains(&seed)
+    })
+    .await;
+    assert!(
+        after.epoch > before.epoch,
+        "{} then {}",
+        before.epoch,
+        after.epoch
+    );
+    assert!(after.generation > before.generation);
+    assert_eq!(after.map.covered(), 16384);
+    assert_eq!(after.map.masters().len(), 3);
+
+    life.start_draining();
+    tokio::time::timeout(PATIENCE, drivers.join_next())
+        .await
+        .expect("the refresher stops when the lanes drain");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresher_hearing_a_stale_node_keeps_the_current_view() {
+    let current = Arc::new(blocking(|| RedisCluster::start(3, 1)).await);
+    // A node of another, older cluster: epoch 1 against the current cluster's 6, and a full map.
+    let stale = blocking(|| RedisCluster::start(1, 0)).await;
+    let stale_node = endpoint(&stale, 0);
+    let stale_view = fetch_view(&stale_node, None, PATIENCE).await.unwrap();
+    let current_view = fetch_view(&endpoint(&current, 0), None, PATIENCE)
+        .await
+        .unwrap();
+    assert!(stale_view.epoch < current_view.epoch);
+    assert_eq!(stale_view.map.covered(), 16384);
+
+    let life = Arc::new(Life::new());
+    let mut drivers = JoinSet::new();
+    let seeds = vec![stale_node.clone(), endpoint(&current, 0)];
+    let map = ClusterMap::start(seeds, None, &life, &mut drivers);
+    map.ready(PATIENCE).await.unwrap();
+    // Until the stale node has been heard in several refreshes, each view held is the current one.
+    let asked = |stale: &RedisCluster| {
+        stale
+            .commandstats(0)
+            .get("cluster|shards")
+            .map_or(0, |calls| calls.calls)
+    };
+    let heard_before = asked(&stale);
+    tokio::time::timeout(PATIENCE, async {
+        while asked(&stale) < heard_before + 3 {
+            let held = map.current().unwrap();
+            assert_eq!(held.epoch, current_view.epoch);
+            assert_eq!(held.map, current_view.map);
+            map.refresh_soon();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the stale node is asked in some refreshes");
+    assert_eq!(map.current().unwrap().map, current_view.map);
+    life.start_draining();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_refresh_requests_costs_one_refresh() {
+    let cluster = Arc::new(blocking(|| RedisCluster::start(3, 0)).await);
+    let life = Arc::new(Life::new());
+    let mut drivers = JoinSet::new();
+    let seeds = (0..3).map(|n| endpoint(&cluster, n)).collect();
+    let map = ClusterMap::start(seeds, None, &life, &mut drivers);
+    map.ready(PATIENCE).await.unwrap();
+    let asked = |cluster: &RedisCluster| -> u64 {
+        (0..3)
+            .map(|n| {
+                cluster
+                    .commandstats(n)
+                    .get("cluster|shards")
+                    .map_or(0, |c| c.calls)
+            })
+            .sum()
+    };
+    let before = asked(&cluster);
+    for _ in 0..1000 {
+        map.refresh_soon();
+    }
+    // One refresh asks all three nodes; wait for it, then give a second one the time to show up.
+    tokio::time::timeout(PATIENCE, async {
+        while asked(&cluster) < before + 3 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("a refresh follows the requests");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(asked(&cluster), before + 3);
+    life.start_draining();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetching_a_view_authenticates_with_the_credentials_given() {
+    let cluster = blocking(|| RedisCluster::start(1, 0)).await;
+    let user = "ACL SETUSER mapper on >secret +hello +cluster|info +cluster|shards";
+    assert_eq!(cluster.inline(0, user), "+OK\r\n");
+    assert_eq!(cluster.inline(0, "ACL SETUSER default off"), "+OK\r\n");
+    let node = endpoint(&cluster, 0);
+    let credentials = |password: &str| Credentials {
+        user: "mapper".into(),
+        password: password.into(),
+    };
+    let view = fetch_view(&node, Some(&credentials("secret")), PATIENCE)
+        .await
+        .unwrap();
+    assert_eq!(view.map.master_of(Slot::new(7).unwrap()), Some(&node));
+    for refused in [
+        fetch_view(&node, Some(&credentials("wrong")), PATIENCE).await,
+        fetch_view(&node, None, PATIENCE).await,
+    ] {
+        let error = refused.unwrap_err();
+        assert!(
+            matches!(&error.failure, FetchFailure::HelloRefused(_)),
+            "{error}"
+        );
+    }
+}
