@@ -57,7 +57,7 @@ fn keys_on_every_master(cluster: &RedisCluster, prefix: &str, per_master: usize)
 }
 
 /// Every command's calls on every node, summed per command name.
-fn calls_everywhere(cluster: &RedisCluster) -> BTreeMap<String, Calls> {
+pub(crate) fn calls_everywhere(cluster: &RedisCluster) -> BTreeMap<String, Calls> {
     let mut all: BTreeMap<String, Calls> = BTreeMap::new();
     for node in 0..cluster.nodes().len() {
         for (name, calls) in cluster.commandstats(node) {

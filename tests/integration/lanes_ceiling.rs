@@ -126,7 +126,8 @@ async fn paused_multiplexed_ceiling(multiplexed: Multiplexed) {
     for channel in &warm {
         channel.send(cmd(&["PING"])).await.unwrap();
     }
-    fixture.redis.inline("CLIENT PAUSE 400 ALL");
+    // Long enough that a loaded machine still sees the commands held behind the pause.
+    fixture.redis.inline("CLIENT PAUSE 1500 ALL");
     let sends: Vec<_> = (0..40)
         .map(|i| {
             let channel = fixture.lanes.multiplexed(multiplexed).unwrap();

@@ -116,8 +116,12 @@ impl Lanes {
                 owner,
                 &families,
             )?),
-            Topology::Cluster { seeds, split } => Nodes::Cluster {
-                lanes: ClusterLanes::open(seeds, config, owner, families)?,
+            Topology::Cluster {
+                seeds,
+                split,
+                retry_for,
+            } => Nodes::Cluster {
+                lanes: ClusterLanes::open(seeds, *retry_for, config, owner, families)?,
                 split: *split,
             },
         };

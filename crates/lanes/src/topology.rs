@@ -21,10 +21,24 @@ impl RedisConfig {
         }
     }
 
-    /// A Redis Cluster, learnt from `seeds`.
+    /// A Redis Cluster, learnt from `seeds`, whose commands wait for a busy cluster up to
+    /// [`RETRY_FOR`].
     pub fn cluster(seeds: Vec<Endpoint>, split: Splitting) -> Self {
+        Self::cluster_retrying(seeds, split, RETRY_FOR)
+    }
+
+    /// [`RedisConfig::cluster`], waiting up to `retry_for`.
+    pub fn cluster_retrying(
+        seeds: Vec<Endpoint>,
+        split: Splitting,
+        retry_for: std::time::Duration,
+    ) -> Self {
         Self {
-            topology: Topology::Cluster { seeds, split },
+            topology: Topology::Cluster {
+                seeds,
+                split,
+                retry_for,
+            },
         }
     }
 
@@ -62,6 +76,18 @@ struct ClusterSection {
     /// atomic) rather than refused with CROSSSLOT.
     #[serde(default = "split_by_default")]
     split_multi_key: bool,
+    /// How long a command may wait, in all, for a busy cluster (`TRYAGAIN`, `CLUSTERDOWN`, a
+    /// master that cannot be reached during a failover) before the client gets an error.
+    #[serde(default = "retry_for_by_default", with = "humantime_serde")]
+    retry_for: std::time::Duration,
+}
+
+/// Long enough for a failover with a short `cluster-node-timeout`; a client that would rather see
+/// the error sooner sets less.
+pub const RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(5);
+
+fn retry_for_by_default() -> std::time::Duration {
+    RETRY_FOR
 }
 
 fn split_by_default() -> bool {
@@ -149,7 +175,11 @@ impl TryFrom<RedisSection> for RedisConfig {
                     true => Splitting::Split,
                     false => Splitting::Refuse,
                 };
-                Ok(RedisConfig::cluster(cluster.addresses, split))
+                Ok(RedisConfig::cluster_retrying(
+                    cluster.addresses,
+                    split,
+                    cluster.retry_for,
+                ))
             }
             _ => Err(InvalidRedisConfig::Several),
         }
@@ -172,6 +202,7 @@ pub enum Topology {
     Cluster {
         seeds: Vec<Endpoint>,
         split: Splitting,
+        retry_for: std::time::Duration,
     },
 }
 

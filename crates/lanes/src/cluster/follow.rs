@@ -1,14 +1,18 @@
 //! Following a cluster's redirects, so that a client never sees one: `MOVED` (the slot has a new
 //! owner: ask for a fresh map, send again there), `ASK` (the slot is being migrated and this key
 //! is already on the target: send there once, after `ASKING`), `TRYAGAIN` and `CLUSTERDOWN` (a
-//! migration or a failover in progress: wait a little and send again). At most
-//! [`MAX_REDIRECTS`] times; what still fails is a typed error, never a hang.
+//! migration or a failover in progress: wait a little and send again), and a master that cannot
+//! be reached (a failover will name another: ask for a fresh map, wait, send again). At most
+//! [`MAX_REDIRECTS`] redirects, and waits for `redis.cluster.retry_for` in all; what still fails
+//! is a typed error, never a hang.
 //!
-//! Each of these replies means Redis did not run the command, so sending it again cannot run it
-//! twice.
+//! Each of these means Redis did not run the command, so sending it again cannot run it twice; a
+//! command that may have run (its connection lost after it was written) is never sent again.
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -25,20 +29,32 @@ use crate::multiplex::{NodeChannel, NodeSend};
 use crate::reply::Reply;
 use crate::{Endpoint, Exclusive};
 
-/// Redirects followed for one command before its last one is given up on.
+/// `MOVED` and `ASK` redirects followed for one command before the last is given up on.
 pub(crate) const MAX_REDIRECTS: usize = 5;
 
-/// The wait before sending again after `TRYAGAIN` or `CLUSTERDOWN`: 25 ms, doubling.
-fn backoff(attempt: usize) -> Duration {
-    Duration::from_millis(25 << attempt.min(4))
+/// The longest pause between attempts while the cluster is busy: a wait doubles from 10 ms.
+const MAX_PAUSE: Duration = Duration::from_millis(200);
+
+/// One command's attempts so far, and what the next one is.
+struct Attempts {
+    redirects: usize,
+    /// Since when the command has been waiting for the cluster (`TRYAGAIN`, `CLUSTERDOWN`, a
+    /// master that cannot be reached), and how many pauses it took.
+    waiting: Option<(Instant, u32)>,
+    /// How long it may wait in all (`redis.cluster.retry_for`).
+    window: Duration,
 }
 
-/// What a redirect asks of the next attempt.
-enum Next {
-    /// Send again to this node; after `ASKING` when `asking`.
-    To { node: Endpoint, asking: Asking },
-    /// Wait, then send again where the map then says.
-    Wait(Duration),
+/// What to do after an attempt.
+enum Then {
+    /// The caller's reply.
+    Reply(Reply),
+    /// Send again to this node; after `ASKING` when asked.
+    Send { node: Endpoint, asking: Asking },
+    /// Pause, then send again where the map then says.
+    Pause(Duration),
+    /// Give up with this error.
+    Fail(CallError),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -47,53 +63,86 @@ enum Asking {
     Yes,
 }
 
-/// What to do after `reply` from `node`: `None` when it is the reply to give the caller.
-fn next_after(
-    lanes: &ClusterLanes,
-    reply: &Reply,
-    node: &Endpoint,
-    attempt: usize,
-) -> Option<Next> {
-    if !reply.is_error() {
-        return None;
+impl Attempts {
+    fn new(window: Duration) -> Attempts {
+        Attempts {
+            redirects: 0,
+            waiting: None,
+            window,
+        }
     }
-    Some(match redirect(reply.bytes(), node)? {
-        Redirect::Moved { to, .. } => {
-            lanes.refresh_soon();
-            Next::To {
-                node: to,
-                asking: Asking::No,
+
+    /// After the reply `reply` from `node`.
+    fn after_reply(&mut self, lanes: &ClusterLanes, reply: Reply, node: &Endpoint) -> Then {
+        let Some(redirect) = reply
+            .is_error()
+            .then(|| redirect(reply.bytes(), node))
+            .flatten()
+        else {
+            return Then::Reply(reply);
+        };
+        let (to, asking) = match redirect {
+            Redirect::Moved { to, .. } => {
+                lanes.refresh_soon();
+                (to, Asking::No)
+            }
+            Redirect::Ask { to, .. } => (to, Asking::Yes),
+            Redirect::TryAgain => return self.pause(&reply_text(&reply)),
+            Redirect::ClusterDown => {
+                lanes.refresh_soon();
+                return self.pause(&reply_text(&reply));
+            }
+        };
+        self.redirects += 1;
+        if self.redirects > MAX_REDIRECTS {
+            return Then::Fail(CallError::NotSent(LaneError::Redirected {
+                redirects: MAX_REDIRECTS,
+                last: reply_text(&reply),
+            }));
+        }
+        Then::Send { node: to, asking }
+    }
+
+    /// After `error` from a send. Only a command that was not sent is sent again: one that may
+    /// have run never is.
+    fn after_error(&mut self, lanes: &ClusterLanes, error: CallError) -> Then {
+        match error {
+            CallError::NotSent(LaneError::Unavailable { reason }) => {
+                // The master may be gone; a failover names a new one in the next map.
+                lanes.refresh_soon();
+                match self.pause(&reason) {
+                    Then::Fail(_) => {
+                        Then::Fail(CallError::NotSent(LaneError::Unavailable { reason }))
+                    }
+                    then => then,
+                }
+            }
+            error => {
+                if matches!(error, CallError::Indeterminate { .. }) {
+                    lanes.refresh_soon();
+                }
+                Then::Fail(error)
             }
         }
-        Redirect::Ask { to, .. } => Next::To {
-            node: to,
-            asking: Asking::Yes,
-        },
-        Redirect::TryAgain => Next::Wait(backoff(attempt)),
-        Redirect::ClusterDown => {
-            lanes.refresh_soon();
-            Next::Wait(backoff(attempt))
-        }
-    })
-}
-
-/// The typed error for a command still redirected after [`MAX_REDIRECTS`].
-fn gave_up(reply: &Reply) -> CallError {
-    CallError::NotSent(LaneError::Redirected {
-        redirects: MAX_REDIRECTS,
-        last: String::from_utf8_lossy(reply.bytes().trim_ascii_end()).into_owned(),
-    })
-}
-
-/// A lost or refused connection to a node may mean the node is gone: the map is asked again.
-fn noted(lanes: &ClusterLanes, error: CallError) -> CallError {
-    if matches!(
-        error,
-        CallError::NotSent(LaneError::Unavailable { .. }) | CallError::Indeterminate { .. }
-    ) {
-        lanes.refresh_soon();
     }
-    error
+
+    /// A pause before the next attempt, while the window lasts.
+    fn pause(&mut self, last: &str) -> Then {
+        let (since, pauses) = self.waiting.get_or_insert_with(|| (Instant::now(), 0));
+        if since.elapsed() >= self.window {
+            return Then::Fail(CallError::NotSent(LaneError::Redirected {
+                redirects: self.redirects,
+                last: format!("still busy after {:?}: {last}", self.window),
+            }));
+        }
+        *pauses += 1;
+        let pause = Duration::from_millis(10 << (*pauses).min(5)).min(MAX_PAUSE);
+        Then::Pause(pause)
+    }
+}
+
+fn reply_text(reply: &Reply) -> String {
+    String::from_utf8_lossy(reply.bytes().trim_ascii_end()).into_owned()
 }
 
 /// A caller's channel on a multiplexed lane of every node it has sent to.
@@ -181,6 +230,7 @@ impl ClusterChannel {
         });
         let channel = self.clone();
         Box::pin(async move {
+            let mut attempts = Attempts::new(channel.lanes.retry_for());
             let (mut node, mut sent) = match first {
                 Some(first) => first,
                 None => {
@@ -189,23 +239,22 @@ impl ClusterChannel {
                     (node, sent)
                 }
             };
-            for attempt in 0.. {
-                let reply = match sent {
-                    Ok(sent) => sent.await.map_err(|error| noted(&channel.lanes, error))?,
-                    Err(error) => return Err(noted(&channel.lanes, CallError::NotSent(error))),
+            loop {
+                let then = match sent {
+                    Ok(sent) => match sent.await {
+                        Ok(reply) => attempts.after_reply(&channel.lanes, reply, &node),
+                        Err(error) => attempts.after_error(&channel.lanes, error),
+                    },
+                    Err(error) => attempts.after_error(&channel.lanes, CallError::NotSent(error)),
                 };
-                let Some(next) = next_after(&channel.lanes, &reply, &node, attempt) else {
-                    return Ok(reply);
-                };
-                if attempt + 1 >= MAX_REDIRECTS {
-                    return Err(gave_up(&reply));
-                }
-                let asking = match next {
-                    Next::To { node: to, asking } => {
+                let asking = match then {
+                    Then::Reply(reply) => return Ok(reply),
+                    Then::Fail(error) => return Err(error),
+                    Then::Send { node: to, asking } => {
                         node = to;
                         asking
                     }
-                    Next::Wait(pause) => {
+                    Then::Pause(pause) => {
                         tokio::time::sleep(pause).await;
                         node = channel.lanes.target(&route).await?;
                         Asking::No
@@ -213,7 +262,6 @@ impl ClusterChannel {
                 };
                 sent = channel.send_on(&node, &command, asking, deadline);
             }
-            unreachable!("the loop returns within MAX_REDIRECTS attempts")
         })
     }
 }
@@ -230,41 +278,55 @@ pub(crate) async fn run_lent(
     command: Bytes,
     deadline: Option<Duration>,
 ) -> Result<Reply, CallError> {
+    let mut attempts = Attempts::new(lanes.retry_for());
     let mut node = lanes.target(&route).await?;
     let mut asking = Asking::No;
-    for attempt in 0.. {
-        let mut conn: Borrowed = lanes.node(&node)?.borrow(lane, protocol, principal).await?;
-        if asking == Asking::Yes {
-            let asked = conn
-                .send(Bytes::from_static(b"*1\r\n$6\r\nASKING\r\n"))
-                .await;
-            if let Err(error) = asked {
-                return Err(noted(lanes, error));
-            }
-        }
-        let reply = conn.send_within(command.clone(), deadline).await;
-        conn.release().await;
-        let reply = reply.map_err(|error| noted(lanes, error))?;
-        let Some(next) = next_after(lanes, &reply, &node, attempt) else {
-            return Ok(reply);
+    loop {
+        let then = match lent_once(
+            lanes, &node, asking, lane, protocol, principal, &command, deadline,
+        )
+        .await
+        {
+            Ok(reply) => attempts.after_reply(lanes, reply, &node),
+            Err(error) => attempts.after_error(lanes, error),
         };
-        if attempt + 1 >= MAX_REDIRECTS {
-            return Err(gave_up(&reply));
-        }
-        match next {
-            Next::To {
+        match then {
+            Then::Reply(reply) => return Ok(reply),
+            Then::Fail(error) => return Err(error),
+            Then::Send {
                 node: to,
                 asking: ask,
             } => {
                 node = to;
                 asking = ask;
             }
-            Next::Wait(pause) => {
+            Then::Pause(pause) => {
                 tokio::time::sleep(pause).await;
                 node = lanes.target(&route).await?;
                 asking = Asking::No;
             }
         }
     }
-    unreachable!("the loop returns within MAX_REDIRECTS attempts")
+}
+
+/// One attempt of [`run_lent`] on `node`.
+#[allow(clippy::too_many_arguments)]
+async fn lent_once(
+    lanes: &ClusterLanes,
+    node: &Endpoint,
+    asking: Asking,
+    lane: Exclusive,
+    protocol: Protocol,
+    principal: Option<&str>,
+    command: &Bytes,
+    deadline: Option<Duration>,
+) -> Result<Reply, CallError> {
+    let mut conn: Borrowed = lanes.node(node)?.borrow(lane, protocol, principal).await?;
+    if asking == Asking::Yes {
+        conn.send(Bytes::from_static(b"*1\r\n$6\r\nASKING\r\n"))
+            .await?;
+    }
+    let reply = conn.send_within(command.clone(), deadline).await;
+    conn.release().await;
+    reply
 }

@@ -3,12 +3,9 @@
 //! master (`nodes`), and the redirects followed so that clients never see one (`follow`).
 
 mod follow;
-// Until the map helper's last commits land: two of its readers have no caller yet.
-#[allow(dead_code)]
 mod map;
 mod nodes;
 mod redirect;
-#[allow(dead_code)]
 mod refresh;
 mod slot;
 #[cfg(test)]

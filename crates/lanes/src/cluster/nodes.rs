@@ -29,11 +29,14 @@ pub(crate) struct ClusterLanes {
     drivers: parking_lot::Mutex<JoinSet<()>>,
     /// How long a command waits for a first slot map before it is refused (not sent).
     patience: Duration,
+    /// How long a command may wait, in all, for a busy cluster (`redis.cluster.retry_for`).
+    retry_for: Duration,
 }
 
 impl ClusterLanes {
     pub(crate) fn open(
         seeds: &[Endpoint],
+        retry_for: Duration,
         config: &LanesConfig,
         owner: Owner,
         families: Families,
@@ -64,7 +67,12 @@ impl ClusterLanes {
             life,
             drivers: parking_lot::Mutex::new(drivers),
             patience,
+            retry_for,
         }))
+    }
+
+    pub(crate) fn retry_for(&self) -> Duration {
+        self.retry_for
     }
 
     /// The lanes of the node at `endpoint`, opened now if no command went there before.
