@@ -256,3 +256,56 @@ async fn cluster_keyspace_commands_act_only_on_the_callers_keys_on_every_master(
     assert_eq!(size, 0);
     daemon.stop().await;
 }
+
+/// A failover mid-scan changes the masters: the scan goes on without an error and, across the
+/// change, still returns every key (the cursor made for the old masters restarts from the first
+/// of the new ones, so some keys come twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_keyspace_a_scan_across_a_failover_still_returns_every_key() {
+    let cluster = cluster().await;
+    let (daemon, _policy) = daemon_with(&cluster, ALLOW_ALL).await;
+    let mut conn = client(&daemon).await;
+    let keys = keys_on_every_master(&cluster, "f", 30);
+    let pairs: Vec<(&String, &str)> = keys.iter().map(|key| (key, "v")).collect();
+    let () = conn.mset(&pairs).await.unwrap();
+    let (_, rounds) = scan_all(&mut conn, 0, &["COUNT", "5"]).await;
+
+    // Half way through a scan, the first master's replica takes over.
+    let (mut seen, mut cursor) = (Vec::new(), 0u64);
+    for _ in 0..rounds / 2 {
+        let (next, page): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg(&["COUNT", "5"])
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        seen.extend(page);
+        cursor = next;
+    }
+    assert_ne!(cursor, 0, "the scan is not over");
+    let replica = cluster.replicas_of(cluster.masters()[0])[0];
+    tokio::task::block_in_place(|| cluster.failover(replica));
+
+    // Until the daemon's slot map names the promoted replica, its scans do not reach it.
+    let scans_on = |node: usize| {
+        cluster
+            .commandstats(node)
+            .get("scan")
+            .map_or(0, |c| c.calls)
+    };
+    for attempt in 0.. {
+        let _ = scan_all(&mut conn, 0, &["COUNT", "1000"]).await;
+        if scans_on(replica) > 0 {
+            break;
+        }
+        assert!(attempt < 120, "the daemon never learned the new master");
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+
+    let (rest, _) = scan_all(&mut conn, cursor, &["COUNT", "5"]).await;
+    seen.extend(rest);
+    let seen: BTreeSet<String> = seen.into_iter().collect();
+    let keys: BTreeSet<String> = keys.into_iter().collect();
+    assert_eq!(seen, keys, "every key, across the failover");
+    daemon.stop().await;
+}
