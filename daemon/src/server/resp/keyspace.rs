@@ -156,7 +156,13 @@ async fn scan_masters(
     let layout = cursor::Layout::of(masters).map_err(refused)?;
     let at = layout.resume(cursor);
     let node_cursor = Bytes::from(at.node_cursor.to_string());
-    let (node_next, page) = scan_page(scope, &masters[at.master], &node_cursor, options).await?;
+    // Only an empty list has no master at the start: the slot map lost every master.
+    let Some(master) = masters.get(at.master) else {
+        return Err(replies::error(
+            "ERR tollgate: no master in the slot map".to_owned(),
+        ));
+    };
+    let (node_next, page) = scan_page(scope, master, &node_cursor, options).await?;
     let node_next = decimal(&node_next).ok_or_else(unexpected_scan)?;
     let next = layout.next(at.master, node_next).map_err(refused)?;
     Ok((Bytes::from(next.to_string()), page))
