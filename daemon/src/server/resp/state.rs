@@ -505,11 +505,20 @@ impl SessionState {
                         Err(error) => return replies::lane_failed(&error),
                     },
                 };
+                let lanes = &self.front.services.lanes;
+                let servers = match lanes.shape() {
+                    Shape::Single => keyspace::Servers::One,
+                    Shape::Cluster(_) => match lanes.masters().await {
+                        Ok(masters) => keyspace::Servers::Masters(masters),
+                        Err(error) => return replies::lane_failed(&error),
+                    },
+                };
                 let scope = keyspace::Scope {
                     caller: &self.caller,
                     admission: &self.front.services.admission,
                     channel: &channel,
                     protocol: self.protocol,
+                    servers,
                 };
                 keyspace::serve(whole, &argv, scope).await
             }
