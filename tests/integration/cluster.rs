@@ -60,6 +60,15 @@ pub(crate) fn keys_on_every_master(
     keys
 }
 
+/// An error's kind as a client sees it: Redis's code (`IOERR`, `TRYAGAIN`), or the client's own
+/// kind when the reply was not an error reply.
+pub(crate) fn error_kind(error: &redis::RedisError) -> String {
+    match error.code() {
+        Some(code) => code.to_owned(),
+        None => format!("{:?}", error.kind()),
+    }
+}
+
 /// Every command's calls on every node, summed per command name.
 pub(crate) fn calls_everywhere(cluster: &RedisCluster) -> BTreeMap<String, Calls> {
     let mut all: BTreeMap<String, Calls> = BTreeMap::new();
@@ -322,5 +331,41 @@ async fn a_blocking_pop_waits_on_its_slot_s_master() {
         assert_eq!(popped, Some((key.clone(), "job".to_owned())));
     }
     let _: Option<(String, String)> = waiter.blpop(&keys[0], 0.1).await.unwrap();
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_looks_like_one_standalone_server_to_its_clients() {
+    let cluster = cluster().await;
+    let daemon = TestDaemon::start_cluster(&cluster, Splitting::Split).await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    assert!(cluster
+        .inline(0, "INFO server")
+        .contains("redis_mode:cluster"));
+
+    let server = text(&client.call(&["INFO", "server"]).await);
+    assert!(server.contains("redis_mode:standalone"), "{server}");
+    assert!(!server.contains("redis_mode:cluster"), "{server}");
+    let info = text(&client.call(&["INFO", "cluster"]).await);
+    assert!(info.contains("cluster_enabled:0"), "{info}");
+
+    // A cluster client's connection state would land on a connection other clients share.
+    for words in [&["ASKING"][..], &["READONLY"], &["READWRITE"]] {
+        let reply = client.call(words).await;
+        assert_eq!(
+            reply,
+            Frame::Error("ERR This instance has cluster support disabled".into()),
+            "{words:?}"
+        );
+    }
+    let before = calls_everywhere(&cluster);
+    let refused = client.call(&["CLUSTER", "SLOTS"]).await;
+    assert!(
+        matches!(&refused, Frame::Error(e) if e.starts_with(b"NOPERM")),
+        "{refused:?}"
+    );
+    let after = calls_everywhere(&cluster);
+    assert_eq!(before.get("readonly"), after.get("readonly"));
+    assert_eq!(before.get("cluster|slots"), after.get("cluster|slots"));
     daemon.stop().await;
 }

@@ -45,8 +45,7 @@ async fn load(daemon_socket: std::path::PathBuf, client: usize, stop: Arc<Atomic
     let note = |seen: &mut Seen, outcome: Result<(), redis::RedisError>| match outcome {
         Ok(()) => seen.ok += 1,
         Err(error) => {
-            let kind = error.to_string();
-            let kind = kind.split_whitespace().next().unwrap_or("?").to_owned();
+            let kind = crate::cluster::error_kind(&error);
             *seen.errors.entry(kind).or_default() += 1;
         }
     };

@@ -3,6 +3,7 @@
 
 mod budgets;
 mod cluster;
+mod cluster_failover;
 mod cluster_keyspace;
 mod cluster_resharding;
 mod embedded_supervision;

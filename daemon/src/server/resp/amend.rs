@@ -1,6 +1,7 @@
 //! Redis's replies that the daemon corrects, because its shared connections stand between clients
 //! and Redis: subscriber counts (Redis counts the daemon's one subscribed connection, not the
-//! clients behind it) and `CONFIG GET` (secrets removed; one database, as the daemon serves).
+//! clients behind it), `CONFIG GET` (secrets removed; one database, as the daemon serves) and
+//! `INFO` (a cluster behind the daemon is shown as the one standalone server clients see).
 
 use bytes::Bytes;
 use tollgate_lanes::{PubSub, SubscriptionKind};
@@ -29,7 +30,16 @@ pub enum Amend {
     /// `CONFIG GET`: Redis's answer without secrets and with `databases` 1; `fallback` (the
     /// daemon's own short answer) when the lane's user may not read the configuration.
     ConfigGet { fallback: Bytes },
+    /// `INFO`: a cluster node's `redis_mode:cluster` and `cluster_enabled:1` read as standalone, so
+    /// that a client library that picks its mode from INFO stays cluster-unaware.
+    Info,
 }
+
+/// What `INFO` says of a cluster node, and what the daemon's clients read instead.
+const CLUSTER_LINES: [(&[u8], &[u8]); 2] = [
+    (b"redis_mode:cluster", b"redis_mode:standalone"),
+    (b"cluster_enabled:1", b"cluster_enabled:0"),
+];
 
 impl Amend {
     /// The correction `name` (a catalog name, `PUBSUB|NUMSUB`) needs, if any.
@@ -40,6 +50,7 @@ impl Amend {
             "SPUBLISH" => Some(Amend::Publish(SubscriptionKind::Shard, channel()?)),
             "PUBSUB|NUMSUB" => Some(Amend::NumSub(SubscriptionKind::Channel)),
             "PUBSUB|SHARDNUMSUB" => Some(Amend::NumSub(SubscriptionKind::Shard)),
+            "INFO" => Some(Amend::Info),
             _ => None,
         }
     }
@@ -51,6 +62,8 @@ impl Amend {
             Amend::NumSub(kind) => edit(reply, |frame| numsub(frame, pubsub, kind)),
             Amend::ConfigGet { fallback } if reply.starts_with(b"-") => fallback,
             Amend::ConfigGet { .. } => edit(reply, config_get),
+            Amend::Info if !CLUSTER_LINES.iter().any(|(line, _)| contains(&reply, line)) => reply,
+            Amend::Info => edit(reply, standalone_info),
         }
     }
 }
@@ -153,6 +166,26 @@ fn edit(reply: Bytes, change: impl FnOnce(&mut Frame)) -> Bytes {
         }
         _ => reply,
     }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle)
+}
+
+fn standalone_info(frame: &mut Frame) {
+    let text = match frame {
+        Frame::Bulk(text) | Frame::Verbatim { text, .. } => text,
+        _ => return,
+    };
+    let mut edited = text.to_vec();
+    for (cluster, standalone) in CLUSTER_LINES {
+        if let Some(at) = edited.windows(cluster.len()).position(|w| w == cluster) {
+            edited.splice(at..at + cluster.len(), standalone.iter().copied());
+        }
+    }
+    *text = Bytes::from(edited);
 }
 
 fn integer(reply: &[u8]) -> Option<i64> {

@@ -73,6 +73,7 @@ pub fn answer(local: Local, argv: &[&[u8]], session: Asking<'_>) -> Step {
             ))
         }
         Local::Select => return Step::Reply(select(argv)),
+        Local::ClusterState => return Step::Reply(replies::cluster_disabled()),
         // Inside MULTI, or where Redis's lane user may not read it: the daemon's own answer.
         Local::ConfigGet => local::config_get(argv, session.protocol),
         Local::ClientList => match ListFilter::parse(&argv[2..]) {

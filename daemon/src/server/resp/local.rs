@@ -93,6 +93,11 @@ pub enum Local {
     /// client-side caching (`CLIENT TRACKING`, `CACHING`, `GETREDIR`, `TRACKINGINFO`: the
     /// invalidations would reach no one) and `CLIENT NO-TOUCH`.
     Unshareable,
+    /// `ASKING`, `READONLY`, `READWRITE`: a cluster client's connection state. The daemon shows
+    /// clients one standalone server (and on a cluster its own connections send `ASKING` where
+    /// a redirect needs it), so these are answered as a standalone server answers them; sent,
+    /// they would set state on a connection other clients share.
+    ClusterState,
     /// Admitted by the policy first: which databases a principal may select is policy.
     Select,
     /// Admitted by the policy first, then answered here: Redis's own configuration (passwords
@@ -142,6 +147,8 @@ impl Local {
             Local::Unshareable
         } else if is(b"CONFIG") && sub(b"GET") {
             Local::ConfigGet
+        } else if is(b"ASKING") || is(b"READONLY") || is(b"READWRITE") {
+            Local::ClusterState
         } else {
             return None;
         })
@@ -193,6 +200,7 @@ impl Local {
             Local::Ping => argc <= 2,
             Local::Echo | Local::ClientGetName | Local::ClientId | Local::ClientInfo => argc == 2,
             Local::Quit | Local::Hello | Local::Unshareable => true,
+            Local::ClusterState => true,
             Local::Auth => (2..=3).contains(&argc),
             Local::ClientSetName | Local::ClientReply => argc == 3,
             Local::ClientKill => argc >= 3,
@@ -226,6 +234,7 @@ impl Local {
             Local::ClientSetInfo => "client|setinfo",
             Local::ClientReply => "client|reply",
             Local::Unshareable => "client",
+            Local::ClusterState => "asking",
             Local::Select => "select",
             Local::ConfigGet => "config|get",
             Local::Reset => "reset",

@@ -88,6 +88,12 @@ pub fn unshareable(sub: &[u8]) -> Bytes {
     ))
 }
 
+/// A cluster client's `ASKING`/`READONLY`/`READWRITE`, answered as by a standalone server: the
+/// daemon shows clients one server, whatever is behind it.
+pub fn cluster_disabled() -> Bytes {
+    Bytes::from_static(b"-ERR This instance has cluster support disabled\r\n")
+}
+
 /// The old form of `CLIENT KILL addr` when no session matched.
 pub fn no_such_client() -> Bytes {
     error("ERR No such client".to_owned())

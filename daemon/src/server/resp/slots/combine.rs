@@ -12,19 +12,16 @@ use super::cross::shown;
 /// How the replies of every master, or of every part of a split command, are combined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Combine {
-    /// Integers added: `DBSIZE`; split `DEL`, `UNLINK`, `EXISTS`, `TOUCH`.
+    /// Integers added: split `DEL`, `UNLINK`, `EXISTS`, `TOUCH`.
     Sum,
-    /// `+OK` when every node said `+OK`: the flushes, `FUNCTION DELETE|RESTORE`, split `MSET`.
+    /// `+OK` when every node said `+OK`: `SCRIPT|FUNCTION FLUSH`, `FUNCTION DELETE|RESTORE`, split
+    /// `MSET`.
     AllOk,
     /// The one reply every node gave alike: `SCRIPT LOAD`'s sha, `FUNCTION LOAD`'s library name.
     Same,
     /// Arrays of 0/1 (or RESP3 booleans) ANDed element by element: `SCRIPT EXISTS`. A script
     /// exists for the client only if every master has it, since its `EVALSHA` may land on any.
     EveryHas,
-    /// Arrays (or RESP3 sets) concatenated: `KEYS`. A key lives on one master, so nothing repeats.
-    Concatenated,
-    /// The first reply that is not null: `RANDOMKEY`, where a master without keys answers null.
-    FirstNonNull,
     /// The least integer: `WAIT`, the replicas that acknowledged on every master.
     Least,
 }
@@ -46,8 +43,6 @@ impl Combine {
             Combine::AllOk => all_ok(&replies),
             Combine::Same => same(replies),
             Combine::EveryHas => every_has(replies),
-            Combine::Concatenated => concatenated(replies),
-            Combine::FirstNonNull => first_non_null(replies),
             Combine::Least => least(&replies),
         };
         combined.map_err(Failure::from)
@@ -156,19 +151,12 @@ fn same(replies: Vec<Frame>) -> Result<Frame, Misshapen> {
     }
 }
 
-/// The elements of an array, or of a RESP3 set where `sets` allows one.
-fn elements(reply: Frame, expected: &'static str, sets: Sets) -> Result<Vec<Frame>, Misshapen> {
-    match (reply, sets) {
-        (Frame::Array(items), _) | (Frame::Set(items), Sets::Taken) => Ok(items),
-        (other, _) => Err(Misshapen::shape(expected, &other)),
+/// The elements of an array.
+fn elements(reply: Frame, expected: &'static str) -> Result<Vec<Frame>, Misshapen> {
+    match reply {
+        Frame::Array(items) => Ok(items),
+        other => Err(Misshapen::shape(expected, &other)),
     }
-}
-
-/// Whether a RESP3 set is as good as an array for a combine.
-#[derive(Debug, Clone, Copy)]
-enum Sets {
-    Taken,
-    Refused,
 }
 
 fn every_has(replies: Vec<Frame>) -> Result<Frame, Misshapen> {
@@ -176,10 +164,10 @@ fn every_has(replies: Vec<Frame>) -> Result<Frame, Misshapen> {
     let mut replies = replies.into_iter();
     let first = replies.next().ok_or(Misshapen::NoReplies)?;
     // The first node's elements keep their form (integer or RESP3 boolean) and take the AND.
-    let mut combined = elements(first, EXPECTED, Sets::Refused)?;
+    let mut combined = elements(first, EXPECTED)?;
     let mut truths = combined.iter().map(truth).collect::<Result<Vec<_>, _>>()?;
     for reply in replies {
-        let items = elements(reply, EXPECTED, Sets::Refused)?;
+        let items = elements(reply, EXPECTED)?;
         if items.len() != truths.len() {
             return Err(Misshapen::Length {
                 expected: truths.len(),
@@ -205,36 +193,6 @@ fn truth(item: &Frame) -> Result<bool, Misshapen> {
         Frame::Integer(1) | Frame::Boolean(true) => Ok(true),
         other => Err(Misshapen::shape("0 or 1", other)),
     }
-}
-
-fn concatenated(replies: Vec<Frame>) -> Result<Frame, Misshapen> {
-    const EXPECTED: &str = "an array";
-    let set = matches!(replies.first(), Some(Frame::Set(_)));
-    let mut all = Vec::new();
-    for reply in replies {
-        all.extend(elements(reply, EXPECTED, Sets::Taken)?);
-    }
-    // The first node's form: Redis answers KEYS with an array in both protocols.
-    Ok(match set {
-        true => Frame::Set(all),
-        false => Frame::Array(all),
-    })
-}
-
-fn first_non_null(mut replies: Vec<Frame>) -> Result<Frame, Misshapen> {
-    if let Some(other) = replies
-        .iter()
-        .find(|reply| !matches!(reply, Frame::Bulk(_) | Frame::Null | Frame::Null3))
-    {
-        return Err(Misshapen::shape("a bulk string or null", other));
-    }
-    // Every master without keys answers null; the client gets null only if all of them did,
-    // and in the form the first one spelled it (`$-1` or RESP3 `_`).
-    let at = replies
-        .iter()
-        .position(|reply| matches!(reply, Frame::Bulk(_)))
-        .unwrap_or(0);
-    Ok(replies.swap_remove(at))
 }
 
 /// A reply as an error message shows it: its kind, and for strings its (safely shown) value.
@@ -336,42 +294,6 @@ mod tests {
     }
 
     #[test]
-    fn concatenated_keeps_every_element_in_node_order_as_array_or_resp3_set() {
-        let replies = vec![
-            Frame::Array(vec![bulk("a"), bulk("b")]),
-            Frame::Array(vec![]),
-            Frame::Array(vec![bulk("c")]),
-        ];
-        assert_eq!(
-            combined(Combine::Concatenated, replies),
-            "*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n"
-        );
-        let replies = vec![Frame::Set(vec![bulk("a")]), Frame::Set(vec![bulk("c")])];
-        assert_eq!(
-            combined(Combine::Concatenated, replies),
-            "~2\r\n$1\r\na\r\n$1\r\nc\r\n"
-        );
-        misshapen(Combine::Concatenated, vec![Frame::Array(vec![]), bulk("k")]);
-    }
-
-    #[test]
-    fn first_non_null_skips_masters_without_keys_and_keeps_the_null_form() {
-        let replies = vec![Frame::Null, bulk("k1"), bulk("k2")];
-        assert_eq!(combined(Combine::FirstNonNull, replies), "$2\r\nk1\r\n");
-        let replies = vec![Frame::Null3, Frame::Null3, bulk("k2")];
-        assert_eq!(combined(Combine::FirstNonNull, replies), "$2\r\nk2\r\n");
-        assert_eq!(
-            combined(Combine::FirstNonNull, vec![Frame::Null, Frame::Null]),
-            "$-1\r\n"
-        );
-        assert_eq!(
-            combined(Combine::FirstNonNull, vec![Frame::Null3, Frame::Null3]),
-            "_\r\n"
-        );
-        misshapen(Combine::FirstNonNull, vec![Frame::Null, Frame::Integer(0)]);
-    }
-
-    #[test]
     fn a_nodes_error_wins_over_every_combine_the_first_in_node_order() {
         let replies = vec![
             Frame::Integer(1),
@@ -383,8 +305,6 @@ mod tests {
             Combine::AllOk,
             Combine::Same,
             Combine::EveryHas,
-            Combine::Concatenated,
-            Combine::FirstNonNull,
             Combine::Least,
         ] {
             assert_eq!(

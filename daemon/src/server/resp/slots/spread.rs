@@ -1,8 +1,7 @@
 //! Where a keyless command goes in a cluster: to any master, as most do (`PING`, `INFO`, `TIME`),
 //! or to every master where its meaning is the whole data set or state every node must hold, with
-//! the replies combined into one. `DBSIZE`, `KEYS`, `RANDOMKEY` and the flushes reach Redis only
-//! as the daemon serves them over the caller's keys (`keyspace.rs`); on a cluster what it sends for
-//! them is spread the same way.
+//! the replies combined into one. `DBSIZE`, `KEYS`, `RANDOMKEY` and the flushes never come here:
+//! the daemon serves them over the caller's keys on every master (`keyspace.rs`).
 
 use super::combine::Combine;
 
@@ -18,13 +17,6 @@ pub enum Spread {
 pub fn spread(name: &str) -> Spread {
     use Combine::*;
     match name {
-        // The data set is the union of the masters' slots.
-        "DBSIZE" => Spread::EveryMaster(Sum),
-        "KEYS" => Spread::EveryMaster(Concatenated),
-        // Biased towards the masters asked first when they have keys: the hub may shuffle them.
-        "RANDOMKEY" => Spread::EveryMaster(FirstNonNull),
-        // A flush that skipped a master would leave its keys behind.
-        "FLUSHALL" | "FLUSHDB" => Spread::EveryMaster(AllOk),
         // Scripts and functions live on each node, and EVALSHA or FCALL runs on whichever master
         // its keys' slot is on: every master must hold the same ones, loaded and flushed alike.
         // A failure on one master may leave the others changed; the client gets that error.
@@ -51,11 +43,6 @@ mod tests {
     #[test]
     fn whole_data_set_and_per_node_state_commands_go_to_every_master() {
         for (name, combine) in [
-            ("DBSIZE", Combine::Sum),
-            ("KEYS", Combine::Concatenated),
-            ("RANDOMKEY", Combine::FirstNonNull),
-            ("FLUSHALL", Combine::AllOk),
-            ("FLUSHDB", Combine::AllOk),
             ("SCRIPT|LOAD", Combine::Same),
             ("SCRIPT|EXISTS", Combine::EveryHas),
             ("SCRIPT|FLUSH", Combine::AllOk),
