@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tollgate_model::reserved::RESERVED_PREFIX;
-use tollgate_model::{Exclusive, Lane};
+use tollgate_model::{Exclusive, Lane, Protocol};
 use tollgate_resp::Frame;
 
 use crate::acl::may_run;
 use crate::grants::LaneGrants;
-use crate::{Borrowed, Lanes, LanesConfig};
+use crate::{Borrowed, Lanes, LanesConfig, Route};
 
 /// Why the daemon will not serve on this Redis.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -71,13 +71,30 @@ pub async fn check_reserved_unreachable(
 /// The lanes could not reach Redis at all: worth trying again.
 struct Unanswered(String);
 
-/// Checks every client lane's user in `clients` through a connection of `leases`.
+/// Checks every client lane's user in `clients` through a connection of `leases`, on every
+/// master (a cluster's nodes each have their own users).
 async fn check_once(
     leases: &Lanes,
     clients: &LanesConfig,
 ) -> Result<Result<(), ReachError>, Unanswered> {
+    let masters = (leases.masters().await).map_err(|error| Unanswered(error.to_string()))?;
+    for master in masters {
+        let checked = check_node(leases, master, clients).await?;
+        if checked.is_err() {
+            return Ok(checked);
+        }
+    }
+    Ok(Ok(()))
+}
+
+/// [`check_once`] on the master `route` leads to.
+async fn check_node(
+    leases: &Lanes,
+    route: Route,
+    clients: &LanesConfig,
+) -> Result<Result<(), ReachError>, Unanswered> {
     let mut conn = leases
-        .borrow(Exclusive::Admin)
+        .borrow_at(route, Exclusive::Admin, Protocol::Resp2, None)
         .await
         .map_err(|error| Unanswered(error.to_string()))?;
     let result = async {
