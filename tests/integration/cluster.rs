@@ -31,7 +31,11 @@ async fn client(daemon: &TestDaemon) -> redis::aio::MultiplexedConnection {
 }
 
 /// Keys that land on each master of `cluster`, `per_master` of each, named `<prefix>:<n>`.
-fn keys_on_every_master(cluster: &RedisCluster, prefix: &str, per_master: usize) -> Vec<String> {
+pub(crate) fn keys_on_every_master(
+    cluster: &RedisCluster,
+    prefix: &str,
+    per_master: usize,
+) -> Vec<String> {
     let masters = cluster.masters();
     let mut found: BTreeMap<usize, Vec<String>> = BTreeMap::new();
     for n in 0.. {

@@ -3,6 +3,8 @@
 
 mod budgets;
 mod cluster;
+mod cluster_leases;
+mod cluster_pubsub;
 mod embedded_supervision;
 mod faults;
 mod foundation;

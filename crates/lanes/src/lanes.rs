@@ -103,6 +103,7 @@ impl Lanes {
                 config,
                 owner,
                 &families,
+                None,
             )?),
             Topology::Sentinel { sentinels, .. } if sentinels.is_empty() => {
                 return Err(OpenError::NoSentinels)
@@ -115,6 +116,7 @@ impl Lanes {
                 config,
                 owner,
                 &families,
+                None,
             )?),
             Topology::Cluster { seeds, split } => Nodes::Cluster {
                 lanes: ClusterLanes::open(seeds, config, owner, families)?,

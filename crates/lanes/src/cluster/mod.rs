@@ -1,6 +1,7 @@
 //! Redis Cluster: which slot a key is in ([`Slot`]), which node serves it (`map`), how the map is
 //! learned and kept current (`refresh`), what a node's redirects say (`redirect`), the lanes of each
-//! master (`nodes`), and the redirects followed so that clients never see one (`follow`).
+//! master (`nodes`), the redirects followed so that clients never see one (`follow`), and the
+//! shard subscriptions that follow their slot to a new master (`resubscribe`).
 
 mod follow;
 // Until the map helper's last commits land: two of its readers have no caller yet.
@@ -10,6 +11,7 @@ mod nodes;
 mod redirect;
 #[allow(dead_code)]
 mod refresh;
+mod resubscribe;
 mod slot;
 
 pub(crate) use follow::{run_lent, ClusterChannel};
