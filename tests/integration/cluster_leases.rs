@@ -4,6 +4,7 @@
 //! that slot's master.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use tollgate_lanes::{Slot, Splitting};
 use tollgate_lease::{LeaseKeys, Resource};
@@ -141,7 +142,7 @@ async fn a_waiter_on_every_master_is_woken_by_the_release() {
             .send(&["LEASE", "ACQUIRE", resource, "10000", "WAIT", "60000"])
             .await;
         // The waiter is subscribed on the slot's master before it waits; released, it is told.
-        let subscribed = crate::lanes::eventually(std::time::Duration::from_secs(10), || {
+        let subscribed = crate::lanes::eventually(Duration::from_secs(10), || {
             shard_subscribers(&cluster, master, &keys.channel) == 1
         })
         .await;
@@ -232,6 +233,106 @@ async fn replicas_one_waits_on_the_slot_s_master() {
             "free",
             "the unconfirmed acquisition was undone"
         );
+    }
+    daemon.stop().await;
+}
+
+/// The resource's slot is resharded to another master while a waiter waits: its lease and fence
+/// counter move with the slot, its release notification is published on the new master, and the
+/// waiter (whose subscription followed the slot) is woken by it with a higher fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_woken_after_its_resource_s_slot_moved() {
+    let cluster = cluster().await;
+    let daemon = lease_daemon(&cluster).await;
+    let (from, (resource, keys)) = resources_on_every_master(&cluster, "moving")
+        .pop_first()
+        .expect("a resource");
+    let to = cluster
+        .masters()
+        .into_iter()
+        .find(|&master| master != from)
+        .expect("another master");
+    let mut holder = client(&daemon, "3").await;
+    let mut waiter = client(&daemon, "3").await;
+    let held = holder
+        .call(&[
+            "LEASE", "ACQUIRE", &resource, "3600000", "OWNER", "h", "OP", "1",
+        ])
+        .await;
+    assert_eq!(outcome(&held), "acquired");
+    waiter
+        .send(&["LEASE", "ACQUIRE", &resource, "10000", "WAIT", "60000"])
+        .await;
+    let listening = |node: usize| {
+        let cluster = &cluster;
+        let channel = keys.channel.clone();
+        move || shard_subscribers(cluster, node, &channel) == 1
+    };
+    assert!(crate::lanes::eventually(Duration::from_secs(10), listening(from)).await);
+
+    let slot = slot_of(&keys.lease);
+    tokio::task::block_in_place(|| {
+        cluster.begin_migration(slot, from, to);
+        assert!(
+            cluster.migrate_keys(slot, from, to) >= 2,
+            "the lease and its counter"
+        );
+        cluster.finish_migration(slot, to);
+    });
+    assert!(
+        crate::lanes::eventually(Duration::from_secs(10), listening(to)).await,
+        "the waiter's subscription followed the slot"
+    );
+    let released = holder
+        .call(&["LEASE", "RELEASE", &resource, "OWNER", "h", "OP", "1"])
+        .await;
+    assert_eq!(outcome(&released), "released");
+    let handed = waiter.read().await;
+    assert_eq!(outcome(&handed), "acquired", "{handed:?}");
+    assert!(integer(&handed, "fence") > integer(&held, "fence"));
+    assert!(
+        exists(&cluster, to, &keys.lease),
+        "the new holder's lease is on the new master"
+    );
+    daemon.stop().await;
+}
+
+/// A semaphore on every master: its line's head key shares the resource's slot, and the release of
+/// a permit (published by the shared-release script) wakes the next in line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_on_every_master_hands_a_released_permit_to_its_waiter() {
+    let cluster = cluster().await;
+    let daemon = lease_daemon(&cluster).await;
+    for (_, (resource, _)) in resources_on_every_master(&cluster, "pool") {
+        let mut holder = client(&daemon, "2").await;
+        for owner in ["a", "b"] {
+            let taken = holder
+                .call(&[
+                    "LEASE", "ACQUIRE", &resource, "3600000", "PERMITS", "2", "OWNER", owner, "OP",
+                    "1",
+                ])
+                .await;
+            assert_eq!(outcome(&taken), "acquired", "{resource}: {taken:?}");
+        }
+        let mut waiter = client(&daemon, "3").await;
+        waiter
+            .send(&[
+                "LEASE", "ACQUIRE", &resource, "10000", "PERMITS", "2", "WAIT", "60000",
+            ])
+            .await;
+        assert!(
+            waiter
+                .read_within(Duration::from_millis(300))
+                .await
+                .is_err(),
+            "{resource}: both permits are taken, the third waits"
+        );
+        let released = holder
+            .call(&["LEASE", "RELEASE", &resource, "OWNER", "a", "OP", "1"])
+            .await;
+        assert_eq!(outcome(&released), "released");
+        let handed = waiter.read().await;
+        assert_eq!(outcome(&handed), "acquired", "{resource}: {handed:?}");
     }
     daemon.stop().await;
 }

@@ -228,6 +228,18 @@ async fn a_shard_subscription_follows_its_slot_to_the_new_master() {
         next(&mut subscriber3, "3").await,
         strings(&["ssubscribe", moving3, "1"])
     );
+    // And many channels of the slot on one client: Redis lets go of all of them at once.
+    let many: Vec<String> = (0..20).map(|n| format!("{{moving}}many:{n}")).collect();
+    let mut subscriber_many = client(&daemon, "2").await;
+    let mut ssubscribe = vec!["SSUBSCRIBE"];
+    ssubscribe.extend(many.iter().map(String::as_str));
+    subscriber_many.send(&ssubscribe).await;
+    for (n, channel) in many.iter().enumerate() {
+        assert_eq!(
+            next(&mut subscriber_many, "2").await,
+            strings(&["ssubscribe", channel, &(n + 1).to_string()])
+        );
+    }
     assert_eq!(
         spublish(&cluster, from, moving2, "before"),
         Frame::Integer(1)
@@ -249,6 +261,22 @@ async fn a_shard_subscription_follows_its_slot_to_the_new_master() {
         "the daemon subscribes again on the slot's new master"
     );
     assert_eq!(shard_subscribers(&cluster, from, moving2), 0);
+    let all_moved = eventually(Duration::from_secs(10), || {
+        many.iter()
+            .all(|channel| shard_subscribers(&cluster, to, channel) == 1)
+    })
+    .await;
+    assert!(
+        all_moved,
+        "every channel of the slot is subscribed on its new master"
+    );
+    for channel in &many {
+        assert_eq!(spublish(&cluster, to, channel, "moved"), Frame::Integer(1));
+        assert_eq!(
+            next(&mut subscriber_many, "2").await,
+            strings(&["smessage", channel, "moved"])
+        );
+    }
 
     // What the clients read next is the new owner's message: had the daemon passed Redis's
     // `sunsubscribe` on, it would come first.
