@@ -357,3 +357,52 @@ async fn a_shard_subscription_to_a_slot_that_just_moved_lands_on_its_new_owner()
     );
     daemon.stop().await;
 }
+
+/// A graceful failover (`CLUSTER FAILOVER` on the replica, the old master still up): the old
+/// master gives its slots up and lets go of the daemon's shard subscriptions in them, and the
+/// subscription goes on on the promoted replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_subscription_follows_its_slot_through_a_graceful_failover() {
+    let cluster = cluster().await;
+    let daemon = TestDaemon::start_cluster(&cluster, Splitting::Split).await;
+    let channel = "{failover}news";
+    let old = cluster.master_of(slot_of(channel));
+    let replica = cluster.replicas_of(old)[0];
+    let mut subscriber = client(&daemon, "3").await;
+    subscriber.send(&["SSUBSCRIBE", channel]).await;
+    assert_eq!(
+        next(&mut subscriber, "3").await,
+        strings(&["ssubscribe", channel, "1"])
+    );
+
+    tokio::task::block_in_place(|| cluster.failover(replica));
+    assert_eq!(cluster.master_of(slot_of(channel)), replica);
+    let resubscribed = eventually(Duration::from_secs(10), || {
+        shard_subscribers(&cluster, replica, channel) == 1
+    })
+    .await;
+    assert!(
+        resubscribed,
+        "the daemon subscribes on the promoted replica"
+    );
+    assert_eq!(
+        spublish(&cluster, replica, channel, "after"),
+        Frame::Integer(1)
+    );
+    assert_eq!(
+        next(&mut subscriber, "3").await,
+        strings(&["smessage", channel, "after"])
+    );
+    // Once: the old master, now a replica, hears the shard's messages too, and the daemon must not
+    // still be listening there.
+    assert_eq!(
+        spublish(&cluster, replica, channel, "again"),
+        Frame::Integer(1)
+    );
+    assert_eq!(
+        next(&mut subscriber, "3").await,
+        strings(&["smessage", channel, "again"])
+    );
+    assert_eq!(shard_subscribers(&cluster, old, channel), 0);
+    daemon.stop().await;
+}

@@ -318,7 +318,8 @@ fn pubsub_route(kind: SubscriptionKind, name: &[u8]) -> Route {
     }
 }
 
-/// The subscriber side of the PUBSUB lane.
+/// The subscriber side of the PUBSUB lane. On a cluster a shard subscription lives on its slot's
+/// master and follows the slot when it moves (`cluster::resubscribe`).
 #[derive(Clone)]
 pub struct PubSub(Lanes);
 
