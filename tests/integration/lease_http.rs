@@ -16,7 +16,7 @@ use crate::support::daemon::TestDaemon;
 
 /// The policy of the lease tests: everyone is `local` and may take leases on `orders:*` and
 /// `warm-up`, nothing else, so the tests also see what a policy refuses.
-const LEASE_POLICY: &str = r#"
+pub(crate) const LEASE_POLICY: &str = r#"
 principals:
   local: { any: true }
 rules:

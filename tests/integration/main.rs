@@ -5,6 +5,8 @@ mod budgets;
 mod cluster;
 mod cluster_failover;
 mod cluster_keyspace;
+mod cluster_leases;
+mod cluster_pubsub;
 mod cluster_resharding;
 mod embedded_supervision;
 mod faults;

@@ -103,6 +103,7 @@ impl Lanes {
                 config,
                 owner,
                 &families,
+                None,
             )?),
             Topology::Sentinel { sentinels, .. } if sentinels.is_empty() => {
                 return Err(OpenError::NoSentinels)
@@ -115,6 +116,7 @@ impl Lanes {
                 config,
                 owner,
                 &families,
+                None,
             )?),
             Topology::Cluster {
                 seeds,
@@ -320,7 +322,8 @@ fn pubsub_route(kind: SubscriptionKind, name: &[u8]) -> Route {
     }
 }
 
-/// The subscriber side of the PUBSUB lane.
+/// The subscriber side of the PUBSUB lane. On a cluster a shard subscription lives on its slot's
+/// master and follows the slot when it moves (`cluster::resubscribe`).
 #[derive(Clone)]
 pub struct PubSub(Lanes);
 

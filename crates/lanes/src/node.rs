@@ -20,7 +20,7 @@ use crate::life::Life;
 use crate::locator::{Locator, Server};
 use crate::metrics::{Families, LaneMetrics, Rejection};
 use crate::multiplex::{MultiplexedLane, NodeChannel};
-use crate::pubsub::PubSubLane;
+use crate::pubsub::{PubSubLane, Rehome};
 use crate::status::{LaneFacts, LaneStatus, LanesStatus, Sharing};
 
 /// One server's lanes. Cheap to clone; all clones share the same lanes.
@@ -53,14 +53,15 @@ impl Drop for Inner {
 }
 
 impl Node {
-    /// Builds the lanes to `server`, their metrics in `families`. Needs a Tokio
-    /// runtime (drivers are spawned) but not Redis: connections open on first use and reopen with
-    /// backoff.
+    /// Builds the lanes to `server`, their metrics in `families`; a cluster's node hands the shard
+    /// channels whose slot moved away to `rehome`. Needs a Tokio runtime (drivers are spawned) but
+    /// not Redis: connections open on first use and reopen with backoff.
     pub(crate) fn open(
         server: &Server,
         config: &LanesConfig,
         owner: Owner,
         families: &Families,
+        rehome: Option<Rehome>,
     ) -> Result<Node, OpenError> {
         let database = match owner {
             Owner::Clients => None,
@@ -131,6 +132,7 @@ impl Node {
             pubsub_connector,
             pubsub_metrics.clone(),
             life.clone(),
+            rehome,
             &mut drivers,
         );
         Ok(Node(Arc::new(Inner {

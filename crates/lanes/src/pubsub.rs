@@ -3,9 +3,15 @@
 //! unsubscribed when the last of them goes. A subscriber that does not keep up loses its subscription
 //! (`Lagged`) instead of making the daemon buffer without bound; a lost connection ends every
 //! subscription on it (`Disconnected`), because messages may have been missed.
+//!
+//! On a cluster, a shard channel's slot can move to another master: Redis then drops the daemon's
+//! subscription with an `sunsubscribe` nobody asked for (or answers a new `SSUBSCRIBE` with
+//! `-MOVED`). The lane hands such a name's subscribers on ([`Moved`], through its [`Rehome`]) to be
+//! subscribed again on the slot's new master ([`PubSubLane::adopt`]); they keep their subscriptions.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +31,11 @@ use crate::life::Life;
 use crate::metrics::{LaneMetrics, Rejection};
 use crate::reply::reply_limits;
 use crate::stream::Stream;
+use crate::{Endpoint, Slot};
+
+/// How many times in a row a shard channel's subscribers may be handed to another node before
+/// Redis confirms them there; past it the slot map is not settling, and they end.
+const MAX_MOVES: usize = 5;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SubscriptionKind {
@@ -76,9 +87,17 @@ pub struct Subscription {
     ended: Arc<Mutex<Option<SubscriptionEnded>>>,
     key: Key,
     id: u64,
-    shard: Arc<Shard>,
+    /// The connection the name lives on; another node's when its slot moved.
+    home: Home,
     metrics: LaneMetrics,
 }
+
+/// A subscriber's connection, shared by the [`Subscription`] and its entry in the topic, so that a
+/// move can tell the subscription where it went.
+type Home = Arc<Mutex<Arc<Shard>>>;
+
+/// Subscriber ids, unique across every lane: a moved subscriber keeps its id on its new lane.
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 impl Subscription {
     /// The next message, in order; after the last one, why the subscription ended.
@@ -103,12 +122,16 @@ impl Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         self.metrics.in_use.dec();
-        let mut state = self.shard.state.lock();
+        // Closed before the home is read: a move that carries this subscriber to another lane
+        // meanwhile sees it gone there (see `PubSubLane::adopt`).
+        self.receiver.close();
+        let shard = self.home.lock().clone();
+        let mut state = shard.state.lock();
         if let Some(topic) = state.topics.get_mut(&self.key) {
             topic.subscribers.retain(|s| s.id != self.id);
             if topic.subscribers.is_empty() {
                 let unsubscribe = state.forget(self.key.clone());
-                let _ = self.shard.control.send(unsubscribe);
+                let _ = shard.control.send(unsubscribe);
             }
         }
     }
@@ -124,6 +147,35 @@ pub(crate) struct PubSubLane {
 struct Shard {
     state: Mutex<ShardState>,
     control: mpsc::UnboundedSender<Control>,
+    rehome: Option<Rehome>,
+}
+
+/// Where a cluster node's lane sends the shard channels whose slot moved away from the node, to be
+/// subscribed again on the slot's new master. One server has none: there such a name ends.
+#[derive(Clone)]
+pub(crate) struct Rehome {
+    /// The node whose lane this is.
+    pub(crate) from: Endpoint,
+    pub(crate) sender: mpsc::UnboundedSender<Moved>,
+}
+
+/// A shard channel's subscribers that Redis let go of on `from`, because the channel's slot moved
+/// away from it; on their way to the slot's new master.
+pub(crate) struct Moved {
+    pub(crate) from: Endpoint,
+    key: Key,
+    topic: Topic,
+}
+
+impl Moved {
+    pub(crate) fn slot(&self) -> Slot {
+        Slot::of(&self.key.1)
+    }
+
+    /// No new master takes them: every subscription of the name ends with `reason`.
+    pub(crate) fn end(self, reason: String) {
+        end_topic(self.topic, &SubscriptionEnded::Disconnected { reason });
+    }
 }
 
 #[derive(Default)]
@@ -132,7 +184,6 @@ struct ShardState {
     /// Names whose last local subscriber left and whose unsubscribe is on its way to Redis: until
     /// Redis confirms it, Redis still counts the daemon's connection as subscribed.
     leaving: HashMap<Key, Leaving>,
-    next_id: u64,
 }
 
 #[derive(Default)]
@@ -168,10 +219,13 @@ struct Topic {
     subscribers: Vec<Subscriber>,
     confirmed: bool,
     waiters: Vec<oneshot::Sender<Result<(), LaneError>>>,
+    /// How many times it was handed to another node since Redis last confirmed it.
+    moves: usize,
 }
 
 struct Subscriber {
     id: u64,
+    home: Home,
     sender: mpsc::Sender<(Message, Option<Held>)>,
     budget: Option<Arc<dyn Budget>>,
     ended: Arc<Mutex<Option<SubscriptionEnded>>>,
@@ -183,12 +237,15 @@ enum Control {
 }
 
 impl PubSubLane {
+    /// Starts the lane's `connections` drivers; on a cluster node, `rehome` takes the shard
+    /// channels whose slot moved away.
     pub(crate) fn start(
         connections: usize,
         confirm_timeout: Duration,
         connector: Arc<Connector>,
         metrics: LaneMetrics,
         life: Arc<Life>,
+        rehome: Option<Rehome>,
         drivers: &mut tokio::task::JoinSet<()>,
     ) -> Arc<Self> {
         let shards = (0..connections)
@@ -197,6 +254,7 @@ impl PubSubLane {
                 let shard = Arc::new(Shard {
                     state: Mutex::new(ShardState::default()),
                     control,
+                    rehome: rehome.clone(),
                 });
                 let span = tracing::info_span!(
                     "lane",
@@ -236,14 +294,15 @@ impl PubSubLane {
         let shard = self.shard_of(&key).clone();
         let (sender, receiver) = mpsc::channel(capacity.max(1));
         let ended = Arc::new(Mutex::new(None));
-        let (id, confirmation) = {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let home = Arc::new(Mutex::new(shard.clone()));
+        let confirmation = {
             let mut state = shard.state.lock();
-            let id = state.next_id;
-            state.next_id += 1;
             let fresh = !state.topics.contains_key(&key);
             let topic = state.topics.entry(key.clone()).or_default();
             topic.subscribers.push(Subscriber {
                 id,
+                home: home.clone(),
                 sender,
                 budget,
                 ended: ended.clone(),
@@ -256,7 +315,7 @@ impl PubSubLane {
             if fresh {
                 let _ = shard.control.send(Control::Subscribe(key.clone()));
             }
-            (id, confirmation)
+            confirmation
         };
         self.metrics.in_use.inc();
         // Built before waiting so that every way out of this function unsubscribes cleanly.
@@ -265,7 +324,7 @@ impl PubSubLane {
             ended,
             key,
             id,
-            shard,
+            home,
             metrics: self.metrics.clone(),
         };
         if let Some(confirmation) = confirmation {
@@ -284,6 +343,43 @@ impl PubSubLane {
             }
         }
         Ok(subscription)
+    }
+
+    /// Takes in `moved`'s subscribers, whose slot is now this node's, and subscribes them here:
+    /// their subscriptions go on, their waiters are answered once Redis confirms.
+    pub(crate) fn adopt(&self, moved: Moved) {
+        let Moved { key, mut topic, .. } = moved;
+        if !self.life.is_open() {
+            end_topic(topic, &SubscriptionEnded::Closed);
+            return;
+        }
+        let shard = self.shard_of(&key).clone();
+        let mut state = shard.state.lock();
+        for subscriber in &topic.subscribers {
+            *subscriber.home.lock() = shard.clone();
+        }
+        // Dropped on the way, while its home still named the old lane: nobody else removes it.
+        topic
+            .subscribers
+            .retain(|subscriber| !subscriber.sender.is_closed());
+        match state.topics.get_mut(&key) {
+            // Subscribed here meanwhile by a subscriber routed by a fresher map.
+            Some(here) => {
+                if here.confirmed {
+                    for waiter in topic.waiters.drain(..) {
+                        let _ = waiter.send(Ok(()));
+                    }
+                }
+                here.subscribers.append(&mut topic.subscribers);
+                here.waiters.append(&mut topic.waiters);
+            }
+            None if topic.subscribers.is_empty() => {}
+            None => {
+                topic.confirmed = false;
+                state.topics.insert(key.clone(), topic);
+                let _ = shard.control.send(Control::Subscribe(key));
+            }
+        }
     }
 
     fn rejected(&self, error: LaneError) -> LaneError {
@@ -359,6 +455,33 @@ impl Shard {
         for (_, topic) in topics {
             end_topic(topic, why);
         }
+    }
+
+    /// Redis let go of `key` (taken out of the state already) because its slot left this node:
+    /// its subscribers go on to the slot's new master, or end where there is no cluster to follow.
+    fn moved(&self, key: Key, mut topic: Topic) {
+        topic.moves += 1;
+        let reason = match &self.rehome {
+            None => {
+                "redis dropped the subscription: its slot moved away from the server".to_owned()
+            }
+            Some(_) if topic.moves > MAX_MOVES => format!(
+                "the shard channel's slot moved {MAX_MOVES} times without a master confirming it"
+            ),
+            Some(rehome) => {
+                let moved = Moved {
+                    from: rehome.from.clone(),
+                    key,
+                    topic,
+                };
+                if let Err(unsent) = rehome.sender.send(moved) {
+                    // The cluster's lanes are closing.
+                    end_topic(unsent.0.topic, &SubscriptionEnded::Closed);
+                }
+                return;
+            }
+        };
+        end_topic(topic, &SubscriptionEnded::Disconnected { reason });
     }
 }
 
@@ -521,12 +644,19 @@ fn handle(shard: &Shard, frame: Frame, unconfirmed: &mut VecDeque<Key>) -> Optio
             let reason =
                 String::from_utf8_lossy(error.as_bytes().map(|b| &b[..]).unwrap_or_default())
                     .into_owned();
-            if let Some(topic) = shard.state.lock().topics.remove(&key) {
-                let why = SubscriptionEnded::Disconnected {
-                    reason: format!("redis refused the subscription: {reason}"),
-                };
-                end_topic(topic, &why);
+            let topic = shard.state.lock().topics.remove(&key)?;
+            // A shard channel's slot that is another node's (the map routing here was stale).
+            if key.0 == SubscriptionKind::Shard
+                && reason.starts_with("MOVED ")
+                && shard.rehome.is_some()
+            {
+                shard.moved(key, topic);
+                return None;
             }
+            let why = SubscriptionEnded::Disconnected {
+                reason: format!("redis refused the subscription: {reason}"),
+            };
+            end_topic(topic, &why);
             return None;
         }
         _ => return None,
@@ -546,7 +676,22 @@ fn handle(shard: &Shard, frame: Frame, unconfirmed: &mut VecDeque<Key>) -> Optio
                 b"punsubscribe" => SubscriptionKind::Pattern,
                 _ => SubscriptionKind::Shard,
             };
-            shard.state.lock().left(&(kind, text(1)?));
+            let key = (kind, text(1)?);
+            let mut state = shard.state.lock();
+            // No unsubscribe of ours on its way: Redis let go of it by itself, which it does to a
+            // shard channel whose slot leaves the node (`removeChannelsInSlot`).
+            let unasked = kind == SubscriptionKind::Shard && !state.leaving.contains_key(&key);
+            let moved = match unasked {
+                true => state.topics.remove(&key),
+                false => None,
+            };
+            match moved {
+                Some(topic) => {
+                    drop(state);
+                    shard.moved(key, topic);
+                }
+                None => state.left(&key),
+            }
             return None;
         }
         _ => return None,
@@ -557,6 +702,7 @@ fn handle(shard: &Shard, frame: Frame, unconfirmed: &mut VecDeque<Key>) -> Optio
         unconfirmed.retain(|k| *k != key);
         if let Some(topic) = state.topics.get_mut(&key) {
             topic.confirmed = true;
+            topic.moves = 0;
             for waiter in topic.waiters.drain(..) {
                 let _ = waiter.send(Ok(()));
             }

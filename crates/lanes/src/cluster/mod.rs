@@ -1,12 +1,14 @@
 //! Redis Cluster: which slot a key is in ([`Slot`]), which node serves it (`map`), how the map is
 //! learned and kept current (`refresh`), what a node's redirects say (`redirect`), the lanes of each
-//! master (`nodes`), and the redirects followed so that clients never see one (`follow`).
+//! master (`nodes`), the redirects followed so that clients never see one (`follow`), and the
+//! shard subscriptions that follow their slot to a new master (`resubscribe`).
 
 mod follow;
 mod map;
 mod nodes;
 mod redirect;
 mod refresh;
+mod resubscribe;
 mod slot;
 #[cfg(test)]
 mod tests;

@@ -6,9 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::RwLock;
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::refresh::ClusterMap;
+use super::resubscribe;
 use crate::channel::Route;
 use crate::config::LanesConfig;
 use crate::error::{LaneError, OpenError};
@@ -16,6 +18,7 @@ use crate::life::Life;
 use crate::locator::Server;
 use crate::metrics::Families;
 use crate::node::{credentials, Node, Owner};
+use crate::pubsub::{Moved, Rehome};
 use crate::{Endpoint, LanesStatus};
 
 pub(crate) struct ClusterLanes {
@@ -31,6 +34,8 @@ pub(crate) struct ClusterLanes {
     patience: Duration,
     /// How long a command may wait, in all, for a busy cluster (`redis.cluster.retry_for`).
     retry_for: Duration,
+    /// Where every node's PUBSUB lane sends the shard channels whose slot moved away from it.
+    moved: mpsc::UnboundedSender<Moved>,
 }
 
 impl ClusterLanes {
@@ -58,16 +63,32 @@ impl ClusterLanes {
         let patience = config
             .settings(tollgate_model::Lane::Regular)
             .acquire_timeout;
-        Ok(Arc::new(ClusterLanes {
-            map,
-            nodes: RwLock::new(HashMap::new()),
-            config: config.clone(),
-            owner,
-            families,
-            life,
-            drivers: parking_lot::Mutex::new(drivers),
-            patience,
-            retry_for,
+        // A moved subscription waits for the new owner as long as a subscription waits for Redis.
+        let resubscribe_patience = config
+            .settings(tollgate_model::Lane::Pubsub)
+            .acquire_timeout;
+        let (moved, moves) = mpsc::unbounded_channel();
+        Ok(Arc::new_cyclic(|lanes| {
+            let following = resubscribe::follow(lanes.clone(), moves, resubscribe_patience);
+            let draining = life.clone();
+            drivers.spawn(async move {
+                tokio::select! {
+                    () = following => {}
+                    () = draining.draining().cancelled() => {}
+                }
+            });
+            ClusterLanes {
+                map,
+                nodes: RwLock::new(HashMap::new()),
+                config: config.clone(),
+                owner,
+                families,
+                life,
+                drivers: parking_lot::Mutex::new(drivers),
+                patience,
+                retry_for,
+                moved,
+            }
         }))
     }
 
@@ -88,12 +109,20 @@ impl ClusterLanes {
             return Ok(node.clone());
         }
         let server = Server::Fixed(endpoint.clone());
-        let node =
-            Node::open(&server, &self.config, self.owner, &self.families).map_err(|error| {
-                LaneError::Unavailable {
-                    reason: format!("cannot open lanes to {endpoint}: {error}"),
-                }
-            })?;
+        let rehome = Rehome {
+            from: endpoint.clone(),
+            sender: self.moved.clone(),
+        };
+        let node = Node::open(
+            &server,
+            &self.config,
+            self.owner,
+            &self.families,
+            Some(rehome),
+        )
+        .map_err(|error| LaneError::Unavailable {
+            reason: format!("cannot open lanes to {endpoint}: {error}"),
+        })?;
         nodes.insert(endpoint.clone(), node.clone());
         Ok(node)
     }
