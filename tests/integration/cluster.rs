@@ -369,3 +369,38 @@ async fn the_cluster_looks_like_one_standalone_server_to_its_clients() {
     assert_eq!(before.get("cluster|slots"), after.get("cluster|slots"));
     daemon.stop().await;
 }
+
+/// `redis-cli` without `-c` (it follows no redirect, so any redirect it saw would be an error).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cli_without_cluster_mode_runs_multi_key_commands_across_slots() {
+    let cluster = cluster().await;
+    let daemon = TestDaemon::start_cluster(&cluster, Splitting::Split).await;
+    let keys = keys_on_every_master(&cluster, "cli", 2);
+    let cli = |args: Vec<String>| {
+        let socket = daemon.resp_socket();
+        async move {
+            let output = tokio::process::Command::new("redis-cli")
+                .arg("-s")
+                .arg(&socket)
+                .args(&args)
+                .output()
+                .await
+                .expect("redis-cli runs");
+            String::from_utf8_lossy(&output.stdout).trim().to_owned()
+        }
+    };
+    let mut mset = vec!["MSET".to_owned()];
+    for key in &keys {
+        mset.extend([key.clone(), format!("cli-{key}")]);
+    }
+    assert_eq!(cli(mset).await, "OK");
+    let mut mget = vec!["MGET".to_owned()];
+    mget.extend(keys.iter().cloned());
+    let values: Vec<String> = keys.iter().map(|key| format!("cli-{key}")).collect();
+    assert_eq!(cli(mget).await, values.join("\n"));
+    assert_eq!(cli(vec!["GET".into(), keys[1].clone()]).await, values[1]);
+    let mut del = vec!["DEL".to_owned()];
+    del.extend(keys.iter().cloned());
+    assert_eq!(cli(del).await, keys.len().to_string());
+    daemon.stop().await;
+}
