@@ -2,8 +2,14 @@
 # A local Redis Cluster to try Tollgate on: 3 masters and 3 replicas on loopback ports
 # $PORT+1 .. $PORT+6 (default 30001-30006), data and logs in [dir] (default ./tollgate-cluster).
 #
-#   scripts/cluster.sh start [dir]   start the nodes, form the cluster, print the tollgate.yaml section
+#   scripts/cluster.sh start [dir]   start the nodes, form the cluster, provision Tollgate's ACL users
+#                                    on every node and write [dir]/tollgate.yaml (printed too)
 #   scripts/cluster.sh stop [dir]    stop the nodes started in [dir]
+#
+# The users come from `tollgate redis-acl` (passwords in [dir]/acl), with the binary at $TOLLGATE,
+# else target/release/tollgate, else target/debug/tollgate; without one, start says how to do it.
+# ACL users are per node (a cluster does not replicate them), so every node gets them, replicas
+# too: a replica promoted by a failover must accept the daemon's lanes.
 set -euo pipefail
 
 command=${1:-}
@@ -34,8 +40,46 @@ start)
         until redis-cli -p "$port" cluster info | grep -q '^cluster_state:ok'; do sleep 0.1; done
     done
     list=$(printf "'%s', " "${addresses[@]}")
-    echo "cluster up (logs in $dir); in tollgate.yaml:"
-    echo "redis: { cluster: { addresses: [${list%, }] } }"
+    redis_yaml="redis: { cluster: { addresses: [${list%, }] } }"
+    root=$(cd "$(dirname "$0")/.." && pwd)
+    tollgate=${TOLLGATE:-}
+    for candidate in "$root/target/release/tollgate" "$root/target/debug/tollgate"; do
+        if [[ -z $tollgate && -x $candidate ]]; then tollgate=$candidate; fi
+    done
+    if [[ -n $tollgate && ! -x $tollgate ]]; then
+        echo "\$TOLLGATE=$tollgate is not an executable" >&2
+        exit 1
+    fi
+    echo "cluster up (logs in $dir)"
+    if [[ -z $tollgate ]]; then
+        echo "no tollgate binary (\$TOLLGATE, target/release/tollgate, target/debug/tollgate): the lanes'"
+        echo "users are not provisioned. With one, on every node:"
+        echo "  tollgate redis-acl --passwords $dir/acl | redis-cli -p PORT    # for each of $(echo $ports)"
+        echo "and in tollgate.yaml, beside the line below, the output of"
+        echo "  tollgate redis-acl --passwords $dir/acl --lanes-yaml"
+        echo "$redis_yaml"
+        exit 0
+    fi
+    acl=$("$tollgate" redis-acl --passwords "$dir/acl")
+    for port in $ports; do
+        # redis-cli exits 0 on an error reply: look for one.
+        out=$(redis-cli -p "$port" <<<"$acl")
+        if grep -q '^ERR\|^(error)' <<<"$out"; then
+            echo "provisioning node $port failed: $out" >&2
+            exit 1
+        fi
+    done
+    {
+        echo "runtime_dir: $dir/run"
+        echo "$redis_yaml"
+        "$tollgate" redis-acl --passwords "$dir/acl" --lanes-yaml
+    } >"$dir/tollgate.yaml"
+    echo "lane users provisioned on every node ($tollgate redis-acl, passwords in $dir/acl);"
+    echo "$dir/tollgate.yaml (the RESP socket is $dir/run/resp.sock):"
+    echo
+    cat "$dir/tollgate.yaml"
+    echo
+    echo "run: $tollgate serve --config $dir/tollgate.yaml"
     ;;
 stop)
     for port in $ports; do
@@ -45,6 +89,7 @@ stop)
             rm -f "$pidfile" "$dir/nodes-$port.conf"
         fi
     done
+    rm -f "$dir/tollgate.yaml"
     echo "cluster in $dir stopped"
     ;;
 *)
