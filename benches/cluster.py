@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 
-from e2e import raise_nofile, replace_section  # benches/ is on sys.path when run as a script
+from e2e import raise_nofile, replace_section, stop_all  # benches/ is on sys.path when run as a script
 
 TESTS = ("set", "get", "incr", "lpush")
 MASTERS = 3
@@ -222,13 +222,7 @@ def main():
         if args.write:
             replace_section(args.write, "## Redis Cluster", report)
     finally:
-        for proc in reversed(procs):
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_all(procs)
         if not keep_work:
             shutil.rmtree(work, ignore_errors=True)
 

@@ -253,14 +253,19 @@ def main():
         if args.write:
             replace_section(args.write, "## End to end", report)
     finally:
-        for proc in reversed(procs):
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_all(procs)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def stop_all(procs):
+    """Terminates `procs` (the last started first), killing what has not exited within 10 s."""
+    for proc in reversed(procs):
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def replace_section(path, heading, body):

@@ -10,17 +10,9 @@ use tollgate_resp::Frame;
 use tollgate_testkit::RedisCluster;
 
 use crate::cluster::{client, cluster, keys_on_every_master};
+use crate::session_compat::ALLOW_ALL;
 use crate::support::daemon::{tempdir, TestDaemon};
 use crate::support::raw::{text, RawClient};
-
-const ALLOW_ALL: &str = r#"
-principals:
-  local: { any: true }
-rules:
-  - id: all
-    commands: ["*"]
-    allow: everything, the whole keyspace included
-"#;
 
 const SCOPED: &str = r#"
 principals:

@@ -12,6 +12,7 @@ use tollgate_resp::Frame;
 use tollgate_testkit::RedisCluster;
 
 use crate::cluster::cluster;
+use crate::cluster_pubsub::shard_subscribers;
 use crate::lease_http::LEASE_POLICY;
 use crate::lease_resp::{client, fields, integer, outcome};
 use crate::support::daemon::TestDaemon;
@@ -159,16 +160,6 @@ async fn a_waiter_on_every_master_is_woken_by_the_release() {
         assert!(integer(&handed, "fence") > integer(&held, "fence"));
     }
     daemon.stop().await;
-}
-
-fn shard_subscribers(cluster: &RedisCluster, node: usize, channel: &str) -> i64 {
-    match cluster.call(node, &["PUBSUB", "SHARDNUMSUB", channel]) {
-        Frame::Array(items) => match items.get(1) {
-            Some(Frame::Integer(n)) => *n,
-            other => panic!("SHARDNUMSUB count: {other:?}"),
-        },
-        other => panic!("SHARDNUMSUB on node {node}: {other:?}"),
-    }
 }
 
 /// Whether `replica` holds `key`, read on the replica itself (`READONLY` lets it answer).

@@ -52,7 +52,7 @@ async fn next(client: &mut RawClient, protocol: &str) -> Vec<String> {
 }
 
 /// Subscribers of shard channel `channel` that `node` itself counts.
-fn shard_subscribers(cluster: &RedisCluster, node: usize, channel: &str) -> i64 {
+pub(crate) fn shard_subscribers(cluster: &RedisCluster, node: usize, channel: &str) -> i64 {
     match cluster.call(node, &["PUBSUB", "SHARDNUMSUB", channel]) {
         Frame::Array(items) => match items.get(1) {
             Some(Frame::Integer(n)) => *n,

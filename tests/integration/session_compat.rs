@@ -568,7 +568,8 @@ async fn whole_keyspace_commands_act_only_on_the_keys_the_caller_may_touch() {
     assert!(redis.inline("EXISTS other:1 other:2").contains(":2"));
 }
 
-const ALLOW_ALL: &str = r#"
+/// A policy that admits every command, for comparing the daemon with Redis itself.
+pub(crate) const ALLOW_ALL: &str = r#"
 principals:
   local: { any: true }
 rules:
