@@ -404,3 +404,48 @@ async fn redis_cli_without_cluster_mode_runs_multi_key_commands_across_slots() {
     assert_eq!(cli(del).await, keys.len().to_string());
     daemon.stop().await;
 }
+
+#[test]
+fn a_cluster_section_is_checked_at_its_file_line_and_column() {
+    let path = std::path::Path::new("tollgate.yaml");
+    let config = tollgate::config::Config::parse(
+        path,
+        "redis:\n  cluster:\n    addresses: ['127.0.0.1:7000', 'unix:/run/n2.sock']\n    retry_for: 2s\n",
+    )
+    .unwrap();
+    assert_eq!(
+        config.redis.as_ref().map(tollgate_lanes::Topology::from),
+        Some(tollgate_lanes::Topology::Cluster {
+            seeds: vec![
+                "127.0.0.1:7000".parse().unwrap(),
+                "unix:/run/n2.sock".parse().unwrap()
+            ],
+            split: Splitting::Split,
+            retry_for: Duration::from_secs(2),
+        })
+    );
+    // The section's own errors point at the section; an unknown key at the key.
+    for (yaml, at, expected) in [
+        (
+            "listen: {}\nredis:\n  cluster:\n    addresses: []\n",
+            "tollgate.yaml:3:",
+            "at least one node",
+        ),
+        (
+            "listen: {}\nredis:\n  address: unix:/r.sock\n  cluster:\n    addresses: ['h:1']\n",
+            "tollgate.yaml:3:",
+            "not several",
+        ),
+        (
+            "listen: {}\nredis:\n  cluster:\n    addresses: ['h:1']\n    split: no\n",
+            "tollgate.yaml:5:5:",
+            "unknown field `split`",
+        ),
+    ] {
+        let error = tollgate::config::Config::parse(path, yaml)
+            .unwrap_err()
+            .to_string();
+        assert!(error.starts_with(at), "{error}");
+        assert!(error.contains(expected), "{error}");
+    }
+}
