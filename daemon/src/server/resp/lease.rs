@@ -17,18 +17,20 @@ use tollgate_lease::api::{AcquireRequest, ReleaseRequest, RenewRequest};
 use tollgate_lease::{Attempt, Holder, Identity, InvalidRequest, Mode, Resource};
 use tollgate_lease_client::LeaseClient;
 use tollgate_model::Caller;
-use tollgate_policy::Decision;
+use tollgate_policy::{Decision, LeaseMemo};
 use tollgate_resp::Frame;
 
 use super::front::FrontDoor;
 use super::local::Protocol;
 use super::replies;
 
-/// The connection's side of its session-bound leases: dropped with the session, it ends them.
+/// The connection's side of its leases: its session-bound leases, ended when it is dropped with
+/// the session, and the resources the policy admitted it to.
 pub struct Connection {
     id: u64,
     closed: CancellationToken,
     _ends: DropGuard,
+    admitted: LeaseMemo,
 }
 
 impl Connection {
@@ -38,6 +40,7 @@ impl Connection {
             id,
             _ends: closed.clone().drop_guard(),
             closed,
+            admitted: LeaseMemo::default(),
         }
     }
 }
@@ -79,7 +82,7 @@ enum Binding {
 pub async fn run(
     front: &FrontDoor,
     caller: &Caller,
-    connection: &Connection,
+    connection: &mut Connection,
     protocol: Protocol,
     argv: &[&[u8]],
 ) -> Bytes {
@@ -93,11 +96,11 @@ pub async fn run(
         | Call::Release { resource, .. }
         | Call::Inspect { resource, .. } => resource,
     };
-    if let Decision::Denied(denial) = front
-        .services
-        .admission
-        .admit_lease(caller, resource.as_str())
-    {
+    if let Decision::Denied(denial) = front.services.admission.admit_lease_remembered(
+        caller,
+        resource.as_str(),
+        &mut connection.admitted,
+    ) {
         return replies::denied(argv, &denial);
     }
     let identity = Identity::from(caller);

@@ -401,7 +401,7 @@ impl SessionState {
                 lease::run(
                     &self.front,
                     &self.caller,
-                    &self.leases,
+                    &mut self.leases,
                     self.protocol,
                     &argv,
                 )
