@@ -241,6 +241,60 @@ async fn lease_commands_refuse_bad_input_and_what_the_policy_denies() {
     daemon.stop().await;
 }
 
+/// What the policy admits after [`LEASES_AND_DATA`] is reloaded away: other resources.
+const LEASES_MOVED: &str = r#"
+principals:
+  local: { any: true }
+rules:
+  - id: moved-leases
+    leases: ["invoices:*"]
+    allow: the resources after the reload
+"#;
+
+/// A connection remembers the resources the policy admitted it to, under the generation that
+/// admitted them only: after a reload that takes the rule away, the same connection's next calls
+/// on a resource it held a moment ago are denied, and the new rule's resources are admitted.
+#[tokio::test]
+async fn a_reload_decides_afresh_what_a_connection_was_admitted_to() {
+    let redis = RedisServer::start();
+    let policy = redis.dir().join("leases-reloaded.yaml");
+    std::fs::write(&policy, LEASES_AND_DATA).unwrap();
+    let daemon = lease_daemon_with(&redis, |config| {
+        config.policy.files = vec![policy.clone()];
+        config.admin.reload_interval = Duration::from_millis(1);
+    })
+    .await;
+    let mut c = client(&daemon, "3").await;
+    let acquire = |resource| {
+        [
+            "LEASE", "ACQUIRE", resource, "10000", "OWNER", "me", "OP", "op-1",
+        ]
+    };
+    let release = |resource| ["LEASE", "RELEASE", resource, "OWNER", "me", "OP", "op-1"];
+    for _ in 0..3 {
+        assert_eq!(outcome(&c.call(&acquire("orders:x")).await), "acquired");
+        assert_eq!(outcome(&c.call(&release("orders:x")).await), "released");
+    }
+    assert_eq!(outcome(&c.call(&acquire("orders:x")).await), "acquired");
+
+    std::fs::write(&policy, LEASES_MOVED).unwrap();
+    let reloaded = daemon.post("/v1/policy/reload", "").await;
+    assert_eq!(reloaded.status, 200, "{}", reloaded.body);
+    for call in [
+        &acquire("orders:x")[..],
+        &release("orders:x")[..],
+        &["LEASE", "INSPECT", "orders:x"][..],
+    ] {
+        let denied = text(&c.call(call).await);
+        assert!(
+            denied.starts_with("NOPERM tollgate: rule"),
+            "{call:?}: {denied}"
+        );
+    }
+    assert_eq!(outcome(&c.call(&acquire("invoices:1")).await), "acquired");
+    daemon.stop().await;
+}
+
 /// `redis-cli`, in both protocols, takes and releases a lease with one command each.
 #[tokio::test]
 async fn redis_cli_takes_and_releases_a_lease() {

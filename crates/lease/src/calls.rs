@@ -52,8 +52,10 @@ impl Calls {
         value: Option<&str>,
     ) -> AcquireOutcome {
         let ttl_ms = millis(ttl).to_string();
-        let replicas = durability.replicas.to_string();
-        let wait_ms = millis(durability.timeout).max(1).to_string();
+        let (replicas, wait_ms) = match durability.replicas {
+            0 => (String::new(), String::new()),
+            n => (n.to_string(), millis(durability.timeout).max(1).to_string()),
+        };
         let wait: [&[u8]; 3] = [b"WAIT", replicas.as_bytes(), wait_ms.as_bytes()];
         let then: &[&[&[u8]]] = if durability.replicas > 0 {
             &[&wait]

@@ -30,13 +30,39 @@ impl LeaseKeys {
     pub fn of(resource: &Resource) -> LeaseKeys {
         let digest = Sha256::digest(resource.as_str().as_bytes());
         let bucket = u16::from_be_bytes([digest[0], digest[1]]) % FENCE_BUCKETS;
-        let digest = hex::encode(digest);
+        // Written into place rather than with `format!` and `hex::encode`: this runs for every
+        // lease call, and that way cost an eighth of a `LEASE ACQUIRE`'s CPU in the daemon.
+        let mut hex = [0u8; 64];
+        hex::encode_to_slice(digest, &mut hex).expect("64 hex digits for 32 bytes");
+        let mut channel = String::with_capacity(KEY_HEAD + hex.len() + RELEASED.len());
+        channel.push_str(RESERVED_PREFIX);
+        channel.push_str("lease:{");
+        channel.extend(hex_tag(bucket));
+        channel.push_str("}:");
+        let mut fence = String::with_capacity(KEY_HEAD + FENCE.len());
+        fence.push_str(&channel);
+        fence.push_str(FENCE);
+        channel.push_str(std::str::from_utf8(&hex).expect("hex digits are ASCII"));
+        let lease = channel.clone();
+        channel.push_str(RELEASED);
         LeaseKeys {
-            lease: format!("{RESERVED_PREFIX}lease:{{{bucket:03x}}}:{digest}"),
-            fence: format!("{RESERVED_PREFIX}lease:{{{bucket:03x}}}:fence"),
-            channel: format!("{RESERVED_PREFIX}lease:{{{bucket:03x}}}:{digest}:released"),
+            lease,
+            fence,
+            channel,
         }
     }
+}
+
+/// The keys' shared beginning, `tollgate:lease:{xyz}:`, in bytes.
+const KEY_HEAD: usize = RESERVED_PREFIX.len() + "lease:{xyz}:".len();
+const FENCE: &str = "fence";
+const RELEASED: &str = ":released";
+
+/// A bucket as its hash tag: three lower-case hex digits (`{bucket:03x}`).
+fn hex_tag(bucket: u16) -> [char; 3] {
+    [8, 4, 0].map(|shift| {
+        char::from_digit(u32::from((bucket >> shift) & 0xf), 16).expect("a nibble is a hex digit")
+    })
 }
 
 #[cfg(test)]
@@ -62,6 +88,23 @@ mod tests {
         }
         assert_ne!(keys.lease, keys.fence);
         assert_ne!(LeaseKeys::of(&Resource::parse("orders:43").unwrap()), keys);
+    }
+
+    #[test]
+    fn the_key_layout_is_the_digest_under_its_bucket_tag() {
+        // Part of what is stored in Redis: a daemon that named these differently would not find
+        // the leases and fences an earlier one left.
+        let keys = LeaseKeys::of(&Resource::parse("orders:42").unwrap());
+        let lease =
+            "tollgate:lease:{25f}:8a5f217ddb0c9f03d16c0db38f2ba1c3afba56ca9be31a6bbb468b7d2e03746c";
+        assert_eq!(keys.lease, lease);
+        assert_eq!(keys.fence, "tollgate:lease:{25f}:fence");
+        assert_eq!(keys.channel, format!("{lease}:released"));
+        // A bucket below 0x100 keeps its leading zeros.
+        assert_eq!(
+            LeaseKeys::of(&Resource::parse("r69").unwrap()).fence,
+            "tollgate:lease:{00b}:fence"
+        );
     }
 
     #[test]

@@ -165,7 +165,12 @@ async fn send_all(
 
 fn evalsha(script: &Script, keys: &[&str], args: &[&[u8]]) -> Bytes {
     let numkeys = keys.len().to_string();
-    let mut argv: Vec<&[u8]> = vec![b"EVALSHA", script.sha.as_bytes(), numkeys.as_bytes()];
+    let mut argv: Vec<&[u8]> = Vec::with_capacity(3 + keys.len() + args.len());
+    argv.extend([
+        b"EVALSHA".as_slice(),
+        script.sha.as_bytes(),
+        numkeys.as_bytes(),
+    ]);
     argv.extend(keys.iter().map(|key| key.as_bytes()));
     argv.extend_from_slice(args);
     command(&argv)

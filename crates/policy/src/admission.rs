@@ -15,6 +15,7 @@ use crate::decision::Decision;
 use crate::decision_log::{DecisionLog, Entry};
 use crate::error::PolicyError;
 use crate::generation::{Generation, GenerationInfo, Step};
+use crate::lease_memo::LeaseMemo;
 use crate::metrics::PolicyMetrics;
 use crate::sandbox::Sandbox;
 
@@ -154,6 +155,31 @@ impl Admission {
     /// Decides a lease request on `resource` (the policy's `leases:` rules).
     pub fn admit_lease(&self, caller: &Caller, resource: &str) -> Decision {
         let decision = self.inner.current.load().admit_lease(caller, resource);
+        self.inner.metrics.decided(&decision);
+        decision
+    }
+
+    /// [`Admission::admit_lease`] for a client that keeps a [`LeaseMemo`]: an admission the same
+    /// generation gave this caller for this resource is recalled rather than judged again, where
+    /// the generation's guards allow it (see `lease_memo.rs`). Counted as every decision is.
+    pub fn admit_lease_remembered(
+        &self,
+        caller: &Caller,
+        resource: &str,
+        memo: &mut LeaseMemo,
+    ) -> Decision {
+        let generation = self.inner.current.load();
+        if !generation.judges_by_rules_alone() {
+            return self.admit_lease(caller, resource);
+        }
+        let decision = match memo.recall(generation.info.number, caller, resource) {
+            Some(recalled) => recalled,
+            None => {
+                let decision = generation.admit_lease(caller, resource);
+                memo.remember(resource, &decision);
+                decision
+            }
+        };
         self.inner.metrics.decided(&decision);
         decision
     }

@@ -290,8 +290,7 @@ impl Generation {
         principals.sort_unstable();
         principals.dedup();
         let descriptors: Vec<Descriptor> = self.catalog().collect();
-        // Every file has a YAML guard; any guard beyond those is an operator's module.
-        let modules = self.guards.len() > self.files.len();
+        let modules = !self.judges_by_rules_alone();
         admissible::derive(&policies, modules, &principals, &descriptors)
     }
 
@@ -381,6 +380,13 @@ impl Generation {
             self.judge_argv(&self.guards, caller, &described, &argv, None),
             &argv,
         )
+    }
+
+    /// Whether every guard is a YAML guard, whose answer follows from the caller and the command
+    /// alone (no operator's module, which may answer otherwise from one call to the next). Every
+    /// file has a YAML guard; any guard beyond those is an operator's module.
+    pub fn judges_by_rules_alone(&self) -> bool {
+        self.guards.len() == self.files.len()
     }
 
     /// The operator's guard modules (every guard after the YAML guards), by name.

@@ -14,6 +14,7 @@ mod decision_log;
 mod described;
 mod error;
 mod generation;
+mod lease_memo;
 mod metrics;
 mod reserved;
 pub mod review;
@@ -30,6 +31,7 @@ pub use config::{
 pub use decision::{Decision, Denial, DenyCause, Descriptor, KeyAccess, Traits};
 pub use error::PolicyError;
 pub use generation::{FileInfo, Generation, GenerationInfo, ModuleInfo, Step, DEFAULT_POLICY};
+pub use lease_memo::LeaseMemo;
 pub use sandbox::Allocator;
 pub use tollgate_policy_rules::{glob, Category, CategorySet};
 

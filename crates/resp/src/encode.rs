@@ -47,6 +47,8 @@ pub fn encode(frame: &Frame, out: &mut BytesMut) {
 
 /// Appends `argv` as a RESP array of bulk strings, the form every Redis server accepts.
 pub fn encode_command<A: AsRef<[u8]>>(argv: &[A], out: &mut BytesMut) {
+    // One allocation for the whole command rather than one per argument that does not fit.
+    out.reserve(command_len(argv.iter().map(|arg| arg.as_ref().len())));
     header(out, b'*', argv.len() as i64);
     for arg in argv {
         blob(out, b'$', arg.as_ref());
@@ -55,12 +57,16 @@ pub fn encode_command<A: AsRef<[u8]>>(argv: &[A], out: &mut BytesMut) {
 
 /// How many bytes [`encode_command`] writes for arguments of these lengths.
 pub(crate) fn command_len(lens: impl ExactSizeIterator<Item = usize>) -> usize {
-    // Tag, digits and CRLF of a header; then each argument's bytes and CRLF.
-    let header_len = |n: usize| 3 + n.checked_ilog10().unwrap_or(0) as usize + 1;
+    // A header; then each argument's bytes and CRLF.
     let count = lens.len();
     lens.fold(header_len(count), |total, len| {
         total + header_len(len) + len + 2
     })
+}
+
+/// Tag, digits and CRLF of the header of a length `n`.
+fn header_len(n: usize) -> usize {
+    3 + n.checked_ilog10().unwrap_or(0) as usize + 1
 }
 
 fn line(out: &mut BytesMut, tag: u8, text: &[u8]) {
@@ -83,7 +89,8 @@ fn header(out: &mut BytesMut, tag: u8, n: i64) {
             break;
         }
     }
-    out.reserve(24);
+    // Exactly what is written: a larger reserve would grow a buffer sized to fit.
+    out.reserve(1 + usize::from(n < 0) + (digits.len() - at) + 2);
     out.put_u8(tag);
     if n < 0 {
         out.put_u8(b'-');
@@ -93,7 +100,7 @@ fn header(out: &mut BytesMut, tag: u8, n: i64) {
 }
 
 fn blob(out: &mut BytesMut, tag: u8, data: &[u8]) {
-    out.reserve(data.len() + 16);
+    out.reserve(header_len(data.len()) + data.len() + 2);
     header(out, tag, data.len() as i64);
     out.put_slice(data);
     out.put_slice(b"\r\n");

@@ -17,18 +17,20 @@ use tollgate_lease::api::{AcquireRequest, ReleaseRequest, RenewRequest};
 use tollgate_lease::{Attempt, Holder, Identity, InvalidRequest, Mode, Resource};
 use tollgate_lease_client::LeaseClient;
 use tollgate_model::Caller;
-use tollgate_policy::Decision;
+use tollgate_policy::{Decision, LeaseMemo};
 use tollgate_resp::Frame;
 
 use super::front::FrontDoor;
 use super::local::Protocol;
 use super::replies;
 
-/// The connection's side of its session-bound leases: dropped with the session, it ends them.
+/// The connection's side of its leases: its session-bound leases, ended when it is dropped with
+/// the session, and the resources the policy admitted it to.
 pub struct Connection {
     id: u64,
     closed: CancellationToken,
     _ends: DropGuard,
+    admitted: LeaseMemo,
 }
 
 impl Connection {
@@ -38,6 +40,7 @@ impl Connection {
             id,
             _ends: closed.clone().drop_guard(),
             closed,
+            admitted: LeaseMemo::default(),
         }
     }
 }
@@ -79,7 +82,7 @@ enum Binding {
 pub async fn run(
     front: &FrontDoor,
     caller: &Caller,
-    connection: &Connection,
+    connection: &mut Connection,
     protocol: Protocol,
     argv: &[&[u8]],
 ) -> Bytes {
@@ -93,11 +96,11 @@ pub async fn run(
         | Call::Release { resource, .. }
         | Call::Inspect { resource, .. } => resource,
     };
-    if let Decision::Denied(denial) = front
-        .services
-        .admission
-        .admit_lease(caller, resource.as_str())
-    {
+    if let Decision::Denied(denial) = front.services.admission.admit_lease_remembered(
+        caller,
+        resource.as_str(),
+        &mut connection.admitted,
+    ) {
         return replies::denied(argv, &denial);
     }
     let identity = Identity::from(caller);
@@ -142,7 +145,7 @@ pub async fn run(
             .map(|outcome| value(&outcome)),
     };
     match answered {
-        Ok(outcome) => replies::encode(&frame(&outcome, protocol)),
+        Ok(outcome) => replies::encode(&frame(outcome, protocol)),
         Err(InvalidRequest { field, message }) => {
             replies::error(format!("ERR tollgate: {field}: {message}"))
         }
@@ -165,30 +168,38 @@ fn with_attempt(mut outcome: serde_json::Value, attempt: &Attempt) -> serde_json
 }
 
 /// JSON as RESP: objects are maps in RESP3 and flat arrays in RESP2, `true`/`false` booleans in
-/// RESP3 and 1/0 in RESP2, strings bulk strings.
-pub(super) fn frame(value: &serde_json::Value, protocol: Protocol) -> Frame {
+/// RESP3 and 1/0 in RESP2, strings bulk strings. Taken by value: its strings become the frame's
+/// without a copy.
+pub(super) fn frame(value: serde_json::Value, protocol: Protocol) -> Frame {
     use serde_json::Value;
     match value {
         Value::Null => Frame::Null,
         Value::Bool(flag) => match protocol {
-            Protocol::Resp3 => Frame::Boolean(*flag),
-            Protocol::Resp2 => Frame::Integer(i64::from(*flag)),
+            Protocol::Resp3 => Frame::Boolean(flag),
+            Protocol::Resp2 => Frame::Integer(i64::from(flag)),
         },
         Value::Number(number) => match number.as_i64() {
             Some(integer) => Frame::Integer(integer),
             None => Frame::Bulk(Bytes::from(number.to_string())),
         },
-        Value::String(text) => Frame::Bulk(Bytes::from(text.clone())),
-        Value::Array(items) => Frame::Array(items.iter().map(|v| frame(v, protocol)).collect()),
-        Value::Object(fields) => {
-            // `outcome` first, so that a person reading redis-cli sees it at the top.
-            let (head, tail): (Vec<_>, Vec<_>) =
-                fields.iter().partition(|(name, _)| *name == "outcome");
-            let pairs = head
+        Value::String(text) => Frame::Bulk(Bytes::from(text)),
+        Value::Array(items) => Frame::Array(
+            items
                 .into_iter()
-                .chain(tail)
-                .map(|(name, v)| (Frame::Bulk(Bytes::from(name.clone())), frame(v, protocol)))
+                .map(|item| frame(item, protocol))
+                .collect(),
+        ),
+        Value::Object(fields) => {
+            let mut pairs: Vec<(Frame, Frame)> = fields
+                .into_iter()
+                .map(|(name, item)| (Frame::Bulk(Bytes::from(name)), frame(item, protocol)))
                 .collect();
+            // `outcome` first, so that a person reading redis-cli sees it at the top.
+            let outcome =
+                |(name, _): &(Frame, Frame)| matches!(name, Frame::Bulk(name) if name == "outcome");
+            if let Some(at) = pairs.iter().position(outcome) {
+                pairs[..=at].rotate_right(1);
+            }
             replies::map(protocol, pairs)
         }
     }
@@ -651,7 +662,7 @@ mod tests {
         let outcome = serde_json::json!({"outcome": "held", "fence": 7, "yours": true});
         let bulk = |s: &'static str| Frame::Bulk(Bytes::from_static(s.as_bytes()));
         assert_eq!(
-            frame(&outcome, Protocol::Resp3),
+            frame(outcome.clone(), Protocol::Resp3),
             Frame::Map(vec![
                 (bulk("outcome"), bulk("held")),
                 (bulk("fence"), Frame::Integer(7)),
@@ -659,7 +670,7 @@ mod tests {
             ])
         );
         assert_eq!(
-            frame(&outcome, Protocol::Resp2),
+            frame(outcome, Protocol::Resp2),
             Frame::Array(vec![
                 bulk("outcome"),
                 bulk("held"),

@@ -151,7 +151,7 @@ fn event_frame(resource: &Resource, event: &HolderEvent, protocol: Protocol) -> 
         vec![
             Frame::Bulk(Bytes::from_static(b"lease")),
             Frame::Bulk(Bytes::from(resource.as_str().to_owned())),
-            frame(&value, protocol),
+            frame(value, protocol),
         ],
         protocol,
     )

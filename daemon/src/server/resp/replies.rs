@@ -177,7 +177,8 @@ pub fn ok() -> Bytes {
 }
 
 pub fn encode(frame: &Frame) -> Bytes {
-    let mut out = BytesMut::new();
+    // Room for a small reply (a lease outcome, a status) at once rather than grown piece by piece.
+    let mut out = BytesMut::with_capacity(256);
     tollgate_resp::encode(frame, &mut out);
     out.freeze()
 }

@@ -531,7 +531,7 @@ impl SessionState {
                 lease::run(
                     &self.front,
                     &self.caller,
-                    &self.leases,
+                    &mut self.leases,
                     self.protocol,
                     &argv,
                 )
