@@ -19,18 +19,7 @@ use crate::cluster::ClusterChannel;
 use crate::error::CallError;
 use crate::multiplex::{NodeChannel, NodeSend};
 use crate::reply::Reply;
-use crate::{Endpoint, Slot};
-
-/// Where a command must run in a cluster. On one server every route leads to it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Route {
-    /// Any master will do: the command touches no key.
-    Any,
-    /// The master that serves this slot: the command's keys are in it.
-    Slot(Slot),
-    /// This node: one part of a command sent to every master.
-    Node(Endpoint),
-}
+use crate::route::Route;
 
 /// A caller's handle on a multiplexed lane; cheap to clone (clones share its connections).
 #[derive(Clone)]

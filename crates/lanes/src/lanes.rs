@@ -10,16 +10,17 @@ use prometheus_client::registry::Registry;
 use tollgate_model::{Exclusive, Lane, Multiplexed, Protocol};
 
 use crate::budget::Budget;
-use crate::channel::{Channel, Route};
+use crate::channel::Channel;
 use crate::cluster::{self, ClusterChannel, ClusterLanes};
 use crate::config::LanesConfig;
 use crate::error::{CallError, LaneError, OpenError};
 use crate::exclusive::Borrowed;
 use crate::locator::Server;
 use crate::metrics::Families;
-use crate::node::{Node, Owner};
+use crate::node::{CloseOutcome, Node, Owner};
 use crate::pubsub::{PubSubLane, Subscription, SubscriptionKind};
 use crate::reply::Reply;
+use crate::route::Route;
 use crate::status::LanesStatus;
 use crate::{Slot, Splitting, Topology};
 
@@ -41,17 +42,6 @@ enum Nodes {
         lanes: Arc<ClusterLanes>,
         split: Splitting,
     },
-}
-
-/// How a call to [`Lanes::close`] ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CloseOutcome {
-    /// Every borrowed connection came back and every in-flight command was answered in time.
-    Drained,
-    /// The drain deadline passed; what was still running was cut off and its connections closed.
-    Forced,
-    /// An earlier call already closed the lanes; nothing was done.
-    AlreadyClosed,
 }
 
 /// What the lanes know of the cluster behind them.

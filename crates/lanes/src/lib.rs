@@ -29,6 +29,7 @@ mod pubsub;
 mod quiet;
 mod reach;
 mod reply;
+mod route;
 mod share;
 mod status;
 mod stream;
@@ -40,20 +41,22 @@ pub use acl::{
     ALWAYS_REFUSED, LEASE_USER,
 };
 pub use budget::{Budget, Held, OverBudget};
-pub use channel::{Channel, Route, SendFuture};
+pub use channel::{Channel, SendFuture};
 pub use cluster::{Slot, SLOT_COUNT};
 pub use config::{LaneOverrides, LaneSettings, LanesConfig, LeaseConnections, ZeroSetting};
 pub use error::{CallError, Delivery, LaneError, OpenError, Saturation};
 pub use exclusive::Borrowed;
 pub use grants::LaneGrants;
-pub use lanes::{CloseOutcome, Lanes, PubSub, Shape};
+pub use lanes::{Lanes, PubSub, Shape};
 pub use life::LifeState;
+pub use node::CloseOutcome;
 pub use pubsub::{Message, Subscription, SubscriptionEnded, SubscriptionKind};
 pub use quiet::Quiet;
 pub use reach::{
     check_grants, check_reserved_unreachable, GrantMismatch, ReachError, CHECK_PATIENCE,
 };
 pub use reply::Reply;
+pub use route::Route;
 pub use status::{LaneStatus, LanesStatus, Rejections, Sharing};
 pub use tollgate_model::{Exclusive, Lane, Multiplexed, Protocol};
 pub use topology::{

@@ -15,7 +15,6 @@ use crate::connector::{Connector, Credentials};
 use crate::error::{CallError, LaneError, OpenError};
 use crate::exclusive::{Borrowed, ExclusiveLane};
 use crate::kill;
-use crate::lanes::CloseOutcome;
 use crate::life::Life;
 use crate::locator::{Locator, Server};
 use crate::metrics::{Families, LaneMetrics, Rejection};
@@ -50,6 +49,17 @@ impl Drop for Inner {
         self.life.start_draining();
         self.life.kill();
     }
+}
+
+/// How a call to [`crate::Lanes::close`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseOutcome {
+    /// Every borrowed connection came back and every in-flight command was answered in time.
+    Drained,
+    /// The drain deadline passed; what was still running was cut off and its connections closed.
+    Forced,
+    /// An earlier call already closed the lanes; nothing was done.
+    AlreadyClosed,
 }
 
 impl Node {

@@ -22,11 +22,11 @@ use tollgate_model::{Lane, Multiplexed, Protocol};
 use super::nodes::ClusterLanes;
 use super::redirect::{redirect, Redirect};
 use crate::budget::Budget;
-use crate::channel::Route;
 use crate::error::{CallError, LaneError};
 use crate::exclusive::Borrowed;
 use crate::multiplex::{NodeChannel, NodeSend};
 use crate::reply::Reply;
+use crate::route::Route;
 use crate::{Endpoint, Exclusive};
 
 /// `MOVED` and `ASK` redirects followed for one command before the last is given up on.

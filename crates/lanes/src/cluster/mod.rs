@@ -8,7 +8,6 @@ mod map;
 mod nodes;
 mod redirect;
 mod refresh;
-mod resubscribe;
 mod slot;
 #[cfg(test)]
 mod tests;

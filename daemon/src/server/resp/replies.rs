@@ -31,7 +31,7 @@ pub fn refused(refusal: &Refusal, command: &Command) -> Bytes {
             "ERR tollgate: {} cannot run inside a transaction: it is served key by key, over the keys this client may touch",
             name().to_uppercase()
         )),
-        Refusal::CrossSlot(cross) => cross.reply(),
+        Refusal::CrossSlot(cross) => error(cross.message()),
     }
 }
 

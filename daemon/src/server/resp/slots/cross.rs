@@ -3,11 +3,9 @@
 
 use std::fmt;
 
-use bytes::Bytes;
 use tollgate_lanes::Slot;
 
 use super::super::monitor::quote;
-use super::super::replies;
 
 /// The most bytes of a key a refusal shows: enough to recognise it, not a hostile key's megabytes.
 const SHOWN_BYTES: usize = 64;
@@ -51,9 +49,10 @@ impl CrossSlot {
         (self.first.slot, self.second.slot)
     }
 
-    /// `-CROSSSLOT tollgate: keys <k1> (slot a) and <k2> (slot b) are in different slots`.
-    pub fn reply(&self) -> Bytes {
-        replies::error(format!("CROSSSLOT tollgate: {self}"))
+    /// `CROSSSLOT tollgate: keys <k1> (slot a) and <k2> (slot b) are in different slots`, the
+    /// refusal's text (`replies.rs` makes it the error reply).
+    pub fn message(&self) -> String {
+        format!("CROSSSLOT tollgate: {self}")
     }
 }
 

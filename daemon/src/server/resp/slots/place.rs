@@ -7,7 +7,7 @@ use tollgate_lanes::{Slot, Splitting};
 use tollgate_policy::KeyAccess;
 
 use super::cross::{CrossSlot, KeyInSlot};
-use super::split::{Family, Split};
+use super::split::{Family, Located, Split};
 
 /// What a command becomes in a cluster, from its keys.
 #[derive(Debug, PartialEq)]
@@ -18,22 +18,8 @@ pub enum Placement {
     Slot(Slot),
     /// One command per slot, their replies merged back.
     Split(Split),
-    /// Keys in two slots and no split: refused with [`CrossSlot::reply`], nothing sent.
+    /// Keys in two slots and no split: refused with [`CrossSlot::message`], nothing sent.
     Cross(CrossSlot),
-}
-
-/// One key of a command: where it is in argv, its bytes and its slot.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Located<'a> {
-    pub position: usize,
-    pub key: &'a [u8],
-    pub slot: Slot,
-}
-
-impl Located<'_> {
-    fn named(&self) -> KeyInSlot {
-        KeyInSlot::new(self.key, self.slot)
-    }
 }
 
 /// What the command `name` (the catalog's: `MGET`, `SCRIPT|LOAD`) with words `argv` becomes, its
@@ -123,7 +109,7 @@ mod tests {
 
     fn cross_reply(placement: Placement) -> String {
         match placement {
-            Placement::Cross(cross) => String::from_utf8(cross.reply().to_vec()).unwrap(),
+            Placement::Cross(cross) => format!("-{}\r\n", cross.message()),
             other => panic!("not cross-slot: {other:?}"),
         }
     }
@@ -257,9 +243,9 @@ mod tests {
         assert_eq!(same_slot(&pinned, &argv("PING"), &[]), Ok(()));
         let refused = same_slot(&pinned, &argv("MGET {foo}a bar"), &keys).unwrap_err();
         assert_eq!(
-            &refused.reply()[..],
-            b"-CROSSSLOT tollgate: keys \"foo\" (slot 12182) and \"bar\" (slot 5061) \
-              are in different slots\r\n"
+            refused.message(),
+            "CROSSSLOT tollgate: keys \"foo\" (slot 12182) and \"bar\" (slot 5061) \
+              are in different slots"
         );
     }
 }

@@ -13,7 +13,7 @@ use tollgate_lanes::Slot;
 use tollgate_resp::Frame;
 
 use super::combine::{finish, without_errors, Combine, Failure, Misshapen};
-use super::place::Located;
+use super::cross::KeyInSlot;
 
 /// How a splittable command's words and replies are laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +45,20 @@ impl Family {
             Family::Pairs => 2,
             Family::Values | Family::Counts => 1,
         }
+    }
+}
+
+/// One key of a command: where it is in argv, its bytes and its slot.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Located<'a> {
+    pub position: usize,
+    pub key: &'a [u8],
+    pub slot: Slot,
+}
+
+impl Located<'_> {
+    pub(super) fn named(&self) -> KeyInSlot {
+        KeyInSlot::new(self.key, self.slot)
     }
 }
 
