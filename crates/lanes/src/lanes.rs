@@ -233,6 +233,15 @@ impl Lanes {
         }
     }
 
+    /// A cluster's lanes, for the crate's own tests.
+    #[cfg(test)]
+    pub(crate) fn cluster(&self) -> Option<&Arc<ClusterLanes>> {
+        match &self.0.nodes {
+            Nodes::One(_) => None,
+            Nodes::Cluster { lanes, .. } => Some(lanes),
+        }
+    }
+
     pub fn pubsub(&self) -> PubSub {
         PubSub(self.clone())
     }

@@ -332,6 +332,11 @@ impl NodeChannel {
         self.lane.lane
     }
 
+    /// Whether the lane still takes commands (its node's lanes are not closing).
+    pub(crate) fn is_open(&self) -> bool {
+        self.lane.life.is_open()
+    }
+
     /// Counts the replies to this channel's commands against `budget` while they wait to be taken.
     pub(crate) fn charged_to(mut self, budget: Arc<dyn Budget>) -> NodeChannel {
         self.budget = Some(budget);

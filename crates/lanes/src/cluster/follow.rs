@@ -107,6 +107,11 @@ impl Attempts {
     /// have run never is.
     fn after_error(&mut self, lanes: &ClusterLanes, error: CallError) -> Then {
         match error {
+            // The node's lanes were closed under the command (the map stopped naming it) while
+            // the cluster's go on: nothing was sent, so it goes where the map says now.
+            CallError::NotSent(LaneError::Closed) if lanes.is_open() => {
+                self.pause("the node's lanes closed")
+            }
             CallError::NotSent(LaneError::Unavailable { reason }) => {
                 // The master may be gone; a failover names a new one in the next map.
                 lanes.refresh_soon();
@@ -188,6 +193,8 @@ impl ClusterChannel {
     /// This caller's connection to `node`'s lane.
     fn pipe(&self, node: &Endpoint) -> Result<NodeChannel, LaneError> {
         let mut pipes = self.pipes.lock();
+        // A node the map stopped naming had its lanes closed; sent there again, it gets new ones.
+        pipes.retain(|(_, pipe)| pipe.is_open());
         if let Some((_, pipe)) = pipes.iter().find(|(at, _)| at == node) {
             return Ok(pipe.clone());
         }

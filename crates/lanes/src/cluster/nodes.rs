@@ -12,11 +12,11 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::RwLock;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::refresh::ClusterMap;
+use super::refresh::{ClusterMap, View};
 use crate::config::LanesConfig;
 use crate::error::{LaneError, OpenError};
 use crate::life::Life;
@@ -74,7 +74,16 @@ impl ClusterLanes {
             .settings(tollgate_model::Lane::Pubsub)
             .acquire_timeout;
         let (moved, moves) = mpsc::unbounded_channel();
+        let changes = map.changes();
         Ok(Arc::new_cyclic(|lanes| {
+            let pruning = prune_departed(lanes.clone(), changes);
+            let draining = life.clone();
+            drivers.spawn(async move {
+                tokio::select! {
+                    () = pruning => {}
+                    () = draining.draining().cancelled() => {}
+                }
+            });
             let following = follow_moved(lanes.clone(), moves, resubscribe_patience);
             let draining = life.clone();
             drivers.spawn(async move {
@@ -173,6 +182,11 @@ impl ClusterLanes {
         Some(self.map.current()?.map.masters().cloned().collect())
     }
 
+    /// Whether the lanes still take work (not closing).
+    pub(crate) fn is_open(&self) -> bool {
+        self.life.is_open()
+    }
+
     /// A redirect or a lost connection says the map in hand may be stale.
     pub(crate) fn refresh_soon(&self) {
         self.map.refresh_soon();
@@ -214,6 +228,42 @@ impl ClusterLanes {
         match outcomes.contains(&crate::CloseOutcome::Forced) {
             true => crate::CloseOutcome::Forced,
             false => crate::CloseOutcome::Drained,
+        }
+    }
+}
+
+/// How long the lanes of a node the slot map no longer names may finish what they carry.
+const DEPARTED_DRAIN: Duration = Duration::from_secs(10);
+
+/// Closes the lanes of every node a new slot map no longer names (removed from the cluster, or
+/// failed), once what they carry is done or [`DEPARTED_DRAIN`] has passed. A command later routed
+/// to that node opens them again.
+async fn prune_departed(
+    lanes: Weak<ClusterLanes>,
+    mut changes: watch::Receiver<Option<Arc<View>>>,
+) {
+    while changes.changed().await.is_ok() {
+        let Some(view) = changes.borrow_and_update().clone() else {
+            continue;
+        };
+        let Some(lanes) = lanes.upgrade() else {
+            return;
+        };
+        let departed: Vec<(Endpoint, Node)> = {
+            let mut nodes = lanes.nodes.write();
+            let gone: Vec<Endpoint> = (nodes.keys())
+                .filter(|endpoint| !view.map.nodes().contains(endpoint))
+                .cloned()
+                .collect();
+            (gone.into_iter())
+                .filter_map(|endpoint| nodes.remove(&endpoint).map(|node| (endpoint, node)))
+                .collect()
+        };
+        for (endpoint, node) in departed {
+            tracing::info!(%endpoint, "the slot map no longer names this node: its lanes drain");
+            lanes.drivers.lock().spawn(async move {
+                node.close(DEPARTED_DRAIN).await;
+            });
         }
     }
 }

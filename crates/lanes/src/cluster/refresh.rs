@@ -225,6 +225,11 @@ impl ClusterMap {
         self.current.borrow().clone()
     }
 
+    /// The view in use and its replacements as they come.
+    pub(crate) fn changes(&self) -> watch::Receiver<Option<Arc<View>>> {
+        self.current.clone()
+    }
+
     /// Asks for a refresh (after a MOVED, or a connection error) without waiting for it: at most
     /// one runs at a time, and one more follows it for everything asked meanwhile.
     pub(crate) fn refresh_soon(&self) {

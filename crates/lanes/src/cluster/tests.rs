@@ -357,3 +357,77 @@ async fn fetching_a_view_authenticates_with_the_credentials_given() {
         );
     }
 }
+
+/// A master that dies and is replaced: once the slot map no longer names it, its lanes are closed
+/// (drained), and commands for its slots, on the same channel, go to the promoted replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lanes_of_a_node_the_map_no_longer_names_are_closed() {
+    let cluster = Arc::new(parking_lot::Mutex::new(
+        blocking(|| RedisCluster::start(3, 1)).await,
+    ));
+    let (seeds, master, replica) = {
+        let cluster = cluster.lock();
+        let master = cluster.master_of(0);
+        let replica = cluster.replicas_of(master)[0];
+        let seeds = (0..cluster.nodes().len())
+            .map(|n| endpoint(&cluster, n))
+            .collect();
+        (seeds, master, replica)
+    };
+    let topology = crate::Topology::Cluster {
+        seeds,
+        split: crate::Splitting::Split,
+        retry_for: Duration::from_secs(10),
+    };
+    let mut registry = prometheus_client::registry::Registry::default();
+    let lanes =
+        crate::Lanes::open(&topology, &crate::LanesConfig::default(), &mut registry).unwrap();
+    let channel = lanes.multiplexed(crate::Multiplexed::Regular).unwrap();
+    let set = |key: String| {
+        let mut command = BytesMut::new();
+        tollgate_resp::encode_command(&["SET", &key, "1"], &mut command);
+        let route = crate::Route::Slot(Slot::of(key.as_bytes()));
+        channel.send_to(route, command.freeze())
+    };
+    // A key on every master opens every master's lanes.
+    for n in 0..60 {
+        let reply = set(format!("spread:{n}")).await.unwrap();
+        assert_eq!(&reply.bytes()[..], b"+OK\r\n");
+    }
+    let cluster_lanes = lanes.cluster().expect("a cluster's lanes");
+    let dead = endpoint(&cluster.lock(), master);
+    assert!(cluster_lanes.opened_node(&dead).is_some());
+
+    let promoting = cluster.clone();
+    blocking(move || {
+        let mut cluster = promoting.lock();
+        cluster.kill(master);
+        cluster.failover(replica);
+    })
+    .await;
+    let closed = tokio::time::timeout(PATIENCE, async {
+        loop {
+            cluster_lanes.refresh_soon();
+            if cluster_lanes.opened_node(&dead).is_none() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the dead master's lanes are still open");
+    // The same channel goes on, its commands for the dead master's slots on the promoted one.
+    let key = (0..)
+        .map(|n| format!("after:{n}"))
+        .find(|key| Slot::of(key.as_bytes()).number() < 100)
+        .unwrap();
+    let reply = set(key.clone()).await.unwrap();
+    assert_eq!(&reply.bytes()[..], b"+OK\r\n");
+    let promoted = endpoint(&cluster.lock(), replica);
+    assert!(cluster_lanes.opened_node(&promoted).is_some());
+    assert_eq!(
+        cluster.lock().inline(replica, &format!("GET {key}")),
+        "$1\r\n1\r\n"
+    );
+    lanes.close(Duration::from_secs(5)).await;
+}
