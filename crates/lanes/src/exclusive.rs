@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 use tollgate_model::{Lane, Protocol};
 
+use crate::ceilings::Outer;
 use crate::config::LaneSettings;
 use crate::conn::Conn;
 use crate::connector::Connector;
@@ -52,6 +53,7 @@ impl ExclusiveLane {
         connector: Arc<Connector>,
         metrics: LaneMetrics,
         life: Arc<Life>,
+        outer: Outer,
     ) -> Self {
         ExclusiveLane {
             lane: settings.lane,
@@ -61,13 +63,18 @@ impl ExclusiveLane {
                 Queue::Bounded(settings.queue_length),
                 settings.acquire_timeout,
                 metrics.clone(),
-            ),
+            )
+            .under(outer.gate),
             idle: Mutex::new(Vec::new()),
             connector,
             metrics,
             life,
             command_timeout: settings.command_timeout,
-            shares: Shares::new(settings.per_principal, settings.acquire_timeout),
+            shares: Shares::under(
+                settings.per_principal,
+                settings.acquire_timeout,
+                outer.shares,
+            ),
         }
     }
 

@@ -19,6 +19,8 @@ pub(crate) struct Gate {
     queue: Queue,
     timeout: Duration,
     metrics: LaneMetrics,
+    /// A ceiling over this one and its siblings' (a cluster's daemon-wide one), entered after it.
+    outer: Option<Arc<Gate>>,
 }
 
 /// Who bounds and counts the callers waiting at the gate.
@@ -35,6 +37,8 @@ pub(crate) struct Permit {
     /// Only the one gauge: a permit is taken and dropped per multiplexed command, and a clone of
     /// every lane metric handle there cost more than the command's own bookkeeping.
     in_use: Gauge,
+    /// The outer gate's permit, held as long as this one.
+    _outer: Option<Box<Permit>>,
 }
 
 impl Drop for Permit {
@@ -57,21 +61,45 @@ impl Gate {
             queue,
             timeout,
             metrics,
+            outer: None,
         }
     }
 
-    /// A permit without waiting, if one is free and nobody is queued ahead.
-    pub(crate) fn try_enter(&self) -> Option<Permit> {
-        let permit = self.permits.clone().try_acquire_owned().ok()?;
-        self.metrics.wait.observe(0.0);
-        Some(self.grant(permit))
+    /// This gate under `outer`: a permit is granted only when `outer` grants one too, so that
+    /// `outer`'s ceiling holds over every gate under it.
+    pub(crate) fn under(self, outer: Option<Arc<Gate>>) -> Self {
+        Gate { outer, ..self }
     }
 
-    /// Waits in FIFO order until a permit is free or `since + timeout` passes.
+    /// A permit without waiting, if one is free and nobody is queued ahead (here and outside).
+    pub(crate) fn try_enter(&self) -> Option<Permit> {
+        let permit = self.permits.clone().try_acquire_owned().ok()?;
+        let outer = match &self.outer {
+            Some(outer) => Some(Box::new(outer.try_enter()?)),
+            None => None,
+        };
+        self.metrics.wait.observe(0.0);
+        Some(self.grant(permit, outer))
+    }
+
+    /// Waits in FIFO order until a permit is free or `since + timeout` passes; under an outer gate,
+    /// then for the outer's, by the same deadline.
     pub(crate) async fn enter(&self, since: Instant) -> Result<Permit, LaneError> {
         if let Some(permit) = self.try_enter() {
             return Ok(permit);
         }
+        let permit = self.enter_here(since).await?;
+        let outer = match &self.outer {
+            // One level only (the outer gate has none), so the boxed recursion ends there.
+            Some(outer) => Some(Box::new(Box::pin(outer.enter(since)).await?)),
+            None => None,
+        };
+        self.metrics.wait.observe(since.elapsed().as_secs_f64());
+        Ok(self.grant(permit, outer))
+    }
+
+    /// This gate's own permit, waited for in line.
+    async fn enter_here(&self, since: Instant) -> Result<OwnedSemaphorePermit, LaneError> {
         let counted = match self.queue {
             Queue::Bounded(queue_length) => {
                 if self.metrics.waiting.inc() as usize >= queue_length {
@@ -89,10 +117,7 @@ impl Gate {
             self.metrics.waiting.dec();
         }
         match acquired {
-            Ok(Ok(permit)) => {
-                self.metrics.wait.observe(since.elapsed().as_secs_f64());
-                Ok(self.grant(permit))
-            }
+            Ok(Ok(permit)) => Ok(permit),
             Ok(Err(_closed)) => {
                 self.metrics.reject(Rejection::Closed);
                 Err(LaneError::Closed)
@@ -106,11 +131,12 @@ impl Gate {
         self.permits.close();
     }
 
-    fn grant(&self, permit: OwnedSemaphorePermit) -> Permit {
+    fn grant(&self, permit: OwnedSemaphorePermit, outer: Option<Box<Permit>>) -> Permit {
         self.metrics.in_use.inc();
         Permit {
             _permit: permit,
             in_use: self.metrics.in_use.clone(),
+            _outer: outer,
         }
     }
 

@@ -18,6 +18,7 @@ use bytes::Bytes;
 use tokio::task::JoinSet;
 use tollgate_model::Protocol;
 
+use crate::ceilings::Outer;
 use crate::config::LaneSettings;
 use crate::connector::Connector;
 use crate::life::Life;
@@ -48,7 +49,15 @@ pub(crate) fn start(
         queue_length: QUEUE_LENGTH,
         ..script.clone()
     };
-    let kills = MultiplexedLane::start(&settings, connector, metrics, life.clone(), None, drivers);
+    let kills = MultiplexedLane::start(
+        &settings,
+        connector,
+        metrics,
+        life.clone(),
+        None,
+        Outer::default(),
+        drivers,
+    );
     drivers.spawn(keep_warm(kills.clone(), life.clone()));
     kills
 }

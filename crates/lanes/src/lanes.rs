@@ -94,6 +94,7 @@ impl Lanes {
                 owner,
                 &families,
                 None,
+                None,
             )?),
             Topology::Sentinel { sentinels, .. } if sentinels.is_empty() => {
                 return Err(OpenError::NoSentinels)
@@ -106,6 +107,7 @@ impl Lanes {
                 config,
                 owner,
                 &families,
+                None,
                 None,
             )?),
             Topology::Cluster {

@@ -8,6 +8,7 @@
 mod acl;
 mod budget;
 mod busy;
+mod ceilings;
 mod channel;
 mod cluster;
 mod config;

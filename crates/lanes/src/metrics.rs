@@ -182,6 +182,15 @@ pub(crate) struct LaneMetrics {
 }
 
 impl LaneMetrics {
+    /// These handles with an `in_use` gauge of their own, registered nowhere: for a ceiling above
+    /// the lanes that already count what is in use (a cluster's daemon-wide gate).
+    pub(crate) fn uncounted_in_use(self) -> LaneMetrics {
+        LaneMetrics {
+            in_use: Gauge::default(),
+            ..self
+        }
+    }
+
     pub(crate) fn reject(&self, cause: Rejection) {
         self.rejection(cause).inc();
     }

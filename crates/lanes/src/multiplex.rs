@@ -32,6 +32,7 @@ use tracing::Instrument;
 
 use crate::budget::{Budget, Held};
 use crate::busy;
+use crate::ceilings::Outer;
 use crate::config::LaneSettings;
 use crate::conn::Conn;
 use crate::connector::Connector;
@@ -235,6 +236,7 @@ impl MultiplexedLane {
         metrics: LaneMetrics,
         life: Arc<Life>,
         kills: Option<Arc<MultiplexedLane>>,
+        outer: Outer,
         drivers: &mut tokio::task::JoinSet<()>,
     ) -> Arc<Self> {
         let lane = settings.lane;
@@ -245,7 +247,8 @@ impl MultiplexedLane {
             Queue::External,
             settings.acquire_timeout,
             metrics.clone(),
-        );
+        )
+        .under(outer.gate);
         let mut receivers = Vec::with_capacity(2 * connections);
         let slots = Protocol::ALL.map(|protocol| {
             (0..connections)

@@ -10,6 +10,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tollgate_model::{Exclusive, Lane, Multiplexed, Protocol};
 
+use crate::ceilings::{Ceilings, Outer};
 use crate::config::{LaneSettings, LanesConfig};
 use crate::connector::{Connector, Credentials};
 use crate::error::{CallError, LaneError, OpenError};
@@ -64,7 +65,8 @@ pub enum CloseOutcome {
 
 impl Node {
     /// Builds the lanes to `server`, their metrics in `families`; a cluster's node hands the shard
-    /// channels whose slot moved away to `rehome`. Needs a Tokio runtime (drivers are spawned) but
+    /// channels whose slot moved away to `rehome`, and its lanes sit under the cluster's
+    /// daemon-wide `ceilings`. Needs a Tokio runtime (drivers are spawned) but
     /// not Redis: connections open on first use and reopen with backoff.
     pub(crate) fn open(
         server: &Server,
@@ -72,6 +74,7 @@ impl Node {
         owner: Owner,
         families: &Families,
         rehome: Option<Rehome>,
+        ceilings: Option<&Ceilings>,
     ) -> Result<Node, OpenError> {
         let database = match owner {
             Owner::Clients => None,
@@ -112,10 +115,12 @@ impl Node {
                 ));
             }
             let name = format!("tollgate-{}", lane.as_str());
+            let outer = ceilings.map_or_else(Outer::default, |ceilings| ceilings.of(lane));
             parts.push((
                 lane_settings.clone(),
                 connector(credentials, &name),
                 metrics,
+                outer,
             ));
             settings.push(lane_settings);
         }
@@ -125,7 +130,7 @@ impl Node {
         let blocking = exclusive(next(), &life);
         let transaction = exclusive(next(), &life);
         let script = multiplexed(next(), &life, kills.clone(), &mut drivers);
-        let (pubsub_settings, pubsub_connector, pubsub_metrics) = next();
+        let (pubsub_settings, pubsub_connector, pubsub_metrics, _per_node) = next();
         let admin = exclusive(next(), &life);
         connectors.extend([
             regular.connector.clone(),
@@ -341,7 +346,7 @@ pub(crate) fn credentials(settings: &LaneSettings) -> Result<Option<Credentials>
     }
 }
 
-type Part = (LaneSettings, Connector, LaneMetrics);
+type Part = (LaneSettings, Connector, LaneMetrics, Outer);
 
 fn multiplexed(
     part: Part,
@@ -349,13 +354,14 @@ fn multiplexed(
     kills: Option<Arc<MultiplexedLane>>,
     drivers: &mut JoinSet<()>,
 ) -> Arc<MultiplexedLane> {
-    let (settings, connector, metrics) = part;
+    let (settings, connector, metrics, outer) = part;
     MultiplexedLane::start(
         &settings,
         Arc::new(connector),
         metrics,
         life.clone(),
         kills,
+        outer,
         drivers,
     )
 }
@@ -370,11 +376,12 @@ pub(crate) enum Owner {
 }
 
 fn exclusive(part: Part, life: &Arc<Life>) -> Arc<ExclusiveLane> {
-    let (settings, connector, metrics) = part;
+    let (settings, connector, metrics, outer) = part;
     Arc::new(ExclusiveLane::new(
         &settings,
         Arc::new(connector),
         metrics,
         life.clone(),
+        outer,
     ))
 }

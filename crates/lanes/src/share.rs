@@ -17,6 +17,8 @@ pub(crate) struct Shares {
     timeout: Duration,
     /// The principals holding (or waiting for) a connection, each with its share's permits.
     held: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// Shares over this one and its siblings' (a cluster's daemon-wide ones), entered after it.
+    outer: Option<Arc<Shares>>,
 }
 
 /// One principal's hold on one unit of its share; given back when dropped.
@@ -24,6 +26,8 @@ pub(crate) struct Share {
     permit: Option<OwnedSemaphorePermit>,
     principal: String,
     shares: Arc<Shares>,
+    /// The outer share's unit, held as long as this one.
+    _outer: Option<Box<Share>>,
 }
 
 /// The principal already holds its whole share and none came back in time.
@@ -32,10 +36,17 @@ pub(crate) struct ShareTaken;
 
 impl Shares {
     pub(crate) fn new(share: usize, timeout: Duration) -> Arc<Self> {
+        Shares::under(share, timeout, None)
+    }
+
+    /// Shares under `outer`: a unit is granted only when `outer` grants one too, so that a
+    /// principal's share of `outer` holds over every lane under it.
+    pub(crate) fn under(share: usize, timeout: Duration, outer: Option<Arc<Shares>>) -> Arc<Self> {
         Arc::new(Shares {
             share,
             timeout,
             held: Mutex::new(HashMap::new()),
+            outer,
         })
     }
 
@@ -56,15 +67,20 @@ impl Shares {
             .ok()
             .and_then(Result::ok);
         // Built in either case, so that the map entry is dropped with the last one who used it.
-        let share = Share {
+        let mut share = Share {
             permit: acquired,
             principal: principal.to_owned(),
             shares: self.clone(),
+            _outer: None,
         };
-        match share.permit {
-            Some(_) => Ok(share),
-            None => Err(ShareTaken),
+        if share.permit.is_none() {
+            return Err(ShareTaken);
         }
+        if let Some(outer) = &self.outer {
+            // One level only (the outer shares have none), so the boxed recursion ends there.
+            share._outer = Some(Box::new(Box::pin(outer.enter(principal, since)).await?));
+        }
+        Ok(share)
     }
 }
 

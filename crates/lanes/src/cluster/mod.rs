@@ -1,7 +1,8 @@
 //! Redis Cluster: which slot a key is in ([`Slot`]), which node serves it (`map`), how the map is
 //! learned and kept current (`refresh`), what a node's redirects say (`redirect`), the lanes of each
-//! master (`nodes`), the redirects followed so that clients never see one (`follow`), and the
-//! shard subscriptions that follow their slot to a new master (`resubscribe`).
+//! master and the shard subscriptions that follow their slot to a new master (`nodes`), and the
+//! redirects followed so that clients never see one (`follow`). The daemon-wide ceilings every
+//! master's lanes sit under are `crate::ceilings`.
 
 mod follow;
 mod map;

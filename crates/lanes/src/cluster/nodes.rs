@@ -17,6 +17,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::refresh::{ClusterMap, View};
+use crate::ceilings::Ceilings;
 use crate::config::LanesConfig;
 use crate::error::{LaneError, OpenError};
 use crate::life::Life;
@@ -33,6 +34,8 @@ pub(crate) struct ClusterLanes {
     config: LanesConfig,
     owner: Owner,
     families: Families,
+    /// What every node's lanes sit under, so that the lanes' ceilings hold over the whole cluster.
+    ceilings: Ceilings,
     /// The slot map's refresher; it stops when the lanes close.
     life: Arc<Life>,
     drivers: parking_lot::Mutex<JoinSet<()>>,
@@ -97,6 +100,7 @@ impl ClusterLanes {
                 nodes: RwLock::new(HashMap::new()),
                 config: config.clone(),
                 owner,
+                ceilings: Ceilings::new(config, &families),
                 families,
                 life,
                 drivers: parking_lot::Mutex::new(drivers),
@@ -134,6 +138,7 @@ impl ClusterLanes {
             self.owner,
             &self.families,
             Some(rehome),
+            Some(&self.ceilings),
         )
         .map_err(|error| LaneError::Unavailable {
             reason: format!("cannot open lanes to {endpoint}: {error}"),
@@ -209,7 +214,11 @@ impl ClusterLanes {
         let mut status = nodes.first()?.status();
         for other in &nodes[1..] {
             for (lane, theirs) in status.lanes.iter_mut().zip(other.status().lanes) {
-                lane.max_connections += theirs.max_connections;
+                // Every node has its own multiplexed and subscriber connections; an exclusive
+                // lane's ceiling is the cluster's (`ceilings.rs`), the same whatever the nodes.
+                if lane.sharing != crate::Sharing::Exclusive {
+                    lane.max_connections += theirs.max_connections;
+                }
                 lane.unavailable = lane.unavailable.take().or(theirs.unavailable);
             }
         }

@@ -431,3 +431,131 @@ async fn the_lanes_of_a_node_the_map_no_longer_names_are_closed() {
     );
     lanes.close(Duration::from_secs(5)).await;
 }
+
+/// Lanes over a fresh cluster of three masters, with `config`.
+async fn cluster_lanes(config: crate::LanesConfig) -> (RedisCluster, crate::Lanes) {
+    let cluster = blocking(|| RedisCluster::start(3, 0)).await;
+    let seeds = (0..cluster.nodes().len())
+        .map(|n| endpoint(&cluster, n))
+        .collect();
+    let topology = crate::Topology::Cluster {
+        seeds,
+        split: crate::Splitting::Split,
+        retry_for: Duration::from_secs(10),
+    };
+    let mut registry = prometheus_client::registry::Registry::default();
+    let lanes = crate::Lanes::open(&topology, &config, &mut registry).unwrap();
+    (cluster, lanes)
+}
+
+/// A slot on each of the three masters (the test kit's cluster splits the slots evenly).
+fn one_slot_per_master() -> [crate::Route; 3] {
+    [0, 8000, 16000].map(|slot| crate::Route::Slot(Slot::new(slot).unwrap()))
+}
+
+/// An exclusive lane's `connections` and `per_principal` hold over the whole cluster, not per
+/// master: three masters never lend more than one server would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exclusive_lanes_ceiling_and_shares_hold_over_every_master() {
+    let mut config = crate::LanesConfig::default();
+    config.blocking.connections = Some(2);
+    config.blocking.per_principal = Some(1);
+    config.blocking.acquire_timeout = Some(Duration::from_millis(300));
+    let (_cluster, lanes) = cluster_lanes(config).await;
+    let [a, b, c] = one_slot_per_master();
+    let borrow = |route: &crate::Route, principal: Option<&'static str>| {
+        lanes.borrow_at(
+            route.clone(),
+            crate::Exclusive::Blocking,
+            crate::Protocol::Resp2,
+            principal,
+        )
+    };
+    let on_a = borrow(&a, None).await.expect("the first connection");
+    let on_b = borrow(&b, None).await.expect("the second connection");
+    let third = borrow(&c, None).await;
+    assert!(
+        matches!(
+            third,
+            Err(crate::LaneError::Saturated {
+                cause: crate::Saturation::WaitExpired,
+                ..
+            })
+        ),
+        "a third master lent a third connection past the ceiling of 2: {:?}",
+        third.map(|_| ())
+    );
+    drop(on_a);
+    let on_c = borrow(&c, None)
+        .await
+        .expect("a connection given back is lent again");
+    drop((on_b, on_c));
+
+    let mine = borrow(&a, Some("tenant"))
+        .await
+        .expect("the principal's share");
+    let second = borrow(&b, Some("tenant")).await;
+    assert!(
+        matches!(
+            second,
+            Err(crate::LaneError::Saturated {
+                cause: crate::Saturation::PrincipalShare,
+                ..
+            })
+        ),
+        "a principal took a second connection on another master past its share of 1: {:?}",
+        second.map(|_| ())
+    );
+    let other = borrow(&b, Some("neighbour")).await;
+    assert!(other.is_ok(), "another principal's share is its own");
+    drop((mine, other));
+    lanes.close(Duration::from_secs(5)).await;
+}
+
+/// A multiplexed lane's `in_flight` holds over the whole cluster: with one command in flight
+/// allowed, a command to a second master waits for the first master's reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multiplexed_lanes_in_flight_ceiling_holds_over_every_master() {
+    let mut config = crate::LanesConfig::default();
+    config.regular.in_flight = Some(1);
+    let (cluster, lanes) = cluster_lanes(config).await;
+    let [a, b, _] = one_slot_per_master();
+    let channel = lanes.multiplexed(crate::Multiplexed::Regular).unwrap();
+    let ping = || {
+        let mut command = BytesMut::new();
+        tollgate_resp::encode_command(&["PING"], &mut command);
+        command.freeze()
+    };
+    // Both masters' connections open before the pause.
+    for route in [&a, &b] {
+        let reply = channel.send_to(route.clone(), ping()).await.unwrap();
+        assert_eq!(&reply.bytes()[..], b"+PONG\r\n");
+    }
+    let paused = cluster.master_of(0);
+    assert_eq!(cluster.inline(paused, "CLIENT PAUSE 600 ALL"), "+OK\r\n");
+    let started = tokio::time::Instant::now();
+    let held = channel.send_to(a, ping());
+    let waiting = channel.send_to(b, ping());
+    let (held, waiting) = tokio::join!(
+        async {
+            held.await.unwrap();
+            started.elapsed()
+        },
+        async {
+            waiting.await.unwrap();
+            started.elapsed()
+        }
+    );
+    assert!(
+        held >= Duration::from_millis(400),
+        "the paused master answered in {held:?}"
+    );
+    // Both replies are ready at the same moment once the pause ends; which future is polled
+    // first is the join's business, so the second is only asked to have waited for the pause.
+    assert!(
+        waiting >= Duration::from_millis(400),
+        "the second master's command was in flight beside the first's: answered after \
+         {waiting:?}, the paused master's after {held:?}"
+    );
+    lanes.close(Duration::from_secs(5)).await;
+}
