@@ -3,30 +3,40 @@
 //! - `acquire_release`: one acquire + release pair through the daemon (lease client → HTTP → lease
 //!   service → SCRIPT lane), the same pair as `LEASE ACQUIRE` / `LEASE RELEASE` on the daemon's RESP
 //!   socket (redis-rs, one multiplexed connection), the same two Lua scripts run directly with
-//!   redis-rs (EVALSHA on a multiplexed connection), and an etcd lock + unlock pair (its
+//!   redis-rs (EVALSHA on a multiplexed connection), the same scripts through twemproxy (a proxy
+//!   that only forwards, `support/twemproxy.rs`: what one more process hop costs by itself), and
+//!   an etcd lock + unlock pair (its
 //!   `concurrency` mutex, see `support/etcd.rs`). Criterion's time per pair gives pairs/s; p50/p99
 //!   of single pairs are printed after the group.
 //! - `acquire_release_16_clients`: sixteen clients taking pairs at once, each on a resource of its
-//!   own, over RESP through the daemon vs directly with redis-rs: time per pair is 1 / throughput.
+//!   own, over RESP through the daemon vs directly with redis-rs vs through twemproxy: time per
+//!   pair is 1 / throughput; the CPU time per pair of this process (clients, and the daemon when
+//!   it is in the path), of redis-server and of twemproxy is printed after the group.
 //! - `handoff`: a holder releases while a second caller waits: from the release to the waiter
 //!   holding, through the daemon's waiting (release notification; over HTTP and over RESP) vs a
 //!   client polling the daemon every 10 ms (the common hand-rolled SET NX loop) vs etcd's mutex,
 //!   released 25 ms into the wait as the others are, and 150 ms into it (past etcd's 100 ms watch
 //!   sync loop, which a waiter that just started waiting pays).
 //!
-//! `cargo bench -p tollgate-lease --bench lease` (without an `etcd` binary on PATH the etcd part is
-//! skipped, and says so).
+//! `cargo bench -p tollgate-lease --bench lease` (without an `etcd` or a `nutcracker` binary on
+//! PATH that part is skipped, and says so).
 
+#[path = "support/daemon_thread.rs"]
+mod daemon_thread;
 #[path = "support/etcd.rs"]
 mod etcd;
+#[path = "support/programs.rs"]
+mod programs;
+#[path = "support/twemproxy.rs"]
+mod twemproxy;
 
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use tollgate::config::Config;
-use tollgate::Daemon;
 use tollgate_lanes::{Endpoint, RedisConfig};
 use tollgate_lease::scripts::{ACQUIRE, RELEASE};
 use tollgate_lease::LeaseKeys;
@@ -35,7 +45,9 @@ use tollgate_lease_client::{
 };
 use tollgate_testkit::RedisServer;
 
+use crate::daemon_thread::DaemonThread;
 use crate::etcd::{Etcd, Gateway};
+use crate::twemproxy::Twemproxy;
 
 const POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// Clients of `acquire_release_16_clients`.
@@ -108,20 +120,27 @@ fn benches(c: &mut Criterion) {
         redis.socket().to_owned(),
     )));
     let etcd = Etcd::start();
-    let (daemon, direct, resp) = runtime.block_on(async {
-        // The lane and lease users, as an operator of an external Redis sets them up.
-        let endpoint = Endpoint::Unix(redis.socket().to_owned());
-        let grants = tollgate::lane_acl::grants_for(&config.policy).expect("the policy compiles");
-        config.lanes = tollgate_lanes::provision(&[endpoint], dir.path(), &config.lanes, &grants)
-            .await
-            .expect("create the lane users")
-            .config;
-        let daemon = Daemon::start(config).await.expect("daemon starts");
-        let direct = redis::Client::open(redis.url()).expect("redis-rs client");
-        let resp = redis::Client::open(format!("redis+unix://{}", daemon.resp_socket().display()))
-            .expect("redis-rs client of the RESP socket");
-        (daemon, direct, resp)
-    });
+    let twemproxy = Twemproxy::start(redis.socket());
+    // The lane and lease users, as an operator of an external Redis sets them up.
+    let endpoint = Endpoint::Unix(redis.socket().to_owned());
+    let grants = tollgate::lane_acl::grants_for(&config.policy).expect("the policy compiles");
+    config.lanes = runtime
+        .block_on(tollgate_lanes::provision(
+            &[endpoint],
+            dir.path(),
+            &config.lanes,
+            &grants,
+        ))
+        .expect("create the lane users")
+        .config;
+    println!(
+        "the daemon: {} worker thread(s), apart from the clients' 2",
+        config.worker_threads()
+    );
+    let daemon = DaemonThread::start(config);
+    let direct = redis::Client::open(redis.url()).expect("redis-rs client");
+    let resp = redis::Client::open(format!("redis+unix://{}", daemon.resp_socket().display()))
+        .expect("redis-rs client of the RESP socket");
     let connect = |client: &redis::Client| {
         runtime
             .block_on(client.get_multiplexed_async_connection())
@@ -186,6 +205,36 @@ fn benches(c: &mut Criterion) {
         })
     });
     report("acquire_release/redis_rs_direct", &latencies);
+    let proxied = twemproxy.as_ref().map(|twemproxy| {
+        // Twemproxy refuses SCRIPT LOAD: the scripts are loaded on Redis itself.
+        let mut direct = direct_connection.clone();
+        for script in [&ACQUIRE, &RELEASE] {
+            let _: String = runtime
+                .block_on(
+                    redis::cmd("SCRIPT")
+                        .arg("LOAD")
+                        .arg(script.source)
+                        .query_async(&mut direct),
+                )
+                .expect("SCRIPT LOAD");
+        }
+        twemproxy.client()
+    });
+    if let Some(proxied) = &proxied {
+        let proxied_connection = connect(proxied);
+        group.bench_function("twemproxy", |b| {
+            b.to_async(&runtime).iter_custom(|iters| {
+                let (keys, scripts) = (&keys, &scripts);
+                let mut connection = proxied_connection.clone();
+                timed(iters, &latencies, async move || {
+                    let started = Instant::now();
+                    direct_pair(&mut connection, keys, scripts).await;
+                    started.elapsed()
+                })
+            })
+        });
+        report("acquire_release/twemproxy", &latencies);
+    }
     if let Some(etcd) = &etcd {
         let gateway = runtime.block_on(async {
             let mut gateway = etcd.connect().await.expect("etcd connection");
@@ -214,33 +263,81 @@ fn benches(c: &mut Criterion) {
         .sample_size(20)
         .measurement_time(Duration::from_secs(5));
     let resp_connections: Vec<_> = (0..CLIENTS).map(|_| connect(&resp)).collect();
+    let redis_stat = PathBuf::from(format!(
+        "/proc/{}/stat",
+        redis.pid().expect("the benchmark's redis-server runs")
+    ));
+    let this_process = || ("this process", PathBuf::from("/proc/self/stat"));
+    let mut sources = vec![this_process()];
+    sources.extend(daemon.stat_file().map(|stat| ("of it the daemon's thread", stat)));
+    sources.push(("redis-server", redis_stat.clone()));
+    let cpu_resp = CpuPerPair::new(sources);
     group.bench_function("resp", |b| {
         b.to_async(&runtime).iter_custom(|iters| {
             let connections = resp_connections.clone();
-            parallel(iters, connections, |n, mut connection| async move {
-                resp_pair(&mut connection, &format!("bench:clients:{n}")).await;
-                connection
+            cpu_resp.measure(iters, async move {
+                parallel(iters, connections, |n, mut connection| async move {
+                    resp_pair(&mut connection, &format!("bench:clients:{n}")).await;
+                    connection
+                })
+                .await
             })
         })
     });
     let direct_connections: Vec<_> = (0..CLIENTS).map(|_| connect(&direct)).collect();
     let shared = std::sync::Arc::new(scripts);
+    let cpu_direct = CpuPerPair::new(vec![this_process(), ("redis-server", redis_stat.clone())]);
     group.bench_function("redis_rs_direct", |b| {
         b.to_async(&runtime).iter_custom(|iters| {
             let connections = direct_connections.clone();
             let scripts = shared.clone();
-            parallel(iters, connections, move |n, mut connection| {
-                let scripts = scripts.clone();
-                async move {
-                    let keys =
-                        LeaseKeys::of(&Resource::parse(&format!("bench:clients:{n}")).unwrap());
-                    direct_pair(&mut connection, &keys, &scripts).await;
-                    connection
-                }
+            cpu_direct.measure(iters, async move {
+                parallel(iters, connections, move |n, mut connection| {
+                    let scripts = scripts.clone();
+                    async move {
+                        let keys = LeaseKeys::of(
+                            &Resource::parse(&format!("bench:clients:{n}")).unwrap(),
+                        );
+                        direct_pair(&mut connection, &keys, &scripts).await;
+                        connection
+                    }
+                })
+                .await
             })
         })
     });
+    if let (Some(proxied), Some(twemproxy)) = (&proxied, &twemproxy) {
+        let proxied_connections: Vec<_> = (0..CLIENTS).map(|_| connect(proxied)).collect();
+        let twemproxy_stat = PathBuf::from(format!("/proc/{}/stat", twemproxy.pid()));
+        let cpu_proxied = CpuPerPair::new(vec![
+            this_process(),
+            ("redis-server", redis_stat.clone()),
+            ("twemproxy", twemproxy_stat),
+        ]);
+        group.bench_function("twemproxy", |b| {
+            b.to_async(&runtime).iter_custom(|iters| {
+                let connections = proxied_connections.clone();
+                let scripts = shared.clone();
+                cpu_proxied.measure(iters, async move {
+                    parallel(iters, connections, move |n, mut connection| {
+                        let scripts = scripts.clone();
+                        async move {
+                            let keys = LeaseKeys::of(
+                                &Resource::parse(&format!("bench:clients:{n}")).unwrap(),
+                            );
+                            direct_pair(&mut connection, &keys, &scripts).await;
+                            connection
+                        }
+                    })
+                    .await
+                })
+            })
+        });
+        cpu_proxied.report("acquire_release_16_clients/twemproxy");
+    }
     group.finish();
+    cpu_resp.report("acquire_release_16_clients/resp");
+    cpu_direct.report("acquire_release_16_clients/redis_rs_direct");
 
     let contested = Resource::parse("bench:handoff").unwrap();
     let mut group = c.benchmark_group("handoff");
@@ -294,7 +391,67 @@ fn benches(c: &mut Criterion) {
     }
     group.finish();
     println!("load average at the end: {}", load_average());
-    runtime.block_on(daemon.shutdown());
+    daemon.stop();
+}
+
+/// The CPU time spent per pair while a benchmark ran, by the processes (or threads) in its path,
+/// each read from its `/proc/…/stat` (10 ms ticks), so only meaningful over whole benchmarks of
+/// many pairs.
+struct CpuPerPair {
+    /// What each source is called in the report, and its stat file.
+    sources: Vec<(&'static str, PathBuf)>,
+    sums: Mutex<(u64, Vec<Duration>)>,
+}
+
+impl CpuPerPair {
+    fn new(sources: Vec<(&'static str, PathBuf)>) -> CpuPerPair {
+        let zeros = vec![Duration::ZERO; sources.len()];
+        CpuPerPair {
+            sources,
+            sums: Mutex::new((0, zeros)),
+        }
+    }
+
+    async fn measure(&self, pairs: u64, run: impl Future<Output = Duration>) -> Duration {
+        let before: Vec<Duration> = self.sources.iter().map(|(_, at)| cpu_time(at)).collect();
+        let took = run.await;
+        let mut sums = self.sums.lock().unwrap();
+        sums.0 += pairs;
+        for ((sum, (_, at)), before) in sums.1.iter_mut().zip(&self.sources).zip(before) {
+            *sum += cpu_time(at).saturating_sub(before);
+        }
+        took
+    }
+
+    fn report(&self, name: &str) {
+        let (pairs, sums) = &*self.sums.lock().unwrap();
+        if *pairs == 0 {
+            return;
+        }
+        let each: Vec<String> = self
+            .sources
+            .iter()
+            .zip(sums)
+            .map(|((source, _), cpu)| {
+                format!("{:.1} us {source}", cpu.as_secs_f64() * 1e6 / *pairs as f64)
+            })
+            .collect();
+        println!("{name}: CPU per pair over {pairs} pairs: {}", each.join(", "));
+    }
+}
+
+/// User plus system CPU time from a `/proc/…/stat` file; zero where it cannot be read.
+fn cpu_time(stat: &Path) -> Duration {
+    let stat = std::fs::read_to_string(stat).unwrap_or_default();
+    // The fields after the command name's closing parenthesis; utime and stime are the 12th and
+    // 13th of them, in clock ticks (100 per second on Linux).
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks = |at: usize| fields.get(at).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
 }
 
 /// The machine's one-minute load average, for the report.

@@ -7,8 +7,7 @@
 //! of what a gRPC client would see. The data directory is on tmpfs when there is one, so that WAL
 //! fsyncs cost what the benchmark's Redis (no persistence) pays for durability: nothing.
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -18,6 +17,8 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
+
+use crate::programs::{free_ports, on_path};
 
 /// How long etcd may take to answer its first request.
 const STARTUP: Duration = Duration::from_secs(20);
@@ -180,17 +181,4 @@ impl Gateway {
 /// An etcd lease that locks are held under.
 pub struct Session {
     lease: Value,
-}
-
-fn on_path(name: &str) -> Option<PathBuf> {
-    let paths = std::env::var_os("PATH")?;
-    std::env::split_paths(&paths)
-        .map(|dir| dir.join(name))
-        .find(|candidate| candidate.is_file())
-}
-
-/// Two distinct free loopback ports (both held until both are known, so they differ).
-fn free_ports() -> [u16; 2] {
-    let listeners = [(); 2].map(|()| TcpListener::bind("127.0.0.1:0").expect("a loopback port"));
-    listeners.map(|listener| listener.local_addr().expect("its address").port())
 }
