@@ -269,7 +269,11 @@ fn benches(c: &mut Criterion) {
     ));
     let this_process = || ("this process", PathBuf::from("/proc/self/stat"));
     let mut sources = vec![this_process()];
-    sources.extend(daemon.stat_file().map(|stat| ("of it the daemon's thread", stat)));
+    sources.extend(
+        daemon
+            .stat_file()
+            .map(|stat| ("of it the daemon's thread", stat)),
+    );
     sources.push(("redis-server", redis_stat.clone()));
     let cpu_resp = CpuPerPair::new(sources);
     group.bench_function("resp", |b| {
@@ -295,9 +299,8 @@ fn benches(c: &mut Criterion) {
                 parallel(iters, connections, move |n, mut connection| {
                     let scripts = scripts.clone();
                     async move {
-                        let keys = LeaseKeys::of(
-                            &Resource::parse(&format!("bench:clients:{n}")).unwrap(),
-                        );
+                        let keys =
+                            LeaseKeys::of(&Resource::parse(&format!("bench:clients:{n}")).unwrap());
                         direct_pair(&mut connection, &keys, &scripts).await;
                         connection
                     }
@@ -436,7 +439,10 @@ impl CpuPerPair {
                 format!("{:.1} us {source}", cpu.as_secs_f64() * 1e6 / *pairs as f64)
             })
             .collect();
-        println!("{name}: CPU per pair over {pairs} pairs: {}", each.join(", "));
+        println!(
+            "{name}: CPU per pair over {pairs} pairs: {}",
+            each.join(", ")
+        );
     }
 }
 
@@ -450,7 +456,12 @@ fn cpu_time(stat: &Path) -> Duration {
         .map_or("", |(_, rest)| rest)
         .split_whitespace()
         .collect();
-    let ticks = |at: usize| fields.get(at).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    let ticks = |at: usize| {
+        fields
+            .get(at)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
     Duration::from_millis((ticks(11) + ticks(12)) * 10)
 }
 

@@ -50,7 +50,9 @@ impl DaemonThread {
                         daemon.resp_socket().to_owned(),
                         tid,
                     );
-                    started.send(sockets).expect("the bench waits for the daemon");
+                    started
+                        .send(sockets)
+                        .expect("the bench waits for the daemon");
                     let _ = stopped.await;
                     daemon.shutdown().await;
                 });

@@ -26,7 +26,9 @@ impl Twemproxy {
     /// rows of the benchmark are skipped).
     pub fn start(redis: &Path) -> Option<Twemproxy> {
         let Some(binary) = on_path("nutcracker") else {
-            println!("twemproxy: skipped: no `nutcracker` on PATH (Debian: apt-get install nutcracker)");
+            println!(
+                "twemproxy: skipped: no `nutcracker` on PATH (Debian: apt-get install nutcracker)"
+            );
             return None;
         };
         let dir = tempfile::tempdir().expect("twemproxy's directory");
@@ -76,7 +78,8 @@ impl Twemproxy {
         ))
         .expect("twemproxy's address");
         let settings = info.redis_settings().clone().set_skip_set_lib_name();
-        redis::Client::open(info.set_redis_settings(settings)).expect("redis-rs client of twemproxy")
+        redis::Client::open(info.set_redis_settings(settings))
+            .expect("redis-rs client of twemproxy")
     }
 
     pub fn pid(&self) -> u32 {
