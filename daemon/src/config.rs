@@ -433,6 +433,21 @@ impl Config {
         })
     }
 
+    /// The async runtime that serves with [`Config::worker_threads`] workers. One worker needs no
+    /// work stealing: the current-thread scheduler wakes tasks without the multi-thread one's
+    /// cross-thread bookkeeping.
+    pub fn async_runtime(&self) -> std::io::Result<tokio::runtime::Runtime> {
+        match self.worker_threads() {
+            1 => tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build(),
+            workers => tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(workers)
+                .enable_all()
+                .build(),
+        }
+    }
+
     /// The directory for sockets and the embedded Redis.
     pub fn runtime_dir(&self) -> PathBuf {
         if let Some(dir) = &self.runtime_dir {

@@ -295,18 +295,7 @@ fn benches(c: &mut Criterion) {
         b.to_async(&runtime).iter_custom(|iters| {
             let connections = direct_connections.clone();
             let scripts = shared.clone();
-            cpu_direct.measure(iters, async move {
-                parallel(iters, connections, move |n, mut connection| {
-                    let scripts = scripts.clone();
-                    async move {
-                        let keys =
-                            LeaseKeys::of(&Resource::parse(&format!("bench:clients:{n}")).unwrap());
-                        direct_pair(&mut connection, &keys, &scripts).await;
-                        connection
-                    }
-                })
-                .await
-            })
+            cpu_direct.measure(iters, direct_pairs(iters, connections, scripts))
         })
     });
     if let (Some(proxied), Some(twemproxy)) = (&proxied, &twemproxy) {
@@ -321,19 +310,7 @@ fn benches(c: &mut Criterion) {
             b.to_async(&runtime).iter_custom(|iters| {
                 let connections = proxied_connections.clone();
                 let scripts = shared.clone();
-                cpu_proxied.measure(iters, async move {
-                    parallel(iters, connections, move |n, mut connection| {
-                        let scripts = scripts.clone();
-                        async move {
-                            let keys = LeaseKeys::of(
-                                &Resource::parse(&format!("bench:clients:{n}")).unwrap(),
-                            );
-                            direct_pair(&mut connection, &keys, &scripts).await;
-                            connection
-                        }
-                    })
-                    .await
-                })
+                cpu_proxied.measure(iters, direct_pairs(iters, connections, scripts))
             })
         });
         cpu_proxied.report("acquire_release_16_clients/twemproxy");
@@ -515,6 +492,24 @@ where
     started
         .elapsed()
         .mul_f64(iters as f64 / (each * CLIENTS) as f64)
+}
+
+/// About `iters` pairs of the two scripts run directly (or through a proxy that forwards them),
+/// shared out among the clients as [`parallel`] does.
+async fn direct_pairs(
+    iters: u64,
+    connections: Vec<redis::aio::MultiplexedConnection>,
+    scripts: std::sync::Arc<Scripts>,
+) -> Duration {
+    parallel(iters, connections, move |n, mut connection| {
+        let scripts = scripts.clone();
+        async move {
+            let keys = LeaseKeys::of(&Resource::parse(&format!("bench:clients:{n}")).unwrap());
+            direct_pair(&mut connection, &keys, &scripts).await;
+            connection
+        }
+    })
+    .await
 }
 
 /// The two lease scripts as a redis-rs application would hold them.

@@ -30,18 +30,7 @@ pub fn run(config_path: Option<PathBuf>, log_format: Option<LogFormat>) -> ExitC
         &config.logging.level,
     );
     raise_open_files_limit(&config.limits);
-    // One worker needs no work stealing: the current-thread scheduler wakes tasks without the
-    // multi-thread one's cross-thread bookkeeping.
-    let runtime = match config.worker_threads() {
-        1 => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build(),
-        workers => tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(workers)
-            .enable_all()
-            .build(),
-    };
-    let runtime = match runtime {
+    let runtime = match config.async_runtime() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("tollgate: cannot start the async runtime: {error}");

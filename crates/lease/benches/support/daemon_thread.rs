@@ -29,16 +29,7 @@ impl DaemonThread {
             .name("bench-daemon".into())
             .spawn(move || {
                 let workers = config.worker_threads();
-                let runtime = match workers {
-                    1 => tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build(),
-                    workers => tokio::runtime::Builder::new_multi_thread()
-                        .worker_threads(workers)
-                        .enable_all()
-                        .build(),
-                }
-                .expect("the daemon's runtime");
+                let runtime = config.async_runtime().expect("the daemon's runtime");
                 runtime.block_on(async move {
                     let daemon = Daemon::start(config).await.expect("daemon starts");
                     let tid = std::fs::read_link("/proc/thread-self")
