@@ -32,9 +32,9 @@ impl Ceilings {
             .into_iter()
             .filter_map(|lane| {
                 let settings = config.settings(lane);
-                // The nodes' gates count what is in use; counted again here, every command or
-                // borrow would show twice in `lane_in_use`.
-                let metrics = families.lane(lane).uncounted_in_use();
+                // The nodes' gates count what is in use and how long it took; counted again here,
+                // every command or borrow would show twice in `lane_in_use` and `lane_wait_seconds`.
+                let metrics = families.lane(lane).counting_refusals_only();
                 let (ceiling, queue, shares) = match lane {
                     Lane::Regular | Lane::Script => (settings.in_flight, Queue::External, None),
                     Lane::Blocking | Lane::Transaction | Lane::Admin => (
