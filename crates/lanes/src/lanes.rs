@@ -94,22 +94,17 @@ impl Lanes {
                 owner,
                 &families,
                 None,
-                None,
             )?),
             Topology::Sentinel { sentinels, .. } if sentinels.is_empty() => {
                 return Err(OpenError::NoSentinels)
             }
-            Topology::Sentinel { master, sentinels } => Nodes::One(Node::open(
-                &Server::Sentinel {
+            Topology::Sentinel { master, sentinels } => {
+                let server = Server::Sentinel {
                     master: master.clone(),
                     sentinels: sentinels.clone(),
-                },
-                config,
-                owner,
-                &families,
-                None,
-                None,
-            )?),
+                };
+                Nodes::One(Node::open(&server, config, owner, &families, None)?)
+            }
             Topology::Cluster {
                 seeds,
                 split,

@@ -64,18 +64,20 @@ pub enum CloseOutcome {
 }
 
 impl Node {
-    /// Builds the lanes to `server`, their metrics in `families`; a cluster's node hands the shard
-    /// channels whose slot moved away to `rehome`, and its lanes sit under the cluster's
-    /// daemon-wide `ceilings`. Needs a Tokio runtime (drivers are spawned) but
+    /// Builds the lanes to `server`, their metrics in `families`; a cluster's node is opened
+    /// [`InCluster`]. Needs a Tokio runtime (drivers are spawned) but
     /// not Redis: connections open on first use and reopen with backoff.
     pub(crate) fn open(
         server: &Server,
         config: &LanesConfig,
         owner: Owner,
         families: &Families,
-        rehome: Option<Rehome>,
-        ceilings: Option<&Ceilings>,
+        cluster: Option<InCluster<'_>>,
     ) -> Result<Node, OpenError> {
+        let (rehome, ceilings) = match cluster {
+            Some(InCluster { rehome, ceilings }) => (Some(rehome), Some(ceilings)),
+            None => (None, None),
+        };
         let database = match owner {
             Owner::Clients => None,
             Owner::Leases { database } => database,
@@ -347,6 +349,13 @@ pub(crate) fn credentials(settings: &LaneSettings) -> Result<Option<Credentials>
 }
 
 type Part = (LaneSettings, Connector, LaneMetrics, Outer);
+
+/// What a cluster's node is opened with: where its PUBSUB lane hands the shard channels whose slot
+/// moved away, and the cluster's daemon-wide ceilings its lanes sit under.
+pub(crate) struct InCluster<'a> {
+    pub(crate) rehome: Rehome,
+    pub(crate) ceilings: &'a Ceilings,
+}
 
 fn multiplexed(
     part: Part,

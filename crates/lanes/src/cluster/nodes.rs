@@ -23,7 +23,7 @@ use crate::error::{LaneError, OpenError};
 use crate::life::Life;
 use crate::locator::Server;
 use crate::metrics::Families;
-use crate::node::{credentials, Node, Owner};
+use crate::node::{credentials, InCluster, Node, Owner};
 use crate::pubsub::{Moved, Rehome};
 use crate::route::Route;
 use crate::{Endpoint, LanesStatus};
@@ -137,8 +137,10 @@ impl ClusterLanes {
             &self.config,
             self.owner,
             &self.families,
-            Some(rehome),
-            Some(&self.ceilings),
+            Some(InCluster {
+                rehome,
+                ceilings: &self.ceilings,
+            }),
         )
         .map_err(|error| LaneError::Unavailable {
             reason: format!("cannot open lanes to {endpoint}: {error}"),
