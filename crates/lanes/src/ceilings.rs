@@ -32,9 +32,9 @@ impl Ceilings {
             .into_iter()
             .filter_map(|lane| {
                 let settings = config.settings(lane);
-                // The nodes' gates count what is in use and how long it took; counted again here,
-                // every command or borrow would show twice in `lane_in_use` and `lane_wait_seconds`.
-                let metrics = families.lane(lane).counting_refusals_only();
+                // Only its waiters and refusals are counted through these: a node's gate takes the
+                // outer permit itself and counts what is in use and how long it took, once.
+                let metrics = families.lane(lane);
                 let (ceiling, queue, shares) = match lane {
                     Lane::Regular | Lane::Script => (settings.in_flight, Queue::External, None),
                     Lane::Blocking | Lane::Transaction | Lane::Admin => (

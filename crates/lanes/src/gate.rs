@@ -37,8 +37,9 @@ pub(crate) struct Permit {
     /// Only the one gauge: a permit is taken and dropped per multiplexed command, and a clone of
     /// every lane metric handle there cost more than the command's own bookkeeping.
     in_use: Gauge,
-    /// The outer gate's permit, held as long as this one.
-    _outer: Option<Box<Permit>>,
+    /// The outer gate's own permit, held as long as this one. Only its semaphore's: what is in
+    /// use and how long it took is counted here, once.
+    _outer: Option<OwnedSemaphorePermit>,
 }
 
 impl Drop for Permit {
@@ -75,7 +76,7 @@ impl Gate {
     pub(crate) fn try_enter(&self) -> Option<Permit> {
         let permit = self.permits.clone().try_acquire_owned().ok()?;
         let outer = match &self.outer {
-            Some(outer) => Some(Box::new(outer.try_enter()?)),
+            Some(outer) => Some(outer.permits.clone().try_acquire_owned().ok()?),
             None => None,
         };
         self.metrics.wait.observe(0.0);
@@ -90,8 +91,7 @@ impl Gate {
         }
         let permit = self.enter_here(since).await?;
         let outer = match &self.outer {
-            // One level only (the outer gate has none), so the boxed recursion ends there.
-            Some(outer) => Some(Box::new(Box::pin(outer.enter(since)).await?)),
+            Some(outer) => Some(outer.enter_here(since).await?),
             None => None,
         };
         self.metrics.wait.observe(since.elapsed().as_secs_f64());
@@ -131,7 +131,7 @@ impl Gate {
         self.permits.close();
     }
 
-    fn grant(&self, permit: OwnedSemaphorePermit, outer: Option<Box<Permit>>) -> Permit {
+    fn grant(&self, permit: OwnedSemaphorePermit, outer: Option<OwnedSemaphorePermit>) -> Permit {
         self.metrics.in_use.inc();
         Permit {
             _permit: permit,

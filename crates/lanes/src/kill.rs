@@ -33,7 +33,8 @@ pub(crate) const WARM_EVERY: Duration = Duration::from_secs(5);
 const IN_FLIGHT: usize = 4;
 const QUEUE_LENGTH: usize = 64;
 
-const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
+/// `PING`, encoded: what keeps the kill connection warm, and the lanes' own liveness check.
+pub(crate) const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
 
 /// The kill connection, as a multiplexed lane of one connection, started with its warming task.
 pub(crate) fn start(

@@ -64,6 +64,18 @@ impl Life {
         &self.draining
     }
 
+    /// Runs `work` among `drivers` until it ends or the lanes start draining, whichever is first.
+    pub(crate) fn spawn_until_draining(
+        &self,
+        drivers: &mut tokio::task::JoinSet<()>,
+        work: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        let draining = self.draining.clone();
+        drivers.spawn(async move {
+            draining.run_until_cancelled_owned(work).await;
+        });
+    }
+
     pub(crate) fn killed(&self) -> &CancellationToken {
         &self.killed
     }

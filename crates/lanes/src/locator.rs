@@ -104,13 +104,7 @@ impl Locator {
                     generation: 0,
                 });
                 let follower = follow(master.clone(), sentinels.clone(), sender);
-                let life = life.clone();
-                drivers.spawn(async move {
-                    tokio::select! {
-                        _ = follower => {}
-                        _ = life.draining().cancelled() => {}
-                    }
-                });
+                life.spawn_until_draining(drivers, follower);
                 Locator {
                     current,
                     group: master.clone(),

@@ -182,18 +182,6 @@ pub(crate) struct LaneMetrics {
 }
 
 impl LaneMetrics {
-    /// These handles with an `in_use` gauge and a `wait` histogram of their own, registered
-    /// nowhere: for a ceiling above lanes that already count what is in use and how long it took
-    /// to get (a cluster's daemon-wide gate). Its refusals are still counted, once: the lane
-    /// under it passes them on without counting them again.
-    pub(crate) fn counting_refusals_only(self) -> LaneMetrics {
-        LaneMetrics {
-            in_use: Gauge::default(),
-            wait: wait_histogram(),
-            ..self
-        }
-    }
-
     pub(crate) fn reject(&self, cause: Rejection) {
         self.rejection(cause).inc();
     }

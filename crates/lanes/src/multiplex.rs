@@ -45,7 +45,7 @@ use crate::reply::{reply_limits, Next, Reply, ReplyReader};
 use crate::stream::Stream;
 
 /// `ASKING`, encoded.
-const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
+pub(crate) const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
 
 /// How many bytes of queued commands one write may gather.
 const MAX_BATCH: usize = 64 * 1024;

@@ -211,14 +211,11 @@ impl Node {
     /// One PING over the REGULAR lane within `timeout`: can the daemon reach Redis as its users?
     pub(crate) async fn ping(&self, timeout: Duration) -> Result<(), CallError> {
         let channel = self.multiplexed_speaking(Multiplexed::Regular, Protocol::Resp2)?;
-        let reply = tokio::time::timeout(
-            timeout,
-            channel.send(Bytes::from_static(b"*1\r\n$4\r\nPING\r\n")),
-        )
-        .await
-        .map_err(|_| CallError::Indeterminate {
-            reason: format!("no reply to PING within {timeout:?}"),
-        })??;
+        let reply = tokio::time::timeout(timeout, channel.send(Bytes::from_static(kill::PING)))
+            .await
+            .map_err(|_| CallError::Indeterminate {
+                reason: format!("no reply to PING within {timeout:?}"),
+            })??;
         if reply.is_error() {
             return Err(CallError::NotSent(LaneError::Unavailable {
                 reason: String::from_utf8_lossy(reply.bytes().trim_ascii_end()).into_owned(),

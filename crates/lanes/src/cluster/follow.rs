@@ -330,7 +330,7 @@ async fn lent_once(
 ) -> Result<Reply, CallError> {
     let mut conn: Borrowed = lanes.node(node)?.borrow(lane, protocol, principal).await?;
     if asking == Asking::Yes {
-        conn.send(Bytes::from_static(b"*1\r\n$6\r\nASKING\r\n"))
+        conn.send(Bytes::from_static(crate::multiplex::ASKING))
             .await?;
     }
     let reply = conn.send_within(command.clone(), deadline).await;

@@ -79,22 +79,11 @@ impl ClusterLanes {
         let (moved, moves) = mpsc::unbounded_channel();
         let changes = map.changes();
         Ok(Arc::new_cyclic(|lanes| {
-            let pruning = prune_departed(lanes.clone(), changes);
-            let draining = life.clone();
-            drivers.spawn(async move {
-                tokio::select! {
-                    () = pruning => {}
-                    () = draining.draining().cancelled() => {}
-                }
-            });
-            let following = follow_moved(lanes.clone(), moves, resubscribe_patience);
-            let draining = life.clone();
-            drivers.spawn(async move {
-                tokio::select! {
-                    () = following => {}
-                    () = draining.draining().cancelled() => {}
-                }
-            });
+            life.spawn_until_draining(&mut drivers, prune_departed(lanes.clone(), changes));
+            life.spawn_until_draining(
+                &mut drivers,
+                follow_moved(lanes.clone(), moves, resubscribe_patience),
+            );
             ClusterLanes {
                 map,
                 nodes: RwLock::new(HashMap::new()),

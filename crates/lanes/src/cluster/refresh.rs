@@ -206,13 +206,7 @@ impl ClusterMap {
             sender,
             last_failure: last_failure.clone(),
         };
-        let life = life.clone();
-        drivers.spawn(async move {
-            tokio::select! {
-                _ = refresher.run(woken) => {}
-                _ = life.draining().cancelled() => {}
-            }
-        });
+        life.spawn_until_draining(drivers, async move { refresher.run(woken).await });
         ClusterMap {
             current,
             wake,

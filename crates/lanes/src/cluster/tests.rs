@@ -533,6 +533,9 @@ async fn a_multiplexed_lanes_in_flight_ceiling_holds_over_every_master() {
     assert_eq!(cluster.inline(paused, "CLIENT PAUSE 600 ALL"), "+OK\r\n");
     let started = tokio::time::Instant::now();
     let held = channel.send_to(a, ping());
+    // Time for the first master's driver to take the one in-flight permit and write the PING
+    // (queued at once above), so that the second master's PING comes after it.
+    tokio::time::sleep(Duration::from_millis(100)).await;
     let waiting = channel.send_to(b, ping());
     let (held, waiting) = tokio::join!(
         async {
