@@ -3,7 +3,6 @@
 //! cross-slot before anything is sent; inside a transaction, kept to the transaction's slot. On
 //! one server no plan passes through here.
 
-use bytes::Bytes;
 use tollgate_lanes::Splitting;
 use tollgate_policy::KeyAccess;
 
@@ -13,7 +12,7 @@ use super::slots::{self, Placement, Spread, TransactionSlot};
 /// The command as placing needs it: its catalog name, its words and where its keys are.
 pub struct Placed<'a> {
     pub name: &'a str,
-    pub argv: &'a [Bytes],
+    pub argv: &'a [&'a [u8]],
     pub keys: &'a [KeyAccess],
 }
 
@@ -37,18 +36,22 @@ pub fn on_cluster(
             Placement::Cross(cross) => Plan::Refuse(Refusal::CrossSlot(cross)),
         },
         // Nothing in a transaction is split: it runs on one connection, on one node.
+        // The first command with keys pins the transaction to its first key's slot, and is held
+        // to that slot like every later one.
         Plan::Transaction => match transaction {
             Some(pinned) => match slots::same_slot(pinned, argv, keys) {
                 Ok(()) => Plan::Transaction,
                 Err(cross) => Plan::Refuse(Refusal::CrossSlot(cross)),
             },
-            None => match slots::place(name, argv, keys, Splitting::Refuse) {
-                Placement::Cross(cross) => Plan::Refuse(Refusal::CrossSlot(cross)),
-                Placement::Keyless | Placement::Split(_) => Plan::Transaction,
-                Placement::Slot(_) => match first_key(argv, keys) {
-                    Some(key) => Plan::TransactionIn(TransactionSlot::of(key)),
-                    None => Plan::Transaction,
-                },
+            None => match first_key(argv, keys) {
+                None => Plan::Transaction,
+                Some(key) => {
+                    let pinned = TransactionSlot::of(key);
+                    match slots::same_slot(&pinned, argv, keys) {
+                        Ok(()) => Plan::TransactionIn(pinned),
+                        Err(cross) => Plan::Refuse(Refusal::CrossSlot(cross)),
+                    }
+                }
             },
         },
         plan => plan,
@@ -56,8 +59,6 @@ pub fn on_cluster(
 }
 
 /// The command's first key, which names the slot a transaction it starts is pinned to.
-fn first_key<'a>(argv: &'a [Bytes], keys: &[KeyAccess]) -> Option<&'a [u8]> {
-    keys.iter()
-        .find_map(|key| argv.get(key.position))
-        .map(|key| &key[..])
+fn first_key<'a>(argv: &[&'a [u8]], keys: &[KeyAccess]) -> Option<&'a [u8]> {
+    keys.iter().find_map(|key| argv.get(key.position).copied())
 }

@@ -174,7 +174,7 @@ impl SessionState {
                 let plan = match self.front.services.lanes.shape() {
                     Shape::Single => plan,
                     Shape::Cluster(splitting) => {
-                        let argv = command.shared_argv();
+                        let argv = command.argv();
                         let placed = Placed {
                             name: &descriptor.name,
                             argv: &argv,
