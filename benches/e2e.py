@@ -4,7 +4,8 @@ in one run, on Unix sockets, with the same redis-server behind both proxies.
 
 Runs SET, GET, INCR, LPUSH, LRANGE_100 and MSET with 50 clients, unpipelined and with -P 16, several
 rounds interleaved across the three targets; reports the median of the rounds and ratios against
-direct Redis. Then measures Tollgate's RSS idle, with 1,000 idle clients and with 100 subscribers.
+direct Redis, and the CPU each proxy and redis-server spent per request (from /proc, one
+redis-benchmark run per test). Then measures Tollgate's RSS idle, with 1,000 idle clients and with 100 subscribers.
 
     python3 benches/e2e.py [--requests N] [--rounds R] [--write BENCHMARKS.md] [--no-build]
                            [--baseline path/to/older/tollgate] [--pin]
@@ -102,17 +103,45 @@ def cpu_split():
     return str(last), f"0-{last - 1}" if last > 1 else "0"
 
 
-def benchmark(sock, pipeline, requests, client_cpus=None):
+def cpu_ns(pid):
+    """CPU time (ns) `pid` has run so far: the sum of its live threads' /proc/PID/task/*/schedstat
+    (nanoseconds, where utime+stime counts clock ticks), or utime+stime when larger (it also counts
+    threads that have exited)."""
+    total = 0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as stat:
+                    total += int(stat.read().split()[0])
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+    except FileNotFoundError:
+        return 0
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    whole = (int(fields[11]) + int(fields[12])) * 1_000_000_000 // ticks
+    return max(total, whole)
+
+
+def benchmark(sock, pipeline, requests, client_cpus=None, watch=()):
+    """One redis-benchmark run per test, so that the CPU the watched processes spend (`watch`:
+    name -> pid) is known per test: {test: (rps, p50, p99, {name: us per request})}."""
     taskset = ["taskset", "-c", client_cpus] if client_cpus else []
-    out = subprocess.run(
-        taskset + ["redis-benchmark", "-s", sock, "-c", "50", "-n", str(requests), "-P", str(pipeline),
-         "-t", TESTS, "--csv"],
-        capture_output=True, text=True, check=True,
-    ).stdout
     rows = {}
-    for row in csv.DictReader(io.StringIO(out)):
-        name = row["test"].split(" ")[0]
-        rows[name] = (float(row["rps"]), float(row["p50_latency_ms"]), float(row["p99_latency_ms"]))
+    for test in TESTS.split(","):
+        before = {name: cpu_ns(pid) for name, pid in watch}
+        out = subprocess.run(
+            taskset + ["redis-benchmark", "-s", sock, "-c", "50", "-n", str(requests), "-P", str(pipeline),
+             "-t", test, "--csv"],
+            capture_output=True, text=True, check=True,
+        ).stdout
+        cpu = {name: (cpu_ns(pid) - before[name]) / 1000 / requests for name, pid in watch}
+        for row in csv.DictReader(io.StringIO(out)):
+            if row["test"].startswith("LPUSH (needed"):
+                continue  # "LPUSH (needed to benchmark LRANGE)": the prefill, not a test of its own
+            name = row["test"].split(" ")[0]
+            rows[name] = (float(row["rps"]), float(row["p50_latency_ms"]), float(row["p99_latency_ms"]), cpu)
     return rows
 
 
@@ -180,10 +209,16 @@ def main():
             return proc, sock
 
         tollgate, tollgate_sock = start_tollgate(tollgate_bin, "tollgate")
+        redis_pid = procs[0].pid
         targets = [("redis", redis_sock), ("twemproxy", nut_sock), ("tollgate", tollgate_sock)]
+        # Whose CPU each target's rows count: Redis's always, and the proxy's own.
+        watched = {"redis": [("redis", redis_pid)],
+                   "twemproxy": [("redis", redis_pid), ("proxy", nutcracker.pid)],
+                   "tollgate": [("redis", redis_pid), ("proxy", tollgate.pid)]}
         if args.baseline:
-            _, baseline_sock = start_tollgate(os.path.abspath(args.baseline), "baseline")
+            baseline, baseline_sock = start_tollgate(os.path.abspath(args.baseline), "baseline")
             targets.append(("baseline", baseline_sock))
+            watched["baseline"] = [("redis", redis_pid), ("proxy", baseline.pid)]
         if args.pin:
             for proc in procs:
                 pin(proc.pid, server_cpus)
@@ -192,7 +227,8 @@ def main():
         for round_no in range(args.rounds):
             for pipeline in (1, 16):
                 for name, sock in targets:
-                    for test, row in benchmark(sock, pipeline, args.requests, client_cpus).items():
+                    rows = benchmark(sock, pipeline, args.requests, client_cpus, watched[name])
+                    for test, row in rows.items():
                         results.setdefault((name, pipeline, test), []).append(row)
             print(f"round {round_no + 1}/{args.rounds} done", file=sys.stderr)
 
@@ -227,6 +263,26 @@ def main():
                 lines.append(f"| {test} | " + " | ".join(cells) + " | " +
                              " | ".join(f"{med[a] / med[b]:.2f}" for a, b in ratios) + " |")
             lines.append("")
+            proxies = [name for name in names if name != "redis"]
+            lines.append(f"CPU per request, µs (median of the rounds; /proc schedstat of each process over its own "
+                         f"redis-benchmark run): the proxy's, and redis-server's behind it")
+            lines.append("")
+            lines.append("| test | " + " | ".join(f"{n} proxy" for n in proxies) + " | "
+                         + " | ".join(f"redis via {n}" for n in names) + " | tollgate/twemproxy proxy CPU |")
+            lines.append("|---|" + "---|" * (2 * len(proxies) + 2))
+            for test in tests:
+                def cpu(name, who):
+                    values = [r[3].get(who) for r in results[(name, pipeline, test)] if who in r[3]]
+                    return statistics.median(values) if values else float("nan")
+                proxy_cells = [f"{cpu(n, 'proxy'):.2f}" for n in proxies]
+                redis_cells = [f"{cpu(n, 'redis'):.2f}" for n in names]
+                ratio = cpu("tollgate", "proxy") / cpu("twemproxy", "proxy")
+                lines.append(f"| {test} | " + " | ".join(proxy_cells) + " | " + " | ".join(redis_cells)
+                             + f" | {ratio:.2f} |")
+            lines.append("")
+            if "LRANGE_100" in tests:
+                lines.append("(LRANGE_100's figures include redis-benchmark's prefill: as many LPUSHes as reads.)")
+                lines.append("")
 
         # Memory: idle, 1,000 idle clients, 100 subscribers.
         idle = rss_kib(tollgate.pid)
