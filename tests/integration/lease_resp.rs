@@ -497,13 +497,13 @@ async fn a_session_lease_is_renewed_while_its_connection_lives_and_released_when
     daemon.stop().await;
 }
 
-/// A session lease counts as a watchdog: past `leases.max_watchdogs_per_principal` it is refused
+/// A session lease counts as a watchdog: past `leases.max_watchdogs_per_uid` it is refused
 /// with nothing sent, while plain acquires go on.
 #[tokio::test]
 async fn session_leases_are_bounded_like_watchdogs() {
     let redis = RedisServer::start();
     let daemon = lease_daemon_with(&redis, |config| {
-        config.leases.max_watchdogs_per_principal = 1;
+        config.leases.max_watchdogs_per_uid = 1;
     })
     .await;
     let mut c = client(&daemon, "3").await;

@@ -1,4 +1,4 @@
-//! Watchdogs are bounded per principal (`leases.max_watchdogs_per_principal`): past the cap an
+//! Watchdogs are bounded per user of a principal (`leases.max_watchdogs_per_uid`): past the cap an
 //! acquire asking for one gets 429 naming the limit and nothing reaches Redis, acquires without a
 //! watchdog go on working, and a released lease gives its place back.
 
@@ -32,7 +32,7 @@ async fn acquire(daemon: &TestDaemon, resource: &str, watchdog: bool) -> (u16, s
 async fn a_principal_past_its_watchdog_cap_gets_429_until_it_releases_one() {
     let redis = RedisServer::start();
     let daemon = lease_daemon_with(&redis, |config| {
-        config.leases.max_watchdogs_per_principal = 2;
+        config.leases.max_watchdogs_per_uid = 2;
     })
     .await;
 

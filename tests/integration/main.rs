@@ -9,6 +9,7 @@ mod cluster_leases;
 mod cluster_pubsub;
 mod cluster_resharding;
 mod embedded_supervision;
+mod fair_shares;
 mod faults;
 mod foundation;
 mod front_door;

@@ -13,7 +13,8 @@ pub enum Saturation {
     WaitExpired,
     /// The wait queue was already full, so it was refused at once.
     QueueFull,
-    /// The borrower's principal held its whole share of the lane for the whole acquire timeout.
+    /// The borrower (its principal and OS user) held its whole share of the lane for the whole
+    /// acquire timeout.
     PrincipalShare,
 }
 
@@ -23,7 +24,7 @@ impl Saturation {
         match self {
             Saturation::WaitExpired | Saturation::QueueFull => "",
             Saturation::PrincipalShare => {
-                ": this principal holds its whole share of the lane's connections"
+                ": this user of the principal holds its whole share of the lane's connections"
             }
         }
     }

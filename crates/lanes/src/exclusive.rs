@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::time::Instant;
-use tollgate_model::{Lane, Protocol};
+use tollgate_model::{Lane, Protocol, Tenant};
 
 use crate::ceilings::Outer;
 use crate::config::LaneSettings;
@@ -79,20 +79,20 @@ impl ExclusiveLane {
     }
 
     /// A connection speaking `protocol`: an idle one (switched with `HELLO` if it spoke the other
-    /// protocol), or a new one; for `principal`, within its share of the lane (`None`: the
+    /// protocol), or a new one; for `tenant`, within its share of the lane (`None`: the
     /// daemon's own work, not counted against any share).
     pub(crate) async fn borrow(
         self: &Arc<Self>,
         protocol: Protocol,
-        principal: Option<&str>,
+        tenant: Option<&Tenant>,
     ) -> Result<Borrowed, LaneError> {
         if !self.life.is_open() {
             self.metrics.reject(Rejection::Closed);
             return Err(LaneError::Closed);
         }
         let since = Instant::now();
-        let share = match principal {
-            Some(principal) => Some(self.shares.enter(principal, since).await.map_err(|_| {
+        let share = match tenant {
+            Some(tenant) => Some(self.shares.enter(tenant, since).await.map_err(|_| {
                 let cause = Saturation::PrincipalShare;
                 self.metrics.reject(Rejection::Saturated(cause));
                 LaneError::Saturated {

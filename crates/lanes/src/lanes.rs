@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use prometheus_client::registry::Registry;
-use tollgate_model::{Exclusive, Lane, Multiplexed, Protocol};
+use tollgate_model::{Exclusive, Lane, Multiplexed, Protocol, Tenant};
 
 use crate::budget::Budget;
 use crate::channel::Channel;
@@ -162,21 +162,22 @@ impl Lanes {
             .await
     }
 
-    /// [`Lanes::borrow`] on `route`'s node, speaking `protocol`; for a client of `principal`, which
-    /// may hold at most its share of the lane's connections at once (`lanes.<lane>.per_principal`;
+    /// [`Lanes::borrow`] on `route`'s node, speaking `protocol`; for a client of `tenant` (a
+    /// principal and one OS user of it), which may hold at most its share of the lane's
+    /// connections at once (`lanes.<lane>.per_principal`, counted per user of the principal;
     /// past it the borrower waits for one of its own to come back, up to the acquire timeout).
     pub async fn borrow_at(
         &self,
         route: Route,
         lane: Exclusive,
         protocol: Protocol,
-        principal: Option<&str>,
+        tenant: Option<&Tenant>,
     ) -> Result<Borrowed, LaneError> {
         match &self.0.nodes {
-            Nodes::One(node) => node.borrow(lane, protocol, principal).await,
+            Nodes::One(node) => node.borrow(lane, protocol, tenant).await,
             Nodes::Cluster { lanes, .. } => {
                 let target = lanes.target(&route).await?;
-                lanes.node(&target)?.borrow(lane, protocol, principal).await
+                lanes.node(&target)?.borrow(lane, protocol, tenant).await
             }
         }
     }
@@ -188,20 +189,20 @@ impl Lanes {
         route: Route,
         lane: Exclusive,
         protocol: Protocol,
-        principal: &str,
+        tenant: &Tenant,
         command: Bytes,
         deadline: Option<Duration>,
     ) -> Result<Reply, CallError> {
         match &self.0.nodes {
             Nodes::One(node) => {
-                let mut conn = node.borrow(lane, protocol, Some(principal)).await?;
+                let mut conn = node.borrow(lane, protocol, Some(tenant)).await?;
                 let reply = conn.send_within(command, deadline).await;
                 conn.release().await;
                 reply
             }
             Nodes::Cluster { lanes, .. } => {
-                let principal = Some(principal);
-                cluster::run_lent(lanes, route, lane, protocol, principal, command, deadline).await
+                let tenant = Some(tenant);
+                cluster::run_lent(lanes, route, lane, protocol, tenant, command, deadline).await
             }
         }
     }

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tollgate_model::{Exclusive, Lane, Multiplexed, Protocol};
+use tollgate_model::{Exclusive, Lane, Multiplexed, Protocol, Tenant};
 
 use crate::ceilings::{Ceilings, Outer};
 use crate::config::{LaneSettings, LanesConfig};
@@ -194,14 +194,14 @@ impl Node {
         &self,
         lane: Exclusive,
         protocol: Protocol,
-        principal: Option<&str>,
+        tenant: Option<&Tenant>,
     ) -> Result<Borrowed, LaneError> {
         let pool = match lane {
             Exclusive::Blocking => &self.0.blocking,
             Exclusive::Transaction => &self.0.transaction,
             Exclusive::Admin => &self.0.admin,
         };
-        pool.borrow(protocol, principal).await
+        pool.borrow(protocol, tenant).await
     }
 
     pub(crate) fn pubsub(&self) -> &Arc<PubSubLane> {

@@ -33,8 +33,9 @@ pub enum AcquireOutcome {
     },
     /// The same owner holds it for another operation.
     Conflict,
-    /// A watchdog was asked for, but the principal already runs `limit`
-    /// (`leases.max_watchdogs_per_principal`); nothing was sent.
+    /// A watchdog was asked for, but the caller's OS user already runs `limit` for its principal
+    /// (`leases.max_watchdogs_per_uid`), or the daemon runs `limit` in all (`leases.max_watchdogs`);
+    /// nothing was sent.
     TooManyWatchdogs {
         limit: usize,
     },

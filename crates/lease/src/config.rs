@@ -27,10 +27,16 @@ pub struct LeaseConfig {
     /// How long acquire waits for replicas to confirm when the caller asks for `replicas`.
     #[serde(with = "humantime_serde")]
     pub replica_timeout: Duration,
-    /// Watchdogs one principal may run at once (a process-bound one holds a pidfd on its holder;
-    /// RESP `SESSION` leases count too); past it, an acquire asking for a watchdog is refused
-    /// before anything is sent. Zero refuses watchdogs.
-    pub max_watchdogs_per_principal: usize,
+    /// Watchdogs the daemon runs at once, for everyone together (a process-bound one holds a pidfd
+    /// on its holder; RESP `SESSION` leases count too); past it, an acquire asking for a watchdog is
+    /// refused before anything is sent.
+    pub max_watchdogs: usize,
+    /// Watchdogs one OS user of one principal (the pair a pooled resource is shared by: under the
+    /// default policy every local user is the principal `local`) may run at once, so that one user
+    /// filling its share never refuses another's. Zero refuses watchdogs. Accepted under its old
+    /// name, `max_watchdogs_per_principal`, which counted a principal's users together.
+    #[serde(alias = "max_watchdogs_per_principal")]
+    pub max_watchdogs_per_uid: usize,
 }
 
 impl Default for LeaseConfig {
@@ -42,7 +48,9 @@ impl Default for LeaseConfig {
             max_wait: Duration::from_secs(300),
             max_hold: Duration::from_secs(24 * 3600),
             replica_timeout: Duration::from_secs(1),
-            max_watchdogs_per_principal: 256,
+            max_watchdogs: 1024,
+            // A quarter of the total: four users can fill it, one cannot.
+            max_watchdogs_per_uid: 256,
         }
     }
 }
@@ -59,6 +67,9 @@ impl LeaseConfig {
         if self.max_hold.is_zero() {
             return Err(LeaseConfigError::ZeroMaxHold);
         }
+        if self.max_watchdogs_per_uid > self.max_watchdogs {
+            return Err(LeaseConfigError::WatchdogShareOverTotal);
+        }
         Ok(())
     }
 }
@@ -72,6 +83,8 @@ pub enum LeaseConfigError {
     MaxTtlBelowMin,
     #[error("leases.max_hold must be positive")]
     ZeroMaxHold,
+    #[error("leases.max_watchdogs_per_uid must not be larger than leases.max_watchdogs")]
+    WatchdogShareOverTotal,
 }
 
 #[cfg(test)]
@@ -89,5 +102,22 @@ mod tests {
         assert!(LeaseConfigError::MinTtlWithinDrift
             .to_string()
             .contains("min_ttl"));
+        let share_over_total = LeaseConfig {
+            max_watchdogs: 4,
+            max_watchdogs_per_uid: 5,
+            ..LeaseConfig::default()
+        };
+        assert_eq!(
+            share_over_total.validate(),
+            Err(LeaseConfigError::WatchdogShareOverTotal)
+        );
+    }
+
+    /// A config written before the share was per user still loads, as the per-user share.
+    #[test]
+    fn the_old_per_principal_name_sets_the_per_uid_share() {
+        let config: LeaseConfig =
+            serde_json::from_str(r#"{"max_watchdogs_per_principal": 7}"#).expect("parses");
+        assert_eq!(config.max_watchdogs_per_uid, 7);
     }
 }

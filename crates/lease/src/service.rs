@@ -28,7 +28,7 @@ use crate::scripts::ScriptRunner;
 use crate::shape::{Shape, Shared};
 use crate::state::Holding;
 use crate::watch::{self, HolderEvent, WatchUnavailable};
-use crate::watchdog::{AtLimit, Guard, Watchdogs};
+use crate::watchdog::{AtLimit, Guard, Limits, Watchdogs};
 use crate::InvalidRequest;
 
 #[derive(Clone)]
@@ -92,9 +92,12 @@ impl LeaseService {
         let attempt = bind(identity, &request.attempt);
         let slot = match &holder {
             Some(_) => match self.watchdogs.reserve(
-                &identity.principal,
+                identity,
                 &(keys.lease.clone(), attempt.clone()),
-                self.config.max_watchdogs_per_principal,
+                Limits {
+                    total: self.config.max_watchdogs,
+                    per_uid: self.config.max_watchdogs_per_uid,
+                },
             ) {
                 Ok(slot) => slot,
                 Err(AtLimit { limit }) => {

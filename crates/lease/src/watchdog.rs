@@ -3,10 +3,12 @@
 //! ([`Holding`]), so it sends nothing once the lease is LOST, and it publishes what happens as
 //! [`LeaseEvent`]s for the holder to watch.
 //!
-//! A process-bound watchdog holds a pidfd and every watchdog a task, so a principal may run only
-//! `leases.max_watchdogs_per_principal` of them: a place is reserved ([`Slot`]) before the acquire
-//! is sent and counted until the watchdog's entry is gone, so one user cannot exhaust the daemon's
-//! file descriptors or fill it with renewals.
+//! A process-bound watchdog holds a pidfd and every watchdog a task, so the daemon runs at most
+//! `leases.max_watchdogs` of them, and each OS user of each principal (an [`Identity`]) at most
+//! `leases.max_watchdogs_per_uid`: a place is reserved ([`Slot`]) before the acquire is sent and
+//! counted until the watchdog's entry is gone, so one user can neither exhaust the daemon's file
+//! descriptors nor take the places other users need. Shares are per user, not per principal,
+//! because one principal may cover every local user (the default policy's `local`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +20,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::LeaseEvent;
+use crate::attempt::Identity;
 use crate::calls::{BoundAttempt, Calls};
 use crate::holder::Holder;
 use crate::keys::LeaseKeys;
@@ -34,7 +37,7 @@ pub type WatchKey = (String, BoundAttempt);
 struct Entry {
     id: u64,
     fence: u64,
-    principal: String,
+    holder: Identity,
     stop: CancellationToken,
     events: broadcast::Sender<LeaseEvent>,
 }
@@ -49,44 +52,55 @@ pub struct Watchdogs {
 #[derive(Default)]
 struct State {
     entries: HashMap<WatchKey, Entry>,
-    /// Per principal: running watchdogs plus reserved slots. Absent means zero.
-    counts: HashMap<String, usize>,
+    /// Per user of a principal: running watchdogs plus reserved slots. Absent means zero.
+    counts: HashMap<Identity, usize>,
+    /// Every user's together.
+    total: usize,
 }
 
 impl State {
-    fn release(&mut self, principal: &str) {
-        if let Some(count) = self.counts.get_mut(principal) {
+    fn release(&mut self, holder: &Identity) {
+        if let Some(count) = self.counts.get_mut(holder) {
             *count -= 1;
+            self.total -= 1;
             if *count == 0 {
-                self.counts.remove(principal);
+                self.counts.remove(holder);
             }
         }
     }
 
     fn remove(&mut self, key: &WatchKey) -> Option<Entry> {
         let entry = self.entries.remove(key)?;
-        self.release(&entry.principal);
+        self.release(&entry.holder);
         Some(entry)
     }
 }
 
-/// The principal already runs as many watchdogs as it may.
+/// How many watchdogs may run: in all, and for one user of one principal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub total: usize,
+    pub per_uid: usize,
+}
+
+/// No place for another watchdog: the user already runs its share, or the daemon its total
+/// (`limit` is the one reached).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AtLimit {
     pub limit: usize,
 }
 
-/// One principal's place for one more watchdog, reserved before the acquire is sent; given up when
+/// One user's place for one more watchdog, reserved before the acquire is sent; given up when
 /// dropped unless a watchdog took it over.
 pub struct Slot {
     watchdogs: Watchdogs,
-    principal: Option<String>,
+    holder: Option<Identity>,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        if let Some(principal) = self.principal.take() {
-            self.watchdogs.state.lock().release(&principal);
+        if let Some(holder) = self.holder.take() {
+            self.watchdogs.state.lock().release(&holder);
         }
     }
 }
@@ -104,26 +118,35 @@ pub struct Guard {
 }
 
 impl Watchdogs {
-    /// Reserves a place for a watchdog of `principal` on `key`: `None` when one already guards `key`
-    /// (a replayed acquire needs no second), refused when `principal` has `limit` already.
+    /// Reserves a place for a watchdog of `holder` on `key`: `None` when one already guards `key`
+    /// (a replayed acquire needs no second), refused when `holder` already runs its share or the
+    /// daemon its total.
     pub fn reserve(
         &self,
-        principal: &str,
+        holder: &Identity,
         key: &WatchKey,
-        limit: usize,
+        limits: Limits,
     ) -> Result<Option<Slot>, AtLimit> {
         let mut state = self.state.lock();
         if state.entries.contains_key(key) {
             return Ok(None);
         }
-        let count = state.counts.get(principal).copied().unwrap_or(0);
-        if count >= limit {
-            return Err(AtLimit { limit });
+        let count = state.counts.get(holder).copied().unwrap_or(0);
+        if count >= limits.per_uid {
+            return Err(AtLimit {
+                limit: limits.per_uid,
+            });
         }
-        state.counts.insert(principal.to_owned(), count + 1);
+        if state.total >= limits.total {
+            return Err(AtLimit {
+                limit: limits.total,
+            });
+        }
+        state.counts.insert(holder.clone(), count + 1);
+        state.total += 1;
         Ok(Some(Slot {
             watchdogs: self.clone(),
-            principal: Some(principal.to_owned()),
+            holder: Some(holder.clone()),
         }))
     }
 
@@ -135,10 +158,10 @@ impl Watchdogs {
             drop(state);
             return; // `slot` is given up as it drops
         }
-        let principal = slot
-            .principal
+        let holder = slot
+            .holder
             .take()
-            .expect("a slot keeps its principal until a watchdog takes it over");
+            .expect("a slot keeps its holder until a watchdog takes it over");
         let stop = shutdown.child_token();
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -147,7 +170,7 @@ impl Watchdogs {
             Entry {
                 id,
                 fence: guard.holding.fence(),
-                principal,
+                holder,
                 stop: stop.clone(),
                 events: events.clone(),
             },
@@ -260,23 +283,70 @@ mod tests {
         (format!("lease:r{n}"), attempt)
     }
 
+    fn user(principal: &str, uid: u32) -> Identity {
+        Identity {
+            principal: principal.into(),
+            uid,
+        }
+    }
+
+    const LIMITS: Limits = Limits {
+        total: 3,
+        per_uid: 2,
+    };
+
     #[test]
-    fn a_principal_gets_at_most_its_limit_of_places_and_gets_them_back() {
+    fn a_user_gets_at_most_its_share_of_places_and_gets_them_back() {
         let watchdogs = Watchdogs::default();
-        let first = watchdogs.reserve("alice", &key(1), 2).unwrap();
-        let second = watchdogs.reserve("alice", &key(2), 2).unwrap();
+        let alice = user("local", 1000);
+        let first = watchdogs.reserve(&alice, &key(1), LIMITS).unwrap();
+        let second = watchdogs.reserve(&alice, &key(2), LIMITS).unwrap();
         assert!(first.is_some() && second.is_some());
         assert_eq!(
-            watchdogs.reserve("alice", &key(3), 2).err(),
+            watchdogs.reserve(&alice, &key(3), LIMITS).err(),
             Some(AtLimit { limit: 2 })
         );
-        // Another principal has its own count.
-        assert!(watchdogs.reserve("bob", &key(3), 2).unwrap().is_some());
         drop(first);
-        assert!(watchdogs.reserve("alice", &key(3), 2).unwrap().is_some());
+        assert!(watchdogs
+            .reserve(&alice, &key(3), LIMITS)
+            .unwrap()
+            .is_some());
+        let none = Limits {
+            total: 3,
+            per_uid: 0,
+        };
         assert_eq!(
-            watchdogs.reserve("alice", &key(4), 0).err(),
+            watchdogs.reserve(&alice, &key(4), none).err(),
             Some(AtLimit { limit: 0 })
         );
+    }
+
+    /// The attack of issue 28: one user of the principal every local user shares takes its whole
+    /// share; another user of the same principal still gets a place, and the total holds for all.
+    #[test]
+    fn one_user_filling_its_share_leaves_places_for_another_user_of_the_same_principal() {
+        let watchdogs = Watchdogs::default();
+        let attacker = user("local", 2002);
+        let victim = user("local", 2001);
+        let _a1 = watchdogs.reserve(&attacker, &key(1), LIMITS).unwrap();
+        let _a2 = watchdogs.reserve(&attacker, &key(2), LIMITS).unwrap();
+        assert_eq!(
+            watchdogs.reserve(&attacker, &key(3), LIMITS).err(),
+            Some(AtLimit { limit: 2 })
+        );
+        let v1 = watchdogs.reserve(&victim, &key(3), LIMITS).unwrap();
+        assert!(v1.is_some(), "the victim's first place");
+        // The total (3) is now reached: a third user is refused, naming the total.
+        assert_eq!(
+            watchdogs
+                .reserve(&user("local", 2003), &key(4), LIMITS)
+                .err(),
+            Some(AtLimit { limit: 3 })
+        );
+        drop(v1);
+        assert!(watchdogs
+            .reserve(&user("local", 2003), &key(4), LIMITS)
+            .unwrap()
+            .is_some());
     }
 }

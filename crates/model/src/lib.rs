@@ -156,6 +156,30 @@ impl Caller {
     pub fn unmapped_principal(uid: u32) -> String {
         format!("{UNMAPPED_PREFIX}{uid}")
     }
+
+    /// Whose share of a pooled resource this caller's use counts against.
+    pub fn tenant(&self) -> Tenant {
+        Tenant {
+            principal: self.principal.clone(),
+            uid: self.uid,
+        }
+    }
+}
+
+/// Who a pooled resource (an exclusive lane's connections, watchdogs, …) is shared by: a
+/// principal and one OS user of it. Not the principal alone, because one principal may cover
+/// every local user (the default policy's `local`), and then a per-principal share would let one
+/// user take what every other user needs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Tenant {
+    pub principal: String,
+    pub uid: u32,
+}
+
+impl fmt::Display for Tenant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (uid {})", self.principal, self.uid)
+    }
 }
 
 #[cfg(test)]

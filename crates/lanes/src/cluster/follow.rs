@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
-use tollgate_model::{Lane, Multiplexed, Protocol};
+use tollgate_model::{Lane, Multiplexed, Protocol, Tenant};
 
 use super::nodes::ClusterLanes;
 use super::redirect::{redirect, Redirect};
@@ -281,7 +281,7 @@ pub(crate) async fn run_lent(
     route: Route,
     lane: Exclusive,
     protocol: Protocol,
-    principal: Option<&str>,
+    tenant: Option<&Tenant>,
     command: Bytes,
     deadline: Option<Duration>,
 ) -> Result<Reply, CallError> {
@@ -290,7 +290,7 @@ pub(crate) async fn run_lent(
     let mut asking = Asking::No;
     loop {
         let then = match lent_once(
-            lanes, &node, asking, lane, protocol, principal, &command, deadline,
+            lanes, &node, asking, lane, protocol, tenant, &command, deadline,
         )
         .await
         {
@@ -324,11 +324,11 @@ async fn lent_once(
     asking: Asking,
     lane: Exclusive,
     protocol: Protocol,
-    principal: Option<&str>,
+    tenant: Option<&Tenant>,
     command: &Bytes,
     deadline: Option<Duration>,
 ) -> Result<Reply, CallError> {
-    let mut conn: Borrowed = lanes.node(node)?.borrow(lane, protocol, principal).await?;
+    let mut conn: Borrowed = lanes.node(node)?.borrow(lane, protocol, tenant).await?;
     if asking == Asking::Yes {
         conn.send(Bytes::from_static(crate::multiplex::ASKING))
             .await?;

@@ -475,12 +475,20 @@ async fn an_exclusive_lanes_ceiling_and_shares_hold_over_every_master() {
     config.blocking.acquire_timeout = Some(Duration::from_millis(300));
     let (_cluster, lanes) = cluster_lanes(config).await;
     let [a, b, c] = one_slot_per_master();
-    let borrow = |route: &crate::Route, principal: Option<&'static str>| {
+    let tenant = tollgate_model::Tenant {
+        principal: "tenant".into(),
+        uid: 1000,
+    };
+    let neighbour = tollgate_model::Tenant {
+        principal: "tenant".into(),
+        uid: 1001,
+    };
+    let borrow = |route: &crate::Route, who: Option<&tollgate_model::Tenant>| {
         lanes.borrow_at(
             route.clone(),
             crate::Exclusive::Blocking,
             crate::Protocol::Resp2,
-            principal,
+            who,
         )
     };
     let on_a = borrow(&a, None).await.expect("the first connection");
@@ -496,16 +504,15 @@ async fn an_exclusive_lanes_ceiling_and_shares_hold_over_every_master() {
         .expect("a connection given back is lent again");
     drop((on_b, on_c));
 
-    let mine = borrow(&a, Some("tenant"))
-        .await
-        .expect("the principal's share");
+    let mine = borrow(&a, Some(&tenant)).await.expect("the tenant's share");
     assert_saturated(
-        borrow(&b, Some("tenant")).await,
+        borrow(&b, Some(&tenant)).await,
         crate::Saturation::PrincipalShare,
-        "a principal took a second connection on another master past its share of 1",
+        "a tenant took a second connection on another master past its share of 1",
     );
-    let other = borrow(&b, Some("neighbour")).await;
-    assert!(other.is_ok(), "another principal's share is its own");
+    // Another OS user of the same principal has a share of its own.
+    let other = borrow(&b, Some(&neighbour)).await;
+    assert!(other.is_ok(), "another user's share is its own");
     drop((mine, other));
     lanes.close(Duration::from_secs(5)).await;
 }

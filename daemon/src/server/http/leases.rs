@@ -6,7 +6,7 @@
 //! `lease` rules admit it per resource (403 naming the rule otherwise). Statuses follow
 //! docs/design.md ("Leases"): 200, 409 contended/conflict/shape_conflict, 503 unavailable with
 //! Retry-After, 502 indeterminate, 400 bad input, 429 when the caller already runs
-//! `leases.max_watchdogs_per_principal` watchdogs.
+//! `leases.max_watchdogs_per_uid` watchdogs (or the daemon its `leases.max_watchdogs`).
 
 use std::convert::Infallible;
 

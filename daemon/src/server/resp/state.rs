@@ -373,13 +373,13 @@ impl SessionState {
     ) -> Pending {
         let lanes = self.front.services.lanes.clone();
         let protocol = self.protocol;
-        let principal = self.caller.principal.clone();
+        let tenant = self.caller.tenant();
         Pending::Exclusive(Box::pin(async move {
             let Gather { parts, merge } = gather;
             let mut frames = Vec::with_capacity(parts.len());
             for (route, part) in parts {
                 let reply = lanes
-                    .run_lent(route, lane.lane(), protocol, &principal, part, deadline)
+                    .run_lent(route, lane.lane(), protocol, &tenant, part, deadline)
                     .await;
                 frames.push(pending::part_frame(reply));
             }
@@ -412,16 +412,16 @@ impl SessionState {
         Ok(channel)
     }
 
-    /// Borrows a connection of `lane` (the principal's share of it) on `route`'s node for
+    /// Borrows a connection of `lane` (the share of the caller's principal and OS user) on `route`'s node for
     /// `command` alone.
     pub fn send_exclusive(&self, lane: Lent, route: Route, command: Command) -> Pending {
         let lanes = self.front.services.lanes.clone();
         let protocol = self.protocol;
         let deadline = self.front.deadlines.of_command(&command);
-        let principal = self.caller.principal.clone();
+        let tenant = self.caller.tenant();
         Pending::Exclusive(Box::pin(async move {
             let encoded = command.encoded();
-            let ran = lanes.run_lent(route, lane.lane(), protocol, &principal, encoded, deadline);
+            let ran = lanes.run_lent(route, lane.lane(), protocol, &tenant, encoded, deadline);
             match ran.await {
                 Ok(reply) => reply.into_bytes(),
                 Err(error) => replies::call_failed(&error),
@@ -460,7 +460,7 @@ impl SessionState {
                 let on = Borrower {
                     lanes: &self.front.services.lanes,
                     protocol: self.protocol,
-                    principal: &self.caller.principal,
+                    tenant: &self.caller.tenant(),
                 };
                 self.transaction.run(&command, on, slot, deadline).await
             }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tollgate_lanes::{Borrowed, Lanes, Route, Shape};
-use tollgate_model::Exclusive;
+use tollgate_model::{Exclusive, Tenant};
 use tollgate_resp::Command;
 
 use super::local::Protocol;
@@ -25,7 +25,8 @@ use super::slots::TransactionSlot;
 pub struct Borrower<'a> {
     pub lanes: &'a Lanes,
     pub protocol: Protocol,
-    pub principal: &'a str,
+    /// Whose share of the lane the connection counts against.
+    pub tenant: &'a Tenant,
 }
 
 /// The session's TRANSACTION connection, if it holds one.
@@ -124,8 +125,8 @@ impl Pinning {
         }
     }
 
-    /// Runs `command` on the pinned connection (pinning one for WATCH and MULTI, `principal`'s
-    /// share of the lane; on a cluster, on the node of `slot`, the slot of the command's keys) and
+    /// Runs `command` on the pinned connection (pinning one for WATCH and MULTI, within `on`'s
+    /// tenant's share of the lane; on a cluster, on the node of `slot`, the slot of the command's keys) and
     /// returns its reply.
     pub async fn run(
         &mut self,
@@ -278,9 +279,8 @@ impl Pinning {
 /// A TRANSACTION connection on the node of `slot` (any master without one).
 async fn pin(on: &Borrower<'_>, slot: Option<&TransactionSlot>) -> Result<Borrowed, Bytes> {
     let route = slot.map_or(Route::Any, |slot| Route::Slot(slot.slot()));
-    let principal = Some(on.principal);
     on.lanes
-        .borrow_at(route, Exclusive::Transaction, on.protocol, principal)
+        .borrow_at(route, Exclusive::Transaction, on.protocol, Some(on.tenant))
         .await
         .map_err(|error| replies::lane_failed(&error))
 }

@@ -1,0 +1,104 @@
+//! Pooled resources are shared by who is asking — a principal *and* one OS user of it — not by the
+//! principal alone: under the default policy every local user is the principal `local`, so a
+//! per-principal share let one user take what every other user needs (issue 28). Each test fills
+//! one user's share of a pool, as root in-process, and shows a second real OS user (`setpriv`, see
+//! `identity`) still served, under the default policy.
+
+use std::time::{Duration, Instant};
+
+use tollgate_resp::Frame;
+use tollgate_testkit::RedisServer;
+
+use crate::identity::{daemon_for_all, os_user, redis_cli, USER_B};
+use crate::lease_resp::{integer, outcome};
+use crate::support::raw::RawClient;
+
+/// uid 2002's attack, scaled down: one user runs as many `SESSION` leases (each a watchdog) as its
+/// share allows; another user of the same principal still gets one, over RESP and HTTP.
+#[tokio::test]
+async fn one_users_session_leases_leave_another_user_of_the_principal_its_watchdogs() {
+    let Some(b) = os_user(USER_B) else { return };
+    let redis = RedisServer::start();
+    let daemon = daemon_for_all(&redis, |config| {
+        config.leases.max_watchdogs_per_uid = 2;
+    })
+    .await;
+
+    let mut attacker = RawClient::connect(&daemon.resp_socket()).await;
+    for resource in ["jobs:a1", "jobs:a2"] {
+        let taken = attacker
+            .call(&["LEASE", "ACQUIRE", resource, "10000", "SESSION"])
+            .await;
+        assert_eq!(outcome(&taken), "acquired", "{taken:?}");
+    }
+    let refused: Frame = attacker
+        .call(&["LEASE", "ACQUIRE", "jobs:a3", "10000", "SESSION"])
+        .await;
+    assert_eq!(outcome(&refused), "too_many_watchdogs", "{refused:?}");
+    assert_eq!(integer(&refused, "limit"), 2);
+
+    // The attacker still holds both: the other user's SESSION lease and watchdog are its own.
+    let theirs = redis_cli(
+        &b,
+        &daemon,
+        &["LEASE", "ACQUIRE", "jobs:b1", "10000", "SESSION"],
+    )
+    .await;
+    assert!(theirs.contains("acquired"), "{theirs}");
+    let body =
+        r#"{"attempt": {"owner": "b", "operation_id": "op-1"}, "ttl_ms": 10000, "watchdog": true}"#;
+    let over_http =
+        crate::identity::curl(&b, &daemon, "POST", "/v1/leases/jobs:b2/acquire", body).await;
+    assert_eq!(over_http.status, 200, "{:?}", over_http.body);
+    assert_eq!(over_http.body["outcome"], "acquired");
+    drop(attacker);
+    daemon.stop().await;
+}
+
+/// uid 2002 holds the BLOCKING lane's whole per-principal share (24 of 32 connections) in
+/// `BLPOP … 0`; uid 2001's `BLPOP v 1` is still run, and answered nil when its second is up,
+/// instead of `BUSY … holds its whole share` after the acquire timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_users_blocking_commands_leave_another_user_of_the_principal_its_share() {
+    let Some(b) = os_user(USER_B) else { return };
+    let redis = RedisServer::start();
+    let daemon = daemon_for_all(&redis, |_| {}).await;
+
+    const SHARE: usize = 24;
+    let mut blockers = Vec::new();
+    for _ in 0..SHARE {
+        let mut blocker = RawClient::connect(&daemon.resp_socket()).await;
+        blocker.send(&["BLPOP", "jobs", "0"]).await;
+        blockers.push(blocker);
+    }
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let blocked = crate::front_door::redis_clients(&redis)
+            .iter()
+            .filter(|client| client.contains(" flags=b"))
+            .count();
+        if blocked >= SHARE {
+            break;
+        }
+        assert!(Instant::now() < until, "{blocked} of {SHARE} blocked");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let answered = redis_cli(&b, &daemon, &["BLPOP", "v", "1"]).await;
+    assert!(
+        !answered.contains("BUSY") && !answered.contains("saturated"),
+        "another user of the principal was refused: {answered}"
+    );
+    // Nil: redis-cli prints an empty line for it when its output is not a terminal.
+    assert_eq!(answered.trim(), "", "{answered}");
+
+    // The attacker's own next blocking command is still bounded by its share.
+    let mut over = RawClient::connect(&daemon.resp_socket()).await;
+    let refused = over.call(&["BLPOP", "jobs", "1"]).await;
+    assert!(
+        refused.is_error() && format!("{refused:?}").contains("whole share"),
+        "{refused:?}"
+    );
+    drop(blockers);
+    daemon.stop().await;
+}
