@@ -483,13 +483,18 @@ async fn an_exclusive_lanes_ceiling_and_shares_hold_over_every_master() {
         principal: "tenant".into(),
         uid: 1001,
     };
-    let borrow = |route: &crate::Route, who: Option<&tollgate_model::Tenant>| {
-        lanes.borrow_at(
-            route.clone(),
-            crate::Exclusive::Blocking,
-            crate::Protocol::Resp2,
-            who,
-        )
+    let borrow = |route: &crate::Route, who: Option<tollgate_model::Tenant>| {
+        let (lanes, route) = (&lanes, route.clone());
+        async move {
+            lanes
+                .borrow_at(
+                    route,
+                    crate::Exclusive::Blocking,
+                    crate::Protocol::Resp2,
+                    who.as_ref(),
+                )
+                .await
+        }
     };
     let on_a = borrow(&a, None).await.expect("the first connection");
     let on_b = borrow(&b, None).await.expect("the second connection");
@@ -504,14 +509,16 @@ async fn an_exclusive_lanes_ceiling_and_shares_hold_over_every_master() {
         .expect("a connection given back is lent again");
     drop((on_b, on_c));
 
-    let mine = borrow(&a, Some(&tenant)).await.expect("the tenant's share");
+    let mine = borrow(&a, Some(tenant.clone()))
+        .await
+        .expect("the tenant's share");
     assert_saturated(
-        borrow(&b, Some(&tenant)).await,
+        borrow(&b, Some(tenant.clone())).await,
         crate::Saturation::PrincipalShare,
         "a tenant took a second connection on another master past its share of 1",
     );
     // Another OS user of the same principal has a share of its own.
-    let other = borrow(&b, Some(&neighbour)).await;
+    let other = borrow(&b, Some(neighbour)).await;
     assert!(other.is_ok(), "another user's share is its own");
     drop((mine, other));
     lanes.close(Duration::from_secs(5)).await;
