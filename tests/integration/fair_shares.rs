@@ -102,3 +102,54 @@ async fn one_users_blocking_commands_leave_another_user_of_the_principal_its_sha
     drop(blockers);
     daemon.stop().await;
 }
+
+/// The HTTP/RESP holder watches (each buffering up to 64 messages and 64 events for a reader that
+/// never reads) are bounded per user: one user past `leases.max_watches_per_uid` is refused, and
+/// another user of the same principal still watches.
+#[tokio::test]
+async fn one_users_holder_watches_leave_another_user_of_the_principal_its_own() {
+    let Some(b) = os_user(USER_B) else { return };
+    let redis = RedisServer::start();
+    let daemon = daemon_for_all(&redis, |config| {
+        config.leases.max_watches_per_uid = 2;
+    })
+    .await;
+
+    let mut attacker = RawClient::connect(&daemon.resp_socket()).await;
+    for resource in ["jobs:w1", "jobs:w2"] {
+        let confirmed = attacker.call(&["LEASE", "WATCH", resource]).await;
+        assert!(!confirmed.is_error(), "{confirmed:?}");
+    }
+    // A third watch on another connection of the same user is refused, naming the setting.
+    let mut more = RawClient::connect(&daemon.resp_socket()).await;
+    let refused = more.call(&["LEASE", "WATCH", "jobs:w3"]).await;
+    assert!(
+        refused.is_error() && format!("{refused:?}").contains("max_watches_per_uid"),
+        "{refused:?}"
+    );
+    // Over HTTP too.
+    let over_http = daemon.get("/v1/leases/jobs:w3/holders").await;
+    assert_eq!(over_http.status, 429, "{}", over_http.body);
+
+    // The other user's watch starts: redis-cli prints the confirmation and waits for changes
+    // until `timeout` ends it.
+    let socket = daemon.resp_socket();
+    let socket = socket.to_str().expect("a UTF-8 socket path");
+    let output = crate::identity::run_as(
+        &b,
+        "timeout",
+        &["3", "redis-cli", "-s", socket, "LEASE", "WATCH", "jobs:b"],
+    )
+    .await;
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        printed.contains("watch") && !printed.contains("BUSY"),
+        "{printed}"
+    );
+    drop((attacker, more));
+    daemon.stop().await;
+}

@@ -105,7 +105,7 @@ fn repository_policy(name: &str) -> std::path::PathBuf {
 }
 
 /// A child process run as `user` (its uid and primary gid, no supplementary groups).
-async fn run_as(user: &OsUser, program: &str, args: &[&str]) -> std::process::Output {
+pub(crate) async fn run_as(user: &OsUser, program: &str, args: &[&str]) -> std::process::Output {
     tokio::process::Command::new("setpriv")
         .arg(format!("--reuid={}", user.uid))
         .arg(format!("--regid={}", user.gid))

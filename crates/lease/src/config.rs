@@ -37,6 +37,12 @@ pub struct LeaseConfig {
     /// name, `max_watchdogs_per_principal`, which counted a principal's users together.
     #[serde(alias = "max_watchdogs_per_principal")]
     pub max_watchdogs_per_uid: usize,
+    /// Holder watches (`LEASE WATCH`, `GET …/holders`, election observers) open at once, for
+    /// everyone together. Each buffers up to 64 messages and 64 events for a reader that falls
+    /// behind, so this bounds what unread watches can hold.
+    pub max_watches: usize,
+    /// Holder watches one OS user of a principal may have open at once.
+    pub max_watches_per_uid: usize,
 }
 
 impl Default for LeaseConfig {
@@ -51,6 +57,8 @@ impl Default for LeaseConfig {
             max_watchdogs: 1024,
             // A quarter of the total: four users can fill it, one cannot.
             max_watchdogs_per_uid: 256,
+            max_watches: 1024,
+            max_watches_per_uid: 256,
         }
     }
 }
@@ -70,6 +78,9 @@ impl LeaseConfig {
         if self.max_watchdogs_per_uid > self.max_watchdogs {
             return Err(LeaseConfigError::WatchdogShareOverTotal);
         }
+        if self.max_watches_per_uid > self.max_watches {
+            return Err(LeaseConfigError::WatchShareOverTotal);
+        }
         Ok(())
     }
 }
@@ -85,6 +96,8 @@ pub enum LeaseConfigError {
     ZeroMaxHold,
     #[error("leases.max_watchdogs_per_uid must not be larger than leases.max_watchdogs")]
     WatchdogShareOverTotal,
+    #[error("leases.max_watches_per_uid must not be larger than leases.max_watches")]
+    WatchShareOverTotal,
 }
 
 #[cfg(test)]

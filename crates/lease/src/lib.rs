@@ -9,6 +9,7 @@ pub mod config;
 mod holder;
 mod keys;
 mod metrics;
+mod places;
 mod queue;
 pub mod scripts;
 mod service;

@@ -22,13 +22,14 @@ use crate::holder::Holder;
 use crate::keys::LeaseKeys;
 use crate::metrics::LeaseMetrics;
 use crate::outcome::{AcquireOutcome, InspectOutcome, ReleaseOutcome, RenewOutcome};
+use crate::places::{AtLimit, Limits, Places};
 use crate::queue::WaitLines;
 use crate::resource::Resource;
 use crate::scripts::ScriptRunner;
 use crate::shape::{Shape, Shared};
 use crate::state::Holding;
-use crate::watch::{self, HolderEvent, WatchUnavailable};
-use crate::watchdog::{AtLimit, Guard, Limits, Watchdogs};
+use crate::watch::{self, Watch, WatchRefused};
+use crate::watchdog::{Guard, Watchdogs};
 use crate::InvalidRequest;
 
 #[derive(Clone)]
@@ -38,6 +39,8 @@ pub struct LeaseService {
     config: LeaseConfig,
     lines: std::sync::Arc<WaitLines>,
     watchdogs: Watchdogs,
+    /// The holder watches open, per user of a principal.
+    watches: Places,
     metrics: LeaseMetrics,
     shutdown: CancellationToken,
 }
@@ -50,6 +53,7 @@ impl LeaseService {
             config,
             lines: Default::default(),
             watchdogs: Watchdogs::default(),
+            watches: Places::default(),
             metrics: LeaseMetrics::register(registry),
             shutdown: CancellationToken::new(),
         }
@@ -215,19 +219,32 @@ impl LeaseService {
         Ok(self.watchdogs.subscribe(&key))
     }
 
-    /// Follows who holds `resource`: its holder now, then every change (see `watch.rs`). The watch
-    /// ends when the receiver is dropped, or after an `interrupted` event.
+    /// Follows who holds `resource` for `identity`: its holder now, then every change (see
+    /// `watch.rs`). The watch ends when it is dropped, or after an `interrupted` event. Refused,
+    /// with nothing subscribed, when the caller's user already has `leases.max_watches_per_uid`
+    /// watches open or the daemon `leases.max_watches`.
     pub async fn watch(
         &self,
+        identity: &Identity,
         resource: &Resource,
-    ) -> Result<tokio::sync::mpsc::Receiver<HolderEvent>, WatchUnavailable> {
-        watch::start(
+    ) -> Result<Watch, WatchRefused> {
+        let limits = Limits {
+            total: self.config.max_watches,
+            per_uid: self.config.max_watches_per_uid,
+        };
+        let place = self
+            .watches
+            .take(identity, limits)
+            .map_err(|AtLimit { limit }| WatchRefused::TooMany { limit })?;
+        let events = watch::start(
             &self.calls,
             &self.pubsub,
             LeaseKeys::of(resource),
             &self.shutdown,
         )
         .await
+        .map_err(WatchRefused::Unavailable)?;
+        Ok(Watch::new(events, place))
     }
 
     /// Daemon shutdown: stops every watchdog (their leases run out by TTL) and every wait.

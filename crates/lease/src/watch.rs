@@ -32,6 +32,7 @@ use tollgate_lanes::{PubSub, Subscription, SubscriptionKind};
 use crate::calls::Calls;
 use crate::keys::LeaseKeys;
 use crate::outcome::InspectOutcome;
+use crate::places::Place;
 
 /// Undelivered messages one watch may buffer before its subscription is dropped as lagging.
 const MESSAGE_BUFFER: usize = 64;
@@ -54,6 +55,45 @@ const SHARED: &str =
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("cannot watch the resource: {0}")]
 pub struct WatchUnavailable(pub String);
+
+/// Why [`crate::LeaseService::watch`] started no watch.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WatchRefused {
+    /// The caller's OS user already has its share of watches open (`leases.max_watches_per_uid`),
+    /// or the daemon its total (`leases.max_watches`): `limit` is the one reached.
+    #[error("too many holder watches: at most {limit} open at once")]
+    TooMany { limit: usize },
+    #[error(transparent)]
+    Unavailable(WatchUnavailable),
+}
+
+/// One open watch: its events, and its place among the watches (given back when it is dropped).
+pub struct Watch {
+    events: mpsc::Receiver<HolderEvent>,
+    _place: Place,
+}
+
+impl Watch {
+    pub(crate) fn new(events: mpsc::Receiver<HolderEvent>, place: Place) -> Watch {
+        Watch {
+            events,
+            _place: place,
+        }
+    }
+
+    /// The next holder change; `None` once the watch has ended.
+    pub async fn recv(&mut self) -> Option<HolderEvent> {
+        self.events.recv().await
+    }
+
+    /// [`Watch::recv`], polled.
+    pub fn poll_recv(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<HolderEvent>> {
+        self.events.poll_recv(cx)
+    }
+}
 
 /// A message on a resource's change channel.
 #[derive(Debug, PartialEq)]

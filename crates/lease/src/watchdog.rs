@@ -5,10 +5,9 @@
 //!
 //! A process-bound watchdog holds a pidfd and every watchdog a task, so the daemon runs at most
 //! `leases.max_watchdogs` of them, and each OS user of each principal (an [`Identity`]) at most
-//! `leases.max_watchdogs_per_uid`: a place is reserved ([`Slot`]) before the acquire is sent and
-//! counted until the watchdog's entry is gone, so one user can neither exhaust the daemon's file
-//! descriptors nor take the places other users need. Shares are per user, not per principal,
-//! because one principal may cover every local user (the default policy's `local`).
+//! `leases.max_watchdogs_per_uid` (`places.rs`): a place is reserved ([`Slot`]) before the
+//! acquire is sent and counted until the watchdog's entry is gone, so one user can neither exhaust
+//! the daemon's file descriptors nor take the places other users need.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,6 +25,7 @@ use crate::holder::Holder;
 use crate::keys::LeaseKeys;
 use crate::metrics::LeaseMetrics;
 use crate::outcome::{LostReason, ReleaseOutcome, RenewOutcome};
+use crate::places::{AtLimit, Limits, Place, Places};
 use crate::state::Holding;
 
 /// Events buffered per watcher; one that falls further behind misses events (`Lagged`).
@@ -37,7 +37,8 @@ pub type WatchKey = (String, BoundAttempt);
 struct Entry {
     id: u64,
     fence: u64,
-    holder: Identity,
+    /// The holder's place among the watchdogs, given back with the entry.
+    _place: Place,
     stop: CancellationToken,
     events: broadcast::Sender<LeaseEvent>,
 }
@@ -46,64 +47,24 @@ struct Entry {
 #[derive(Clone, Default)]
 pub struct Watchdogs {
     state: Arc<Mutex<State>>,
+    places: Places,
     next_id: Arc<AtomicU64>,
 }
 
 #[derive(Default)]
 struct State {
     entries: HashMap<WatchKey, Entry>,
-    /// Per user of a principal: running watchdogs plus reserved slots. Absent means zero.
-    counts: HashMap<Identity, usize>,
-    /// Every user's together.
-    total: usize,
 }
 
 impl State {
-    fn release(&mut self, holder: &Identity) {
-        if let Some(count) = self.counts.get_mut(holder) {
-            *count -= 1;
-            self.total -= 1;
-            if *count == 0 {
-                self.counts.remove(holder);
-            }
-        }
-    }
-
     fn remove(&mut self, key: &WatchKey) -> Option<Entry> {
-        let entry = self.entries.remove(key)?;
-        self.release(&entry.holder);
-        Some(entry)
+        self.entries.remove(key)
     }
-}
-
-/// How many watchdogs may run: in all, and for one user of one principal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    pub total: usize,
-    pub per_uid: usize,
-}
-
-/// No place for another watchdog: the user already runs its share, or the daemon its total
-/// (`limit` is the one reached).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AtLimit {
-    pub limit: usize,
 }
 
 /// One user's place for one more watchdog, reserved before the acquire is sent; given up when
 /// dropped unless a watchdog took it over.
-pub struct Slot {
-    watchdogs: Watchdogs,
-    holder: Option<Identity>,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        if let Some(holder) = self.holder.take() {
-            self.watchdogs.state.lock().release(&holder);
-        }
-    }
-}
+pub struct Slot(Place);
 
 /// Everything one watchdog needs to keep one lease alive.
 pub struct Guard {
@@ -127,41 +88,24 @@ impl Watchdogs {
         key: &WatchKey,
         limits: Limits,
     ) -> Result<Option<Slot>, AtLimit> {
-        let mut state = self.state.lock();
+        // Held while the place is taken, so that two acquires of one lease take one place.
+        let state = self.state.lock();
         if state.entries.contains_key(key) {
             return Ok(None);
         }
-        let count = state.counts.get(holder).copied().unwrap_or(0);
-        if count >= limits.per_uid {
-            return Err(AtLimit {
-                limit: limits.per_uid,
-            });
-        }
-        if state.total >= limits.total {
-            return Err(AtLimit {
-                limit: limits.total,
-            });
-        }
-        state.counts.insert(holder.clone(), count + 1);
-        state.total += 1;
-        Ok(Some(Slot {
-            watchdogs: self.clone(),
-            holder: Some(holder.clone()),
-        }))
+        self.places
+            .take(holder, limits)
+            .map(|place| Some(Slot(place)))
     }
 
     /// Starts guarding a lease in `slot` unless a watchdog already does (a replayed acquire).
-    pub fn start(&self, guard: Guard, mut slot: Slot, shutdown: &CancellationToken) {
+    pub fn start(&self, guard: Guard, slot: Slot, shutdown: &CancellationToken) {
         let key = (guard.keys.lease.clone(), guard.attempt.clone());
         let mut state = self.state.lock();
         if state.entries.contains_key(&key) {
             drop(state);
             return; // `slot` is given up as it drops
         }
-        let holder = slot
-            .holder
-            .take()
-            .expect("a slot keeps its holder until a watchdog takes it over");
         let stop = shutdown.child_token();
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -170,7 +114,7 @@ impl Watchdogs {
             Entry {
                 id,
                 fence: guard.holding.fence(),
-                holder,
+                _place: slot.0,
                 stop: stop.clone(),
                 events: events.clone(),
             },
@@ -283,9 +227,9 @@ mod tests {
         (format!("lease:r{n}"), attempt)
     }
 
-    fn user(principal: &str, uid: u32) -> Identity {
+    fn user(uid: u32) -> Identity {
         Identity {
-            principal: principal.into(),
+            principal: "local".into(),
             uid,
         }
     }
@@ -295,57 +239,19 @@ mod tests {
         per_uid: 2,
     };
 
+    /// Places are counted per user of a principal (see `places.rs`); a reservation refused for one
+    /// user leaves another user of the same principal its own.
     #[test]
-    fn a_user_gets_at_most_its_share_of_places_and_gets_them_back() {
+    fn reservations_count_against_the_users_share() {
         let watchdogs = Watchdogs::default();
-        let alice = user("local", 1000);
-        let first = watchdogs.reserve(&alice, &key(1), LIMITS).unwrap();
-        let second = watchdogs.reserve(&alice, &key(2), LIMITS).unwrap();
-        assert!(first.is_some() && second.is_some());
+        let _a1 = watchdogs.reserve(&user(2002), &key(1), LIMITS).unwrap();
+        let _a2 = watchdogs.reserve(&user(2002), &key(2), LIMITS).unwrap();
         assert_eq!(
-            watchdogs.reserve(&alice, &key(3), LIMITS).err(),
+            watchdogs.reserve(&user(2002), &key(3), LIMITS).err(),
             Some(AtLimit { limit: 2 })
         );
-        drop(first);
         assert!(watchdogs
-            .reserve(&alice, &key(3), LIMITS)
-            .unwrap()
-            .is_some());
-        let none = Limits {
-            total: 3,
-            per_uid: 0,
-        };
-        assert_eq!(
-            watchdogs.reserve(&alice, &key(4), none).err(),
-            Some(AtLimit { limit: 0 })
-        );
-    }
-
-    /// The attack of issue 28: one user of the principal every local user shares takes its whole
-    /// share; another user of the same principal still gets a place, and the total holds for all.
-    #[test]
-    fn one_user_filling_its_share_leaves_places_for_another_user_of_the_same_principal() {
-        let watchdogs = Watchdogs::default();
-        let attacker = user("local", 2002);
-        let victim = user("local", 2001);
-        let _a1 = watchdogs.reserve(&attacker, &key(1), LIMITS).unwrap();
-        let _a2 = watchdogs.reserve(&attacker, &key(2), LIMITS).unwrap();
-        assert_eq!(
-            watchdogs.reserve(&attacker, &key(3), LIMITS).err(),
-            Some(AtLimit { limit: 2 })
-        );
-        let v1 = watchdogs.reserve(&victim, &key(3), LIMITS).unwrap();
-        assert!(v1.is_some(), "the victim's first place");
-        // The total (3) is now reached: a third user is refused, naming the total.
-        assert_eq!(
-            watchdogs
-                .reserve(&user("local", 2003), &key(4), LIMITS)
-                .err(),
-            Some(AtLimit { limit: 3 })
-        );
-        drop(v1);
-        assert!(watchdogs
-            .reserve(&user("local", 2003), &key(4), LIMITS)
+            .reserve(&user(2001), &key(3), LIMITS)
             .unwrap()
             .is_some());
     }

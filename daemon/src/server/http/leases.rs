@@ -17,6 +17,7 @@ use hyper::header::{CONTENT_TYPE, RETRY_AFTER};
 use hyper::{Method, Request, Response, StatusCode};
 use serde::Serialize;
 use tollgate_lease::api::{AcquireRequest, InspectRequest, ReleaseRequest, RenewRequest};
+use tollgate_lease::watch::WatchRefused;
 use tollgate_lease::{
     Attempt, Holder, Identity, InvalidRequest, LeaseService, Outcome, OutcomeClass, Resource,
 };
@@ -88,7 +89,7 @@ pub async fn handle(
             Ok(respond(&outcome))
         }
         (Method::GET, "events") => events(leases, &identity, &resource, request.uri().query()),
-        (Method::GET, "holders") => holders(leases, &resource).await,
+        (Method::GET, "holders") => holders(leases, &identity, &resource).await,
         (method, "acquire" | "renew" | "release" | "inspect" | "events" | "holders") => {
             Err(ApiError::MethodNotAllowed {
                 method: method.to_string(),
@@ -156,13 +157,26 @@ fn events(
 }
 
 /// The resource's holder changes as JSON lines, until the watch is interrupted or the client goes.
-async fn holders(leases: &LeaseService, resource: &Resource) -> Result<HttpResponse, ApiError> {
+async fn holders(
+    leases: &LeaseService,
+    identity: &Identity,
+    resource: &Resource,
+) -> Result<HttpResponse, ApiError> {
     let receiver = leases
-        .watch(resource)
+        .watch(identity, resource)
         .await
-        .map_err(|error| ApiError::Unavailable {
-            reason: error.to_string(),
-            retry_after_secs: UNAVAILABLE_RETRY_SECS,
+        .map_err(|refused| match refused {
+            WatchRefused::TooMany { limit } => ApiError::RateLimited {
+                reason: format!(
+                    "this user of the principal already has {limit} holder watches open \
+                     (leases.max_watches_per_uid), or the daemon has (leases.max_watches)"
+                ),
+                retry_after_secs: 1,
+            },
+            WatchRefused::Unavailable(error) => ApiError::Unavailable {
+                reason: error.to_string(),
+                retry_after_secs: UNAVAILABLE_RETRY_SECS,
+            },
         })?;
     let lines = futures::stream::unfold(receiver, |mut receiver| async move {
         receiver.recv().await.map(|event| (event, receiver))

@@ -11,9 +11,8 @@
 use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
-use tokio::sync::mpsc;
-use tollgate_lease::watch::HolderEvent;
-use tollgate_lease::Resource;
+use tollgate_lease::watch::{HolderEvent, Watch, WatchRefused};
+use tollgate_lease::{Identity, Resource};
 use tollgate_model::Caller;
 use tollgate_policy::Decision;
 use tollgate_resp::Frame;
@@ -30,7 +29,7 @@ pub const MAX_WATCHES: usize = 64;
 /// The connection's watches, in the order they were made.
 #[derive(Default)]
 pub struct Watches {
-    watching: Vec<(Resource, mpsc::Receiver<HolderEvent>)>,
+    watching: Vec<(Resource, Watch)>,
 }
 
 impl Watches {
@@ -100,9 +99,23 @@ pub async fn run(
                 "ERR tollgate: a connection may watch at most {MAX_WATCHES} resources"
             ));
         }
-        match front.services.leases.watch(&resource).await {
+        match front
+            .services
+            .leases
+            .watch(&Identity::from(caller), &resource)
+            .await
+        {
             Ok(events) => watches.watching.push((resource.clone(), events)),
-            Err(error) => return replies::error(format!("UNAVAILABLE tollgate: {error}")),
+            Err(WatchRefused::TooMany { limit }) => {
+                return replies::error(format!(
+                    "BUSY tollgate: this user of the principal already has {limit} holder \
+                     watches open (leases.max_watches_per_uid), or the daemon has \
+                     (leases.max_watches)"
+                ))
+            }
+            Err(WatchRefused::Unavailable(error)) => {
+                return replies::error(format!("UNAVAILABLE tollgate: {error}"))
+            }
         }
     }
     let name = Bytes::from(resource.as_str().to_owned());
