@@ -156,7 +156,14 @@ impl Daemon {
         };
         // Leases an earlier daemon took under another key layout would go unseen: refuse to start
         // while any is held (docs/leases.md, "Upgrades").
-        tollgate_lease::check_layout(&lease_lanes).await?;
+        if let Err(error) = tollgate_lease::check_layout(&lease_lanes).await {
+            // Nothing was served on these lanes: close them at once.
+            tokio::join!(
+                lanes.close(std::time::Duration::ZERO),
+                lease_lanes.close(std::time::Duration::ZERO)
+            );
+            return Err(error.into());
+        }
         let leases = LeaseService::new(&lease_lanes, config.leases.clone(), &mut registry);
         let identities = Identities::new(admission.clone(), &config.identity, &config.admin);
         let reloader = Reloader::new(
@@ -173,6 +180,7 @@ impl Daemon {
                 embedded.as_ref().map(Supervisor::pid),
             ),
             lanes: lanes.clone(),
+            lease_lanes: lease_lanes.clone(),
             leases: leases.clone(),
             admission: admission.clone(),
             identities: identities.clone(),

@@ -17,6 +17,9 @@ pub struct Services {
     pub metrics: Metrics,
     /// The only way to Redis (docs/lanes.md).
     pub lanes: Lanes,
+    /// The lease service's own lanes; also how `/v1/status` asks each master its version (their
+    /// user may run `HELLO` whatever the policy admits).
+    pub lease_lanes: Lanes,
     /// Leases on the lease service's own SCRIPT and PUBSUB lanes (docs/leases.md).
     pub leases: LeaseService,
     /// The policy every command and lease passes.

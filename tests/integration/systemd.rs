@@ -3,6 +3,7 @@
 //! `http`, a `NOTIFY_SOCKET` that is a Unix datagram socket of the test's own, and a watchdog
 //! (`WATCHDOG_USEC`); and the unit files in dist/systemd checked by `systemd-analyze verify`.
 
+use std::io::{Read, Write};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -68,7 +69,6 @@ struct Activated {
     notify: UnixDatagram,
     resp: PathBuf,
     http: PathBuf,
-    config: PathBuf,
 }
 
 impl Activated {
@@ -139,7 +139,6 @@ impl Activated {
             notify,
             resp,
             http,
-            config,
         })
     }
 
@@ -171,7 +170,7 @@ async fn socket_activated_daemon_serves_on_the_passed_sockets_and_tells_systemd_
     };
     // The first connection is what makes systemd-socket-activate exec the daemon; it waits in
     // the passed socket's backlog until the daemon accepts it.
-    let first = tokio::spawn(ping_owned(daemon.resp.clone()));
+    let mut first = std::os::unix::net::UnixStream::connect(&daemon.resp).unwrap();
 
     // READY=1 comes only once /readyz answers 200: asked right after it, /readyz must agree.
     let before_ready = notices_until(&daemon.notify, "READY=1", PATIENCE);
@@ -188,7 +187,14 @@ async fn socket_activated_daemon_serves_on_the_passed_sockets_and_tells_systemd_
             "{before_ready:?}"
         );
     }
-    assert_eq!(first.await.unwrap(), "PONG");
+    first.write_all(b"*1\r\n$4\r\nPING\r\n").unwrap();
+    first.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut answer = [0u8; 7];
+    first.read_exact(&mut answer).unwrap();
+    assert_eq!(
+        &answer, b"+PONG\r\n",
+        "the connection that started the daemon is served"
+    );
     assert_eq!(ping(&daemon.resp).await, "PONG");
 
     // Served on systemd's sockets; none of the daemon's own was created.
@@ -218,11 +224,6 @@ async fn socket_activated_daemon_serves_on_the_passed_sockets_and_tells_systemd_
     let status = daemon.child.wait().unwrap();
     assert!(status.success(), "{status:?}");
     assert!(daemon.resp.exists() && daemon.http.exists());
-    let _ = &daemon.config;
-}
-
-async fn ping_owned(resp: PathBuf) -> String {
-    ping(&resp).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,7 +22,7 @@ pub async fn handle(
             path: request.uri().path().to_owned(),
         });
     }
-    let (reasons, nodes) = tokio::join!(shared.readiness.problems(), nodes(&shared.lanes));
+    let (reasons, nodes) = tokio::join!(shared.readiness.problems(), nodes(&shared.lease_lanes));
     let generation = shared.admission.generation();
     Ok(reply(
         StatusCode::OK,
@@ -45,7 +45,7 @@ pub async fn handle(
     ))
 }
 
-/// Each master the client lanes reach, with the version its `HELLO` gives, or why it gave none.
+/// Each master `lanes` reach, with the version its `HELLO` gives, or why it gave none.
 async fn nodes(lanes: &Lanes) -> Vec<serde_json::Value> {
     let masters = match lanes.masters().await {
         Ok(masters) => masters,
