@@ -4,10 +4,11 @@
 # benchmark's peer proxy), curl, util-linux and passwd (the two-user tests run clients under
 # `setpriv`/`prlimit` and create users with `useradd`), and the WASM guest toolchain from Debian
 # (only where rustup has no wasm32 target; see docs/design.md, "Building WASM guests"). Safe to run
-# again: it installs nothing twice.
+# again: it installs nothing twice. `systemd` brings systemd-socket-activate and systemd-analyze
+# (the systemd integration tests run the daemon under the one and check the units with the other).
 set -euo pipefail
 
-packages=(redis-server redis-tools redis-sentinel nutcracker curl util-linux passwd)
+packages=(redis-server redis-tools redis-sentinel nutcracker curl util-linux passwd systemd)
 if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
   packages+=(rustc-web cargo-web rust-web-src lld)
 fi

@@ -72,6 +72,11 @@ impl EmbeddedRedis {
         if !config.persistence {
             command.args(["--save", "", "--appendonly", "no"]);
         }
+        // The service manager's protocols are the daemon's: a redis-server that saw NOTIFY_SOCKET
+        // (`supervised auto`) would say READY=1 for a daemon that is not ready yet.
+        for variable in crate::systemd::protocol::PROTOCOL_VARIABLES {
+            command.env_remove(variable);
+        }
         command
             .args(&config.args)
             .stdin(Stdio::null())

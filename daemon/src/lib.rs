@@ -12,6 +12,8 @@
 //!   connection, split into classify, plan, schedule and I/O) and `server::http` (hyper: health,
 //!   lanes, policy, leases), and what both share (peer credentials, identity, connection limits,
 //!   socket files).
+//! - [`reload`] is the one policy reload (SIGHUP, `systemctl reload`, HTTP); [`systemd`] takes
+//!   the sockets systemd passes and tells it when the daemon is ready, reloading or stopping.
 //! - [`lane_acl`] keeps the lanes' Redis ACL users cut to the active policy.
 //! - [`embedded`] and [`supervisor`] run the private redis-server of the embedded default;
 //!   [`runtime_dir`] checks the files it and the sockets live in; [`readiness`] answers `/readyz`.
@@ -32,11 +34,13 @@ pub mod lane_acl;
 pub mod logging;
 pub mod metrics;
 pub mod readiness;
+pub mod reload;
 pub mod runtime;
 pub mod runtime_dir;
 pub mod server;
 pub mod services;
 pub mod supervisor;
+pub mod systemd;
 
 pub use config::Config;
 pub use runtime::Daemon;

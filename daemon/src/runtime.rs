@@ -17,13 +17,14 @@ use crate::embedded::{EmbeddedError, EmbeddedRedis};
 use crate::lane_acl::{self, LaneUsers};
 use crate::metrics::Metrics;
 use crate::readiness::Readiness;
-use crate::server::http::Throttle;
+use crate::reload::Reloader;
 use crate::server::identity::Identities;
 use crate::server::limits::ConnectionLimits;
 use crate::server::resp::{self, FrontDoor};
 use crate::server::{http, socket};
 use crate::services::Services;
 use crate::supervisor::{ChildPid, Restart, Supervisor};
+use crate::systemd::{Notifier, Systemd};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -41,6 +42,10 @@ pub enum StartError {
     Policy(#[from] tollgate_policy::PolicyError),
     #[error(transparent)]
     RuntimeDir(#[from] crate::runtime_dir::RuntimeDirError),
+    #[error("cannot serve on the sockets systemd passed: {0}")]
+    Inherited(std::io::Error),
+    #[error(transparent)]
+    LeaseLayout(#[from] tollgate_lease::LayoutError),
 }
 
 /// A running daemon. Dropping it without [`Daemon::shutdown`] still removes its sockets and kills
@@ -55,18 +60,32 @@ pub struct Daemon {
     services: Arc<Services>,
     lease_lanes: Lanes,
     config: Config,
+    notifier: Notifier,
 }
 
 impl Daemon {
     /// Starts everything the configuration asks for and returns once the daemon is ready to serve.
     pub async fn start(config: Config) -> Result<Daemon, StartError> {
+        Daemon::start_under(config, Systemd::default()).await
+    }
+
+    /// [`Daemon::start`] as systemd started it: on the sockets it passed (binding none), telling
+    /// it when the daemon is ready, reloading and stopping, and petting its watchdog.
+    pub async fn start_under(config: Config, systemd: Systemd) -> Result<Daemon, StartError> {
         let runtime_dir = config.runtime_dir();
         let group = config.listen.group.as_deref();
         crate::runtime_dir::prepare(&runtime_dir, group)?;
-        let (http_listener, http_socket) =
-            socket::bind(&config.http_socket(), config.listen.mode.0, group)?;
-        let (resp_listener, resp_socket) =
-            socket::bind(&config.resp_socket(), config.listen.mode.0, group)?;
+        let ((http_listener, http_socket), (resp_listener, resp_socket)) = match systemd.activation
+        {
+            Some(passed) => (
+                socket::SocketFile::inherited(passed.http).map_err(StartError::Inherited)?,
+                socket::SocketFile::inherited(passed.resp).map_err(StartError::Inherited)?,
+            ),
+            None => (
+                socket::bind(&config.http_socket(), config.listen.mode.0, group)?,
+                socket::bind(&config.resp_socket(), config.listen.mode.0, group)?,
+            ),
+        };
 
         let embedded = match &config.redis {
             Some(_) => None,
@@ -135,8 +154,25 @@ impl Daemon {
                 LaneUsers::external(lease_lanes.clone(), lanes_config.clone())
             }
         };
+        // Leases an earlier daemon took under another key layout would go unseen: refuse to start
+        // while any is held (docs/leases.md, "Upgrades").
+        if let Err(error) = tollgate_lease::check_layout(&lease_lanes).await {
+            // Nothing was served on these lanes: close them at once.
+            tokio::join!(
+                lanes.close(std::time::Duration::ZERO),
+                lease_lanes.close(std::time::Duration::ZERO)
+            );
+            return Err(error.into());
+        }
         let leases = LeaseService::new(&lease_lanes, config.leases.clone(), &mut registry);
         let identities = Identities::new(admission.clone(), &config.identity, &config.admin);
+        let reloader = Reloader::new(
+            admission.clone(),
+            lane_users.clone(),
+            &config.admin,
+            systemd.notifier,
+            &mut registry,
+        );
         let shared = Arc::new(Services {
             readiness: Readiness::new(
                 lanes.clone(),
@@ -144,11 +180,14 @@ impl Daemon {
                 embedded.as_ref().map(Supervisor::pid),
             ),
             lanes: lanes.clone(),
+            lease_lanes: lease_lanes.clone(),
             leases: leases.clone(),
             admission: admission.clone(),
             identities: identities.clone(),
-            reloads: Throttle::new(config.admin.reload_interval),
+            reloader,
             lane_users: lane_users.clone(),
+            redis_mode: redis_mode(&config),
+            settings: settings(&config),
             metrics: Metrics::new(registry),
         });
 
@@ -176,6 +215,13 @@ impl Daemon {
         tasks.spawn(resp::serve(resp_listener, front_door, stop.clone()));
 
         shared.readiness.mark_started();
+        tasks.spawn({
+            let (shared, stop) = (shared.clone(), stop.clone());
+            async move {
+                crate::systemd::attend(&shared.readiness, systemd.notifier, systemd.watchdog, stop)
+                    .await
+            }
+        });
         tracing::info!(
             resp = %resp_socket.path.display(),
             http = %http_socket.path.display(),
@@ -190,17 +236,28 @@ impl Daemon {
             services: shared,
             lease_lanes,
             config,
+            notifier: systemd.notifier,
         })
     }
 
-    /// The policy in force; `reload` on SIGHUP swaps its generation.
+    /// Every part the listeners share: the reloader, the readiness, the lanes.
+    pub fn services(&self) -> &Arc<Services> {
+        &self.services
+    }
+
+    /// The policy in force.
     pub fn admission(&self) -> &Admission {
         &self.services.admission
     }
 
-    /// The lanes' ACL users; after a reload, `follow` cuts them to the new policy.
+    /// The lanes' ACL users, kept cut to the policy.
     pub fn lane_users(&self) -> &LaneUsers {
         &self.services.lane_users
+    }
+
+    /// The one way to reload the policy (SIGHUP and HTTP alike).
+    pub fn reloader(&self) -> &Reloader {
+        &self.services.reloader
     }
 
     pub fn http_socket(&self) -> &Path {
@@ -218,7 +275,11 @@ impl Daemon {
     /// A synchronous last resort for the second SIGINT: remove the socket files, kill the embedded Redis.
     pub fn abort_cleanup(&self) -> AbortCleanup {
         AbortCleanup {
-            sockets: vec![self.http_socket.path.clone(), self.resp_socket.path.clone()],
+            sockets: [&self.http_socket, &self.resp_socket]
+                .into_iter()
+                .filter(|socket| socket.owned)
+                .map(|socket| socket.path.clone())
+                .collect(),
             embedded_pid: self.embedded.as_ref().map(Supervisor::pid),
         }
     }
@@ -235,6 +296,7 @@ impl Daemon {
     /// close the listeners and stop the embedded Redis last.
     pub async fn shutdown(mut self) {
         tracing::info!("shutting down");
+        self.notifier.stopping();
         self.stop.cancel();
         let drain = self.config.shutdown.drain_timeout;
         let draining_since = tokio::time::Instant::now();
@@ -325,4 +387,34 @@ impl AbortCleanup {
             );
         }
     }
+}
+
+/// How the daemon reaches Redis, as `tollgate status` names it.
+fn redis_mode(config: &Config) -> &'static str {
+    match config.redis.as_ref().map(Topology::from) {
+        None => "embedded",
+        Some(Topology::Standalone(_)) => "standalone",
+        Some(Topology::Sentinel { .. }) => "sentinel",
+        Some(Topology::Cluster { .. }) => "cluster",
+    }
+}
+
+/// The budgets and limits in force, for `/v1/status`.
+fn settings(config: &Config) -> serde_json::Value {
+    let duration = |d: std::time::Duration| humantime::format_duration(d).to_string();
+    let budgets = &config.resp.budgets;
+    serde_json::json!({
+        "max_clients": config.limits.max_clients,
+        "max_clients_per_uid": config.limits.max_clients_per_uid,
+        "http_header_timeout": duration(config.limits.http_header_timeout),
+        "http_idle_timeout": duration(config.limits.http_idle_timeout),
+        "command_timeout": duration(config.resp.command_timeout),
+        "max_pipeline": config.resp.max_pipeline,
+        "max_subscriptions": config.resp.max_subscriptions,
+        "budget_total_bytes": budgets.total.0,
+        "budget_client_output_bytes": budgets.normal.output.hard.0,
+        "budget_subscriber_output_bytes": budgets.pubsub.output.hard.0,
+        "lease_max_ttl": duration(config.leases.max_ttl),
+        "lease_max_wait": duration(config.leases.max_wait),
+    })
 }

@@ -8,7 +8,7 @@ use tollgate_policy::Admission;
 use crate::lane_acl::LaneUsers;
 use crate::metrics::Metrics;
 use crate::readiness::Readiness;
-use crate::server::http::Throttle;
+use crate::reload::Reloader;
 use crate::server::identity::Identities;
 
 /// What every listener shares.
@@ -17,14 +17,21 @@ pub struct Services {
     pub metrics: Metrics,
     /// The only way to Redis (docs/lanes.md).
     pub lanes: Lanes,
+    /// The lease service's own lanes; also how `/v1/status` asks each master its version (their
+    /// user may run `HELLO` whatever the policy admits).
+    pub lease_lanes: Lanes,
     /// Leases on the lease service's own SCRIPT and PUBSUB lanes (docs/leases.md).
     pub leases: LeaseService,
     /// The policy every command and lease passes.
     pub admission: Admission,
     /// Callers' principals and who administers the daemon.
     pub identities: Identities,
-    /// Spaces out policy reloads over HTTP (`admin.reload_interval`).
-    pub reloads: Throttle,
+    /// The one way to reload the policy (SIGHUP, `systemctl reload`, HTTP).
+    pub reloader: Reloader,
     /// The lanes' Redis ACL users, kept in step with the policy.
     pub lane_users: LaneUsers,
+    /// How Redis is reached: `embedded`, `standalone`, `sentinel` or `cluster`.
+    pub redis_mode: &'static str,
+    /// The budgets and limits in force, as `/v1/status` shows them.
+    pub settings: serde_json::Value,
 }

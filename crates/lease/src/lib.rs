@@ -8,6 +8,7 @@ mod calls;
 pub mod config;
 mod holder;
 mod keys;
+mod layout;
 mod metrics;
 mod places;
 mod queue;
@@ -26,4 +27,5 @@ pub use tollgate_lease_api::{
 pub use config::{LeaseConfig, LeaseConfigError};
 pub use holder::Holder;
 pub use keys::{LeaseKeys, FENCE_BUCKETS};
-pub use service::LeaseService;
+pub use layout::{check_layout, EarlierLease, LayoutError, LAYOUT_VERSION};
+pub use service::{LeaseCensus, LeaseService};

@@ -32,6 +32,16 @@ impl WaitLines {
         }
     }
 
+    /// Callers in line, the heads included, over every resource.
+    pub fn waiting(&self) -> usize {
+        // The map holds one reference to each line and every caller in it one more.
+        self.lines
+            .lock()
+            .values()
+            .map(|line| Arc::strong_count(line) - 1)
+            .sum()
+    }
+
     /// Whether nobody waits for any resource.
     #[cfg(test)]
     fn is_empty(&self) -> bool {

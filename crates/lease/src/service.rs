@@ -45,7 +45,23 @@ pub struct LeaseService {
     shutdown: CancellationToken,
 }
 
+/// What the service holds and waits for right now, for `tollgate status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct LeaseCensus {
+    /// Leases this daemon keeps alive for their holders (watchdogs, session leases).
+    pub kept: usize,
+    /// Callers waiting for a held lease, over every resource.
+    pub waiting: usize,
+}
+
 impl LeaseService {
+    pub fn census(&self) -> LeaseCensus {
+        LeaseCensus {
+            kept: self.watchdogs.running(),
+            waiting: self.lines.waiting(),
+        }
+    }
+
     pub fn new(lanes: &Lanes, config: LeaseConfig, registry: &mut Registry) -> LeaseService {
         LeaseService {
             calls: Calls::new(ScriptRunner::new(lanes.clone()), config.drift_budget),

@@ -127,6 +127,11 @@ impl Watchdogs {
     }
 
     /// Stops the watchdog of a lease its holder released, and tells its watchers.
+    /// How many watchdogs run.
+    pub fn running(&self) -> usize {
+        self.state.lock().entries.len()
+    }
+
     pub fn stop(&self, key: &WatchKey) {
         let mut state = self.state.lock();
         // Most leases have no watchdog: then the key is not even hashed.

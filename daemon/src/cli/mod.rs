@@ -1,9 +1,13 @@
 //! The `tollgate` command line: `serve`, `check-config`, and one module per further subcommand.
 
+mod docs;
 mod lease;
 mod policy;
 mod redis_acl;
 mod serve;
+mod status;
+
+pub use status::render as render_status;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -46,6 +50,18 @@ enum Command {
         /// The configuration file to check.
         file: PathBuf,
     },
+    /// One screen about the running daemon: readiness, Redis, lanes, leases, policy, limits.
+    Status(status::StatusArgs),
+    /// Print the shell completion script for SHELL (bash, zsh or fish).
+    Completions {
+        #[arg(value_enum)]
+        shell: docs::Shell,
+    },
+    /// Write the man pages (tollgate.1 and one per subcommand) into DIR.
+    Man {
+        /// Directory to write the pages into; created if missing.
+        dir: PathBuf,
+    },
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -71,6 +87,9 @@ pub fn main() -> ExitCode {
         Command::Policy(command) => printing(|| policy::run(command)),
         Command::RedisAcl(args) => printing(|| redis_acl::run(args)),
         Command::CheckConfig { file } => printing(|| check_config(&file)),
+        Command::Status(args) => printing(|| status::run(args)),
+        Command::Completions { shell } => printing(|| docs::completions(shell)),
+        Command::Man { dir } => docs::man(&dir),
     }
 }
 

@@ -1,6 +1,8 @@
 //! `tollgate serve`: load the config, start the daemon, and turn signals into an orderly stop.
 //! SIGTERM or SIGINT starts a graceful shutdown; a second SIGINT exits at once after cleaning up.
-//! SIGHUP reloads the policy.
+//! SIGHUP (and so `systemctl reload`) reloads the policy through the daemon's one [`Reloader`].
+//! Under systemd, the sockets it passed and its notification socket and watchdog are taken before
+//! the async runtime starts (`crate::systemd`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,7 +11,9 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::config::{Config, LimitsConfig, LogFormat};
 use crate::logging;
+use crate::reload::{Reloader, Trigger};
 use crate::runtime::Daemon;
+use crate::systemd::Systemd;
 
 /// Exit status after an abort by a second SIGINT (128 + SIGINT, as shells report it).
 const ABORTED: u8 = 130;
@@ -29,6 +33,14 @@ pub fn run(config_path: Option<PathBuf>, log_format: Option<LogFormat>) -> ExitC
         log_format.unwrap_or(config.logging.format),
         &config.logging.level,
     );
+    // Before any thread: reading systemd's variables removes some from the environment.
+    let systemd = match Systemd::from_env() {
+        Ok(systemd) => systemd,
+        Err(error) => {
+            eprintln!("tollgate: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     raise_open_files_limit(&config.limits);
     let runtime = match config.async_runtime() {
         Ok(runtime) => runtime,
@@ -37,10 +49,10 @@ pub fn run(config_path: Option<PathBuf>, log_format: Option<LogFormat>) -> ExitC
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(serve(config))
+    runtime.block_on(serve(config, systemd))
 }
 
-async fn serve(config: Config) -> ExitCode {
+async fn serve(config: Config, systemd: Systemd) -> ExitCode {
     let (mut terminate, mut interrupt, mut hangup) = match (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
@@ -52,7 +64,7 @@ async fn serve(config: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let daemon = match Daemon::start(config).await {
+    let daemon = match Daemon::start_under(config, systemd).await {
         Ok(daemon) => daemon,
         Err(error) => {
             eprintln!("tollgate: {error}");
@@ -63,7 +75,7 @@ async fn serve(config: Config) -> ExitCode {
         tokio::select! {
             _ = terminate.recv() => break tracing::info!("SIGTERM received"),
             _ = interrupt.recv() => break tracing::info!("SIGINT received; press Ctrl-C again to exit at once"),
-            _ = hangup.recv() => reload_policy(&daemon).await,
+            _ = hangup.recv() => reload_policy(daemon.reloader()).await,
         }
     }
     let abort = daemon.abort_cleanup();
@@ -108,15 +120,9 @@ fn raise_open_files_limit(limits: &LimitsConfig) {
     }
 }
 
-/// SIGHUP: compile, instantiate and self-test the policy again, then swap; on error the running
-/// generation stays (the admission logs why).
-async fn reload_policy(daemon: &Daemon) {
+/// SIGHUP: the reload every trigger shares; it logs its outcome (a throttled or rejected reload
+/// keeps the running generation).
+async fn reload_policy(reloader: &Reloader) {
     tracing::info!("SIGHUP received; reloading the policy");
-    let admission = daemon.admission().clone();
-    match tokio::task::spawn_blocking(move || admission.reload()).await {
-        Ok(Ok(_)) => daemon.lane_users().follow(daemon.admission()).await,
-        // The running generation stays, and so do the lane users cut to it.
-        Ok(Err(_)) => {}
-        Err(error) => tracing::error!(%error, "policy reload task failed"),
-    }
+    let _ = reloader.reload(Trigger::Signal).await;
 }

@@ -28,15 +28,34 @@ pub enum BindError {
     Existing(#[from] EntryError),
 }
 
-/// The file of a bound listening socket; dropping it removes the file.
+/// The file of a listening socket; dropping it removes the file if the daemon bound it.
 #[derive(Debug)]
 pub struct SocketFile {
     pub path: PathBuf,
+    /// Bound by the daemon (and so removed by it), not passed by systemd, whose file it is.
+    pub owned: bool,
+}
+
+impl SocketFile {
+    /// A listener systemd bound and passed (socket activation): served on, never removed.
+    pub fn inherited(
+        listener: std::os::unix::net::UnixListener,
+    ) -> io::Result<(UnixListener, SocketFile)> {
+        let path = listener
+            .local_addr()?
+            .as_pathname()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("(unnamed socket from systemd)"));
+        let listener = UnixListener::from_std(listener)?;
+        Ok((listener, SocketFile { path, owned: false }))
+    }
 }
 
 impl Drop for SocketFile {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        if self.owned {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -67,6 +86,7 @@ pub fn bind(
     let listener = UnixListener::bind(path).map_err(io_error)?;
     let file = SocketFile {
         path: path.to_owned(),
+        owned: true,
     };
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io_error)?;
     if let Some(group) = group {

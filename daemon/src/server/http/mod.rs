@@ -9,7 +9,7 @@ mod health;
 mod lanes;
 mod leases;
 mod policy;
-mod throttle;
+mod status;
 mod waits;
 
 use std::convert::Infallible;
@@ -26,7 +26,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub use body::{decode_json, json, read_json, text, ApiError, BODY_LIMIT};
-pub use throttle::Throttle;
 
 use tollgate_model::Caller;
 
@@ -122,6 +121,7 @@ async fn route(request: Request<Incoming>, shared: &Services) -> HttpResponse {
     let outcome = match path.as_str() {
         "/healthz" | "/readyz" | "/metrics" => health::handle(request, shared).await,
         "/v1/lanes" => lanes::handle(request, shared).await,
+        "/v1/status" => status::handle(request, shared).await,
         leases if leases.starts_with("/v1/leases/") => leases::handle(request, shared).await,
         policy if policy.starts_with("/v1/policy") => policy::handle(request, shared).await,
         _ => Err(ApiError::NotFound(path)),

@@ -13,6 +13,7 @@ use tollgate_model::Caller;
 use tollgate_policy::{Decision, PolicyError};
 
 use super::{caller_of, peer_of, read_json, reply, ApiError, HttpResponse};
+use crate::reload::{ReloadError, Trigger};
 use crate::services::Services;
 
 #[derive(Debug, Deserialize)]
@@ -30,7 +31,11 @@ pub async fn handle(
     match (request.method().clone(), path.as_str()) {
         (Method::GET, "/v1/policy") => Ok(reply(
             StatusCode::OK,
-            serde_json::json!({ "outcome": "ok", "generation": shared.admission.generation() }),
+            serde_json::json!({
+                "outcome": "ok",
+                "generation": shared.admission.generation(),
+                "loaded_at": humantime::format_rfc3339_seconds(shared.reloader.loaded_at()).to_string(),
+            }),
         )),
         (Method::POST, "/v1/policy/reload") => reload(request, shared).await,
         (Method::POST, "/v1/policy/explain") => explain(request, shared).await,
@@ -54,32 +59,20 @@ async fn reload(request: Request<Incoming>, shared: &Services) -> Result<HttpRes
         .map_err(|not_admin| ApiError::Forbidden {
             reason: not_admin.to_string(),
         })?;
-    let _claim = shared
-        .reloads
-        .claim()
-        .map_err(|throttled| ApiError::RateLimited {
-            reason: format!(
-                "the policy was reloaded moments ago; reloads are at least {} apart (admin.reload_interval)",
-                humantime::format_duration(shared.reloads.interval())
-            ),
-            retry_after_secs: throttled.retry_after_secs(),
-        })?;
-    let admission = shared.admission.clone();
-    // Compiling modules takes milliseconds of CPU or more: keep it off the async workers. The
-    // claim is held until the compile ends, so reloads never overlap.
-    let outcome = tokio::task::spawn_blocking(move || admission.reload())
-        .await
-        .map_err(|error| ApiError::Internal(format!("reload task failed: {error}")))?;
-    if outcome.is_ok() {
-        // Answered once Redis backs the new policy, so a client that saw the reload sees it.
-        shared.lane_users.follow(&shared.admission).await;
-    }
-    Ok(match outcome {
+    // The same reload as SIGHUP's: one throttle, one lock, one order of steps (crate::reload).
+    Ok(match shared.reloader.reload(Trigger::Http).await {
         Ok(generation) => reply(
             StatusCode::OK,
             serde_json::json!({ "outcome": "reloaded", "generation": generation }),
         ),
-        Err(error) => {
+        Err(refused @ ReloadError::Throttled { throttled, .. }) => {
+            return Err(ApiError::RateLimited {
+                reason: refused.to_string(),
+                retry_after_secs: throttled.retry_after_secs(),
+            })
+        }
+        Err(ReloadError::Failed(reason)) => return Err(ApiError::Internal(reason)),
+        Err(ReloadError::Rejected(error)) => {
             let errors: Vec<String> = match &error {
                 PolicyError::Compile(diagnostics) => {
                     diagnostics.iter().map(ToString::to_string).collect()

@@ -1,7 +1,7 @@
 //! The Redis-protocol front door: any Redis client on the RESP Unix socket. Each connection is a
 //! [`session`]; every command it sends is admitted by the policy, then travels on its lane.
 //!
-//! A command's path through these files: `door.rs` lets the connection in; `session.rs` (the loop
+//! A command's path through these files: `listener.rs` accepts the connection; `door.rs` lets the connection in; `session.rs` (the loop
 //! and its I/O) reads the bytes; `ahead.rs` parses each command, classifies it once (`kind.rs`)
 //! and admits a pipeline's run together; `state.rs` asks `plan.rs` what the command becomes in
 //! this session and carries that out as a [`schedule`] step: sent on its lane (`pending.rs`, its
@@ -24,6 +24,7 @@ mod keyspace;
 mod kind;
 mod lease;
 mod lease_watch;
+mod listener;
 mod local;
 mod monitor;
 mod pending;
@@ -42,34 +43,6 @@ mod transaction;
 #[cfg(test)]
 mod words;
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
-
-use tokio::net::UnixListener;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-use tracing::Instrument;
-
 pub use self::front::FrontDoor;
+pub use self::listener::serve;
 pub use self::route::Route;
-use crate::server::socket;
-
-/// Accepts clients until `stop`, then waits for every session to answer what it already read.
-pub async fn serve(listener: UnixListener, front: Arc<FrontDoor>, stop: CancellationToken) {
-    let sessions = TaskTracker::new();
-    let mut acceptor = socket::Acceptor::new(listener, "resp");
-    while let Some(stream) = acceptor.accept_until(&stop).await {
-        let id = front.next_client_id.fetch_add(1, Ordering::Relaxed);
-        // Every line a session logs names its client, and once known its peer and principal.
-        let span = tracing::info_span!(
-            "resp",
-            client = id,
-            uid = tracing::field::Empty,
-            pid = tracing::field::Empty,
-            principal = tracing::field::Empty
-        );
-        sessions.spawn(session::run(stream, front.clone(), stop.clone(), id).instrument(span));
-    }
-    sessions.close();
-    sessions.wait().await;
-}

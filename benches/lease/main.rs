@@ -18,7 +18,7 @@
 //!   released 25 ms into the wait as the others are, and 150 ms into it (past etcd's 100 ms watch
 //!   sync loop, which a waiter that just started waiting pays).
 //!
-//! `cargo bench -p tollgate-lease --bench lease` (without an `etcd` or a `nutcracker` binary on
+//! `cargo bench --bench lease` (without an `etcd` or a `nutcracker` binary on
 //! PATH that part is skipped, and says so).
 
 #[path = "support/daemon_thread.rs"]

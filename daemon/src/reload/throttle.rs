@@ -1,6 +1,6 @@
-//! At most one run of an expensive action at a time, and a pause after each: the policy reload over
-//! HTTP, where every run compiles and self-tests every module. The pause counts from the end of a
-//! run, so a slow compile cannot be followed back to back by the next one.
+//! At most one run of an expensive action at a time, and a pause after each: the policy reload,
+//! where every run compiles and self-tests every module. The pause counts from the end of a run, so
+//! a slow compile cannot be followed back to back by the next one.
 
 use std::time::{Duration, Instant};
 
