@@ -158,3 +158,61 @@ async fn a_killed_master_s_slots_are_served_by_its_promoted_replica_without_losi
     );
     daemon.stop().await;
 }
+
+/// Issue 27: while a killed master's slot has no master in the slot map (the nodes marked it
+/// failed, its replica is not elected yet), a command for that slot waits for the cluster's own
+/// failover, up to `redis.cluster.retry_for` (5 s), instead of failing at once with
+/// `UNAVAILABLE … no master serves slot`. Any error other than the one write in flight on the
+/// killed connection comes only after `retry_for`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_for_a_killed_master_s_slot_waits_for_the_failover() {
+    let mut cluster = cluster().await;
+    let daemon = TestDaemon::start_cluster(&cluster, Splitting::Split).await;
+    let mut conn = crate::cluster::client(&daemon).await;
+    let victim = cluster.masters()[0];
+    let replica = cluster.replicas_of(victim)[0];
+    let key = (0..)
+        .map(|n| format!("waits:{n}"))
+        .find(|key| cluster.master_of(Slot::of(key.as_bytes()).number()) == victim)
+        .unwrap();
+    let _: i64 = conn.incr(&key, 1).await.unwrap();
+
+    cluster.kill(victim);
+    let killed_at = Instant::now();
+    let (mut acked, mut errors) = (0u64, Vec::new());
+    let mut promoted_at = None;
+    // No CLUSTER FAILOVER: the replica is elected by the masters left, after the node timeout.
+    while killed_at.elapsed() < Duration::from_secs(30) {
+        let started = Instant::now();
+        let incr: Result<i64, _> = conn.incr(&key, 1).await;
+        match incr {
+            Ok(_) => acked += 1,
+            Err(error) => errors.push((crate::cluster::error_kind(&error), started.elapsed())),
+        }
+        let role = cluster.inline(replica, "ROLE");
+        if promoted_at.is_none() && role.contains("master") {
+            promoted_at = Some(killed_at.elapsed());
+        }
+        // Some writes after the promotion, then stop.
+        if promoted_at.is_some_and(|at| killed_at.elapsed() > at + Duration::from_millis(500)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!(
+        "killed master: {acked} INCRs acknowledged, errors {errors:?}, replica promoted after \
+         {promoted_at:?}"
+    );
+    assert!(promoted_at.is_some(), "the replica was elected");
+    assert!(acked > 0, "writes went on after the failover");
+    let retry_for = Duration::from_secs(5);
+    for (kind, waited) in &errors {
+        assert!(
+            kind == "IOERR" || *waited >= retry_for,
+            "{kind} after {waited:?}, before retry_for: {errors:?}"
+        );
+    }
+    let in_flight = errors.iter().filter(|(kind, _)| kind == "IOERR").count();
+    assert!(in_flight <= 1, "only the write in flight fails: {errors:?}");
+    daemon.stop().await;
+}
