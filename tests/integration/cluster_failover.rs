@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 use tollgate_lanes::{Slot, Splitting};
+use tollgate_resp::Frame;
 
 use crate::cluster::{cluster, keys_on_every_master};
 use crate::support::daemon::TestDaemon;
@@ -168,14 +169,17 @@ async fn a_killed_master_s_slots_are_served_by_its_promoted_replica_without_losi
 async fn a_command_for_a_killed_master_s_slot_waits_for_the_failover() {
     let mut cluster = cluster().await;
     let daemon = TestDaemon::start_cluster(&cluster, Splitting::Split).await;
-    let mut conn = crate::cluster::client(&daemon).await;
+    // A raw connection: no client-side timeout cuts the wait short.
+    let mut conn = tokio::net::UnixStream::connect(daemon.resp_socket())
+        .await
+        .unwrap();
     let victim = cluster.masters()[0];
     let replica = cluster.replicas_of(victim)[0];
     let key = (0..)
         .map(|n| format!("waits:{n}"))
         .find(|key| cluster.master_of(Slot::of(key.as_bytes()).number()) == victim)
         .unwrap();
-    let _: i64 = conn.incr(&key, 1).await.unwrap();
+    assert!(matches!(incr(&mut conn, &key).await, Frame::Integer(1)));
 
     cluster.kill(victim);
     let killed_at = Instant::now();
@@ -184,10 +188,14 @@ async fn a_command_for_a_killed_master_s_slot_waits_for_the_failover() {
     // No CLUSTER FAILOVER: the replica is elected by the masters left, after the node timeout.
     while killed_at.elapsed() < Duration::from_secs(30) {
         let started = Instant::now();
-        let incr: Result<i64, _> = conn.incr(&key, 1).await;
-        match incr {
-            Ok(_) => acked += 1,
-            Err(error) => errors.push((crate::cluster::error_kind(&error), started.elapsed())),
+        match incr(&mut conn, &key).await {
+            Frame::Integer(_) => acked += 1,
+            Frame::Error(text) => {
+                let text = String::from_utf8_lossy(&text).into_owned();
+                let kind = text.split(' ').next().unwrap_or_default().to_owned();
+                errors.push((kind, started.elapsed()));
+            }
+            other => panic!("INCR: {other:?}"),
         }
         let role = cluster.inline(replica, "ROLE");
         if promoted_at.is_none() && role.contains("master") {
@@ -215,4 +223,21 @@ async fn a_command_for_a_killed_master_s_slot_waits_for_the_failover() {
     let in_flight = errors.iter().filter(|(kind, _)| kind == "IOERR").count();
     assert!(in_flight <= 1, "only the write in flight fails: {errors:?}");
     daemon.stop().await;
+}
+
+/// `INCR key` on `conn`, and its reply.
+async fn incr(conn: &mut tokio::net::UnixStream, key: &str) -> Frame {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut out = bytes::BytesMut::new();
+    tollgate_resp::encode_command(&["INCR", key], &mut out);
+    conn.write_all(&out).await.unwrap();
+    let mut read = bytes::BytesMut::new();
+    loop {
+        if let Some(frame) = tollgate_resp::parse(&mut read, &tollgate_resp::Limits::default())
+            .expect("RESP from the daemon")
+        {
+            return frame;
+        }
+        assert!(conn.read_buf(&mut read).await.unwrap() > 0, "the daemon hung up");
+    }
 }
