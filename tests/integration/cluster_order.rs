@@ -227,7 +227,9 @@ fn migrate(cluster: &RedisCluster, slot: u16, from: usize, to: usize, seen: &mut
         argv.extend(keys.iter().map(String::as_str));
         match cluster.call(from, &argv) {
             Frame::Simple(_) => seen.keys_moved += keys.len(),
-            Frame::Error(text) if text.starts_with(b"BUSYKEY") => {
+            // Redis passes the target's refusal on: `ERR Target instance replied with error:
+            // BUSYKEY …`.
+            Frame::Error(text) if text.windows(7).any(|w| w == b"BUSYKEY") => {
                 seen.busykey += 1;
                 let mut argv = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "REPLACE"];
                 argv.push("KEYS");
