@@ -238,6 +238,9 @@ async fn incr(conn: &mut tokio::net::UnixStream, key: &str) -> Frame {
         {
             return frame;
         }
-        assert!(conn.read_buf(&mut read).await.unwrap() > 0, "the daemon hung up");
+        assert!(
+            conn.read_buf(&mut read).await.unwrap() > 0,
+            "the daemon hung up"
+        );
     }
 }

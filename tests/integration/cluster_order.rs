@@ -253,6 +253,10 @@ fn reshard(cluster: &RedisCluster, slot: u16, (a, b): (usize, usize), moves: usi
         migrate(cluster, slot, from, to, &mut seen);
         cluster.finish_migration(slot, to);
         seen.moves += 1;
+        // A pause between moves. Back to back (a move every few milliseconds on loopback), two
+        // whole moves fit inside one of the daemon's round trips on a loaded machine, the one
+        // window Redis's ASK leaves (docs/cluster.md, "What is left").
+        std::thread::sleep(Duration::from_millis(20));
     }
     seen
 }

@@ -54,8 +54,14 @@ async fn a_connection_s_lines_name_its_node_once_after_many_reconnects() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
-    let lost: Vec<&str> = text.lines().filter(|l| l.contains("connection to redis lost")).collect();
-    assert!(lost.len() >= 3, "the connection was lost and logged: {text}");
+    let lost: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("connection to redis lost"))
+        .collect();
+    assert!(
+        lost.len() >= 3,
+        "the connection was lost and logged: {text}"
+    );
     for line in lost {
         assert_eq!(line.matches("node=").count(), 1, "{line}");
     }

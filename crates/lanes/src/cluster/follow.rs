@@ -130,7 +130,13 @@ impl<'a> Attempts<'a> {
                     // An ASK is true only when given: the slot may have finished moving since,
                     // and moved back, with the key on the source again. `ASKING` on the importing
                     // node would then write a second copy of the key. Ask the source again.
-                    Fresh::No => (node.clone(), Asking::No),
+                    // Not counted as a redirect: its answer is fresh, so this happens once.
+                    Fresh::No => {
+                        return Then::Send {
+                            node: node.clone(),
+                            asking: Asking::No,
+                        }
+                    }
                 }
             }
             Redirect::TryAgain | Redirect::ClusterDown => {
