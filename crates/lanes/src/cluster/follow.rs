@@ -79,7 +79,14 @@ enum Asking {
 enum Fresh {
     Yes,
     No,
+    /// Waited for, but the command was sent longer than [`ASK_FRESH`] ago: the daemon was slow to
+    /// look (a busy session, a loaded machine), and the answer may be as old.
+    Slow,
 }
+
+/// How old an `ASK` may be and still be followed with `ASKING`: far less than two whole moves of
+/// a slot (see docs/cluster.md, "What is left").
+const ASK_FRESH: Duration = Duration::from_millis(10);
 
 impl<'a> Attempts<'a> {
     fn new(lanes: &'a ClusterLanes, lane: Lane, route: &Route) -> Attempts<'a> {
@@ -130,13 +137,16 @@ impl<'a> Attempts<'a> {
                     // An ASK is true only when given: the slot may have finished moving since,
                     // and moved back, with the key on the source again. `ASKING` on the importing
                     // node would then write a second copy of the key. Ask the source again.
-                    // Not counted as a redirect: its answer is fresh, so this happens once.
+                    // Not counted as a redirect: its answer is waited for, so this happens once.
                     Fresh::No => {
                         return Then::Send {
                             node: node.clone(),
                             asking: Asking::No,
                         }
                     }
+                    // Counted: on a machine too slow for any answer to be fresh, the command ends
+                    // with the typed error after MAX_REDIRECTS rather than asking for ever.
+                    Fresh::Slow => (node.clone(), Asking::No),
                 }
             }
             Redirect::TryAgain | Redirect::ClusterDown => {
@@ -239,11 +249,17 @@ impl<'a> Attempts<'a> {
     }
 }
 
-/// The outcome of `sent`, and whether it was waited for.
-async fn outcome(mut sent: NodeSend) -> (Result<Reply, CallError>, Fresh) {
+/// The outcome of `sent` (sent at `at`), and whether it was waited for in time.
+async fn outcome(mut sent: NodeSend, at: Instant) -> (Result<Reply, CallError>, Fresh) {
     match (&mut sent).now_or_never() {
         Some(outcome) => (outcome, Fresh::No),
-        None => (sent.await, Fresh::Yes),
+        None => {
+            let outcome = sent.await;
+            match at.elapsed() > ASK_FRESH {
+                true => (outcome, Fresh::Slow),
+                false => (outcome, Fresh::Yes),
+            }
+        }
     }
 }
 
@@ -355,23 +371,24 @@ impl ClusterChannel {
             }
             (_, None) => (None, None),
         };
+        let sent_at = Instant::now();
         let channel = self.clone();
         Box::pin(async move {
             // Held until the reply is final: later commands of the slot look at it.
             let mut place = place;
             let lanes = channel.lanes.clone();
             let mut attempts = Attempts::new(&lanes, channel.lane.into(), &route);
-            let (mut node, mut sent) = match first {
-                Some(first) => first,
+            let (mut node, mut sent, mut at) = match first {
+                Some((node, sent)) => (node, sent, sent_at),
                 None => {
                     let node = attempts.target(&route).await?;
                     let sent = channel.send_on(&node, &command, Asking::No, deadline);
-                    (node, sent)
+                    (node, sent, Instant::now())
                 }
             };
             loop {
                 let then = match sent {
-                    Ok(sent) => match outcome(sent).await {
+                    Ok(sent) => match outcome(sent, at).await {
                         (Ok(reply), fresh) => attempts.after_reply(reply, &node, fresh, &mut place),
                         (Err(error), _) => attempts.after_error(error, &node, &mut place),
                     },
@@ -393,6 +410,7 @@ impl ClusterChannel {
                     }
                 };
                 attempts.count(&node, Redirected::Resent);
+                at = Instant::now();
                 sent = channel.send_on(&node, &command, asking, deadline);
             }
         })
