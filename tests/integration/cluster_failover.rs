@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 use tollgate_lanes::{Slot, Splitting};
+use tollgate_resp::Frame;
 
 use crate::cluster::{cluster, keys_on_every_master};
 use crate::support::daemon::TestDaemon;
@@ -157,4 +158,89 @@ async fn a_killed_master_s_slots_are_served_by_its_promoted_replica_without_losi
         total.errors
     );
     daemon.stop().await;
+}
+
+/// Issue 27: while a killed master's slot has no master in the slot map (the nodes marked it
+/// failed, its replica is not elected yet), a command for that slot waits for the cluster's own
+/// failover, up to `redis.cluster.retry_for` (5 s), instead of failing at once with
+/// `UNAVAILABLE … no master serves slot`. Any error other than the one write in flight on the
+/// killed connection comes only after `retry_for`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_for_a_killed_master_s_slot_waits_for_the_failover() {
+    let mut cluster = cluster().await;
+    let daemon = TestDaemon::start_cluster(&cluster, Splitting::Split).await;
+    // A raw connection: no client-side timeout cuts the wait short.
+    let mut conn = tokio::net::UnixStream::connect(daemon.resp_socket())
+        .await
+        .unwrap();
+    let victim = cluster.masters()[0];
+    let replica = cluster.replicas_of(victim)[0];
+    let key = (0..)
+        .map(|n| format!("waits:{n}"))
+        .find(|key| cluster.master_of(Slot::of(key.as_bytes()).number()) == victim)
+        .unwrap();
+    assert!(matches!(incr(&mut conn, &key).await, Frame::Integer(1)));
+
+    cluster.kill(victim);
+    let killed_at = Instant::now();
+    let (mut acked, mut errors) = (0u64, Vec::new());
+    let mut promoted_at = None;
+    // No CLUSTER FAILOVER: the replica is elected by the masters left, after the node timeout.
+    while killed_at.elapsed() < Duration::from_secs(30) {
+        let started = Instant::now();
+        match incr(&mut conn, &key).await {
+            Frame::Integer(_) => acked += 1,
+            Frame::Error(text) => {
+                let text = String::from_utf8_lossy(&text).into_owned();
+                let kind = text.split(' ').next().unwrap_or_default().to_owned();
+                errors.push((kind, started.elapsed()));
+            }
+            other => panic!("INCR: {other:?}"),
+        }
+        let role = cluster.inline(replica, "ROLE");
+        if promoted_at.is_none() && role.contains("master") {
+            promoted_at = Some(killed_at.elapsed());
+        }
+        // Some writes after the promotion, then stop.
+        if promoted_at.is_some_and(|at| killed_at.elapsed() > at + Duration::from_millis(500)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!(
+        "killed master: {acked} INCRs acknowledged, errors {errors:?}, replica promoted after \
+         {promoted_at:?}"
+    );
+    assert!(promoted_at.is_some(), "the replica was elected");
+    assert!(acked > 0, "writes went on after the failover");
+    let retry_for = Duration::from_secs(5);
+    for (kind, waited) in &errors {
+        assert!(
+            kind == "IOERR" || *waited >= retry_for,
+            "{kind} after {waited:?}, before retry_for: {errors:?}"
+        );
+    }
+    let in_flight = errors.iter().filter(|(kind, _)| kind == "IOERR").count();
+    assert!(in_flight <= 1, "only the write in flight fails: {errors:?}");
+    daemon.stop().await;
+}
+
+/// `INCR key` on `conn`, and its reply.
+async fn incr(conn: &mut tokio::net::UnixStream, key: &str) -> Frame {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut out = bytes::BytesMut::new();
+    tollgate_resp::encode_command(&["INCR", key], &mut out);
+    conn.write_all(&out).await.unwrap();
+    let mut read = bytes::BytesMut::new();
+    loop {
+        if let Some(frame) = tollgate_resp::parse(&mut read, &tollgate_resp::Limits::default())
+            .expect("RESP from the daemon")
+        {
+            return frame;
+        }
+        assert!(
+            conn.read_buf(&mut read).await.unwrap() > 0,
+            "the daemon hung up"
+        );
+    }
 }

@@ -6,6 +6,7 @@ mod cluster;
 mod cluster_failover;
 mod cluster_keyspace;
 mod cluster_leases;
+mod cluster_order;
 mod cluster_pubsub;
 mod cluster_resharding;
 mod embedded_supervision;

@@ -15,8 +15,9 @@ pub(crate) struct Conn {
     read: BytesMut,
     /// Where measuring the reply being read stopped, so a large reply is scanned once.
     replies: ReplyReader,
-    /// Which master (see `Locator`) the connection was opened to.
+    /// Which master (see `Locator`) the connection was opened to, and where it is.
     generation: u64,
+    endpoint: crate::Endpoint,
     protocol: Protocol,
     _tracked: Tracked,
 }
@@ -57,6 +58,7 @@ impl Conn {
         stream: Stream,
         metrics: &LaneMetrics,
         generation: u64,
+        endpoint: crate::Endpoint,
         protocol: Protocol,
     ) -> Self {
         Conn {
@@ -64,6 +66,7 @@ impl Conn {
             read: BytesMut::with_capacity(4096),
             replies: ReplyReader::new(reply_limits()),
             generation,
+            endpoint,
             protocol,
             _tracked: Tracked::new(metrics),
         }
@@ -94,6 +97,13 @@ impl Conn {
 
     pub(crate) fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// A span for the connection's life, naming its node: a driver runs each connection it opens
+    /// in one, so its lines name the node it is on now (a field recorded on the driver's own
+    /// long-lived span is appended again at every reconnect by the log formatter).
+    pub(crate) fn span(&self) -> tracing::Span {
+        tracing::info_span!("conn", node = %self.endpoint)
     }
 
     pub(crate) fn protocol(&self) -> Protocol {

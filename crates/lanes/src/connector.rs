@@ -125,8 +125,6 @@ impl Connector {
             }
         }
         let (endpoint, generation) = self.locator.current()?;
-        // The lane's span (a driver's, or the borrowing session's) names the node from here on.
-        tracing::Span::current().record("node", tracing::field::display(&endpoint));
         let attempt =
             tokio::time::timeout(CONNECT_TIMEOUT, self.dial(&endpoint, generation, protocol)).await;
         let result = attempt.unwrap_or(Err(DialFailure::Timeout));
@@ -191,7 +189,13 @@ impl Connector {
         if let Some(uid) = self.server_uid {
             stream.check_server_uid(uid)?;
         }
-        let mut conn = Conn::new(stream, &self.metrics, generation, protocol);
+        let mut conn = Conn::new(
+            stream,
+            &self.metrics,
+            generation,
+            endpoint.clone(),
+            protocol,
+        );
         let reply = conn.call(&self.hello[protocol.index()]).await?;
         if reply.is_error() {
             return Err(DialFailure::HelloRefused(error_text(&reply)));

@@ -32,6 +32,8 @@ mod reach;
 mod reply;
 mod route;
 mod share;
+#[cfg(test)]
+mod spans;
 mod status;
 mod stream;
 mod topology;

@@ -1,6 +1,6 @@
 //! Where the master is right now. Standalone: a fixed address. Sentinel: asked of the sentinels and
-//! followed through failovers by a task subscribed to `+switch-master` (with a periodic re-check in
-//! case a notification was missed). Each move bumps a generation; connections remember the generation
+//! followed through failovers by a task subscribed to `+promoted-slave` (the replica took the
+//! role) and `+switch-master` (with a periodic re-check in case a notification was missed). Each move bumps a generation; connections remember the generation
 //! they were opened in, and a move closes the old ones (their in-flight replies become indeterminate).
 
 use std::time::Duration;
@@ -175,7 +175,10 @@ async fn watch_sentinel(
         Err(error) => return error,
     };
     let mut read = BytesMut::new();
-    let subscribe = ["SUBSCRIBE", "+switch-master"];
+    // `+promoted-slave` comes when the replica took the master's role, before the sentinels
+    // reconfigure the rest and announce `+switch-master` (~1 s later): writes go to the new master
+    // from the promotion on, not to the old one in between (issue 34).
+    let subscribe = ["SUBSCRIBE", "+switch-master", "+promoted-slave"];
     if let Err(error) = events.exchange(&mut read, &subscribe).await {
         return exchange_failed(sentinel, error);
     }
@@ -192,7 +195,8 @@ async fn watch_sentinel(
                 _ = &mut deadline => break,
                 message = events.next_frame(&mut read) => match message {
                     Ok(frame) => {
-                        if let Some(master) = switched_to(name, &frame) {
+                        let moved = switched_to(name, &frame).or_else(|| promoted(name, &frame));
+                        if let Some(master) = moved {
                             publish(master);
                         }
                     }
@@ -259,6 +263,28 @@ fn switched_to(name: &str, frame: &Frame) -> Option<Endpoint> {
     }
 }
 
+/// `+promoted-slave` carries `slave <ip>:<port> <ip> <port> @ <name> <master-ip> <master-port>`:
+/// the replica now master of `name`.
+fn promoted(name: &str, frame: &Frame) -> Option<Endpoint> {
+    let Frame::Array(items) = frame else {
+        return None;
+    };
+    if items.first()?.as_bytes()?.as_ref() != b"message"
+        || items.get(1)?.as_bytes()?.as_ref() != b"+promoted-slave"
+    {
+        return None;
+    }
+    let payload = String::from_utf8(items.get(2)?.as_bytes()?.to_vec()).ok()?;
+    let fields: Vec<&str> = payload.split(' ').collect();
+    match fields.as_slice() {
+        ["slave", _, host, port, "@", group, _, _] if *group == name => Some(Endpoint::Tcp {
+            host: (*host).to_owned(),
+            port: port.parse().ok()?,
+        }),
+        _ => None,
+    }
+}
+
 fn address(host: Option<&Frame>, port: Option<&Frame>) -> Option<Endpoint> {
     let host = String::from_utf8(host?.as_bytes()?.to_vec()).ok()?;
     let port = std::str::from_utf8(port?.as_bytes()?).ok()?.parse().ok()?;
@@ -297,6 +323,39 @@ mod tests {
         );
         assert_eq!(
             switched_to("mymaster", &message("other 127.0.0.1 6379 127.0.0.1 6380")),
+            None
+        );
+    }
+
+    #[test]
+    fn reads_promoted_slave_for_our_group_only() {
+        let message = |channel: &str, payload: &str| {
+            Frame::Array(vec![
+                Frame::Bulk("message".into()),
+                Frame::Bulk(channel.to_owned().into()),
+                Frame::Bulk(payload.to_owned().into()),
+            ])
+        };
+        let payload = "slave 127.0.0.1:6380 127.0.0.1 6380 @ mymaster 127.0.0.1 6379";
+        assert_eq!(
+            promoted("mymaster", &message("+promoted-slave", payload)),
+            Some(Endpoint::Tcp {
+                host: "127.0.0.1".into(),
+                port: 6380
+            })
+        );
+        assert_eq!(
+            promoted("other", &message("+promoted-slave", payload)),
+            None
+        );
+        // The same words on another channel, or a master's event, are not a promotion.
+        assert_eq!(
+            promoted("mymaster", &message("+switch-master", payload)),
+            None
+        );
+        let master = "master mymaster 127.0.0.1 6379 @ mymaster 127.0.0.1 6379";
+        assert_eq!(
+            promoted("mymaster", &message("+promoted-slave", master)),
             None
         );
     }

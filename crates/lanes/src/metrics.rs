@@ -42,6 +42,41 @@ impl Rejection {
     }
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RedirectLabel {
+    lane: &'static str,
+    node: String,
+    kind: &'static str,
+}
+
+/// What a cluster node answered instead of running a command, or what the daemon did about it, as
+/// counted in `cluster_redirects_total{lane, node, kind}` (`node`: the node that answered, or for
+/// `resent` the node the command was sent to again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Redirected {
+    Moved,
+    Ask,
+    TryAgain,
+    ClusterDown,
+    /// The node could not be reached (the command was not sent).
+    Unavailable,
+    /// The command was sent again (after any of the above).
+    Resent,
+}
+
+impl Redirected {
+    fn label(self) -> &'static str {
+        match self {
+            Redirected::Moved => "moved",
+            Redirected::Ask => "ask",
+            Redirected::TryAgain => "tryagain",
+            Redirected::ClusterDown => "clusterdown",
+            Redirected::Unavailable => "unavailable",
+            Redirected::Resent => "resent",
+        }
+    }
+}
+
 type HistogramFamily = Family<LaneLabel, Histogram, fn() -> Histogram>;
 
 /// The metric families of all lanes.
@@ -56,6 +91,7 @@ pub(crate) struct Families {
     opened: Family<LaneLabel, Counter>,
     closed: Family<LaneLabel, Counter>,
     writes: Family<LaneLabel, Counter>,
+    redirects: Family<RedirectLabel, Counter>,
 }
 
 fn wait_histogram() -> Histogram {
@@ -76,6 +112,7 @@ impl Families {
             opened: Family::default(),
             closed: Family::default(),
             writes: Family::default(),
+            redirects: Family::default(),
         };
         let r = registry;
         r.register(
@@ -128,7 +165,23 @@ impl Families {
             "Writes to Redis on multiplexed lanes; each carries every command queued for it",
             families.writes.clone(),
         );
+        r.register(
+            "cluster_redirects",
+            "Cluster redirects met and commands sent again, per lane, node and kind \
+             (moved, ask, tryagain, clusterdown, unavailable, resent)",
+            families.redirects.clone(),
+        );
         families
+    }
+
+    /// Counts one redirect of `kind` on `lane` at `node`; rare, so the label is built each time.
+    pub(crate) fn redirected(&self, lane: Lane, node: &crate::Endpoint, kind: Redirected) {
+        let label = RedirectLabel {
+            lane: lane.as_str(),
+            node: node.to_string(),
+            kind: kind.label(),
+        };
+        self.redirects.get_or_create(&label).inc();
     }
 
     pub(crate) fn lane(&self, lane: Lane) -> LaneMetrics {

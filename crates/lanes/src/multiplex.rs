@@ -279,14 +279,9 @@ impl MultiplexedLane {
             kills,
         });
         for (connection, (receiver, slot)) in receivers.into_iter().enumerate() {
-            // Every line a driver logs names its lane, connection and (once dialled) node.
-            let span = tracing::info_span!(
-                "lane",
-                %lane,
-                connection,
-                protocol = ?slot.protocol,
-                node = tracing::field::Empty
-            );
+            // Every line a driver logs names its lane and connection, and, while connected, the
+            // node (the connection's own span, `Conn::span`).
+            let span = tracing::info_span!("lane", %lane, connection, protocol = ?slot.protocol);
             drivers.spawn(drive(this.clone(), receiver, slot).instrument(span));
         }
         this
@@ -462,7 +457,12 @@ async fn drive(
             },
         };
         match lane.connector.connect(protocol).await {
-            Ok(conn) => next = pipeline(&lane, &slot, conn, first, &mut queue).await,
+            Ok(conn) => {
+                let span = conn.span();
+                next = pipeline(&lane, &slot, conn, first, &mut queue)
+                    .instrument(span)
+                    .await
+            }
             Err(error) => {
                 // Fail fast: everything queued now would meet the same outage.
                 let reason = error.to_string();

@@ -256,12 +256,7 @@ impl PubSubLane {
                     control,
                     rehome: rehome.clone(),
                 });
-                let span = tracing::info_span!(
-                    "lane",
-                    lane = %Lane::Pubsub,
-                    connection,
-                    node = tracing::field::Empty
-                );
+                let span = tracing::info_span!("lane", lane = %Lane::Pubsub, connection);
                 drivers.spawn(
                     drive(shard.clone(), receiver, connector.clone(), life.clone())
                         .instrument(span),
@@ -523,7 +518,10 @@ async fn drive(
         // The lane reads messages itself and hands them on decoded: RESP2 is its own protocol.
         match connector.connect(Protocol::Resp2).await {
             Ok(conn) => {
-                let reason = serve(&shard, conn, first, &mut control, &life, &connector).await;
+                let span = conn.span();
+                let reason = serve(&shard, conn, first, &mut control, &life, &connector)
+                    .instrument(span)
+                    .await;
                 if let Some(reason) = reason {
                     connector.note_lost();
                     shard.end_all(&SubscriptionEnded::Disconnected { reason });

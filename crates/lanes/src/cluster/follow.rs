@@ -7,7 +7,9 @@
 //! is a typed error, never a hang.
 //!
 //! Each of these means Redis did not run the command, so sending it again cannot run it twice; a
-//! command that may have run (its connection lost after it was written) is never sent again.
+//! command that may have run (its connection lost after it was written) is never sent again. A
+//! session's commands of one slot keep their order through all of it (`line`); every redirect and
+//! re-send is counted in `cluster_redirects_total`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,14 +18,18 @@ use tokio::time::Instant;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
+use futures::FutureExt;
 use parking_lot::Mutex;
 use tollgate_model::{Lane, Multiplexed, Protocol, Tenant};
 
+use super::line::{Lines, Place};
 use super::nodes::ClusterLanes;
 use super::redirect::{redirect, Redirect};
+use super::Slot;
 use crate::budget::Budget;
 use crate::error::{CallError, LaneError};
 use crate::exclusive::Borrowed;
+use crate::metrics::Redirected;
 use crate::multiplex::{NodeChannel, NodeSend};
 use crate::reply::Reply;
 use crate::route::Route;
@@ -36,7 +42,11 @@ pub(crate) const MAX_REDIRECTS: usize = 5;
 const MAX_PAUSE: Duration = Duration::from_millis(200);
 
 /// One command's attempts so far, and what the next one is.
-struct Attempts {
+struct Attempts<'a> {
+    lanes: &'a ClusterLanes,
+    /// The lane and slot the redirects are counted under.
+    lane: Lane,
+    slot: Option<Slot>,
     redirects: usize,
     /// Since when the command has been waiting for the cluster (`TRYAGAIN`, `CLUSTERDOWN`, a
     /// master that cannot be reached), and how many pauses it took.
@@ -63,17 +73,48 @@ enum Asking {
     Yes,
 }
 
-impl Attempts {
-    fn new(window: Duration) -> Attempts {
+/// Whether a reply was waited for, or was already there when the command was first looked at (it
+/// came while earlier commands of the session were being answered, and may be old news).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fresh {
+    Yes,
+    No,
+    /// Waited for, but the command was sent longer than [`ASK_FRESH`] ago: the daemon was slow to
+    /// look (a busy session, a loaded machine), and the answer may be as old.
+    Slow,
+}
+
+/// How old an `ASK` may be and still be followed with `ASKING`: far less than two whole moves of
+/// a slot (see docs/cluster.md, "What is left").
+const ASK_FRESH: Duration = Duration::from_millis(10);
+
+impl<'a> Attempts<'a> {
+    fn new(lanes: &'a ClusterLanes, lane: Lane, route: &Route) -> Attempts<'a> {
         Attempts {
+            lanes,
+            lane,
+            slot: match route {
+                Route::Slot(slot) => Some(*slot),
+                Route::Any | Route::Node(_) => None,
+            },
             redirects: 0,
             waiting: None,
-            window,
+            window: lanes.retry_for(),
         }
     }
 
-    /// After the reply `reply` from `node`.
-    fn after_reply(&mut self, lanes: &ClusterLanes, reply: Reply, node: &Endpoint) -> Then {
+    fn count(&self, node: &Endpoint, kind: Redirected) {
+        self.lanes.redirected(self.lane, node, kind, self.slot);
+    }
+
+    /// After the reply `reply` from `node`, for the command at `place` in its slot's line.
+    fn after_reply(
+        &mut self,
+        reply: Reply,
+        node: &Endpoint,
+        fresh: Fresh,
+        place: &mut Option<Place>,
+    ) -> Then {
         let Some(redirect) = reply
             .is_error()
             .then(|| redirect(reply.bytes(), node))
@@ -81,15 +122,49 @@ impl Attempts {
         else {
             return Then::Reply(reply);
         };
+        // Commands of the slot sent at once after this one, which the node may have run already.
+        let behind = place.as_mut().map_or(0, Place::redirected);
         let (to, asking) = match redirect {
             Redirect::Moved { to, .. } => {
-                lanes.refresh_soon();
+                self.count(node, Redirected::Moved);
+                self.lanes.refresh_soon();
                 (to, Asking::No)
             }
-            Redirect::Ask { to, .. } => (to, Asking::Yes),
-            Redirect::TryAgain => return self.pause(&reply_text(&reply)),
-            Redirect::ClusterDown => {
-                lanes.refresh_soon();
+            Redirect::Ask { to, .. } => {
+                self.count(node, Redirected::Ask);
+                match fresh {
+                    Fresh::Yes => (to, Asking::Yes),
+                    // An ASK is true only when given: the slot may have finished moving since,
+                    // and moved back, with the key on the source again. `ASKING` on the importing
+                    // node would then write a second copy of the key. Ask the source again.
+                    // Not counted as a redirect: its answer is waited for, so this happens once.
+                    Fresh::No => {
+                        return Then::Send {
+                            node: node.clone(),
+                            asking: Asking::No,
+                        }
+                    }
+                    // Counted: on a machine too slow for any answer to be fresh, the command ends
+                    // with the typed error after MAX_REDIRECTS rather than asking for ever.
+                    Fresh::Slow => (node.clone(), Asking::No),
+                }
+            }
+            Redirect::TryAgain | Redirect::ClusterDown => {
+                let kind = match redirect {
+                    Redirect::TryAgain => Redirected::TryAgain,
+                    _ => Redirected::ClusterDown,
+                };
+                self.count(node, kind);
+                if kind == Redirected::ClusterDown {
+                    self.lanes.refresh_soon();
+                }
+                // Later commands of the slot already sent may have run on this node (a key of a
+                // multi-key command present, or the cluster up again): sent again after them, this
+                // one would run out of the client's order. Redis's own answer (nothing ran) is
+                // the client's, as a cluster client would get it.
+                if behind > 0 {
+                    return Then::Reply(reply);
+                }
                 return self.pause(&reply_text(&reply));
             }
         };
@@ -103,31 +178,37 @@ impl Attempts {
         Then::Send { node: to, asking }
     }
 
-    /// After `error` from a send. Only a command that was not sent is sent again: one that may
-    /// have run never is.
-    fn after_error(&mut self, lanes: &ClusterLanes, error: CallError) -> Then {
-        match error {
+    /// After `error` from a send to `node`. Only a command that was not sent is sent again: one
+    /// that may have run never is.
+    fn after_error(
+        &mut self,
+        error: CallError,
+        node: &Endpoint,
+        place: &mut Option<Place>,
+    ) -> Then {
+        let retryable = match &error {
             // The node's lanes were closed under the command (the map stopped naming it) while
             // the cluster's go on: nothing was sent, so it goes where the map says now.
-            CallError::NotSent(LaneError::Closed) if lanes.is_open() => {
-                self.pause("the node's lanes closed")
+            CallError::NotSent(LaneError::Closed) => self.lanes.is_open(),
+            // The master may be gone; a failover names a new one in the next map.
+            CallError::NotSent(LaneError::Unavailable { .. }) => true,
+            _ => false,
+        };
+        if !retryable {
+            if matches!(error, CallError::Indeterminate { .. }) {
+                self.lanes.refresh_soon();
             }
-            CallError::NotSent(LaneError::Unavailable { reason }) => {
-                // The master may be gone; a failover names a new one in the next map.
-                lanes.refresh_soon();
-                match self.pause(&reason) {
-                    Then::Fail(_) => {
-                        Then::Fail(CallError::NotSent(LaneError::Unavailable { reason }))
-                    }
-                    then => then,
-                }
-            }
-            error => {
-                if matches!(error, CallError::Indeterminate { .. }) {
-                    lanes.refresh_soon();
-                }
-                Then::Fail(error)
-            }
+            return Then::Fail(error);
+        }
+        self.count(node, Redirected::Unavailable);
+        self.lanes.refresh_soon();
+        // As for TRYAGAIN: later commands of the slot may have been sent on a new connection.
+        if place.as_mut().map_or(0, Place::redirected) > 0 {
+            return Then::Fail(error);
+        }
+        match self.pause(&error.to_string()) {
+            Then::Fail(_) => Then::Fail(error),
+            then => then,
         }
     }
 
@@ -144,6 +225,42 @@ impl Attempts {
         let pause = Duration::from_millis(10 << (*pauses).min(5)).min(MAX_PAUSE);
         Then::Pause(pause)
     }
+
+    /// The master `route` leads to now. While the map names none (its master failed and no
+    /// replica is promoted yet), waits for one within the window like any busy cluster.
+    async fn target(&mut self, route: &Route) -> Result<Endpoint, CallError> {
+        loop {
+            match self.lanes.target(route).await {
+                Ok(node) => return Ok(node),
+                Err(LaneError::Unavailable { reason }) if self.lanes.is_open() => {
+                    self.lanes.refresh_soon();
+                    match self.pause(&reason) {
+                        Then::Pause(pause) => tokio::time::sleep(pause).await,
+                        _ => {
+                            return Err(CallError::NotSent(LaneError::Unavailable {
+                                reason: format!("{reason} (waited {:?})", self.window),
+                            }))
+                        }
+                    }
+                }
+                Err(error) => return Err(CallError::NotSent(error)),
+            }
+        }
+    }
+}
+
+/// The outcome of `sent` (sent at `at`), and whether it was waited for in time.
+async fn outcome(mut sent: NodeSend, at: Instant) -> (Result<Reply, CallError>, Fresh) {
+    match (&mut sent).now_or_never() {
+        Some(outcome) => (outcome, Fresh::No),
+        None => {
+            let outcome = sent.await;
+            match at.elapsed() > ASK_FRESH {
+                true => (outcome, Fresh::Slow),
+                false => (outcome, Fresh::Yes),
+            }
+        }
+    }
 }
 
 fn reply_text(reply: &Reply) -> String {
@@ -159,6 +276,8 @@ pub(crate) struct ClusterChannel {
     budget: Option<Arc<dyn Budget>>,
     /// One connection per node, kept while commands are in flight so that their order holds.
     pipes: Arc<Mutex<Vec<(Endpoint, NodeChannel)>>>,
+    /// This caller's commands of each slot not yet final (`line`).
+    lines: Lines,
 }
 
 impl ClusterChannel {
@@ -169,6 +288,7 @@ impl ClusterChannel {
             protocol,
             budget: None,
             pipes: Arc::default(),
+            lines: Lines::default(),
         }
     }
 
@@ -223,36 +343,58 @@ impl ClusterChannel {
         })
     }
 
-    /// Queues `command` now on the node the map in hand names for `route`, and follows redirects
-    /// once it is polled.
+    /// Queues `command` now on the node the map in hand names for `route`, unless its slot's
+    /// line holds it (`line`: then it is sent when polled), and follows redirects once it is
+    /// polled.
     pub(crate) fn send_to(
         &self,
         route: Route,
         command: Bytes,
         deadline: Option<Duration>,
     ) -> BoxFuture<'static, Result<Reply, CallError>> {
-        let first = self.lanes.target_now(&route).map(|node| {
-            let sent = self.send_on(&node, &command, Asking::No, deadline);
-            (node, sent)
-        });
+        let now = self.lanes.target_now(&route);
+        let (place, first) = match (&route, now) {
+            (Route::Slot(slot), Some(node)) => {
+                let place = self
+                    .lines
+                    .admit(*slot, &node, || self.lanes.is_unsettled(*slot));
+                let first = place.is_direct().then(|| {
+                    let sent = self.send_on(&node, &command, Asking::No, deadline);
+                    (node, sent)
+                });
+                (Some(place), first)
+            }
+            (Route::Slot(slot), None) => (Some(self.lines.hold(*slot)), None),
+            (_, Some(node)) => {
+                let sent = self.send_on(&node, &command, Asking::No, deadline);
+                (None, Some((node, sent)))
+            }
+            (_, None) => (None, None),
+        };
+        let sent_at = Instant::now();
         let channel = self.clone();
         Box::pin(async move {
-            let mut attempts = Attempts::new(channel.lanes.retry_for());
-            let (mut node, mut sent) = match first {
-                Some(first) => first,
+            // Held until the reply is final: later commands of the slot look at it.
+            let mut place = place;
+            let lanes = channel.lanes.clone();
+            let mut attempts = Attempts::new(&lanes, channel.lane.into(), &route);
+            let (mut node, mut sent, mut at) = match first {
+                Some((node, sent)) => (node, sent, sent_at),
                 None => {
-                    let node = channel.lanes.target(&route).await?;
+                    let node = attempts.target(&route).await?;
                     let sent = channel.send_on(&node, &command, Asking::No, deadline);
-                    (node, sent)
+                    (node, sent, Instant::now())
                 }
             };
             loop {
                 let then = match sent {
-                    Ok(sent) => match sent.await {
-                        Ok(reply) => attempts.after_reply(&channel.lanes, reply, &node),
-                        Err(error) => attempts.after_error(&channel.lanes, error),
+                    Ok(sent) => match outcome(sent, at).await {
+                        (Ok(reply), fresh) => attempts.after_reply(reply, &node, fresh, &mut place),
+                        (Err(error), _) => attempts.after_error(error, &node, &mut place),
                     },
-                    Err(error) => attempts.after_error(&channel.lanes, CallError::NotSent(error)),
+                    Err(error) => {
+                        attempts.after_error(CallError::NotSent(error), &node, &mut place)
+                    }
                 };
                 let asking = match then {
                     Then::Reply(reply) => return Ok(reply),
@@ -263,10 +405,12 @@ impl ClusterChannel {
                     }
                     Then::Pause(pause) => {
                         tokio::time::sleep(pause).await;
-                        node = channel.lanes.target(&route).await?;
+                        node = attempts.target(&route).await?;
                         Asking::No
                     }
                 };
+                attempts.count(&node, Redirected::Resent);
+                at = Instant::now();
                 sent = channel.send_on(&node, &command, asking, deadline);
             }
         })
@@ -285,17 +429,20 @@ pub(crate) async fn run_lent(
     command: Bytes,
     deadline: Option<Duration>,
 ) -> Result<Reply, CallError> {
-    let mut attempts = Attempts::new(lanes.retry_for());
-    let mut node = lanes.target(&route).await?;
+    let mut attempts = Attempts::new(lanes, lane.into(), &route);
+    let mut node = attempts.target(&route).await?;
     let mut asking = Asking::No;
+    // The session runs a lent command alone (nothing of its own behind it), and waits for its
+    // reply: every reply is fresh.
+    let mut place = None;
     loop {
         let then = match lent_once(
             lanes, &node, asking, lane, protocol, tenant, &command, deadline,
         )
         .await
         {
-            Ok(reply) => attempts.after_reply(lanes, reply, &node),
-            Err(error) => attempts.after_error(lanes, error),
+            Ok(reply) => attempts.after_reply(reply, &node, Fresh::Yes, &mut place),
+            Err(error) => attempts.after_error(error, &node, &mut place),
         };
         match then {
             Then::Reply(reply) => return Ok(reply),
@@ -309,10 +456,11 @@ pub(crate) async fn run_lent(
             }
             Then::Pause(pause) => {
                 tokio::time::sleep(pause).await;
-                node = lanes.target(&route).await?;
+                node = attempts.target(&route).await?;
                 asking = Asking::No;
             }
         }
+        attempts.count(&node, Redirected::Resent);
     }
 }
 

@@ -17,12 +17,14 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::refresh::{ClusterMap, View};
+use super::settle::Unsettled;
+use super::Slot;
 use crate::ceilings::Ceilings;
 use crate::config::LanesConfig;
 use crate::error::{LaneError, OpenError};
 use crate::life::Life;
 use crate::locator::Server;
-use crate::metrics::Families;
+use crate::metrics::{Families, Redirected};
 use crate::node::{credentials, InCluster, Node, Owner};
 use crate::pubsub::{Moved, Rehome};
 use crate::route::Route;
@@ -45,6 +47,8 @@ pub(crate) struct ClusterLanes {
     retry_for: Duration,
     /// Where every node's PUBSUB lane sends the shard channels whose slot moved away from it.
     moved: mpsc::UnboundedSender<Moved>,
+    /// The slots that met a redirect lately: sessions send their commands for them one at a time.
+    unsettled: Unsettled,
 }
 
 impl ClusterLanes {
@@ -96,6 +100,7 @@ impl ClusterLanes {
                 patience,
                 retry_for,
                 moved,
+                unsettled: Unsettled::default(),
             }
         }))
     }
@@ -176,6 +181,26 @@ impl ClusterLanes {
     /// The masters of the slot map in hand; `None` before the first map.
     pub(crate) fn masters_now(&self) -> Option<Vec<Endpoint>> {
         Some(self.map.current()?.map.masters().cloned().collect())
+    }
+
+    /// Counts a redirect (or a re-send) of a command on `lane` at `node`; for a command of a slot,
+    /// the slot is unsettled a while (`settle`).
+    pub(crate) fn redirected(
+        &self,
+        lane: tollgate_model::Lane,
+        node: &Endpoint,
+        kind: Redirected,
+        slot: Option<Slot>,
+    ) {
+        self.families.redirected(lane, node, kind);
+        if let (Some(slot), false) = (slot, kind == Redirected::Resent) {
+            self.unsettled.mark(slot);
+        }
+    }
+
+    /// Whether `slot` met a redirect lately.
+    pub(crate) fn is_unsettled(&self, slot: Slot) -> bool {
+        self.unsettled.is_unsettled(slot)
     }
 
     /// Whether the lanes still take work (not closing).

@@ -9,7 +9,7 @@ pub const SLOT_COUNT: u16 = 16384;
 
 /// One of the 16384 slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Slot(u16);
+pub struct Slot(pub(super) u16);
 
 impl Slot {
     /// The slot of `key`: of the part between the first `{` and the next `}` when that part is not
