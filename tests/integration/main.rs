@@ -47,4 +47,5 @@ mod policy_support;
 mod reserved;
 mod runtime_dir;
 mod session_compat;
+mod session_replies;
 mod support;

@@ -26,6 +26,7 @@ mod lease;
 mod lease_watch;
 mod local;
 mod monitor;
+mod outbox;
 mod pending;
 mod placing;
 mod plan;

@@ -103,6 +103,19 @@ pub struct Amended {
     pub pubsub: PubSub,
 }
 
+impl Pending {
+    /// Where the command runs.
+    pub fn class(&self) -> Class {
+        match self {
+            Pending::Ready(Some((class, _))) => *class,
+            Pending::Ready(None) => Class::Local,
+            Pending::Multiplexed(lane, _) | Pending::Gathered(lane, _) => Class::Multiplexed(*lane),
+            Pending::Exclusive(_) => Class::Exclusive,
+            Pending::Amended(amended) => amended.inner.class(),
+        }
+    }
+}
+
 impl Future for Pending {
     type Output = (Class, Bytes);
 
@@ -162,6 +175,11 @@ impl InOrder {
 
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()
+    }
+
+    /// Where the oldest owed command runs.
+    pub fn oldest(&self) -> Option<Class> {
+        self.queue.front().map(|(pending, _)| pending.class())
     }
 }
 
