@@ -211,7 +211,11 @@ impl SessionState {
                 let regular = Forward::Multiplexed(Multiplexed::Regular);
                 self.sending(regular, Route::Any, command, None)
             }
-            Plan::LeaseDocs => Step::Reply(replies::encode(&lease::docs(self.protocol))),
+            // Inside MULTI, queued as the daemon's other answers are (its reply in EXEC's).
+            Plan::LeaseDocs => {
+                let docs = replies::encode(&lease::docs(self.protocol));
+                Step::Reply(self.transaction.queue_local(docs))
+            }
             Plan::Lease => Step::InPlace(InPlace::Lease(command)),
             Plan::LeaseWatch => Step::InPlace(InPlace::LeaseWatch(command)),
             Plan::Admit => {
