@@ -48,4 +48,5 @@ mod reserved;
 mod runtime_dir;
 mod session_compat;
 mod session_replies;
+mod session_texts;
 mod support;

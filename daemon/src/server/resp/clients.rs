@@ -329,8 +329,10 @@ impl KillFilter {
             let (option, value) = (pair[0], pair[1]);
             let text = || String::from_utf8_lossy(value).into_owned();
             if option.eq_ignore_ascii_case(b"ID") {
+                // Redis takes 1 and up: its ids start at 1, as the daemon's do.
                 filter.id = Some(
                     parse_number(value)
+                        .filter(|&id| id > 0)
                         .ok_or_else(|| "ERR client-id should be greater than 0".to_owned())?,
                 );
             } else if option.eq_ignore_ascii_case(b"ADDR") {
