@@ -152,8 +152,8 @@ impl SessionState {
     /// What `CLIENT LIST` and `MONITOR` show of a connection-scoped command.
     fn ran_local(&self, local: Local, command: &Command) {
         self.me.client.update(|state| state.ran_local(local.name()));
-        // Credentials are never shown, as Redis hides AUTH and HELLO.
-        if !local.needs_admission() && !matches!(local, Local::Auth | Local::Hello) {
+        // AUTH and HELLO are shown as Redis shows them, their credentials redacted.
+        if !local.needs_admission() {
             self.front.monitors.ran(&self.me.client, command);
         }
     }
@@ -185,8 +185,11 @@ impl SessionState {
                     }
                 };
                 if !matches!(plan, Plan::Keyspace(_) | Plan::Refuse(_)) {
+                    // Redis never shows an administrative command (CONFIG SET, ACL SETUSER …).
+                    if !descriptor.traits.admin {
+                        self.front.monitors.ran(&self.me.client, command);
+                    }
                     self.me.client.update(|state| state.ran(descriptor));
-                    self.front.monitors.ran(&self.me.client, command);
                 }
                 plan
             }
