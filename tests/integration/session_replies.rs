@@ -165,7 +165,11 @@ async fn replies_before_a_blocking_command_are_written_at_once() {
         client
             .pipeline(&[&["SET", "a", "1"], &["GET", "a"], &["PING"], blocker])
             .await;
-        assert_eq!(client.read().await, Frame::Simple("OK".into()), "{blocker:?}");
+        assert_eq!(
+            client.read().await,
+            Frame::Simple("OK".into()),
+            "{blocker:?}"
+        );
         assert_eq!(client.read().await, bulk("1"), "{blocker:?}");
         assert_eq!(client.read().await, Frame::Simple("PONG".into()));
         // The blocked command is still served afterwards.
@@ -218,7 +222,9 @@ async fn a_pipeline_written_in_one_go_is_answered_while_it_is_still_being_writte
             for _ in 0..COMMANDS {
                 pipeline.extend_from_slice(b"*2\r\n$3\r\nGET\r\n$3\r\nkey\r\n");
             }
-            writer.write_all(&pipeline).expect("the whole pipeline is taken");
+            writer
+                .write_all(&pipeline)
+                .expect("the whole pipeline is taken");
         });
         // Each reply is `$100\r\n<value>\r\n`: two lines.
         let mut reader = BufReader::new(stream);
@@ -265,7 +271,9 @@ async fn a_client_that_writes_its_whole_pipeline_before_reading_is_answered() {
         for _ in 0..COMMANDS {
             pipeline.extend_from_slice(b"*2\r\n$3\r\nGET\r\n$3\r\nkey\r\n");
         }
-        stream.write_all(&pipeline).expect("the whole pipeline is taken");
+        stream
+            .write_all(&pipeline)
+            .expect("the whole pipeline is taken");
         let expected = COMMANDS * (b"$100\r\n".len() + 102);
         let mut read = 0;
         let mut chunk = vec![0u8; 64 * 1024];

@@ -209,7 +209,10 @@ mod tests {
                 "hello 3 auth user pw setname x",
                 "hello 3 auth (redacted) (redacted) setname x",
             ),
-            ("HELLO 3 SETNAME x AUTH u p", "HELLO 3 SETNAME x AUTH (redacted) (redacted)"),
+            (
+                "HELLO 3 SETNAME x AUTH u p",
+                "HELLO 3 SETNAME x AUTH (redacted) (redacted)",
+            ),
             (
                 "migrate h 1 k 0 100 AUTH secretpw",
                 "migrate h 1 k 0 100 AUTH (redacted)",

@@ -218,6 +218,11 @@ impl Schedule {
         }
     }
 
+    /// Ends the blocking command in flight with `reply` (`CLIENT UNBLOCK`); whether there was one.
+    pub fn unblock(&mut self, reply: Bytes) -> bool {
+        self.pending.answer_exclusive(reply)
+    }
+
     /// Drops every reply owed (the client is gone).
     pub fn clear(&mut self) {
         *self = Schedule::default();
@@ -339,11 +344,16 @@ mod tests {
         assert_eq!(schedule.len(), 2);
     }
 
+    /// A reply owed on a multiplexed lane that never arrives.
+    fn owed_on(lane: Multiplexed) -> Pending {
+        Pending::Gathered(lane, Box::pin(futures::future::pending::<Bytes>()))
+    }
+
     #[tokio::test]
     async fn a_run_on_one_lane_is_written_together_and_nothing_waits_for_a_blocking_command() {
         let mut schedule = Schedule::default();
         schedule.push(REGULAR, arrived(REGULAR, "+OK\r\n"), Voice::Heard);
-        schedule.push(REGULAR, owed(), Voice::Heard);
+        schedule.push(REGULAR, owed_on(Multiplexed::Regular), Voice::Heard);
         schedule.next().await;
         // The next reply of the same run comes with it: the one here may wait for it.
         assert!(schedule.continues_run());
@@ -354,8 +364,18 @@ mod tests {
         // A blocking command may take as long as it likes: the reply is written without it.
         assert!(!schedule.continues_run());
         let mut schedule = Schedule::default();
-        schedule.push(Class::Exclusive, arrived(Class::Exclusive, "*-1\r\n"), Voice::Heard);
-        schedule.push(REGULAR, owed(), Voice::Heard);
+        schedule.push(
+            Class::Exclusive,
+            arrived(Class::Exclusive, "*-1\r\n"),
+            Voice::Heard,
+        );
+        schedule.push(REGULAR, owed_on(Multiplexed::Regular), Voice::Heard);
+        schedule.next().await;
+        assert!(!schedule.continues_run());
+        // Another lane's reply is not of the run either.
+        let mut schedule = Schedule::default();
+        schedule.push(REGULAR, arrived(REGULAR, "+OK\r\n"), Voice::Heard);
+        schedule.push(SCRIPT, owed_on(Multiplexed::Script), Voice::Heard);
         schedule.next().await;
         assert!(!schedule.continues_run());
         assert!(!Schedule::default().continues_run());
