@@ -79,7 +79,10 @@ async fn error_texts_are_redis_own() {
         &["NOSUCHCOMMAND", "a"],
     ] {
         let expected = direct.call(argv).await;
-        assert!(matches!(expected, Frame::Error(_)), "{argv:?}: {expected:?}");
+        assert!(
+            matches!(expected, Frame::Error(_)),
+            "{argv:?}: {expected:?}"
+        );
         assert_eq!(through.call(argv).await, expected, "{argv:?}");
     }
 }
@@ -89,7 +92,11 @@ async fn protocol_errors_and_empty_multibulks_are_answered_as_redis_answers_them
     let redis = RedisServer::start();
     let daemon = TestDaemon::start(&redis).await;
     // A count or length of no size Redis takes: Redis's words, then the connection closes.
-    for bad in [&b"*3000000000\r\n"[..], b"*1\r\n$9999999999\r\n", b"*1\r\n$-5\r\n"] {
+    for bad in [
+        &b"*3000000000\r\n"[..],
+        b"*1\r\n$9999999999\r\n",
+        b"*1\r\n$-5\r\n",
+    ] {
         let mut replies = Vec::new();
         for socket in [redis.socket().to_owned(), daemon.resp_socket()] {
             let mut client = RawClient::connect(&socket).await;
@@ -101,7 +108,9 @@ async fn protocol_errors_and_empty_multibulks_are_answered_as_redis_answers_them
     }
     // A count of zero or less is an empty command, skipped.
     let mut client = RawClient::connect(&daemon.resp_socket()).await;
-    client.write(b"*-10\r\n*0\r\n*-1\r\n*1\r\n$4\r\nPING\r\n").await;
+    client
+        .write(b"*-10\r\n*0\r\n*-1\r\n*1\r\n$4\r\nPING\r\n")
+        .await;
     assert_eq!(client.read().await, simple("PONG"));
 }
 
@@ -113,10 +122,30 @@ async fn monitor_redacts_credentials_as_redis_does() {
     let daemon = allowing_all(&redis).await;
     let commands: [&[&str]; 9] = [
         &["SET", "key", "v"],
-        &["MIGRATE", "127.0.0.1", "1", "key", "0", "100", "AUTH", "secretpw"],
         &[
-            "MIGRATE", "127.0.0.1", "1", "", "0", "100", "COPY", "AUTH2", "user", "secretpw",
-            "KEYS", "a", "b",
+            "MIGRATE",
+            "127.0.0.1",
+            "1",
+            "key",
+            "0",
+            "100",
+            "AUTH",
+            "secretpw",
+        ],
+        &[
+            "MIGRATE",
+            "127.0.0.1",
+            "1",
+            "",
+            "0",
+            "100",
+            "COPY",
+            "AUTH2",
+            "user",
+            "secretpw",
+            "KEYS",
+            "a",
+            "b",
         ],
         &["AUTH", "secretpw"],
         &["AUTH", "user", "secretpw"],
@@ -146,6 +175,66 @@ async fn monitor_redacts_credentials_as_redis_does() {
         }
         seen.push(lines);
     }
-    assert!(!seen[1].iter().any(|line| line.contains("secretpw")), "{:?}", seen[1]);
+    assert!(
+        !seen[1].iter().any(|line| line.contains("secretpw")),
+        "{:?}",
+        seen[1]
+    );
     assert_eq!(seen[1], seen[0]);
+}
+
+/// Blocks `blocked` in each of a list pop and BRPOPLPUSH, has `other` unblock it (as a timeout,
+/// then as an error), and returns every reply both saw: `CLIENT UNBLOCK` of an id that is not
+/// blocked and of one that does not exist too.
+async fn unblocking(redis: &RedisServer, socket: &std::path::Path) -> Vec<Frame> {
+    let mut blocked = RawClient::connect(socket).await;
+    let mut other = RawClient::connect(socket).await;
+    let Frame::Integer(id) = blocked.call(&["CLIENT", "ID"]).await else {
+        panic!("CLIENT ID");
+    };
+    let id = id.to_string();
+    let mut seen = vec![other.call(&["CLIENT", "UNBLOCK", &id]).await];
+    for (command, mode) in [
+        (&["BLPOP", "k", "0"][..], "TIMEOUT"),
+        (&["BRPOPLPUSH", "k", "d", "0"], "TIMEOUT"),
+        (&["BLPOP", "k", "0"], "ERROR"),
+        (&["BRPOP", "k", "0"], "NEITHER"),
+    ] {
+        blocked.send(command).await;
+        wait_blocked(redis).await;
+        let unblock = other.call(&["CLIENT", "UNBLOCK", &id, mode]).await;
+        let stopped = matches!(unblock, Frame::Integer(1));
+        seen.push(unblock);
+        if !stopped {
+            other.call(&["LPUSH", "k", "x"]).await;
+        }
+        seen.push(blocked.read().await);
+    }
+    seen.push(other.call(&["CLIENT", "UNBLOCK", "987654"]).await);
+    seen.push(other.call(&["CLIENT", "UNBLOCK", "x"]).await);
+    seen
+}
+
+/// Waits until Redis shows a client blocked.
+async fn wait_blocked(redis: &RedisServer) {
+    for _ in 0..500 {
+        if redis.inline("INFO clients").contains("blocked_clients:1") {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no client blocked");
+}
+
+#[tokio::test]
+async fn client_unblock_ends_a_blocking_command_of_a_daemon_session_as_redis_does() {
+    let redis = RedisServer::start();
+    let daemon = allowing_all(&redis).await;
+    let expected = unblocking(&redis, redis.socket()).await;
+    let got = unblocking(&redis, &daemon.resp_socket()).await;
+    assert_eq!(got, expected);
+    // What Redis answered: not blocked 0; a timeout's nil; the error; a bad reason refused.
+    assert_eq!(expected[0], Frame::Integer(0));
+    assert_eq!(expected[1], Frame::Integer(1));
+    assert!(is_error_starting(&expected[6], "UNBLOCKED"), "{expected:?}");
 }

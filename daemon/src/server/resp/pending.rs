@@ -177,6 +177,22 @@ impl InOrder {
         self.queue.is_empty()
     }
 
+    /// Answers the command owed on a borrowed connection with `reply` instead of waiting for it;
+    /// the connection, dropped with its reply owed, is closed by its lane. Whether one was owed.
+    pub fn answer_exclusive(&mut self, reply: Bytes) -> bool {
+        let owed = self
+            .queue
+            .iter_mut()
+            .find(|(pending, _)| matches!(pending, Pending::Exclusive(_)));
+        match owed {
+            Some((pending, _)) => {
+                *pending = Pending::Ready(Some((Class::Exclusive, reply)));
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Where the oldest owed command runs.
     pub fn oldest(&self) -> Option<Class> {
         self.queue.front().map(|(pending, _)| pending.class())

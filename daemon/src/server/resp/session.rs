@@ -24,14 +24,15 @@ use tollgate_lanes::Quiet;
 
 use super::ahead::{Ahead, Read};
 use super::budget::{self, Room};
-use super::clients::Client;
+use super::clients::{Client, UnblockMode};
 use super::door::{self, Entered};
 use super::ended::Ended;
 use super::front::FrontDoor;
 use super::kind::Kind;
+use super::local::Protocol;
 use super::monitor::Watch;
 use super::outbox::{self, Outbox};
-use super::pending::{Class, Pending};
+use super::pending::{Class, Lent, Pending};
 use super::replies;
 use super::schedule::{Schedule, Step, Turn};
 use super::state::SessionState;
@@ -49,6 +50,8 @@ struct Session {
     schedule: Schedule,
     ahead: Ahead,
     out: Outbox,
+    /// A blocking command `CLIENT UNBLOCK` may end is in flight.
+    blocked: bool,
 }
 
 pub async fn run(stream: UnixStream, front: Arc<FrontDoor>, stop: CancellationToken, id: u64) {
@@ -67,6 +70,7 @@ pub async fn run(stream: UnixStream, front: Arc<FrontDoor>, stop: CancellationTo
         schedule: Schedule::default(),
         ahead: Ahead::default(),
         out: Outbox::default(),
+        blocked: false,
     };
     if let Err(ended) = session.serve(reader, writer, stop).await {
         tracing::debug!(reason = %ended, "RESP session ended");
@@ -151,6 +155,13 @@ impl Session {
                         let Some(reply) = self.schedule.next_now() else { break };
                         self.out.reply(&reply);
                     }
+                    if self.blocked && self.schedule.in_flight(Class::Exclusive) == 0 {
+                        self.blocked = false;
+                        self.state.me.client.set_blocked(false);
+                    }
+                }
+                mode = self.state.me.client.unblocked(), if self.blocked => {
+                    self.schedule.unblock(unblocked(mode, self.state.protocol));
                 }
                 ready = writer.writable(), if writing => {
                     ready.map_err(Ended::WriteFailed)?;
@@ -265,6 +276,10 @@ impl Session {
                     self.schedule.push(class, sent, voice);
                 }
                 Step::Exclusive(lane, route, command, amend) => {
+                    if lane == Lent::Blocking {
+                        self.blocked = unblockable(command.name());
+                        self.state.me.client.set_blocked(self.blocked);
+                    }
                     let sent = self.state.send_exclusive(lane, route, command);
                     let sent = self.state.amend(sent, amend);
                     self.schedule.push(Class::Exclusive, sent, voice);
@@ -321,6 +336,36 @@ async fn until_hang_up<T>(
                 }
             }
         }
+    }
+}
+
+/// Whether `CLIENT UNBLOCK` ends a command of this name here: the list, sorted-set and stream
+/// pops, not WAIT (whose answer only Redis knows) nor anything else on the BLOCKING lane.
+fn unblockable(name: &[u8]) -> bool {
+    const POPS: [&[u8]; 10] = [
+        b"BLPOP",
+        b"BRPOP",
+        b"BRPOPLPUSH",
+        b"BLMOVE",
+        b"BZPOPMIN",
+        b"BZPOPMAX",
+        b"BLMPOP",
+        b"BZMPOP",
+        b"XREAD",
+        b"XREADGROUP",
+    ];
+    POPS.iter().any(|pop| name.eq_ignore_ascii_case(pop))
+}
+
+/// What a command `CLIENT UNBLOCK` ended answers, as Redis answers it: a timeout's null array (for
+/// BRPOPLPUSH and BLMOVE too), or `-UNBLOCKED`.
+fn unblocked(mode: UnblockMode, protocol: Protocol) -> Bytes {
+    match (mode, protocol) {
+        (UnblockMode::Error, _) => {
+            Bytes::from_static(b"-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n")
+        }
+        (UnblockMode::Timeout, Protocol::Resp3) => Bytes::from_static(b"_\r\n"),
+        (UnblockMode::Timeout, Protocol::Resp2) => Bytes::from_static(b"*-1\r\n"),
     }
 }
 
