@@ -142,6 +142,10 @@ impl Session {
             budget::trim(&mut input, READ_CHUNK);
             let subscribed = !self.state.subscriptions.is_empty();
             let watching = !self.state.watches.is_empty();
+            // Messages pushed to the client are taken only while what is buffered for it drains:
+            // one that does not read is left to its subscription's bounded buffer (and evicted
+            // when that fills), not buffered here up to its budget.
+            let draining = self.out.len() < outbox::WRITE_AT;
             budget.sync(self.out.len(), input.len(), subscribed);
             let room = match may_read {
                 true => budget.room(input.len()),
@@ -175,12 +179,12 @@ impl Session {
                     }
                 }
                 // The message counts against the budget (`_held`) until it is in `out`.
-                Some((message, _held)) = self.state.subscriptions.next(), if subscribed => {
+                Some((message, _held)) = self.state.subscriptions.next(), if subscribed && draining => {
                     // Delivered whatever `CLIENT REPLY` says, as Redis 7 delivers them.
                     let frame = subscriptions::message_frame(message, self.state.protocol);
                     tollgate_resp::encode(&frame, self.out.buffer());
                 }
-                frame = self.state.watches.next(self.state.protocol), if watching => {
+                frame = self.state.watches.next(self.state.protocol), if watching && draining => {
                     tollgate_resp::encode(&frame, self.out.buffer());
                 }
                 _ = &mut evicted => {
@@ -192,7 +196,7 @@ impl Session {
                     tracing::info!(%eviction, "subscriber disconnected");
                     return Err(Ended::Evicted(eviction));
                 }
-                Some(line) = monitored(&mut self.state.monitor, &self.state.me.client), if self.state.monitor.is_some() => {
+                Some(line) = monitored(&mut self.state.monitor, &self.state.me.client), if self.state.monitor.is_some() && draining => {
                     self.out.message(&line);
                 }
                 _ = &mut killed => {
