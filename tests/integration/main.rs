@@ -51,6 +51,8 @@ mod reload;
 mod reserved;
 mod runtime_dir;
 mod session_compat;
+mod session_replies;
+mod session_texts;
 mod status;
 mod support;
 mod systemd;

@@ -7,7 +7,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use smallvec::SmallVec;
 
 use crate::encode::{command_len, encode_command};
-use crate::parse::{bulk_payload, lossy, Walker};
+use crate::parse::{bulk_payload, lossy, parse_i64, Walker};
 use crate::{Limits, ProtocolError};
 
 /// A command's words, borrowed from it; on the stack for all but long commands (MSET of ten pairs
@@ -129,15 +129,12 @@ fn multibulk(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Command>, Pro
     let Some(line) = walker.line()? else {
         return Ok(None);
     };
-    let count = walker
-        .length(line)
-        .map_err(|_| ProtocolError::InvalidMultibulkLength)?;
-    if count > limits.max_elements as i64 {
-        return Err(ProtocolError::TooManyElements {
-            count,
-            limit: limits.max_elements,
-        });
-    }
+    // Read as Redis reads it: not a number, or more arguments than are taken (Redis's own cap is
+    // `INT_MAX`), is an invalid multibulk length; zero or less is an empty command, skipped.
+    let count = match parse_i64(&buf[line.0..line.1]) {
+        Some(count) if count <= limits.max_elements.min(i32::MAX as usize) as i64 => count,
+        _ => return Err(ProtocolError::InvalidMultibulkLength),
+    };
     // Sized from the header, but not trusting it beyond a typical command: the count is the
     // client's claim, not yet backed by bytes.
     let mut words = SmallVec::with_capacity(count.clamp(0, 64) as usize);
@@ -184,8 +181,12 @@ fn argument(walker: &mut Walker) -> Result<Option<(usize, usize)>, ProtocolError
     let Some(line) = walker.line()? else {
         return Ok(None);
     };
+    // A length past the limit is Redis's "invalid bulk length" too (its `proto-max-bulk-len`).
     match walker.length(line) {
-        Ok(len) if len >= 0 => walker.blob(len as usize),
+        Ok(len) if len >= 0 => walker.blob(len as usize).map_err(|error| match error {
+            ProtocolError::FrameTooLarge { .. } => ProtocolError::InvalidBulkLength,
+            error => error,
+        }),
         _ => Err(ProtocolError::InvalidBulkLength),
     }
 }
@@ -309,6 +310,12 @@ mod tests {
     }
 
     #[test]
+    fn a_count_of_zero_or_less_is_an_empty_command_skipped_as_redis_skips_it() {
+        let got = all(b"*-10\r\n*-1\r\n*0\r\n*1\r\n$4\r\nPING\r\n").unwrap();
+        assert_eq!(got, vec![vec![Bytes::from("PING")]]);
+    }
+
+    #[test]
     fn waits_for_the_rest_of_a_split_command() {
         let whole = b"*2\r\n$3\r\nGET\r\n$5\r\nhello\r\n";
         for cut in 0..whole.len() {
@@ -343,20 +350,26 @@ mod tests {
             parse_command(&mut buf, &Limits::default()),
             Err(ProtocolError::UnbalancedQuotes)
         );
+        // Redis's words for lengths it will not take.
         let mut buf = BytesMut::from(&b"*1\r\n$99999999999\r\n"[..]);
-        assert!(matches!(
+        assert_eq!(
             parse_command(&mut buf, &Limits::default()),
-            Err(ProtocolError::FrameTooLarge { .. })
-        ));
+            Err(ProtocolError::InvalidBulkLength)
+        );
         let mut buf = BytesMut::from(&b"*3\r\n"[..]);
         let small = Limits {
             max_elements: 2,
             ..Limits::default()
         };
-        assert!(matches!(
+        assert_eq!(
             parse_command(&mut buf, &small),
-            Err(ProtocolError::TooManyElements { count: 3, limit: 2 })
-        ));
+            Err(ProtocolError::InvalidMultibulkLength)
+        );
+        let mut buf = BytesMut::from(&b"*3000000000\r\n"[..]);
+        assert_eq!(
+            parse_command(&mut buf, &Limits::default()),
+            Err(ProtocolError::InvalidMultibulkLength)
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use bytes::Bytes;
 use tollgate_resp::Frame;
 
-use super::clients::{Client, Clients, KillFilter, ListFilter};
+use super::clients::{Client, Clients, KillFilter, ListFilter, UnblockMode};
 use super::local::{self, Local, Protocol, ReplyMode};
 use super::replies;
 use super::schedule::{InPlace, Step};
@@ -80,6 +80,15 @@ pub fn answer(local: Local, argv: &[&[u8]], session: Asking<'_>) -> Step {
             Ok(filter) => listing(session.clients.list(session.me, &filter), session.protocol),
             Err(error) => return Step::Reply(replies::error(error)),
         },
+        Local::ClientUnblock => {
+            return Step::Reply(match parse_unblock(argv) {
+                Ok((id, mode)) => {
+                    let unblocked = session.clients.unblock(session.me, id, mode);
+                    replies::encode(&Frame::Integer(i64::from(unblocked)))
+                }
+                Err(error) => replies::error(error.to_owned()),
+            })
+        }
         Local::ClientKill => {
             return Step::Reply(match KillFilter::parse(&argv[2..]) {
                 Ok(filter) => {
@@ -95,6 +104,22 @@ pub fn answer(local: Local, argv: &[&[u8]], session: Asking<'_>) -> Step {
         }
     };
     Step::Reply(replies::encode(&frame))
+}
+
+/// `CLIENT UNBLOCK id [TIMEOUT|ERROR]`'s id and mode; the error is Redis's. An id no session has
+/// (a negative one too) unblocks nothing.
+fn parse_unblock(argv: &[&[u8]]) -> Result<(u64, UnblockMode), &'static str> {
+    let id: i64 = std::str::from_utf8(argv[2])
+        .ok()
+        .and_then(|id| id.parse().ok())
+        .ok_or("ERR value is not an integer or out of range")?;
+    let mode = match argv.get(3) {
+        None => UnblockMode::Timeout,
+        Some(mode) if mode.eq_ignore_ascii_case(b"TIMEOUT") => UnblockMode::Timeout,
+        Some(mode) if mode.eq_ignore_ascii_case(b"ERROR") => UnblockMode::Error,
+        Some(_) => return Err("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR"),
+    };
+    Ok((u64::try_from(id).unwrap_or(0), mode))
 }
 
 /// Takes a valid `HELLO`'s name (its protocol is the caller's to switch); the reply describes the

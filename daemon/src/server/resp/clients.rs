@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tollgate_policy::Descriptor;
 
@@ -31,6 +32,23 @@ pub struct Client {
     created: Instant,
     state: Mutex<State>,
     killed: CancellationToken,
+    /// Its blocking command, which `CLIENT UNBLOCK` may end.
+    blocked: Mutex<Blocked>,
+    unblocked: Notify,
+}
+
+/// How `CLIENT UNBLOCK` ends a blocked command: as if it timed out, or with `-UNBLOCKED`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnblockMode {
+    Timeout,
+    Error,
+}
+
+/// Whether a session waits in a blocking command, and whether it was asked to stop.
+#[derive(Debug, Default)]
+struct Blocked {
+    blocked: bool,
+    asked: Option<UnblockMode>,
 }
 
 /// What changes over a session's life.
@@ -158,6 +176,8 @@ impl Clients {
                 resp: 2,
             }),
             killed: CancellationToken::new(),
+            blocked: Mutex::default(),
+            unblocked: Notify::new(),
         });
         self.sessions.lock().insert(id, client.clone());
         Registration {
@@ -205,6 +225,23 @@ impl Clients {
         }
         chosen.len()
     }
+
+    /// `CLIENT UNBLOCK id`: asks session `id`, if `by` may see it and it waits in a blocking
+    /// command, to end that command; whether it did wait.
+    pub fn unblock(&self, by: &Client, id: u64, mode: UnblockMode) -> bool {
+        let target = self.sessions.lock().get(&id).cloned();
+        let Some(target) = target.filter(|target| by.sees(target)) else {
+            return false;
+        };
+        let mut blocked = target.blocked.lock();
+        if !blocked.blocked {
+            return false;
+        }
+        blocked.asked = Some(mode);
+        drop(blocked);
+        target.unblocked.notify_one();
+        true
+    }
 }
 
 impl Client {
@@ -227,6 +264,24 @@ impl Client {
             Kind::Pubsub
         } else {
             Kind::Normal
+        }
+    }
+
+    /// This session's blocking command started (`true`) or was answered.
+    pub fn set_blocked(&self, blocked: bool) {
+        *self.blocked.lock() = Blocked {
+            blocked,
+            asked: None,
+        };
+    }
+
+    /// Resolves when `CLIENT UNBLOCK` asks this session to end its blocking command.
+    pub async fn unblocked(&self) -> UnblockMode {
+        loop {
+            self.unblocked.notified().await;
+            if let Some(mode) = self.blocked.lock().asked.take() {
+                return mode;
+            }
         }
     }
 
@@ -329,8 +384,10 @@ impl KillFilter {
             let (option, value) = (pair[0], pair[1]);
             let text = || String::from_utf8_lossy(value).into_owned();
             if option.eq_ignore_ascii_case(b"ID") {
+                // Redis takes 1 and up: its ids start at 1, as the daemon's do.
                 filter.id = Some(
                     parse_number(value)
+                        .filter(|&id| id > 0)
                         .ok_or_else(|| "ERR client-id should be greater than 0".to_owned())?,
                 );
             } else if option.eq_ignore_ascii_case(b"ADDR") {

@@ -152,6 +152,12 @@ fn own_timeout(argv: &[&[u8]], command_timeout: Duration) -> Option<Option<Durat
     })
 }
 
+/// Whether a command of this name may take as long as it says (a blocking command, `WAIT`,
+/// `MIGRATE`, `DEBUG SLEEP`) rather than answering at once.
+pub fn may_block(name: &[u8]) -> bool {
+    says_how_long(name)
+}
+
 fn says_how_long(name: &[u8]) -> bool {
     LONG.iter().any(|long| name.eq_ignore_ascii_case(long))
 }

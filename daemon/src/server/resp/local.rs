@@ -82,6 +82,9 @@ pub enum Local {
     ClientList,
     /// Admitted by the policy first; kills the daemon's sessions, never lane connections.
     ClientKill,
+    /// Admitted by the policy first; ends a blocking command of one of the daemon's sessions
+    /// (its id is the daemon's, which Redis does not know).
+    ClientUnblock,
     /// Admitted by the policy first; streams the daemon's sessions' commands (`monitor.rs`).
     Monitor,
     /// `CLIENT SETINFO lib-name …`, which modern clients send on connect.
@@ -139,6 +142,8 @@ impl Local {
             Local::ClientList
         } else if is(b"CLIENT") && sub(b"KILL") {
             Local::ClientKill
+        } else if is(b"CLIENT") && sub(b"UNBLOCK") {
+            Local::ClientUnblock
         } else if is(b"CLIENT") && sub(b"SETINFO") {
             Local::ClientSetInfo
         } else if is(b"CLIENT") && sub(b"REPLY") {
@@ -162,6 +167,7 @@ impl Local {
                 | Local::ConfigGet
                 | Local::ClientList
                 | Local::ClientKill
+                | Local::ClientUnblock
                 | Local::Monitor
         )
     }
@@ -186,6 +192,7 @@ impl Local {
                 | Local::ClientInfo
                 | Local::ClientList
                 | Local::ClientKill
+                | Local::ClientUnblock
                 | Local::ClientSetInfo
                 | Local::Select
                 | Local::ConfigGet
@@ -204,6 +211,7 @@ impl Local {
             Local::Auth => (2..=3).contains(&argc),
             Local::ClientSetName | Local::ClientReply => argc == 3,
             Local::ClientKill => argc >= 3,
+            Local::ClientUnblock => (3..=4).contains(&argc),
             Local::ClientSetInfo => argc == 4,
             Local::ClientList => argc >= 2,
             Local::Select => argc == 2,
@@ -231,6 +239,7 @@ impl Local {
             Local::ClientInfo => "client|info",
             Local::ClientList => "client|list",
             Local::ClientKill => "client|kill",
+            Local::ClientUnblock => "client|unblock",
             Local::ClientSetInfo => "client|setinfo",
             Local::ClientReply => "client|reply",
             Local::Unshareable => "client",

@@ -27,6 +27,7 @@ mod lease_watch;
 mod listener;
 mod local;
 mod monitor;
+mod outbox;
 mod pending;
 mod placing;
 mod plan;

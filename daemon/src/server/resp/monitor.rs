@@ -2,6 +2,8 @@
 //! every tenant's, so the daemon streams the commands its sessions run instead, in Redis's format,
 //! each monitor seeing only the sessions its caller may see (`CLIENT LIST`'s rule). Commands the
 //! policy refused are not shown: they did not run. Nothing is formatted while no one monitors.
+//! As in Redis, administrative commands are never shown, and credentials are written
+//! `(redacted)`: AUTH's arguments, HELLO's after AUTH, MIGRATE's after AUTH and AUTH2 ([`redact`]).
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -62,7 +64,8 @@ impl Monitors {
         if self.watching.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let argv: Vec<&[u8]> = command.words().collect();
+        let mut argv: Vec<&[u8]> = command.words().collect();
+        redact(&mut argv);
         let _ = self.lines.send(Arc::new(Monitored {
             principal: client.principal.clone(),
             line: line(SystemTime::now(), client.addr(), &argv),
@@ -89,6 +92,54 @@ impl Watch {
 impl Drop for Watch {
     fn drop(&mut self) {
         self.monitors.watching.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// What Redis shows in place of a credential.
+const REDACTED: &[u8] = b"(redacted)";
+
+/// Replaces the credentials in `argv` as Redis's `redactClientCommandArgument` calls do (7.0):
+/// every argument of AUTH; the user and password after HELLO's AUTH; the password after
+/// MIGRATE's AUTH, the user and password after its AUTH2. (ACL SETUSER and CONFIG SET, which
+/// Redis redacts too, are administrative: never shown at all.)
+fn redact(argv: &mut [&[u8]]) {
+    let Some(name) = argv.first() else {
+        return;
+    };
+    let is = |word: &[u8], expected: &[u8]| word.eq_ignore_ascii_case(expected);
+    if is(name, b"AUTH") {
+        argv[1..].fill(REDACTED);
+    } else if is(name, b"HELLO") {
+        // `HELLO [protover [AUTH username password] [SETNAME clientname]]`
+        let mut at = 2;
+        while at < argv.len() {
+            let more = argv.len() - at - 1;
+            if is(argv[at], b"AUTH") && more >= 2 {
+                argv[at + 1..at + 3].fill(REDACTED);
+                at += 3;
+            } else if is(argv[at], b"SETNAME") && more >= 1 {
+                at += 2;
+            } else {
+                break;
+            }
+        }
+    } else if is(name, b"MIGRATE") {
+        // `MIGRATE host port key db timeout [COPY] [REPLACE] [AUTH pw | AUTH2 user pw] [KEYS …]`
+        let mut at = 6;
+        while at < argv.len() {
+            let more = argv.len() - at - 1;
+            if is(argv[at], b"AUTH") && more >= 1 {
+                argv[at + 1] = REDACTED;
+                at += 2;
+            } else if is(argv[at], b"AUTH2") && more >= 2 {
+                argv[at + 1..at + 3].fill(REDACTED);
+                at += 3;
+            } else if is(argv[at], b"KEYS") {
+                break;
+            } else {
+                at += 1;
+            }
+        }
     }
 }
 
@@ -137,6 +188,46 @@ mod tests {
 
     use super::*;
     use crate::server::resp::words::argv;
+
+    fn redacted(words: &str) -> String {
+        let words = argv(words);
+        let mut words: Vec<&[u8]> = words.to_vec();
+        redact(&mut words);
+        let words: Vec<String> = words
+            .iter()
+            .map(|word| String::from_utf8_lossy(word).into_owned())
+            .collect();
+        words.join(" ")
+    }
+
+    #[test]
+    fn credentials_are_redacted_as_redis_redacts_them() {
+        for (sent, shown) in [
+            ("auth pw", "auth (redacted)"),
+            ("AUTH user pw", "AUTH (redacted) (redacted)"),
+            (
+                "hello 3 auth user pw setname x",
+                "hello 3 auth (redacted) (redacted) setname x",
+            ),
+            (
+                "HELLO 3 SETNAME x AUTH u p",
+                "HELLO 3 SETNAME x AUTH (redacted) (redacted)",
+            ),
+            (
+                "migrate h 1 k 0 100 AUTH secretpw",
+                "migrate h 1 k 0 100 AUTH (redacted)",
+            ),
+            (
+                "migrate h 1 k 0 100 COPY AUTH2 user pw KEYS auth a",
+                "migrate h 1 k 0 100 COPY AUTH2 (redacted) (redacted) KEYS auth a",
+            ),
+            // Keys are not credentials, whatever they are called.
+            ("migrate h 1 auth 0 100", "migrate h 1 auth 0 100"),
+            ("set auth pw", "set auth pw"),
+        ] {
+            assert_eq!(redacted(sent), shown, "{sent}");
+        }
+    }
 
     #[test]
     fn a_line_is_written_as_redis_writes_it() {

@@ -103,6 +103,19 @@ pub struct Amended {
     pub pubsub: PubSub,
 }
 
+impl Pending {
+    /// Where the command runs.
+    pub fn class(&self) -> Class {
+        match self {
+            Pending::Ready(Some((class, _))) => *class,
+            Pending::Ready(None) => Class::Local,
+            Pending::Multiplexed(lane, _) | Pending::Gathered(lane, _) => Class::Multiplexed(*lane),
+            Pending::Exclusive(_) => Class::Exclusive,
+            Pending::Amended(amended) => amended.inner.class(),
+        }
+    }
+}
+
 impl Future for Pending {
     type Output = (Class, Bytes);
 
@@ -162,6 +175,27 @@ impl InOrder {
 
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()
+    }
+
+    /// Answers the command owed on a borrowed connection with `reply` instead of waiting for it;
+    /// the connection, dropped with its reply owed, is closed by its lane. Whether one was owed.
+    pub fn answer_exclusive(&mut self, reply: Bytes) -> bool {
+        let owed = self
+            .queue
+            .iter_mut()
+            .find(|(pending, _)| matches!(pending, Pending::Exclusive(_)));
+        match owed {
+            Some((pending, _)) => {
+                *pending = Pending::Ready(Some((Class::Exclusive, reply)));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Where the oldest owed command runs.
+    pub fn oldest(&self) -> Option<Class> {
+        self.queue.front().map(|(pending, _)| pending.class())
     }
 }
 

@@ -415,7 +415,7 @@ mod tests {
     fn refusals_of_what_redis_would_refuse_to_queue_abort_the_transaction() {
         assert!(Refusal::WrongArity("echo").aborts_multi());
         assert!(Refusal::WholeInTransaction.aborts_multi());
-        assert!(!Refusal::LeaseInTransaction.aborts_multi());
+        assert!(Refusal::LeaseInTransaction.aborts_multi());
         assert!(!Refusal::WhileSubscribed.aborts_multi());
         assert!(!Refusal::WhileWatching.aborts_multi());
     }

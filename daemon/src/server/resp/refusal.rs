@@ -27,13 +27,14 @@ impl Refusal {
     /// command it refused to queue.
     pub fn aborts_multi(&self) -> bool {
         match self {
+            // LEASE inside MULTI too: Redis fails EXEC for any command it refuses to queue (after
+            // WATCH alone there is nothing to fail).
             Refusal::WrongArity(_)
             | Refusal::Denied(_)
             | Refusal::WholeInTransaction
+            | Refusal::LeaseInTransaction
             | Refusal::CrossSlot(_) => true,
-            Refusal::WhileSubscribed | Refusal::WhileWatching | Refusal::LeaseInTransaction => {
-                false
-            }
+            Refusal::WhileSubscribed | Refusal::WhileWatching => false,
         }
     }
 }

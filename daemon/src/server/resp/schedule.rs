@@ -13,6 +13,7 @@ use tollgate_model::Multiplexed;
 use tollgate_resp::Command;
 
 use super::amend::Amend;
+use super::deadline;
 use super::keyspace::Whole;
 use super::local::{self, Voice};
 use super::pending::{Class, Gather, InOrder, Lent, Pending};
@@ -71,6 +72,23 @@ pub enum InPlace {
     LeaseWatch(Command),
 }
 
+impl InPlace {
+    /// Whether the work may wait for long (a blocking command on the pinned connection, a lease
+    /// wait, a walk of the whole keyspace): the replies before it are not held back meanwhile.
+    pub fn may_wait(&self) -> bool {
+        match self {
+            InPlace::Transaction(command, _) => deadline::may_block(command.name()),
+            InPlace::Lease(_) | InPlace::Keyspace(..) => true,
+            InPlace::Subscribe(..)
+            | InPlace::Unsubscribe(..)
+            | InPlace::Hello(_)
+            | InPlace::Monitor
+            | InPlace::Reset
+            | InPlace::LeaseWatch(_) => false,
+        }
+    }
+}
+
 /// In-flight commands per place, to decide when a barrier is needed. Local replies hold nothing
 /// up, so they are not counted.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -98,6 +116,9 @@ pub struct Schedule {
     in_flight: InFlight,
     /// A planned command waiting for a barrier, and whether its reply will be heard.
     parked: Option<(Step, Voice)>,
+    /// The multiplexed lane of the last reply handed out, unless a reply from an exclusive
+    /// connection or work in place came after it (see [`Schedule::continues_run`]).
+    run: Option<Multiplexed>,
 }
 
 /// What the schedule says of a step that is ready to start.
@@ -185,6 +206,23 @@ impl Schedule {
         Some(reply)
     }
 
+    /// Whether the oldest reply still owed comes with the last one handed out: both from the
+    /// same multiplexed lane, sent together, so that Redis answers them together and writing the
+    /// replies already here may wait for it (one write for a pipeline's replies, as Redis makes).
+    /// Any other reply owed — from a borrowed connection (a blocking command), another lane, or
+    /// work in place — may take as long as Redis likes: what is here is written without it.
+    pub fn continues_run(&self) -> bool {
+        match (self.run, self.pending.oldest()) {
+            (Some(run), Some(Class::Multiplexed(lane))) => run == lane,
+            _ => false,
+        }
+    }
+
+    /// Ends the blocking command in flight with `reply` (`CLIENT UNBLOCK`); whether there was one.
+    pub fn unblock(&mut self, reply: Bytes) -> bool {
+        self.pending.answer_exclusive(reply)
+    }
+
     /// Drops every reply owed (the client is gone).
     pub fn clear(&mut self) {
         *self = Schedule::default();
@@ -193,6 +231,13 @@ impl Schedule {
     fn settle(&mut self, class: Class) {
         if let Some(count) = self.in_flight.count(class) {
             *count -= 1;
+        }
+        match class {
+            Class::Multiplexed(lane) => self.run = Some(lane),
+            Class::Exclusive | Class::InPlace => self.run = None,
+            // The daemon's own replies are ready as soon as they are planned: between two of a
+            // run's replies, they do not end it.
+            Class::Local => {}
         }
     }
 }
@@ -297,6 +342,43 @@ mod tests {
         schedule.push(Class::Local, reply("+OK\r\n"), Voice::Heard);
         assert_eq!(schedule.next_now(), None);
         assert_eq!(schedule.len(), 2);
+    }
+
+    /// A reply owed on a multiplexed lane that never arrives.
+    fn owed_on(lane: Multiplexed) -> Pending {
+        Pending::Gathered(lane, Box::pin(futures::future::pending::<Bytes>()))
+    }
+
+    #[tokio::test]
+    async fn a_run_on_one_lane_is_written_together_and_nothing_waits_for_a_blocking_command() {
+        let mut schedule = Schedule::default();
+        schedule.push(REGULAR, arrived(REGULAR, "+OK\r\n"), Voice::Heard);
+        schedule.push(REGULAR, owed_on(Multiplexed::Regular), Voice::Heard);
+        schedule.next().await;
+        // The next reply of the same run comes with it: the one here may wait for it.
+        assert!(schedule.continues_run());
+        let mut schedule = Schedule::default();
+        schedule.push(REGULAR, arrived(REGULAR, "+OK\r\n"), Voice::Heard);
+        schedule.push(Class::Exclusive, owed(), Voice::Heard);
+        schedule.next().await;
+        // A blocking command may take as long as it likes: the reply is written without it.
+        assert!(!schedule.continues_run());
+        let mut schedule = Schedule::default();
+        schedule.push(
+            Class::Exclusive,
+            arrived(Class::Exclusive, "*-1\r\n"),
+            Voice::Heard,
+        );
+        schedule.push(REGULAR, owed_on(Multiplexed::Regular), Voice::Heard);
+        schedule.next().await;
+        assert!(!schedule.continues_run());
+        // Another lane's reply is not of the run either.
+        let mut schedule = Schedule::default();
+        schedule.push(REGULAR, arrived(REGULAR, "+OK\r\n"), Voice::Heard);
+        schedule.push(SCRIPT, owed_on(Multiplexed::Script), Voice::Heard);
+        schedule.next().await;
+        assert!(!schedule.continues_run());
+        assert!(!Schedule::default().continues_run());
     }
 
     #[test]

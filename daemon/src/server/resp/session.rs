@@ -8,14 +8,15 @@
 //! work: a borrowed connection with a reply still owed is closed by the lane, never reused. Work
 //! awaited in place (a transaction's commands, a blocking command inside WATCH, a subscription, the
 //! replies owed before a close) races the client's hang-up too ([`until_hang_up`]), so no session
-//! outlives its client.
+//! outlives its client. Replies are written as soon as they are due ([`Outbox`]), while the client
+//! is still read: neither direction waits for the other.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
@@ -23,20 +24,20 @@ use tollgate_lanes::Quiet;
 
 use super::ahead::{Ahead, Read};
 use super::budget::{self, Room};
-use super::clients::Client;
+use super::clients::{Client, UnblockMode};
 use super::door::{self, Entered};
 use super::ended::Ended;
 use super::front::FrontDoor;
 use super::kind::Kind;
+use super::local::Protocol;
 use super::monitor::Watch;
-use super::pending::{Class, Pending};
+use super::outbox::{self, Outbox};
+use super::pending::{Class, Lent, Pending};
 use super::replies;
 use super::schedule::{Schedule, Step, Turn};
 use super::state::SessionState;
 use super::subscriptions::{self, Eviction};
 
-/// Flush the write buffer once it holds this much, even with replies still to come.
-const FLUSH_AT: usize = 64 * 1024;
 /// Read in chunks of this size.
 const READ_CHUNK: usize = 16 * 1024;
 /// How much a client may send ahead while its next command waits for a barrier.
@@ -48,7 +49,9 @@ struct Session {
     state: SessionState,
     schedule: Schedule,
     ahead: Ahead,
-    out: BytesMut,
+    out: Outbox,
+    /// A blocking command `CLIENT UNBLOCK` may end is in flight.
+    blocked: bool,
 }
 
 pub async fn run(stream: UnixStream, front: Arc<FrontDoor>, stop: CancellationToken, id: u64) {
@@ -66,7 +69,8 @@ pub async fn run(stream: UnixStream, front: Arc<FrontDoor>, stop: CancellationTo
         state: SessionState::new(front, caller, id, me),
         schedule: Schedule::default(),
         ahead: Ahead::default(),
-        out: BytesMut::new(),
+        out: Outbox::default(),
+        blocked: false,
     };
     if let Err(ended) = session.serve(reader, writer, stop).await {
         tracing::debug!(reason = %ended, "RESP session ended");
@@ -75,15 +79,29 @@ pub async fn run(stream: UnixStream, front: Arc<FrontDoor>, stop: CancellationTo
     session.state.finish().await;
 }
 
+/// How far a session is from its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// Serving.
+    No,
+    /// The daemon is stopping: what was read is answered, nothing more is read.
+    Stopping,
+    /// The client quit (or sent what ends it): the replies owed, then these last words.
+    Closing,
+    /// Everything is buffered: once written, the connection closes.
+    Closed,
+}
+
 impl Session {
     async fn serve(
         &mut self,
         mut reader: OwnedReadHalf,
-        mut writer: OwnedWriteHalf,
+        writer: OwnedWriteHalf,
         stop: CancellationToken,
     ) -> Result<(), Ended> {
         let mut input = BytesMut::with_capacity(READ_CHUNK);
-        let mut stopping = false;
+        let mut ending = Ending::No;
+        let mut last_words = Bytes::new();
         // Made once, not per turn of the loop (which turns per reply): each new wait on a token
         // locks it to register and again to deregister. Quiet: polled only when they fire.
         let eviction = self.state.subscriptions.eviction();
@@ -95,29 +113,39 @@ impl Session {
         let mut breached = Quiet::new(budget.clone().breached());
         let front = self.state.front.clone();
         loop {
-            if !stopping {
-                if let Some(close) = self.dispatch(&mut input, &mut reader).await? {
-                    until_hang_up(self.drain(), &mut reader, &mut input).await?;
-                    self.out.extend_from_slice(&close);
-                    return self.flush(&mut writer).await;
+            if ending == Ending::No {
+                if let Some(close) = self.dispatch(&mut input, &mut reader, &writer).await? {
+                    last_words = close;
+                    ending = Ending::Closing;
                 }
             }
-            if self.schedule.is_empty() {
-                self.flush(&mut writer).await?;
-                if stopping {
-                    return Ok(());
-                }
-            } else if self.out.len() >= FLUSH_AT {
-                self.flush(&mut writer).await?;
+            if ending == Ending::Closing && self.schedule.is_empty() {
+                self.out.reply(&last_words);
+                ending = Ending::Closed;
             }
-            // While a command waits for a barrier, keep reading (boundedly) only to notice a client
-            // that hangs up during a long blocking command.
-            let may_read = !stopping
+            // Written as soon as it is due, without waiting for the client: what the socket does
+            // not take now is written when it becomes writable, while reading goes on.
+            if self.out.wants_write(&self.schedule) {
+                self.out.write_ready(&writer).map_err(Ended::WriteFailed)?;
+            }
+            let done = self.schedule.is_empty() && self.out.is_empty();
+            if done && matches!(ending, Ending::Stopping | Ending::Closed) {
+                return Ok(());
+            }
+            let writing = self.out.wants_write(&self.schedule);
+            // While a command waits for a barrier (or the client's last words wait for the
+            // replies owed), keep reading, boundedly, only to notice a client that hangs up.
+            let holding = self.schedule.is_parked() || ending == Ending::Closing;
+            let may_read = matches!(ending, Ending::No | Ending::Closing)
                 && self.schedule.len() + self.ahead.len() < front.config.max_pipeline
-                && (!self.schedule.is_parked() || input.len() < PARKED_INPUT_CAP);
+                && (!holding || input.len() < PARKED_INPUT_CAP);
             budget::trim(&mut input, READ_CHUNK);
             let subscribed = !self.state.subscriptions.is_empty();
             let watching = !self.state.watches.is_empty();
+            // Messages pushed to the client are taken only while what is buffered for it drains:
+            // one that does not read is left to its subscription's bounded buffer (and evicted
+            // when that fills), not buffered here up to its budget.
+            let draining = self.out.len() < outbox::WRITE_AT;
             budget.sync(self.out.len(), input.len(), subscribed);
             let room = match may_read {
                 true => budget.room(input.len()),
@@ -125,14 +153,23 @@ impl Session {
             };
             tokio::select! {
                 Some(reply) = self.schedule.next(), if !self.schedule.is_empty() => {
-                    self.out.extend_from_slice(&reply);
+                    self.out.reply(&reply);
                     // Replies of a pipeline arrive together: take every one already here in this turn.
-                    while let Some(reply) = self.schedule.next_now() {
-                        self.out.extend_from_slice(&reply);
-                        if self.out.len() >= FLUSH_AT {
-                            break;
-                        }
+                    while self.out.len() < outbox::WRITE_AT {
+                        let Some(reply) = self.schedule.next_now() else { break };
+                        self.out.reply(&reply);
                     }
+                    if self.blocked && self.schedule.in_flight(Class::Exclusive) == 0 {
+                        self.blocked = false;
+                        self.state.me.client.set_blocked(false);
+                    }
+                }
+                mode = self.state.me.client.unblocked(), if self.blocked => {
+                    self.schedule.unblock(unblocked(mode, self.state.protocol));
+                }
+                ready = writer.writable(), if writing => {
+                    ready.map_err(Ended::WriteFailed)?;
+                    self.out.write_ready(&writer).map_err(Ended::WriteFailed)?;
                 }
                 read = budget::read(&mut reader, &mut input, room.bytes()), if room.bytes() > 0 => {
                     match read {
@@ -142,43 +179,43 @@ impl Session {
                     }
                 }
                 // The message counts against the budget (`_held`) until it is in `out`.
-                Some((message, _held)) = self.state.subscriptions.next(), if subscribed => {
+                Some((message, _held)) = self.state.subscriptions.next(), if subscribed && draining => {
                     // Delivered whatever `CLIENT REPLY` says, as Redis 7 delivers them.
                     let frame = subscriptions::message_frame(message, self.state.protocol);
-                    tollgate_resp::encode(&frame, &mut self.out);
+                    tollgate_resp::encode(&frame, self.out.buffer());
                 }
-                frame = self.state.watches.next(self.state.protocol), if watching => {
-                    tollgate_resp::encode(&frame, &mut self.out);
+                frame = self.state.watches.next(self.state.protocol), if watching && draining => {
+                    tollgate_resp::encode(&frame, self.out.buffer());
                 }
                 _ = &mut evicted => {
                     let eviction = self.state.subscriptions.eviction_reason();
                     if let Eviction::TooSlow(why) = &eviction {
-                        self.out.extend_from_slice(&replies::disconnected(why));
+                        self.out.message(&replies::disconnected(why));
                     }
-                    let _ = tokio::time::timeout(LAST_WORDS, self.flush(&mut writer)).await;
+                    let _ = self.out.last_words(&writer, LAST_WORDS).await;
                     tracing::info!(%eviction, "subscriber disconnected");
                     return Err(Ended::Evicted(eviction));
                 }
-                Some(line) = monitored(&mut self.state.monitor, &self.state.me.client), if self.state.monitor.is_some() => {
-                    self.out.extend_from_slice(&line);
+                Some(line) = monitored(&mut self.state.monitor, &self.state.me.client), if self.state.monitor.is_some() && draining => {
+                    self.out.message(&line);
                 }
                 _ = &mut killed => {
                     // A kill of this session by itself answers first, as Redis closes after the reply.
                     while let Some(reply) = self.schedule.next_now() {
-                        self.out.extend_from_slice(&reply);
+                        self.out.reply(&reply);
                     }
-                    let _ = tokio::time::timeout(LAST_WORDS, self.flush(&mut writer)).await;
+                    let _ = self.out.last_words(&writer, LAST_WORDS).await;
                     return Err(Ended::Killed);
                 }
                 () = front.pool.room(), if room == Room::PoolFull => {}
                 breach = &mut breached => {
                     // What is buffered was not read and will not be: only the reason is sent.
                     self.out.clear();
-                    self.out.extend_from_slice(&replies::disconnected(&breach));
-                    let _ = tokio::time::timeout(LAST_WORDS, writer.write_all(&self.out)).await;
+                    self.out.message(&replies::disconnected(&breach));
+                    let _ = self.out.last_words(&writer, LAST_WORDS).await;
                     return Err(Ended::OverBudget(breach));
                 }
-                _ = &mut stopped, if !stopping => stopping = true,
+                _ = &mut stopped, if ending == Ending::No => ending = Ending::Stopping,
             }
         }
     }
@@ -190,6 +227,7 @@ impl Session {
         &mut self,
         input: &mut BytesMut,
         reader: &mut OwnedReadHalf,
+        writer: &OwnedWriteHalf,
     ) -> Result<Option<Bytes>, Ended> {
         loop {
             if self.schedule.len() >= self.state.front.config.max_pipeline {
@@ -242,6 +280,10 @@ impl Session {
                     self.schedule.push(class, sent, voice);
                 }
                 Step::Exclusive(lane, route, command, amend) => {
+                    if lane == Lent::Blocking {
+                        self.blocked = unblockable(command.name());
+                        self.state.me.client.set_blocked(self.blocked);
+                    }
                     let sent = self.state.send_exclusive(lane, route, command);
                     let sent = self.state.amend(sent, amend);
                     self.schedule.push(Class::Exclusive, sent, voice);
@@ -251,52 +293,39 @@ impl Session {
                     self.schedule.push(Class::Exclusive, sent, voice);
                 }
                 Step::InPlace(work) => {
-                    let reply = until_hang_up(self.state.in_place(work), reader, input).await?;
-                    self.out.extend_from_slice(&voice.say(reply));
+                    // Work that may wait (a blocking command on the pinned connection, a lease
+                    // wait) does not hold back the replies before it.
+                    let out = work.may_wait().then_some((writer, &mut self.out));
+                    let work = self.state.in_place(work);
+                    let reply = until_hang_up(work, reader, input, out).await?;
+                    self.out.reply(&voice.say(reply));
                 }
             }
         }
-    }
-
-    /// Writes every in-flight reply into the output buffer, in order.
-    async fn drain(&mut self) {
-        while let Some(reply) = self.schedule.next().await {
-            self.out.extend_from_slice(&reply);
-        }
-    }
-
-    async fn flush(&mut self, writer: &mut OwnedWriteHalf) -> Result<(), Ended> {
-        if self.out.is_empty() {
-            return Ok(());
-        }
-        // A client that does not read is disconnected at its budget, not waited for; what waits to
-        // be written counts against it meanwhile.
-        let budget = &self.state.budget;
-        budget.buffered(self.out.len());
-        let breached = budget.clone().breached();
-        tokio::select! {
-            biased;
-            written = writer.write_all(&self.out) => written.map_err(Ended::WriteFailed)?,
-            breach = breached => return Err(Ended::OverBudget(breach)),
-        }
-        self.out.clear();
-        budget::trim(&mut self.out, 0);
-        budget.buffered(0);
-        Ok(())
     }
 }
 
 /// Awaits `work` while reading what the client sends meanwhile (boundedly, as for a parked command),
 /// so that a hang-up is noticed: then `work` is dropped unfinished and `Err` says why. A borrowed
 /// connection dropped with a reply owed is closed, never lent again (see `Borrowed`), so a blocking
-/// command left in Redis by a vanished client dies with its connection.
+/// command left in Redis by a vanished client dies with its connection. With `out`, what it holds
+/// is written meanwhile.
 async fn until_hang_up<T>(
     work: impl Future<Output = T>,
     reader: &mut OwnedReadHalf,
     input: &mut BytesMut,
+    out: Option<(&OwnedWriteHalf, &mut Outbox)>,
 ) -> Result<T, Ended> {
     let mut work = std::pin::pin!(work);
+    let (writer, mut out) = match out {
+        Some((writer, out)) => {
+            out.write_ready(writer).map_err(Ended::WriteFailed)?;
+            (Some(writer), Some(out))
+        }
+        None => (None, None),
+    };
     loop {
+        let writing = out.as_ref().is_some_and(|out| !out.is_empty());
         tokio::select! {
             done = &mut work => return Ok(done),
             read = reader.read_buf(input), if input.len() < PARKED_INPUT_CAP => match read {
@@ -304,7 +333,51 @@ async fn until_hang_up<T>(
                 Ok(_) => {}
                 Err(error) => return Err(Ended::ReadFailed(error)),
             },
+            ready = writable(writer), if writing => {
+                ready.map_err(Ended::WriteFailed)?;
+                if let (Some(writer), Some(out)) = (writer, out.as_deref_mut()) {
+                    out.write_ready(writer).map_err(Ended::WriteFailed)?;
+                }
+            }
         }
+    }
+}
+
+/// Whether `CLIENT UNBLOCK` ends a command of this name here: the list, sorted-set and stream
+/// pops, not WAIT (whose answer only Redis knows) nor anything else on the BLOCKING lane.
+fn unblockable(name: &[u8]) -> bool {
+    const POPS: [&[u8]; 10] = [
+        b"BLPOP",
+        b"BRPOP",
+        b"BRPOPLPUSH",
+        b"BLMOVE",
+        b"BZPOPMIN",
+        b"BZPOPMAX",
+        b"BLMPOP",
+        b"BZMPOP",
+        b"XREAD",
+        b"XREADGROUP",
+    ];
+    POPS.iter().any(|pop| name.eq_ignore_ascii_case(pop))
+}
+
+/// What a command `CLIENT UNBLOCK` ended answers, as Redis answers it: a timeout's null array (for
+/// BRPOPLPUSH and BLMOVE too), or `-UNBLOCKED`.
+fn unblocked(mode: UnblockMode, protocol: Protocol) -> Bytes {
+    match (mode, protocol) {
+        (UnblockMode::Error, _) => {
+            Bytes::from_static(b"-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n")
+        }
+        (UnblockMode::Timeout, Protocol::Resp3) => Bytes::from_static(b"_\r\n"),
+        (UnblockMode::Timeout, Protocol::Resp2) => Bytes::from_static(b"*-1\r\n"),
+    }
+}
+
+/// Resolves when `writer` may take more (never without one).
+async fn writable(writer: Option<&OwnedWriteHalf>) -> std::io::Result<()> {
+    match writer {
+        Some(writer) => writer.writable().await,
+        None => std::future::pending().await,
     }
 }
 

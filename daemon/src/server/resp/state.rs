@@ -152,8 +152,8 @@ impl SessionState {
     /// What `CLIENT LIST` and `MONITOR` show of a connection-scoped command.
     fn ran_local(&self, local: Local, command: &Command) {
         self.me.client.update(|state| state.ran_local(local.name()));
-        // Credentials are never shown, as Redis hides AUTH and HELLO.
-        if !local.needs_admission() && !matches!(local, Local::Auth | Local::Hello) {
+        // AUTH and HELLO are shown as Redis shows them, their credentials redacted.
+        if !local.needs_admission() {
             self.front.monitors.ran(&self.me.client, command);
         }
     }
@@ -185,8 +185,11 @@ impl SessionState {
                     }
                 };
                 if !matches!(plan, Plan::Keyspace(_) | Plan::Refuse(_)) {
+                    // Redis never shows an administrative command (CONFIG SET, ACL SETUSER …).
+                    if !descriptor.traits.admin {
+                        self.front.monitors.ran(&self.me.client, command);
+                    }
                     self.me.client.update(|state| state.ran(descriptor));
-                    self.front.monitors.ran(&self.me.client, command);
                 }
                 plan
             }
@@ -211,7 +214,11 @@ impl SessionState {
                 let regular = Forward::Multiplexed(Multiplexed::Regular);
                 self.sending(regular, Route::Any, command, None)
             }
-            Plan::LeaseDocs => Step::Reply(replies::encode(&lease::docs(self.protocol))),
+            // Inside MULTI, queued as the daemon's other answers are (its reply in EXEC's).
+            Plan::LeaseDocs => {
+                let docs = replies::encode(&lease::docs(self.protocol));
+                Step::Reply(self.transaction.queue_local(docs))
+            }
             Plan::Lease => Step::InPlace(InPlace::Lease(command)),
             Plan::LeaseWatch => Step::InPlace(InPlace::LeaseWatch(command)),
             Plan::Admit => {

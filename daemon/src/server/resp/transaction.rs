@@ -48,6 +48,8 @@ pub enum Pinning {
 pub struct Opening {
     held: Vec<Command>,
     local: QueuedLocally,
+    /// A command was refused while queueing: EXEC fails once the connection is pinned.
+    aborted: bool,
 }
 
 pub struct Multi {
@@ -94,8 +96,10 @@ impl Pinning {
 
     /// A command was refused: inside MULTI, EXEC will fail.
     pub fn refused(&mut self) {
-        if let Pinning::InMulti(multi) = self {
-            multi.queue = Queue::Aborted;
+        match self {
+            Pinning::InMulti(multi) => multi.queue = Queue::Aborted,
+            Pinning::Opening(opening) => opening.aborted = true,
+            Pinning::None | Pinning::Watching(..) => {}
         }
     }
 
@@ -233,7 +237,10 @@ impl Pinning {
         let mut multi = Multi {
             conn,
             slot: slot.cloned(),
-            queue: Queue::Clean,
+            queue: match opening.aborted {
+                true => Queue::Aborted,
+                false => Queue::Clean,
+            },
             local: opening.local,
         };
         for held in opening.held {
