@@ -34,6 +34,7 @@ mod lease_run;
 mod lease_shared;
 mod lease_watchdogs;
 mod limits;
+mod module_authoring;
 mod policy;
 mod policy_catalog;
 mod policy_compile;
