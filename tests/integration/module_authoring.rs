@@ -45,7 +45,9 @@ fn ok(output: &Output, what: &str) -> String {
 /// Whether the JS/Python path runs here; when not, says so.
 fn enabled(lang: &str) -> bool {
     let wanted = std::env::var("TOLLGATE_TEST_GUESTS").unwrap_or_default();
-    let on = wanted.split(',').any(|l| l.trim() == lang || l.trim() == "all");
+    let on = wanted
+        .split(',')
+        .any(|l| l.trim() == lang || l.trim() == "all");
     if !on {
         eprintln!(
             "SKIPPED: the {lang} guest path (its toolchain comes from a registry on first use); \
@@ -59,13 +61,22 @@ fn enabled(lang: &str) -> bool {
 async fn scaffold_builds_tests_and_the_daemon_agrees(lang: &str) {
     let work = tempdir();
     let name = format!("{lang}-guard");
-    ok(&tollgate(&["module", "new", &name, "--lang", lang], work.path()), "module new");
+    ok(
+        &tollgate(&["module", "new", &name, "--lang", lang], work.path()),
+        "module new",
+    );
     let dir = work.path().join(&name);
     assert!(dir.join("wit/policy.wit").is_file() && dir.join("tests.yaml").is_file());
-    ok(&tollgate(&["module", "build", &name], work.path()), "module build");
+    ok(
+        &tollgate(&["module", "build", &name], work.path()),
+        "module build",
+    );
     let component = dir.join("build").join(format!("{name}.wasm"));
     assert!(component.is_file());
-    let tested = ok(&tollgate(&["module", "test", &name], work.path()), "module test");
+    let tested = ok(
+        &tollgate(&["module", "test", &name], work.path()),
+        "module test",
+    );
     assert!(tested.contains("8 expectations passed"), "{tested}");
 
     daemon_agrees(&component, &dir.join("tests.yaml")).await;
@@ -77,7 +88,10 @@ async fn scaffold_builds_tests_and_the_daemon_agrees(lang: &str) {
         "command: GET other:1, expect: deny",
         "command: GET other:1, expect: abstain",
     );
-    let broken = broken.replace(", rule: key-prefix }\n  - { principal: app, command: MSET", " }\n  - { principal: app, command: MSET");
+    let broken = broken.replace(
+        ", rule: key-prefix }\n  - { principal: app, command: MSET",
+        " }\n  - { principal: app, command: MSET",
+    );
     assert_ne!(broken, text);
     std::fs::write(&tests, &broken).unwrap();
     let line = broken
@@ -89,7 +103,9 @@ async fn scaffold_builds_tests_and_the_daemon_agrees(lang: &str) {
     assert!(!failed.status.success());
     let stderr = String::from_utf8_lossy(&failed.stderr);
     assert!(
-        stderr.contains(&format!("tests.yaml:{line}: `GET other:1` as app: expected abstain")),
+        stderr.contains(&format!(
+            "tests.yaml:{line}: `GET other:1` as app: expected abstain"
+        )),
         "{stderr}"
     );
     assert!(stderr.contains("1 of 8 expectations failed"), "{stderr}");
@@ -204,5 +220,8 @@ async fn a_component_of_another_world_is_refused_by_the_check_and_by_the_daemon(
         Ok(_) => panic!("the daemon started with a catalog as a guard"),
         Err(error) => error.to_string(),
     };
-    assert!(error.contains("module catalog") && error.contains("tollgate:policy/guard"), "{error}");
+    assert!(
+        error.contains("module catalog") && error.contains("tollgate:policy/guard"),
+        "{error}"
+    );
 }

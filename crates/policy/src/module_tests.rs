@@ -127,9 +127,7 @@ impl ModuleTests {
             )
         })?;
         let source: Source = serde_yaml::from_str(text).map_err(|error| {
-            let at = error
-                .location()
-                .map_or((1, 1), |l| (l.line(), l.column()));
+            let at = error.location().map_or((1, 1), |l| (l.line(), l.column()));
             invalid(path, at, error.to_string())
         })?;
         let mut tests = Vec::with_capacity(source.tests.len());

@@ -18,11 +18,19 @@ use crate::sandbox::{Called, Fault, Lowered};
 /// What one guard answered for one command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GuardAnswer {
-    Allow { rule: String },
-    Deny { rule: String, reason: String },
+    Allow {
+        rule: String,
+    },
+    Deny {
+        rule: String,
+        reason: String,
+    },
     Abstain,
     /// The guard trapped, ran out of its budget or memory, or answered malformed.
-    Fault { cause: DenyCause, detail: String },
+    Fault {
+        cause: DenyCause,
+        detail: String,
+    },
     /// The host refused the command before any guard saw it (unknown command, wrong arity).
     NotJudged(String),
 }
@@ -134,14 +142,14 @@ impl GuardProbe {
         let guard = self.guard();
         let catalogued: Vec<Result<Arc<Described>, Decision>> = argvs
             .iter()
-            .map(|argv| self.generation.catalogued(argv, None))
+            .map(|argv| self.generation.catalogued(*argv, None))
             .collect();
         let started = Instant::now();
         let called = Lowered::with(|lowered| {
             lowered.start(caller);
             for (described, argv) in catalogued.iter().zip(argvs) {
                 if let Ok(described) = described {
-                    lowered.push(&described.wit, argv);
+                    lowered.push(&described.wit, *argv);
                 }
             }
             let (who, batch) = lowered.batch();

@@ -65,7 +65,10 @@ pub fn run(module: &Path, rounds: usize) -> Result<()> {
         "{:<28} {:>10} {:>10} {:>12} {:>12} {:>10}",
         "guard / call", "p50", "p99", "fuel p50", "fuel p99", "memory"
     );
-    for (label, guard) in [(probe.name().to_owned(), &probe), ("yaml-guard".into(), &yaml)] {
+    for (label, guard) in [
+        (probe.name().to_owned(), &probe),
+        ("yaml-guard".into(), &yaml),
+    ] {
         let mut alone = Vec::with_capacity(rounds * argvs.len());
         let mut batched = Vec::with_capacity(rounds);
         let refs: Vec<&[String]> = argvs.iter().map(Vec::as_slice).collect();

@@ -68,8 +68,8 @@ fn rust(dir: &Path, out: &Path) -> Result<()> {
         None => dir.join("target"),
     };
     let core = target.join("wasm32-unknown-unknown/release/guard.wasm");
-    let module =
-        std::fs::read(&core).with_context(|| format!("step `cargo build` left no {}", core.display()))?;
+    let module = std::fs::read(&core)
+        .with_context(|| format!("step `cargo build` left no {}", core.display()))?;
     let component = ComponentEncoder::default()
         .module(&module)
         .context(
@@ -91,7 +91,13 @@ fn js(dir: &Path, out: &Path) -> Result<()> {
             .arg(dir.join("wit"))
             .arg("--js")
             .arg(dir.join("guard.js"))
-            .args(["--world", "guard-module", "--stub-wasi", "--sync", "--output"])
+            .args([
+                "--world",
+                "guard-module",
+                "--stub-wasi",
+                "--sync",
+                "--output",
+            ])
             .arg(out)
             .stdout(std::process::Stdio::null()),
         "see its errors above (guard.js must export `guard` with admit and admitBatch)",

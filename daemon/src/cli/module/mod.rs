@@ -121,7 +121,9 @@ fn module_name(dir: &Path) -> Result<String> {
 
 /// Where `module build` writes the component of the module in `dir`.
 pub fn component_path(dir: &Path) -> Result<PathBuf> {
-    Ok(dir.join("build").join(format!("{}.wasm", module_name(dir)?)))
+    Ok(dir
+        .join("build")
+        .join(format!("{}.wasm", module_name(dir)?)))
 }
 
 /// A module to load: its component and, when there are any, its expectations.
@@ -151,7 +153,10 @@ pub fn locate(module: &Path, tests: Option<&Path>) -> Result<Located> {
             std::iter::once(parent).chain(grandparent).collect(),
         )
     } else {
-        bail!("{}: no such module directory or component", module.display());
+        bail!(
+            "{}: no such module directory or component",
+            module.display()
+        );
     };
     let tests = match tests {
         Some(tests) => Some(tests.to_owned()),
@@ -165,7 +170,10 @@ pub fn locate(module: &Path, tests: Option<&Path>) -> Result<Located> {
 
 /// A generation of the built-in default policy with `component` as its one operator guard, loaded
 /// exactly as the daemon loads `policy.modules` entries; and a probe of that guard.
-pub fn load(component: &Path, tests: Option<&ModuleTests>) -> Result<(Arc<Generation>, GuardProbe)> {
+pub fn load(
+    component: &Path,
+    tests: Option<&ModuleTests>,
+) -> Result<(Arc<Generation>, GuardProbe)> {
     let (config, limits) = tests
         .map(|t| (t.config.clone(), t.limits.clone()))
         .unwrap_or_default();
