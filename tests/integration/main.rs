@@ -37,6 +37,7 @@ mod lease_shared;
 mod lease_upgrade;
 mod lease_watchdogs;
 mod limits;
+mod module_authoring;
 mod policy;
 mod policy_catalog;
 mod policy_compile;

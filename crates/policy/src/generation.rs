@@ -414,6 +414,11 @@ impl Generation {
             .map(|described| described.wit)
     }
 
+    /// The guard called `name` (a YAML guard is `yaml-guard:FILE`, a module its file's stem).
+    pub(crate) fn guard_named(&self, name: &str) -> Option<&Guard> {
+        self.guards.iter().find(|guard| guard.name() == name)
+    }
+
     pub fn descriptors(&self) -> &[bindings::Descriptor] {
         &self.descriptors
     }
@@ -436,7 +441,7 @@ impl Generation {
 
     /// What the catalogs say `argv` is (a cached answer when one applies), or the decision that
     /// refuses it: empty, unknown to every catalog, or a catalog fault.
-    fn catalogued<A: AsRef<[u8]>>(
+    pub(crate) fn catalogued<A: AsRef<[u8]>>(
         &self,
         argv: &[A],
         steps: Option<&mut Vec<Step>>,

@@ -16,6 +16,8 @@ mod error;
 mod generation;
 mod lease_memo;
 mod metrics;
+pub mod module_tests;
+mod probe;
 mod reserved;
 pub mod review;
 mod sandbox;
@@ -32,6 +34,7 @@ pub use decision::{Decision, Denial, DenyCause, Descriptor, KeyAccess, Traits};
 pub use error::PolicyError;
 pub use generation::{FileInfo, Generation, GenerationInfo, ModuleInfo, Step, DEFAULT_POLICY};
 pub use lease_memo::LeaseMemo;
+pub use probe::{CallCost, GuardAnswer, GuardProbe};
 pub use sandbox::Allocator;
 pub use tollgate_policy_rules::{glob, Category, CategorySet};
 

@@ -2,6 +2,7 @@
 
 mod docs;
 mod lease;
+mod module;
 mod policy;
 mod redis_acl;
 mod serve;
@@ -39,6 +40,9 @@ enum Command {
     /// Take, renew, release or inspect a lease, or hold one while a command runs.
     #[command(subcommand)]
     Lease(lease::LeaseCommand),
+    /// Create, build, test and benchmark guard modules (Rust, JavaScript, Python).
+    #[command(subcommand)]
+    Module(module::ModuleCommand),
     /// Compile, review, diff, test and explain YAML policies.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
@@ -84,6 +88,7 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Serve { config, log_format } => serve::run(config, log_format.map(Into::into)),
         Command::Lease(command) => lease::run(command),
+        Command::Module(command) => printing(|| module::run(command)),
         Command::Policy(command) => printing(|| policy::run(command)),
         Command::RedisAcl(args) => printing(|| redis_acl::run(args)),
         Command::CheckConfig { file } => printing(|| check_config(&file)),

@@ -23,7 +23,8 @@ pub enum PolicyCommand {
     /// every rule is constant), with a witness and the deciding rule.
     Review {
         file: PathBuf,
-        /// Guard modules to run after the policy, as the daemon would.
+        /// Guard modules to run after the policy, as the daemon would: components, or module
+        /// directories (their built component; their tests.yaml is run first).
         #[arg(long = "module")]
         modules: Vec<PathBuf>,
     },
@@ -43,10 +44,13 @@ pub enum PolicyCommand {
         #[arg(long)]
         classes: bool,
     },
-    /// Run the expectations in each policy's `tests:` section.
+    /// Run the expectations in each policy's `tests:` section, and each `--module`'s own.
     Test {
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// Guard modules (directories or components) whose tests.yaml to run beside the policies'.
+        #[arg(long = "module")]
+        modules: Vec<PathBuf>,
     },
     /// Show each module's verdict for one command: `explain --principal P -- CMD ARGS...`
     /// (`-- LEASE RESOURCE` for a lease); with `--against`, under a second policy too.
@@ -73,6 +77,13 @@ pub enum PolicyCommand {
 }
 
 pub fn run(command: PolicyCommand) -> ExitCode {
+    let command = match module_expectations(command) {
+        Ok(command) => command,
+        Err(error) => {
+            eprintln!("{error:#}");
+            return ExitCode::FAILURE;
+        }
+    };
     match execute(command) {
         Ok(Changed::No) => ExitCode::SUCCESS,
         Ok(Changed::Yes) => ExitCode::from(2),
@@ -81,6 +92,37 @@ pub fn run(command: PolicyCommand) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Runs the expectations of every module `test` and `review` name, and turns module directories
+/// into their built components.
+fn module_expectations(command: PolicyCommand) -> anyhow::Result<PolicyCommand> {
+    let modules = match &command {
+        PolicyCommand::Test { modules, .. } | PolicyCommand::Review { modules, .. } => modules,
+        _ => return Ok(command),
+    };
+    let mut components = Vec::with_capacity(modules.len());
+    for module in modules {
+        let located = super::module::locate(module, None)?;
+        if let Some(tests) = &located.tests {
+            let tests = tollgate_policy::module_tests::ModuleTests::read(tests)?;
+            super::module::run_expectations(&located.component, &tests)?;
+        } else if matches!(command, PolicyCommand::Test { .. }) {
+            anyhow::bail!("{}: no tests.yaml to run", module.display());
+        }
+        components.push(located.component);
+    }
+    Ok(match command {
+        PolicyCommand::Test { files, .. } => PolicyCommand::Test {
+            files,
+            modules: Vec::new(),
+        },
+        PolicyCommand::Review { file, .. } => PolicyCommand::Review {
+            file,
+            modules: components,
+        },
+        other => other,
+    })
 }
 
 fn load(files: Vec<PathBuf>, modules: Vec<PathBuf>) -> Result<Admission, PolicyError> {
@@ -100,7 +142,7 @@ enum Changed {
 
 fn execute(command: PolicyCommand) -> Result<Changed, PolicyError> {
     match command {
-        PolicyCommand::Compile { files } | PolicyCommand::Test { files } => {
+        PolicyCommand::Compile { files } | PolicyCommand::Test { files, .. } => {
             for file in files {
                 let admission = load(vec![file.clone()], vec![])?;
                 let generation = admission.current();

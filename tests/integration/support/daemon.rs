@@ -139,7 +139,7 @@ impl TestDaemon {
     }
 }
 
-fn endpoint(redis: &RedisServer) -> Endpoint {
+pub fn endpoint(redis: &RedisServer) -> Endpoint {
     Endpoint::Unix(redis.socket().to_owned())
 }
 

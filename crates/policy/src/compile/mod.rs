@@ -6,7 +6,7 @@
 mod check;
 mod shadow;
 mod source;
-mod spans;
+pub(crate) mod spans;
 
 use std::collections::HashMap;
 use std::fmt;

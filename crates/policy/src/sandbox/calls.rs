@@ -139,26 +139,46 @@ impl Guard {
                 Ok(verdict)
             }),
             fuel: called.fuel,
+            memory: called.memory,
         }
     }
 
     /// One verdict per command of `batch`, in order.
     pub fn admit_batch(&self, who: &Caller, batch: &Batch) -> Result<Vec<Verdict>, Fault> {
-        let verdicts = self.module.call(|guard, store| {
+        self.admit_batch_within(who, batch, self.budget()).answer
+    }
+
+    /// [`Guard::admit_batch`] under `budget`, with what the call spent.
+    pub fn admit_batch_within(
+        &self,
+        who: &Caller,
+        batch: &Batch,
+        budget: Budget,
+    ) -> Called<Vec<Verdict>> {
+        let called = self.module.call_within(budget, |guard, store| {
             guard
                 .tollgate_policy_guard()
                 .call_admit_batch(store, who, batch)
-        })?;
-        if verdicts.len() != batch.commands.len() {
-            return Err(Fault::malformed(format!(
-                "{} verdicts for {} commands",
-                verdicts.len(),
-                batch.commands.len()
-            )));
+        });
+        Called {
+            answer: called.answer.and_then(|verdicts| checked(verdicts, batch)),
+            fuel: called.fuel,
+            memory: called.memory,
         }
-        verdicts.iter().try_for_each(check_verdict)?;
-        Ok(verdicts)
     }
+}
+
+/// A batch's verdicts, when there is one per command and each is well-formed.
+fn checked(verdicts: Vec<Verdict>, batch: &Batch) -> Result<Vec<Verdict>, Fault> {
+    if verdicts.len() != batch.commands.len() {
+        return Err(Fault::malformed(format!(
+            "{} verdicts for {} commands",
+            verdicts.len(),
+            batch.commands.len()
+        )));
+    }
+    verdicts.iter().try_for_each(check_verdict)?;
+    Ok(verdicts)
 }
 
 /// Rule ids and reasons end up in replies and logs: a guard may not make them arbitrarily long.

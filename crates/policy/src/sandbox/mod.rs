@@ -10,5 +10,5 @@ mod packing;
 
 pub use calls::{fits_arity, Catalog, Guard};
 pub use engine::{Allocator, Sandbox, Shared};
-pub use module::Fault;
+pub use module::{Called, Fault};
 pub use packing::Lowered;

@@ -21,6 +21,8 @@ pub struct HostState {
     config: Arc<[u8]>,
     memory_cap: usize,
     hit_memory_cap: bool,
+    /// The most linear memory the instance has been granted (what `module bench` reports).
+    memory_peak: usize,
 }
 
 impl wasmtime::ResourceLimiter for HostState {
@@ -33,6 +35,9 @@ impl wasmtime::ResourceLimiter for HostState {
         // Refusing (rather than trapping here) lets the guest's allocator fail as it would on any
         // machine; the flag tells the host why the trap that follows happened.
         self.hit_memory_cap |= desired > self.memory_cap;
+        if desired <= self.memory_cap {
+            self.memory_peak = self.memory_peak.max(desired);
+        }
         Ok(desired <= self.memory_cap)
     }
 
@@ -75,6 +80,8 @@ impl Fault {
 pub struct Called<R> {
     pub answer: Result<R, Fault>,
     pub fuel: u64,
+    /// The linear memory of the instance that answered (0 when none could be made).
+    pub memory: usize,
 }
 
 /// The two worlds a module can implement.
@@ -193,6 +200,7 @@ impl<K: Kind> Module<K> {
                 return Called {
                     answer: Err(fault),
                     fuel: 0,
+                    memory: 0,
                 }
             }
         };
@@ -201,6 +209,7 @@ impl<K: Kind> Module<K> {
         let fuel = budget
             .fuel
             .saturating_sub(ready.store.get_fuel().unwrap_or(0));
+        let memory = ready.store.data().memory_peak;
         let answer = match answer {
             Ok(answer) => {
                 let mut idle = self.idle.lock();
@@ -211,7 +220,11 @@ impl<K: Kind> Module<K> {
             }
             Err(error) => Err(classify(&error, ready.store.data())),
         };
-        Called { answer, fuel }
+        Called {
+            answer,
+            fuel,
+            memory,
+        }
     }
 
     fn instantiate(&self) -> Result<Ready<K::Bindings>, Fault> {
@@ -219,6 +232,7 @@ impl<K: Kind> Module<K> {
             config: self.config.clone(),
             memory_cap: self.limits.memory_bytes(),
             hit_memory_cap: false,
+            memory_peak: 0,
         };
         let mut store = Store::new(&self.sandbox.engine, state);
         store.limiter(|state| state);
