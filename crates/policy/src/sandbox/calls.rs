@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::bindings::{Argv, Batch, Caller, Command, Descriptor, Verdict};
-use super::engine::{Budget, Sandbox};
+use super::engine::{Budget, Sandbox, Scaling};
 use super::module::{Called, CatalogKind, Fault, GuardKind, Module};
 use super::packing::argc;
 use crate::config::SandboxLimits;
@@ -24,8 +24,9 @@ impl Catalog {
         name: &str,
         bytes: &[u8],
         limits: SandboxLimits,
+        scaling: Scaling,
     ) -> wasmtime::Result<Catalog> {
-        let module = Module::compile(sandbox, name, bytes, Arc::from(&[][..]), limits)?;
+        let module = Module::compile(sandbox, name, bytes, Arc::from(&[][..]), limits, scaling)?;
         Ok(Catalog { module })
     }
 
@@ -35,9 +36,13 @@ impl Catalog {
 
     /// The descriptor of `argv` (bounded arguments, the name first); `None` for an unknown command.
     pub fn describe(&self, argv: &Argv) -> Result<Option<Descriptor>, Fault> {
+        let budget = self.module.budget_for(argc(argv), argv.bytes.len());
         let mut answer = self
             .module
-            .call(|catalog, store| catalog.tollgate_policy_catalog().call_describe(store, argv))?;
+            .call_within(budget, |catalog, store| {
+                catalog.tollgate_policy_catalog().call_describe(store, argv)
+            })
+            .answer?;
         if let Some(descriptor) = &mut answer {
             if fits_arity(descriptor.arity, argc(argv)) {
                 check_descriptor(descriptor, Some(argc(argv)))?;
@@ -108,8 +113,9 @@ impl Guard {
         bytes: &[u8],
         config: Arc<[u8]>,
         limits: SandboxLimits,
+        scaling: Scaling,
     ) -> wasmtime::Result<Guard> {
-        let module = Module::compile(sandbox, name, bytes, config, limits)?;
+        let module = Module::compile(sandbox, name, bytes, config, limits, scaling)?;
         Ok(Guard { module })
     }
 
@@ -117,13 +123,14 @@ impl Guard {
         &self.module.name
     }
 
-    /// The budget of one call of this guard.
-    pub fn budget(&self) -> Budget {
-        self.module.budget()
+    /// The budget of one call of this guard on `args` arguments of `bytes` bytes.
+    pub fn budget_for(&self, args: usize, bytes: usize) -> Budget {
+        self.module.budget_for(args, bytes)
     }
 
     pub fn admit(&self, who: &Caller, command: &Command) -> Result<Verdict, Fault> {
-        self.admit_within(who, command, self.budget()).answer
+        let budget = self.budget_for(argc(&command.argv), command.argv.bytes.len());
+        self.admit_within(who, command, budget).answer
     }
 
     /// [`Guard::admit`] under `budget` rather than the guard's own.
@@ -144,11 +151,15 @@ impl Guard {
 
     /// One verdict per command of `batch`, in order.
     pub fn admit_batch(&self, who: &Caller, batch: &Batch) -> Result<Vec<Verdict>, Fault> {
-        let verdicts = self.module.call(|guard, store| {
-            guard
-                .tollgate_policy_guard()
-                .call_admit_batch(store, who, batch)
-        })?;
+        let budget = self.budget_for(argc(&batch.argv), batch.argv.bytes.len());
+        let verdicts = self
+            .module
+            .call_within(budget, |guard, store| {
+                guard
+                    .tollgate_policy_guard()
+                    .call_admit_batch(store, who, batch)
+            })
+            .answer?;
         if verdicts.len() != batch.commands.len() {
             return Err(Fault::malformed(format!(
                 "{} verdicts for {} commands",
@@ -174,4 +185,26 @@ fn check_verdict(verdict: &Verdict) -> Result<(), Fault> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod scratch {
+    use super::*;
+    use crate::sandbox::packing::Lowered;
+    use std::time::Duration;
+
+    #[test]
+    fn scratch_measure() {
+        let limits = SandboxLimits { fuel: u64::MAX / 4, deadline: Duration::from_secs(600), memory_mib: 4000 };
+        let limits2 = limits.clone();
+        let sandbox = Arc::new(Sandbox::new([limits.clone()]).unwrap());
+        let bytes = include_bytes!(concat!(env!("TOLLGATE_COMPONENTS"), "/catalog.wasm"));
+        let catalog = Catalog::load(sandbox, "catalog", bytes, limits2, Scaling::Fixed).unwrap();
+        for n in [10usize, 100, 1000, 2400, 10000, 100000] {
+            let argv: Vec<Vec<u8>> = std::iter::once(b"MGET".to_vec()).chain((0..n).map(|i| format!("key:{i}").into_bytes())).collect();
+            let t = std::time::Instant::now();
+            let called = Lowered::with(|l| { let a = l.bounded(&argv); catalog.module.call_within(catalog.module.budget(), |c, s| c.tollgate_policy_catalog().call_describe(s, a)) });
+            println!("n={n} fuel={} ok={} t={:?}", called.fuel, called.answer.is_ok(), t.elapsed());
+        }
+    }
 }

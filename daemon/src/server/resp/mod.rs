@@ -34,6 +34,7 @@ mod refusal;
 mod replies;
 mod route;
 mod schedule;
+mod script_refusal;
 mod session;
 mod slots;
 mod state;

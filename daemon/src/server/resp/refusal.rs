@@ -18,6 +18,9 @@ pub enum Refusal {
     Denied(Denial),
     /// A whole-keyspace command runs key by key, which a transaction cannot hold.
     WholeInTransaction,
+    /// `INFO` for a caller whose keys the policy constrains: its reply is edited per caller
+    /// (`amend.rs`), which a transaction's EXEC reply is not.
+    InfoInTransaction,
     /// On a cluster, keys in two slots that no one node serves (or outside the transaction's).
     CrossSlot(CrossSlot),
 }
@@ -30,6 +33,7 @@ impl Refusal {
             Refusal::WrongArity(_)
             | Refusal::Denied(_)
             | Refusal::WholeInTransaction
+            | Refusal::InfoInTransaction
             | Refusal::CrossSlot(_) => true,
             Refusal::WhileSubscribed | Refusal::WhileWatching | Refusal::LeaseInTransaction => {
                 false
