@@ -187,24 +187,3 @@ fn check_verdict(verdict: &Verdict) -> Result<(), Fault> {
     Ok(())
 }
 
-#[cfg(test)]
-mod scratch {
-    use super::*;
-    use crate::sandbox::packing::Lowered;
-    use std::time::Duration;
-
-    #[test]
-    fn scratch_measure() {
-        let limits = SandboxLimits { fuel: u64::MAX / 4, deadline: Duration::from_secs(600), memory_mib: 4000 };
-        let limits2 = limits.clone();
-        let sandbox = Arc::new(Sandbox::new([limits.clone()]).unwrap());
-        let bytes = include_bytes!(concat!(env!("TOLLGATE_COMPONENTS"), "/catalog.wasm"));
-        let catalog = Catalog::load(sandbox, "catalog", bytes, limits2, Scaling::Fixed).unwrap();
-        for n in [10usize, 100, 1000, 2400, 10000, 100000] {
-            let argv: Vec<Vec<u8>> = std::iter::once(b"MGET".to_vec()).chain((0..n).map(|i| format!("key:{i}").into_bytes())).collect();
-            let t = std::time::Instant::now();
-            let called = Lowered::with(|l| { let a = l.bounded(&argv); catalog.module.call_within(catalog.module.budget(), |c, s| c.tollgate_policy_catalog().call_describe(s, a)) });
-            println!("n={n} fuel={} ok={} t={:?}", called.fuel, called.answer.is_ok(), t.elapsed());
-        }
-    }
-}

@@ -16,6 +16,7 @@ mod amend;
 mod answer;
 mod budget;
 mod clients;
+mod databases;
 mod deadline;
 mod door;
 mod ended;

@@ -18,6 +18,9 @@ pub enum Refusal {
     Denied(Denial),
     /// A whole-keyspace command runs key by key, which a transaction cannot hold.
     WholeInTransaction,
+    /// A database argument naming this database, not 0 (`MOVE k 1`, `COPY … DB 1`): only
+    /// database 0 is served, as `SELECT` answers.
+    OtherDatabase(String),
     /// `INFO` for a caller whose keys the policy constrains: its reply is edited per caller
     /// (`amend.rs`), which a transaction's EXEC reply is not.
     InfoInTransaction,
@@ -34,6 +37,7 @@ impl Refusal {
             | Refusal::Denied(_)
             | Refusal::WholeInTransaction
             | Refusal::InfoInTransaction
+            | Refusal::OtherDatabase(_)
             | Refusal::CrossSlot(_) => true,
             Refusal::WhileSubscribed | Refusal::WhileWatching | Refusal::LeaseInTransaction => {
                 false

@@ -17,6 +17,7 @@ use super::amend::Amend;
 use super::answer::{self, Asking};
 use super::budget::ClientBudget;
 use super::clients::Registration;
+use super::databases;
 use super::front::FrontDoor;
 use super::keyspace;
 use super::kind::Kind;
@@ -165,6 +166,12 @@ impl SessionState {
             Decision::Admitted {
                 lane, descriptor, ..
             } => {
+                if matches!(descriptor.name.as_str(), "MOVE" | "COPY" | "MIGRATE") {
+                    let argv = command.argv();
+                    if let Some(db) = databases::other_database(&descriptor.name, &argv) {
+                        return Plan::Refuse(Refusal::OtherDatabase(db));
+                    }
+                }
                 let plan = plan::admitted(
                     kind,
                     &descriptor.name,
