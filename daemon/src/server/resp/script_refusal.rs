@@ -28,6 +28,25 @@ pub struct ScriptNote {
     pub body: Option<Bytes>,
 }
 
+impl std::fmt::Debug for ScriptNote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScriptNote")
+            .field("generation", &self.generation.info.number)
+            .field("principal", &self.caller.principal)
+            .field("body", &self.body.as_ref().map(Bytes::len))
+            .finish()
+    }
+}
+
+/// The same note: of one generation, for one caller, about one body.
+impl PartialEq for ScriptNote {
+    fn eq(&self, other: &ScriptNote) -> bool {
+        Arc::ptr_eq(&self.generation, &other.generation)
+            && self.caller == other.caller
+            && self.body == other.body
+    }
+}
+
 impl ScriptNote {
     /// Redis's `reply`, with the note appended when it is a refused call.
     pub fn apply(self, reply: Bytes) -> Bytes {
