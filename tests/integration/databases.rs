@@ -80,9 +80,20 @@ async fn no_database_but_zero(redis: &RedisServer, daemon: TestDaemon) {
     // From scripts, which no admission sees: Redis refuses the lane user the commands.
     let scripts: Vec<Vec<&str>> = vec![
         vec!["EVAL", "return redis.call('MOVE', KEYS[1], '1')", "1", "k"],
-        vec!["EVAL", "return redis.call('COPY', KEYS[1], KEYS[2], 'DB', '1', 'REPLACE')", "2", "k", "k2"],
+        vec![
+            "EVAL",
+            "return redis.call('COPY', KEYS[1], KEYS[2], 'DB', '1', 'REPLACE')",
+            "2",
+            "k",
+            "k2",
+        ],
         vec!["EVAL", "return redis.call('SWAPDB', '0', '1')", "0"],
-        vec!["EVAL", "redis.call('SELECT', '1') return redis.call('SET', KEYS[1], 'x')", "1", "k3"],
+        vec![
+            "EVAL",
+            "redis.call('SELECT', '1') return redis.call('SET', KEYS[1], 'x')",
+            "1",
+            "k3",
+        ],
         vec![
             "EVAL",
             "return redis.call('MIGRATE', '127.0.0.1', ARGV[1], KEYS[1], '1', '1000', 'COPY')",
@@ -101,7 +112,13 @@ async fn no_database_but_zero(redis: &RedisServer, daemon: TestDaemon) {
     // Inside MULTI a script runs on the TRANSACTION lane's user: refused there too.
     assert_eq!(text(&client.call(&["MULTI"]).await), "OK");
     client
-        .call(&["EVAL", "return redis.call('COPY', KEYS[1], KEYS[2], 'DB', '1')", "2", "k", "k4"])
+        .call(&[
+            "EVAL",
+            "return redis.call('COPY', KEYS[1], KEYS[2], 'DB', '1')",
+            "2",
+            "k",
+            "k4",
+        ])
         .await;
     let exec = client.call(&["EXEC"]).await;
     let Frame::Array(results) = &exec else {
@@ -118,10 +135,7 @@ async fn no_database_but_zero(redis: &RedisServer, daemon: TestDaemon) {
         let there: bool = lease_database.exists(key).await.unwrap();
         assert!(!there, "{key} reached database 1");
     }
-    assert_eq!(
-        client.call(&["GET", "k"]).await,
-        Frame::Bulk("v".into())
-    );
+    assert_eq!(client.call(&["GET", "k"]).await, Frame::Bulk("v".into()));
     daemon.stop().await;
 }
 

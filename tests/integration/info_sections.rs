@@ -54,7 +54,10 @@ async fn a_tenant_sees_no_server_wide_key_or_command_counts() {
 
     let keyspace = info(&mut client, "keyspace").await;
     assert!(keyspace.contains("# Keyspace"), "{keyspace}");
-    assert!(!keyspace.contains("db0:") && !keyspace.contains("db1:"), "{keyspace}");
+    assert!(
+        !keyspace.contains("db0:") && !keyspace.contains("db1:"),
+        "{keyspace}"
+    );
     let stats = info(&mut client, "commandstats").await;
     assert!(stats.contains("# Commandstats"), "{stats}");
     assert!(!stats.contains("cmdstat_"), "{stats}");
@@ -67,7 +70,10 @@ async fn a_tenant_sees_no_server_wide_key_or_command_counts() {
     // A transaction's reply is not edited: INFO is refused while queueing.
     assert_eq!(text(&client.call(&["MULTI"]).await), "OK");
     let queued = client.call(&["INFO", "keyspace"]).await;
-    assert!(text(&queued).starts_with("ERR tollgate: INFO cannot run inside a transaction"), "{queued:?}");
+    assert!(
+        text(&queued).starts_with("ERR tollgate: INFO cannot run inside a transaction"),
+        "{queued:?}"
+    );
     assert!(text(&client.call(&["EXEC"]).await).starts_with("EXECABORT"));
     daemon.stop().await;
 }

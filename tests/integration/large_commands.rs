@@ -30,7 +30,9 @@ const PATIENCE: Duration = Duration::from_secs(180);
 /// `name` followed by `args`, as one RESP array.
 fn command(name: &str, args: impl ExactSizeIterator<Item = String>) -> BytesMut {
     let mut out = BytesMut::new();
-    out.extend_from_slice(format!("*{}\r\n${}\r\n{name}\r\n", args.len() + 1, name.len()).as_bytes());
+    out.extend_from_slice(
+        format!("*{}\r\n${}\r\n{name}\r\n", args.len() + 1, name.len()).as_bytes(),
+    );
     for arg in args {
         out.extend_from_slice(format!("${}\r\n{arg}\r\n", arg.len()).as_bytes());
     }
@@ -57,7 +59,13 @@ async fn at_the_limit(daemon: &TestDaemon) {
     let pairs = (words - 2) / 2;
     let mset = command(
         "MSET",
-        (0..pairs * 2).map(|i| if i % 2 == 0 { key(i / 2) } else { "v".to_owned() }),
+        (0..pairs * 2).map(|i| {
+            if i % 2 == 0 {
+                key(i / 2)
+            } else {
+                "v".to_owned()
+            }
+        }),
     );
     assert_eq!(text(&call(&mut client, &mset).await), "OK");
 

@@ -44,7 +44,9 @@ async fn a_scripts_refused_call_names_the_rule_behind_it_under_the_default_polic
     );
 
     // EVALSHA: the body never crossed the daemon, so the note says where to look.
-    let sha = client.call(&["SCRIPT", "LOAD", "return redis.call('KEYS', '*')"]).await;
+    let sha = client
+        .call(&["SCRIPT", "LOAD", "return redis.call('KEYS', '*')"])
+        .await;
     let reply = client.call(&["EVALSHA", &text(&sha), "0"]).await;
     assert!(
         text(&reply).contains(REDIS_WORDS)
@@ -55,7 +57,9 @@ async fn a_scripts_refused_call_names_the_rule_behind_it_under_the_default_polic
     );
 
     // A script's other errors are Redis's own, unchanged.
-    let error = client.call(&["EVAL", "return redis.call('GET')", "0"]).await;
+    let error = client
+        .call(&["EVAL", "return redis.call('GET')", "0"])
+        .await;
     assert!(!text(&error).contains("tollgate"), "{error:?}");
     daemon.stop().await;
 }

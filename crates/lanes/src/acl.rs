@@ -123,7 +123,14 @@ pub const ALWAYS_REFUSED: [&str; 16] = [
 pub const REFUSED_TO_SCRIPTS: [&str; 2] = ["copy", "migrate"];
 
 /// The commands that run a script as the user that sends them.
-const RUN_SCRIPTS: [&str; 6] = ["eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"];
+const RUN_SCRIPTS: [&str; 6] = [
+    "eval",
+    "evalsha",
+    "eval_ro",
+    "evalsha_ro",
+    "fcall",
+    "fcall_ro",
+];
 
 /// Whether `lane`'s user may run scripts, whose calls run as that user unadmitted: SCRIPT's when
 /// the policy grants them, TRANSACTION's too (a script inside MULTI or after WATCH runs there).

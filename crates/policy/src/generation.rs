@@ -87,24 +87,27 @@ impl Generation {
         number: u64,
     ) -> Result<Generation, PolicyError> {
         let limits = &config.limits;
-        let mut catalogs =
-            vec![
-                Catalog::load(
-                    sandbox.clone(),
-                    "catalog",
-                    BUILTIN_CATALOG,
-                    limits.clone(),
-                    Scaling::WithArguments,
-                )
-                .map_err(module_error("catalog"))?,
-            ];
+        let mut catalogs = vec![Catalog::load(
+            sandbox.clone(),
+            "catalog",
+            BUILTIN_CATALOG,
+            limits.clone(),
+            Scaling::WithArguments,
+        )
+        .map_err(module_error("catalog"))?];
         let mut modules = vec![module_info("catalog", "catalog", BUILTIN_CATALOG)];
         for path in &config.catalogs {
             let bytes = read_module(path)?;
             let name = module_name(path);
             catalogs.push(
-                Catalog::load(sandbox.clone(), &name, &bytes, limits.clone(), Scaling::Fixed)
-                    .map_err(module_error(&name))?,
+                Catalog::load(
+                    sandbox.clone(),
+                    &name,
+                    &bytes,
+                    limits.clone(),
+                    Scaling::Fixed,
+                )
+                .map_err(module_error(&name))?,
             );
             modules.push(module_info(&name, "catalog", &bytes));
         }

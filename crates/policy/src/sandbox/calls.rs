@@ -186,4 +186,3 @@ fn check_verdict(verdict: &Verdict) -> Result<(), Fault> {
     }
     Ok(())
 }
-

@@ -79,7 +79,9 @@ impl Budget {
         match scaling {
             Scaling::Fixed => self,
             Scaling::WithArguments => Budget {
-                fuel: self.fuel.saturating_add(FUEL_PER_ARG.saturating_mul(args as u64)),
+                fuel: self
+                    .fuel
+                    .saturating_add(FUEL_PER_ARG.saturating_mul(args as u64)),
                 deadline: self
                     .deadline
                     .saturating_add(DEADLINE_PER_ARG.saturating_mul(wire(args))),

@@ -165,7 +165,9 @@ fn literal(text: &str) -> Option<(&str, &str)> {
 fn is_word(text: &str) -> bool {
     !text.is_empty()
         && text.len() <= 32
-        && text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -180,7 +182,8 @@ mod tests {
     fn the_failed_line_and_its_calls_are_read() {
         let error = b"-ERR The user executing the script can't run this command or subcommand script: 08ff, on @user_script:2.";
         assert_eq!(failed_line(error), Some(2));
-        let body = b"local x = 1\nreturn redis.call('KEYS', ARGV[1]) .. redis.pcall(\"client\", \"kill\")";
+        let body =
+            b"local x = 1\nreturn redis.call('KEYS', ARGV[1]) .. redis.pcall(\"client\", \"kill\")";
         assert_eq!(called_on(body, 2), ["KEYS", "client kill"]);
         assert_eq!(called_on(b"redis.call(name, 'x')", 1), Vec::<String>::new());
         assert_eq!(called_on(body, 9), Vec::<String>::new());
