@@ -422,3 +422,40 @@ fn write_secret(path: &Path, secret: &str) -> std::io::Result<()> {
         .open(path)?;
     writeln!(file, "{secret}")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grants(lane: Lane, names: &[&str]) -> LaneGrants {
+        let mut grants = LaneGrants::default();
+        for name in names {
+            grants.know(name, -1);
+            grants.grant(lane, name);
+        }
+        grants
+    }
+
+    #[test]
+    fn a_user_that_runs_scripts_never_gets_a_command_with_a_database_argument() {
+        let granted = ["get", "copy", "migrate", "move", "evalsha"];
+        for lane in [Lane::Script, Lane::Transaction] {
+            let grants = grants(lane, &granted);
+            let rules = acl_rules(lane, &grants);
+            for refused in ["-copy", "-migrate", "-move"] {
+                assert!(rules.contains(&refused.to_owned()), "{lane:?}: {rules:?}");
+            }
+            assert!(may_run(lane, &grants, "get"));
+            for name in ["copy", "migrate", "move"] {
+                assert!(!may_run(lane, &grants, name), "{lane:?} may run {name}");
+            }
+        }
+        // Without scripts, the front door's admission refuses their other databases: COPY stays.
+        let grants = grants(Lane::Transaction, &["get", "copy", "move"]);
+        let rules = acl_rules(Lane::Transaction, &grants);
+        assert!(!rules.contains(&"-copy".to_owned()), "{rules:?}");
+        assert!(rules.contains(&"-move".to_owned()), "{rules:?}");
+        assert!(may_run(Lane::Transaction, &grants, "copy"));
+        assert!(!may_run(Lane::Transaction, &grants, "move"));
+    }
+}
