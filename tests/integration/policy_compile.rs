@@ -210,6 +210,36 @@ fn a_policy_of_fifty_thousand_rules_compiles_when_the_size_cap_allows_it() {
     }
 }
 
+/// As many rules as the default size cap (1 MiB) holds, some 11 000: the YAML guard reads the
+/// compiled policy as an instance is created, under a budget for its size, so the self-test's
+/// probe and every decision are judged within their own budget, by the last rule as by the first.
+#[test]
+fn a_policy_as_large_as_the_size_cap_loads_and_decides_by_its_last_rule() {
+    let cap = tollgate_policy::PolicyConfig::default().max_file_bytes as usize;
+    let mut rules = 0;
+    while many_rules(rules + 100).len() <= cap {
+        rules += 100;
+    }
+    let text = many_rules(rules);
+    assert!(text.len() > cap - 20_000 && rules > 10_000, "{rules} rules");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("large.yaml");
+    write(&path, &text);
+    let admission = Admission::load(&config(&[&path], vec![]), &mut Registry::default())
+        .unwrap_or_else(|error| panic!("{error}"));
+    let last = rules - 1;
+    let decision = admission.admit(&caller("app"), &argv(&format!("GET k:{last}:x")));
+    assert!(
+        matches!(&decision, Decision::Admitted { rule, .. } if *rule == format!("r{last}")),
+        "{decision:?}"
+    );
+    let decision = admission.admit(&caller("app"), &argv("GET elsewhere"));
+    assert!(
+        matches!(&decision, Decision::Denied(denial) if denial.rule == "default-deny"),
+        "{decision:?}"
+    );
+}
+
 #[test]
 fn a_policy_file_over_the_size_cap_is_refused_naming_the_file_and_the_limit() {
     let dir = tempfile::tempdir().unwrap();

@@ -90,16 +90,18 @@ pub fn user_name(lane: Lane) -> String {
 pub const LEASE_USER: &str = "tollgate-leases";
 
 /// Commands no client lane's user may run whatever the policy grants, each because it reaches past
-/// the key patterns into the lease database or the lease user: they wipe, swap or open every
-/// database (`flushall`, `swapdb`, `select`); a replica's resync replaces every database
+/// the key patterns into the lease database or the lease user: they wipe, swap, open or move keys
+/// into another database (`flushall`, `swapdb`, `select`, `move`: clients are served database 0
+/// only, so `MOVE` has no use but to put keys where no client sees them); a replica's resync replaces every database
 /// (`replicaof`, `slaveof`, `failover`); a replication stream or `monitor` reads
 /// every database or every connection's commands (`sync`, `psync`, `monitor`); they change or
 /// disconnect other users (`acl|setuser`, `acl|deluser`, `acl|load`, `client|kill`); a module's
 /// code runs unchecked (`module|load`, `module|loadex`).
-pub const ALWAYS_REFUSED: [&str; 15] = [
+pub const ALWAYS_REFUSED: [&str; 16] = [
     "flushall",
     "swapdb",
     "select",
+    "move",
     "replicaof",
     "slaveof",
     "failover",
@@ -113,6 +115,28 @@ pub const ALWAYS_REFUSED: [&str; 15] = [
     "module|load",
     "module|loadex",
 ];
+
+/// Commands that name another database in an argument an ACL cannot restrict (`COPY … DB n`,
+/// `MIGRATE`'s destination db, which may be this very server): the front door refuses every
+/// database but 0 at admission, but the `redis.call`s of a script are not admitted, so a user that
+/// runs scripts ([`runs_scripts`]) does not get them at all.
+pub const REFUSED_TO_SCRIPTS: [&str; 2] = ["copy", "migrate"];
+
+/// The commands that run a script as the user that sends them.
+const RUN_SCRIPTS: [&str; 6] = [
+    "eval",
+    "evalsha",
+    "eval_ro",
+    "evalsha_ro",
+    "fcall",
+    "fcall_ro",
+];
+
+/// Whether `lane`'s user may run scripts, whose calls run as that user unadmitted: SCRIPT's when
+/// the policy grants them, TRANSACTION's too (a script inside MULTI or after WATCH runs there).
+pub fn runs_scripts(lane: Lane, grants: &LaneGrants) -> bool {
+    RUN_SCRIPTS.iter().any(|name| grants.is_granted(lane, name))
+}
 
 /// What a lane's connections send on their own, whatever the policy: `HELLO` (with `AUTH` and
 /// `SETNAME`) to open, `PING` to probe; on a cluster `ASKING` and the slot map's `CLUSTER SHARDS`
@@ -148,6 +172,7 @@ pub fn plumbing(lane: Lane) -> &'static [&'static str] {
 pub(crate) fn may_run(lane: Lane, grants: &LaneGrants, name: &str) -> bool {
     (grants.is_granted(lane, name) || plumbing(lane).contains(&name))
         && (lane == Lane::Pubsub || !ALWAYS_REFUSED.contains(&name))
+        && !(REFUSED_TO_SCRIPTS.contains(&name) && runs_scripts(lane, grants))
 }
 
 /// What `lane`'s user may do, as `ACL SETUSER` rules applied after `reset` (no keys, commands or
@@ -186,6 +211,9 @@ pub fn acl_rules(lane: Lane, grants: &LaneGrants) -> Vec<String> {
     );
     if lane != Lane::Pubsub {
         rules.extend(ALWAYS_REFUSED.iter().map(|name| format!("-{name}")));
+    }
+    if runs_scripts(lane, grants) {
+        rules.extend(REFUSED_TO_SCRIPTS.iter().map(|name| format!("-{name}")));
     }
     rules
 }
@@ -393,4 +421,41 @@ fn write_secret(path: &Path, secret: &str) -> std::io::Result<()> {
         .mode(0o600)
         .open(path)?;
     writeln!(file, "{secret}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grants(lane: Lane, names: &[&str]) -> LaneGrants {
+        let mut grants = LaneGrants::default();
+        for name in names {
+            grants.know(name, -1);
+            grants.grant(lane, name);
+        }
+        grants
+    }
+
+    #[test]
+    fn a_user_that_runs_scripts_never_gets_a_command_with_a_database_argument() {
+        let granted = ["get", "copy", "migrate", "move", "evalsha"];
+        for lane in [Lane::Script, Lane::Transaction] {
+            let grants = grants(lane, &granted);
+            let rules = acl_rules(lane, &grants);
+            for refused in ["-copy", "-migrate", "-move"] {
+                assert!(rules.contains(&refused.to_owned()), "{lane:?}: {rules:?}");
+            }
+            assert!(may_run(lane, &grants, "get"));
+            for name in ["copy", "migrate", "move"] {
+                assert!(!may_run(lane, &grants, name), "{lane:?} may run {name}");
+            }
+        }
+        // Without scripts, the front door's admission refuses their other databases: COPY stays.
+        let grants = grants(Lane::Transaction, &["get", "copy", "move"]);
+        let rules = acl_rules(Lane::Transaction, &grants);
+        assert!(!rules.contains(&"-copy".to_owned()), "{rules:?}");
+        assert!(rules.contains(&"-move".to_owned()), "{rules:?}");
+        assert!(may_run(Lane::Transaction, &grants, "copy"));
+        assert!(!may_run(Lane::Transaction, &grants, "move"));
+    }
 }

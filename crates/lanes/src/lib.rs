@@ -40,8 +40,8 @@ mod topology;
 
 pub use acl::{
     acl_rules, complement_patterns, configured, daemon_users, lease_acl_rules, password_in,
-    plumbing, provision, user_name, AclError, DaemonUser, Provisioned, ProvisionedUsers,
-    ALWAYS_REFUSED, LEASE_USER,
+    plumbing, provision, runs_scripts, user_name, AclError, DaemonUser, Provisioned,
+    ProvisionedUsers, ALWAYS_REFUSED, LEASE_USER, REFUSED_TO_SCRIPTS,
 };
 pub use budget::{Budget, Held, OverBudget};
 pub use channel::{Channel, SendFuture};

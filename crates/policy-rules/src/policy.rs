@@ -102,9 +102,7 @@ impl CompiledPolicy {
     /// Whether any command rule matches on keys. When none does, a command's keys cannot change
     /// a decision, and an evaluator need not gather them.
     pub fn matches_keys(&self) -> bool {
-        self.rules
-            .iter()
-            .any(|rule| matches!(rule.target, Target::Commands { keys: Some(_), .. }))
+        self.rules.iter().any(Rule::matches_keys)
     }
 
     pub fn evaluate<K: AsRef<[u8]>>(&self, request: &Request<'_, K>) -> Outcome<'_> {
@@ -120,6 +118,11 @@ impl CompiledPolicy {
 }
 
 impl Rule {
+    /// Whether this is a command rule that matches on keys.
+    pub fn matches_keys(&self) -> bool {
+        matches!(self.target, Target::Commands { keys: Some(_), .. })
+    }
+
     pub fn matches<K: AsRef<[u8]>>(&self, request: &Request<'_, K>) -> bool {
         if let Some(principals) = &self.principals {
             if !principals.iter().any(|p| p == request.principal) {

@@ -15,6 +15,10 @@ use crate::decision::Descriptor;
 use crate::sandbox::bindings;
 
 const CAPACITY: usize = 4096;
+/// Answers naming more keys are not kept: each is kept twice (WIT and native), per argc, and an
+/// MSET of a million keys would hold megabytes for one call. Commands that large are rare, and
+/// their catalog call is small beside the command.
+const MAX_KEYS_KEPT: usize = 256;
 /// Longest name or subcommand cached; longer ones are always described afresh.
 const WORD: usize = 24;
 /// Room for the values an answer depends on, each with a length byte (numkeys values are short;
@@ -102,6 +106,9 @@ impl DescribedCache {
         let Some(positions) = &described.wit.reuse else {
             return;
         };
+        if described.wit.keys.len() > MAX_KEYS_KEPT {
+            return;
+        }
         let with_sub = described.wit.name.contains('|');
         let (Some(command), Some(call)) = (command_key(argv, with_sub), call_key(argv, positions))
         else {
@@ -246,6 +253,31 @@ mod tests {
         assert!(cache.get(&argv(&["SET", "a", "b", "get"])).is_none());
         let hit = cache.get(&argv(&["SET", "a", "b"]));
         assert!(hit.is_some_and(|hit| Arc::ptr_eq(&hit, &plain)));
+    }
+
+    #[test]
+    fn an_answer_naming_many_keys_is_not_kept() {
+        let mget = |keys: usize| {
+            let argv: Vec<String> = std::iter::once("MGET".to_owned())
+                .chain((0..keys).map(|i| format!("k{i}")))
+                .collect();
+            let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+            let mut wit = answer("MGET", Some(vec![])).wit.clone();
+            wit.keys = (1..=keys as u32)
+                .map(|position| bindings::KeyAccess {
+                    position,
+                    access: bindings::Access::READ,
+                })
+                .collect();
+            (self::argv(&argv), Arc::new(Described::new(wit)))
+        };
+        let cache = DescribedCache::default();
+        let (few, described) = mget(MAX_KEYS_KEPT);
+        cache.offer(&few, &described);
+        assert!(cache.get(&few).is_some());
+        let (many, described) = mget(MAX_KEYS_KEPT + 1);
+        cache.offer(&many, &described);
+        assert!(cache.get(&many).is_none());
     }
 
     #[test]

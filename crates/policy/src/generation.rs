@@ -22,7 +22,9 @@ use crate::described::{Described, DescribedCache};
 use crate::error::PolicyError;
 use crate::reserved;
 use crate::sandbox::bindings::{self, Access, Argv, Categories, CommandFlags, KeyAccess, Verdict};
-use crate::sandbox::{fits_arity, Allocator, Catalog, Fault, Guard, Lowered, Sandbox, Shared};
+use crate::sandbox::{
+    fits_arity, Allocator, Catalog, Fault, Guard, Lowered, Sandbox, Scaling, Shared,
+};
 
 const BUILTIN_CATALOG: &[u8] =
     include_bytes!(concat!(env!("TOLLGATE_COMPONENTS"), "/catalog.wasm"));
@@ -85,18 +87,27 @@ impl Generation {
         number: u64,
     ) -> Result<Generation, PolicyError> {
         let limits = &config.limits;
-        let mut catalogs =
-            vec![
-                Catalog::load(sandbox.clone(), "catalog", BUILTIN_CATALOG, limits.clone())
-                    .map_err(module_error("catalog"))?,
-            ];
+        let mut catalogs = vec![Catalog::load(
+            sandbox.clone(),
+            "catalog",
+            BUILTIN_CATALOG,
+            limits.clone(),
+            Scaling::WithArguments,
+        )
+        .map_err(module_error("catalog"))?];
         let mut modules = vec![module_info("catalog", "catalog", BUILTIN_CATALOG)];
         for path in &config.catalogs {
             let bytes = read_module(path)?;
             let name = module_name(path);
             catalogs.push(
-                Catalog::load(sandbox.clone(), &name, &bytes, limits.clone())
-                    .map_err(module_error(&name))?,
+                Catalog::load(
+                    sandbox.clone(),
+                    &name,
+                    &bytes,
+                    limits.clone(),
+                    Scaling::Fixed,
+                )
+                .map_err(module_error(&name))?,
             );
             modules.push(module_info(&name, "catalog", &bytes));
         }
@@ -148,8 +159,15 @@ impl Generation {
             let name = format!("yaml-guard:{}", file_name(&file.path));
             let bytes: Arc<[u8]> = file.policy.to_bytes().into();
             guards.push(
-                Guard::load(sandbox.clone(), &name, YAML_GUARD, bytes, limits.clone())
-                    .map_err(module_error(&name))?,
+                Guard::load(
+                    sandbox.clone(),
+                    &name,
+                    YAML_GUARD,
+                    bytes,
+                    limits.clone(),
+                    Scaling::WithArguments,
+                )
+                .map_err(module_error(&name))?,
             );
             modules.push(module_info(&name, "guard", YAML_GUARD));
         }
@@ -164,6 +182,7 @@ impl Generation {
                     &bytes,
                     module.config().into(),
                     module.limits(limits),
+                    Scaling::Fixed,
                 )
                 .map_err(module_error(&name))?,
             );
@@ -387,6 +406,23 @@ impl Generation {
     /// file has a YAML guard; any guard beyond those is an operator's module.
     pub fn judges_by_rules_alone(&self) -> bool {
         self.guards.len() == self.files.len()
+    }
+
+    /// Whether the policy lets `principal` reach every key alike: no rule that applies to it
+    /// matches on keys, and no operator module (which may judge by keys) is in the chain. Only
+    /// then are server-wide counts of keys and commands (`INFO keyspace`, `INFO commandstats`) its
+    /// to see; a tenant's keys are constrained, and those counts would show the other tenants'.
+    pub fn sees_every_key(&self, principal: &str) -> bool {
+        self.judges_by_rules_alone()
+            && self.files.iter().all(|file| {
+                file.policy.rules.iter().all(|rule| {
+                    let applies = rule
+                        .principals
+                        .as_ref()
+                        .is_none_or(|names| names.iter().any(|name| name == principal));
+                    !applies || !rule.matches_keys()
+                })
+            })
     }
 
     /// The operator's guard modules (every guard after the YAML guards), by name.
@@ -668,7 +704,12 @@ fn judge_batch<A: AsRef<[u8]>>(
                 commands = open.len(),
                 "policy module fault on a batch; judging its commands one at a time"
             );
-            let mut shared = Shared::new(guard.budget(), open.len());
+            let (args, bytes) = open.iter().fold((0, 0), |(args, bytes), &at| {
+                let argv = commands[at].1;
+                let len: usize = argv.iter().map(|arg| arg.as_ref().len()).sum();
+                (args + argv.len(), bytes + len)
+            });
+            let mut shared = Shared::new(guard.budget_for(args, bytes), open.len());
             open.iter()
                 .map(|&at| {
                     let Some(budget) = shared.next() else {

@@ -125,7 +125,7 @@ impl GuardProbe {
         let started = Instant::now();
         let called = Lowered::with(|lowered| {
             let (who, command) = lowered.for_guard(caller, &described.wit, argv);
-            guard.admit_within(who, command, guard.budget())
+            guard.admit_within(who, command, guard.budget_of(&command.argv))
         });
         let cost = cost(&called, started);
         (GuardAnswer::of(called.answer), cost)
@@ -153,7 +153,7 @@ impl GuardProbe {
                 }
             }
             let (who, batch) = lowered.batch();
-            guard.admit_batch_within(who, batch, guard.budget())
+            guard.admit_batch_within(who, batch, guard.budget_of(&batch.argv))
         });
         let cost = cost(&called, started);
         let mut verdicts = match called.answer {

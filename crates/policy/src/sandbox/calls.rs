@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::bindings::{Argv, Batch, Caller, Command, Descriptor, Verdict};
-use super::engine::{Budget, Sandbox};
+use super::engine::{Budget, Sandbox, Scaling};
 use super::module::{Called, CatalogKind, Fault, GuardKind, Module};
 use super::packing::argc;
 use crate::config::SandboxLimits;
@@ -24,8 +24,9 @@ impl Catalog {
         name: &str,
         bytes: &[u8],
         limits: SandboxLimits,
+        scaling: Scaling,
     ) -> wasmtime::Result<Catalog> {
-        let module = Module::compile(sandbox, name, bytes, Arc::from(&[][..]), limits)?;
+        let module = Module::compile(sandbox, name, bytes, Arc::from(&[][..]), limits, scaling)?;
         Ok(Catalog { module })
     }
 
@@ -35,9 +36,13 @@ impl Catalog {
 
     /// The descriptor of `argv` (bounded arguments, the name first); `None` for an unknown command.
     pub fn describe(&self, argv: &Argv) -> Result<Option<Descriptor>, Fault> {
+        let budget = self.module.budget_for(argc(argv), argv.bytes.len());
         let mut answer = self
             .module
-            .call(|catalog, store| catalog.tollgate_policy_catalog().call_describe(store, argv))?;
+            .call_within(budget, |catalog, store| {
+                catalog.tollgate_policy_catalog().call_describe(store, argv)
+            })
+            .answer?;
         if let Some(descriptor) = &mut answer {
             if fits_arity(descriptor.arity, argc(argv)) {
                 check_descriptor(descriptor, Some(argc(argv)))?;
@@ -108,8 +113,9 @@ impl Guard {
         bytes: &[u8],
         config: Arc<[u8]>,
         limits: SandboxLimits,
+        scaling: Scaling,
     ) -> wasmtime::Result<Guard> {
-        let module = Module::compile(sandbox, name, bytes, config, limits)?;
+        let module = Module::compile(sandbox, name, bytes, config, limits, scaling)?;
         Ok(Guard { module })
     }
 
@@ -117,13 +123,19 @@ impl Guard {
         &self.module.name
     }
 
-    /// The budget of one call of this guard.
-    pub fn budget(&self) -> Budget {
-        self.module.budget()
+    /// The budget of one call of this guard on `args` arguments of `bytes` bytes.
+    pub fn budget_for(&self, args: usize, bytes: usize) -> Budget {
+        self.module.budget_for(args, bytes)
+    }
+
+    /// The budget of one call of this guard on the arguments `argv` (a command's or a batch's).
+    pub fn budget_of(&self, argv: &Argv) -> Budget {
+        self.budget_for(argc(argv), argv.bytes.len())
     }
 
     pub fn admit(&self, who: &Caller, command: &Command) -> Result<Verdict, Fault> {
-        self.admit_within(who, command, self.budget()).answer
+        let budget = self.budget_of(&command.argv);
+        self.admit_within(who, command, budget).answer
     }
 
     /// [`Guard::admit`] under `budget` rather than the guard's own.
@@ -145,7 +157,8 @@ impl Guard {
 
     /// One verdict per command of `batch`, in order.
     pub fn admit_batch(&self, who: &Caller, batch: &Batch) -> Result<Vec<Verdict>, Fault> {
-        self.admit_batch_within(who, batch, self.budget()).answer
+        self.admit_batch_within(who, batch, self.budget_of(&batch.argv))
+            .answer
     }
 
     /// [`Guard::admit_batch`] under `budget`, with what the call spent.

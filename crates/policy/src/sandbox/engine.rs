@@ -32,11 +32,37 @@ pub enum Allocator {
     OnDemand,
 }
 
-/// What one call may spend: guest work, and wall time until the epoch backstop interrupts it.
+/// What one call may spend: guest work, wall time until the epoch backstop interrupts it, and the
+/// linear memory its instance may grow to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budget {
     pub fuel: u64,
     pub deadline: Duration,
+    pub memory: usize,
+}
+
+/// What a built-in module's call may spend per argument of the command, beyond its budget: the
+/// built-in catalog and YAML guard do work linear in the arguments (a catalog describe spends
+/// about 150 fuel per key of an MGET, a YAML guard decision about 60 plus its key globs'), so the
+/// largest command the front door takes (`resp.max_arguments`) is judged, not refused for its size.
+/// Four times what was measured, for key globs and slower machines.
+const FUEL_PER_ARG: u64 = 2_000;
+/// Wall time per argument: lowering and lifting the arguments, the guest's work, a loaded machine.
+const DEADLINE_PER_ARG: Duration = Duration::from_micros(5);
+/// Memory per argument (its place in the spans, the key positions answered, their growth) and per
+/// byte of arguments (copied into the guest, and once more while an answer is lowered).
+const MEMORY_PER_ARG: usize = 96;
+const MEMORY_PER_BYTE: usize = 2;
+
+/// How a module's budget meets the size of the command it is asked about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scaling {
+    /// An operator's module: its budget per call, whatever the command. A module whose work grows
+    /// faster than the arguments, or that loops, is cut off there.
+    Fixed,
+    /// The built-in catalog and YAML guard, whose work is linear in the arguments (tested at
+    /// `resp.max_arguments`): their budget plus a share per argument and per byte.
+    WithArguments,
 }
 
 impl Budget {
@@ -44,8 +70,61 @@ impl Budget {
         Budget {
             fuel: limits.fuel,
             deadline: limits.deadline,
+            memory: limits.memory_bytes(),
         }
     }
+
+    /// This budget for a call on `args` arguments of `bytes` bytes in all, under `scaling`.
+    pub fn scaled(self, scaling: Scaling, args: usize, bytes: usize) -> Budget {
+        match scaling {
+            Scaling::Fixed => self,
+            Scaling::WithArguments => Budget {
+                fuel: self
+                    .fuel
+                    .saturating_add(FUEL_PER_ARG.saturating_mul(args as u64)),
+                deadline: self
+                    .deadline
+                    .saturating_add(DEADLINE_PER_ARG.saturating_mul(wire(args))),
+                memory: self
+                    .memory
+                    .saturating_add(MEMORY_PER_ARG.saturating_mul(args))
+                    .saturating_add(MEMORY_PER_BYTE.saturating_mul(bytes)),
+            },
+        }
+    }
+}
+
+/// What a built-in module may spend per byte of its config as an instance is created: the YAML
+/// guard parses its compiled policy then (about 40 fuel per byte of JSON was measured), once per
+/// instance, so that no decision pays for it however large the policy (up to
+/// `policy.max_file_bytes`).
+const LOAD_FUEL_PER_BYTE: u64 = 200;
+const LOAD_DEADLINE_PER_BYTE: Duration = Duration::from_nanos(500);
+/// The parsed policy beside its bytes.
+const LOAD_MEMORY_PER_BYTE: usize = 8;
+
+impl Budget {
+    /// This budget for creating an instance whose config is `config` bytes long, under `scaling`.
+    pub fn loading(self, scaling: Scaling, config: usize) -> Budget {
+        match scaling {
+            Scaling::Fixed => self,
+            Scaling::WithArguments => Budget {
+                fuel: self
+                    .fuel
+                    .saturating_add(LOAD_FUEL_PER_BYTE.saturating_mul(config as u64)),
+                deadline: self
+                    .deadline
+                    .saturating_add(LOAD_DEADLINE_PER_BYTE.saturating_mul(wire(config))),
+                memory: self
+                    .memory
+                    .saturating_add(LOAD_MEMORY_PER_BYTE.saturating_mul(config)),
+            },
+        }
+    }
+}
+
+fn wire(args: usize) -> u32 {
+    u32::try_from(args).unwrap_or(u32::MAX)
 }
 
 /// One budget shared out among several calls, as they are made: each gets an even share of the
@@ -54,6 +133,8 @@ impl Budget {
 pub struct Shared {
     fuel: u64,
     until: Instant,
+    /// Each call's cap: memory is not spent, an instance holds it.
+    memory: usize,
     calls_left: usize,
 }
 
@@ -62,6 +143,7 @@ impl Shared {
         Shared {
             fuel: budget.fuel,
             until: Instant::now() + budget.deadline,
+            memory: budget.memory,
             calls_left: calls.max(1),
         }
     }
@@ -72,6 +154,7 @@ impl Shared {
         let share = Budget {
             fuel: self.fuel / self.calls_left as u64,
             deadline: self.until.saturating_duration_since(Instant::now()),
+            memory: self.memory,
         };
         (share.fuel > 0 && !share.deadline.is_zero()).then_some(share)
     }
@@ -94,7 +177,9 @@ pub struct Sandbox {
 
 impl Sandbox {
     /// An engine for calls under any of `limits` (the common limits and each module's): the
-    /// epoch ticks for the shortest deadline, the pool's memories fit the largest cap.
+    /// epoch ticks for the shortest deadline. The pool's memories may grow as far as wasm32 lets
+    /// them (its default): each call's cap is the store's limiter's, which a built-in module's
+    /// call on a large command raises ([`Scaling::WithArguments`]).
     pub fn new(
         limits: impl IntoIterator<Item = SandboxLimits>,
     ) -> Result<Sandbox, wasmtime::Error> {
@@ -103,16 +188,11 @@ impl Sandbox {
         let default = SandboxLimits::default().deadline;
         let shortest = deadlines.clone().min().unwrap_or(default);
         let longest = deadlines.max().unwrap_or(default);
-        let memory = limits
-            .iter()
-            .map(SandboxLimits::memory_bytes)
-            .max()
-            .unwrap_or(SandboxLimits::default().memory_bytes());
-        let (engine, allocator) = match Engine::new(&config(memory, true)) {
+        let (engine, allocator) = match Engine::new(&config(true)) {
             Ok(engine) => (engine, Allocator::Pooling),
             Err(error) => {
                 tracing::info!(%error, "pooling allocator unavailable; instances are allocated on demand");
-                (Engine::new(&config(memory, false))?, Allocator::OnDemand)
+                (Engine::new(&config(false))?, Allocator::OnDemand)
             }
         };
         let tick = tick_for(shortest);
@@ -147,7 +227,7 @@ impl Drop for Sandbox {
     }
 }
 
-fn config(memory_bytes: usize, pooling: bool) -> Config {
+fn config(pooling: bool) -> Config {
     let mut config = Config::new();
     config.wasm_component_model(true);
     config.consume_fuel(true);
@@ -157,8 +237,7 @@ fn config(memory_bytes: usize, pooling: bool) -> Config {
         pool.total_component_instances(POOLED_INSTANCES)
             .total_core_instances(POOLED_INSTANCES * 4)
             .total_memories(POOLED_INSTANCES * 2)
-            .total_tables(POOLED_INSTANCES * 4)
-            .max_memory_size(memory_bytes);
+            .total_tables(POOLED_INSTANCES * 4);
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     config
@@ -253,7 +332,23 @@ mod tests {
     const BUDGET: Budget = Budget {
         fuel: 64_000,
         deadline: Duration::from_secs(60),
+        memory: 1 << 20,
     };
+
+    #[test]
+    fn only_a_built_in_modules_budget_grows_with_the_command() {
+        let fixed = BUDGET.scaled(Scaling::Fixed, 1_000_000, 16 << 20);
+        assert_eq!(fixed, BUDGET);
+        let small = BUDGET.scaled(Scaling::WithArguments, 2, 10);
+        let large = BUDGET.scaled(Scaling::WithArguments, 1_000_000, 16 << 20);
+        assert!(small.fuel < BUDGET.fuel + 10_000 && small.memory < BUDGET.memory + 1_000);
+        assert_eq!(large.fuel, BUDGET.fuel + 1_000_000 * FUEL_PER_ARG);
+        assert_eq!(large.deadline, BUDGET.deadline + Duration::from_secs(5));
+        assert_eq!(
+            large.memory,
+            BUDGET.memory + 1_000_000 * MEMORY_PER_ARG + 2 * (16 << 20)
+        );
+    }
 
     #[test]
     fn calls_that_spend_their_whole_share_spend_one_budget_together() {

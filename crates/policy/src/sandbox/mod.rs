@@ -9,6 +9,6 @@ mod module;
 mod packing;
 
 pub use calls::{fits_arity, Catalog, Guard};
-pub use engine::{Allocator, Sandbox, Shared};
+pub use engine::{Allocator, Sandbox, Scaling, Shared};
 pub use module::{Called, Fault};
 pub use packing::Lowered;

@@ -9,7 +9,7 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Store, Trap};
 
 use super::bindings::{catalog, guard};
-use super::engine::{Budget, Sandbox};
+use super::engine::{Budget, Sandbox, Scaling};
 use crate::config::SandboxLimits;
 use crate::decision::DenyCause;
 
@@ -19,10 +19,12 @@ const MAX_IDLE: usize = 64;
 /// What each instance's store holds: the module's config bytes and its memory accounting.
 pub struct HostState {
     config: Arc<[u8]>,
+    /// The current call's cap (its budget's memory).
     memory_cap: usize,
     hit_memory_cap: bool,
-    /// The most linear memory the instance has been granted (what `module bench` reports).
-    memory_peak: usize,
+    /// The largest the instance's memory has grown to (what `module bench` reports; an instance
+    /// grown past what its module may hold idle is not kept).
+    grown_to: usize,
 }
 
 impl wasmtime::ResourceLimiter for HostState {
@@ -34,11 +36,12 @@ impl wasmtime::ResourceLimiter for HostState {
     ) -> wasmtime::Result<bool> {
         // Refusing (rather than trapping here) lets the guest's allocator fail as it would on any
         // machine; the flag tells the host why the trap that follows happened.
-        self.hit_memory_cap |= desired > self.memory_cap;
-        if desired <= self.memory_cap {
-            self.memory_peak = self.memory_peak.max(desired);
+        let fits = desired <= self.memory_cap;
+        self.hit_memory_cap |= !fits;
+        if fits {
+            self.grown_to = self.grown_to.max(desired);
         }
-        Ok(desired <= self.memory_cap)
+        Ok(fits)
     }
 
     fn table_growing(
@@ -93,6 +96,12 @@ pub trait Kind {
         pre: &Self::Pre,
         store: &mut Store<HostState>,
     ) -> wasmtime::Result<Self::Bindings>;
+    /// A first call made as the instance is created, so that what the module reads once per
+    /// instance (the YAML guard's compiled policy) is read under the load budget, not in the
+    /// first decision's.
+    fn warm(_bindings: &Self::Bindings, _store: &mut Store<HostState>) -> wasmtime::Result<()> {
+        Ok(())
+    }
 }
 
 pub struct CatalogKind;
@@ -132,6 +141,30 @@ impl Kind for GuardKind {
     ) -> wasmtime::Result<Self::Bindings> {
         pre.instantiate(store)
     }
+
+    /// `PING` from a caller of no principal: its verdict does not matter.
+    fn warm(bindings: &Self::Bindings, store: &mut Store<HostState>) -> wasmtime::Result<()> {
+        use super::bindings::{Argv, Caller, Categories, Command, CommandFlags, Lane};
+        let who = Caller {
+            principal: String::new(),
+            uid: 0,
+            gid: 0,
+            pid: 0,
+        };
+        let ping = Command {
+            lane: Lane::Regular,
+            categories: Categories::empty(),
+            traits: CommandFlags::empty(),
+            argv: Argv {
+                bytes: b"PING".to_vec(),
+                spans: vec![4, 4, 0],
+            },
+        };
+        bindings
+            .tollgate_policy_guard()
+            .call_admit(store, &who, &ping)
+            .map(drop)
+    }
 }
 
 struct Ready<B> {
@@ -144,6 +177,7 @@ pub struct Module<K: Kind> {
     pub name: String,
     sandbox: Arc<Sandbox>,
     limits: SandboxLimits,
+    scaling: Scaling,
     pre: K::Pre,
     config: Arc<[u8]>,
     idle: Mutex<Vec<Ready<K::Bindings>>>,
@@ -151,13 +185,14 @@ pub struct Module<K: Kind> {
 
 impl<K: Kind> Module<K> {
     /// Compiles `bytes` (a component) and links it; instances are created on first use, and
-    /// every call runs under `limits`.
+    /// every call runs under `limits`, scaled to the command as `scaling` says.
     pub fn compile(
         sandbox: Arc<Sandbox>,
         name: impl Into<String>,
         bytes: &[u8],
         config: Arc<[u8]>,
         limits: SandboxLimits,
+        scaling: Scaling,
     ) -> wasmtime::Result<Module<K>> {
         let component = Component::new(&sandbox.engine, bytes)?;
         let pre = K::prepare(&sandbox, &component)?;
@@ -165,6 +200,7 @@ impl<K: Kind> Module<K> {
             name: name.into(),
             sandbox,
             limits,
+            scaling,
             pre,
             config,
             idle: Mutex::new(Vec::new()),
@@ -174,6 +210,16 @@ impl<K: Kind> Module<K> {
     /// The budget of one call of this module.
     pub fn budget(&self) -> Budget {
         Budget::of(&self.limits)
+    }
+
+    /// The budget of creating an instance (and its first call, see [`Kind::warm`]).
+    fn loading(&self) -> Budget {
+        self.budget().loading(self.scaling, self.config.len())
+    }
+
+    /// The budget of one call of this module on `args` arguments of `bytes` bytes.
+    pub fn budget_for(&self, args: usize, bytes: usize) -> Budget {
+        self.budget().scaled(self.scaling, args, bytes)
     }
 
     /// Runs `f` on a ready instance under the module's budget.
@@ -205,16 +251,23 @@ impl<K: Kind> Module<K> {
             }
         };
         self.sandbox.arm(&mut ready.store, budget);
+        // Beyond the call's own cap, what the instance was allowed for its config at creation.
+        let loaded = self.loading().memory.saturating_sub(self.budget().memory);
+        ready.store.data_mut().memory_cap = budget.memory.saturating_add(loaded);
         let answer = f(&ready.bindings, &mut ready.store);
         let fuel = budget
             .fuel
             .saturating_sub(ready.store.get_fuel().unwrap_or(0));
-        let memory = ready.store.data().memory_peak;
+        let memory = ready.store.data().grown_to;
         let answer = match answer {
             Ok(answer) => {
-                let mut idle = self.idle.lock();
-                if idle.len() < MAX_IDLE {
-                    idle.push(ready);
+                // An instance a large command grew past what its module may hold idle is not kept:
+                // memory never shrinks, and idle instances hold what they grew to.
+                if ready.store.data().grown_to <= self.loading().memory {
+                    let mut idle = self.idle.lock();
+                    if idle.len() < MAX_IDLE {
+                        idle.push(ready);
+                    }
                 }
                 Ok(answer)
             }
@@ -232,13 +285,21 @@ impl<K: Kind> Module<K> {
             config: self.config.clone(),
             memory_cap: self.limits.memory_bytes(),
             hit_memory_cap: false,
-            memory_peak: 0,
+            grown_to: 0,
         };
         let mut store = Store::new(&self.sandbox.engine, state);
         store.limiter(|state| state);
         store.epoch_deadline_trap();
-        self.sandbox.arm(&mut store, self.budget());
-        match K::instantiate(&self.pre, &mut store) {
+        let budget = self.loading();
+        self.sandbox.arm(&mut store, budget);
+        store.data_mut().memory_cap = budget.memory;
+        let ready = K::instantiate(&self.pre, &mut store).and_then(|bindings| {
+            if self.scaling == Scaling::WithArguments {
+                K::warm(&bindings, &mut store)?;
+            }
+            Ok(bindings)
+        });
+        match ready {
             Ok(bindings) => Ok(Ready { store, bindings }),
             Err(error) => {
                 let mut fault = classify(&error, store.data());

@@ -1,7 +1,9 @@
 //! Redis's replies that the daemon corrects, because its shared connections stand between clients
 //! and Redis: subscriber counts (Redis counts the daemon's one subscribed connection, not the
 //! clients behind it), `CONFIG GET` (secrets removed; one database, as the daemon serves) and
-//! `INFO` (a cluster behind the daemon is shown as the one standalone server clients see).
+//! `INFO` (a cluster behind the daemon is shown as the one standalone server clients see; the
+//! keyspace shows database 0 alone, and its counts and the per-command statistics only to a
+//! caller whose keys the policy does not constrain).
 
 use bytes::Bytes;
 use tollgate_lanes::{PubSub, SubscriptionKind};
@@ -9,6 +11,7 @@ use tollgate_policy::glob;
 use tollgate_resp::{Frame, Limits};
 
 use super::replies;
+use super::script_refusal::ScriptNote;
 
 /// Parameters `CONFIG GET` never shows through the daemon: passwords Redis would print in clear.
 const SECRET: [&str; 4] = [
@@ -31,9 +34,19 @@ pub enum Amend {
     /// daemon's own short answer) when the lane's user may not read the configuration.
     ConfigGet { fallback: Bytes },
     /// `INFO`: a cluster node's `redis_mode:cluster` and `cluster_enabled:1` read as standalone, so
-    /// that a client library that picks its mode from INFO stays cluster-unaware.
-    Info,
+    /// that a client library that picks its mode from INFO stays cluster-unaware. The `Keyspace`
+    /// section keeps database 0 only (the others, the lease database among them, are no client's);
+    /// unless the caller `sees_every_key` (see `Generation::sees_every_key`), its `db0` line and
+    /// the server-wide counts per command (`Commandstats`, `Errorstats`, `Latencystats`) are left
+    /// out too: they count every tenant's keys and commands.
+    Info { sees_every_key: bool },
+    /// A script (`EVAL`, `FCALL` …): a call its lane's user was refused is told the policy's rule
+    /// behind it (see [`ScriptNote`]).
+    Script(Box<ScriptNote>),
 }
+
+/// `INFO` sections of server-wide counts per command, which a constrained caller does not see.
+const PER_COMMAND_SECTIONS: [&[u8]; 3] = [b"commandstats", b"errorstats", b"latencystats"];
 
 /// What `INFO` says of a cluster node, and what the daemon's clients read instead.
 const CLUSTER_LINES: [(&[u8], &[u8]); 2] = [
@@ -50,7 +63,10 @@ impl Amend {
             "SPUBLISH" => Some(Amend::Publish(SubscriptionKind::Shard, channel()?)),
             "PUBSUB|NUMSUB" => Some(Amend::NumSub(SubscriptionKind::Channel)),
             "PUBSUB|SHARDNUMSUB" => Some(Amend::NumSub(SubscriptionKind::Shard)),
-            "INFO" => Some(Amend::Info),
+            // Told whether the caller sees every key once the caller is known (state.rs).
+            "INFO" => Some(Amend::Info {
+                sees_every_key: false,
+            }),
             _ => None,
         }
     }
@@ -62,8 +78,10 @@ impl Amend {
             Amend::NumSub(kind) => edit(reply, |frame| numsub(frame, pubsub, kind)),
             Amend::ConfigGet { fallback } if reply.starts_with(b"-") => fallback,
             Amend::ConfigGet { .. } => edit(reply, config_get),
-            Amend::Info if !CLUSTER_LINES.iter().any(|(line, _)| contains(&reply, line)) => reply,
-            Amend::Info => edit(reply, standalone_info),
+            Amend::Script(note) => note.apply(reply),
+            Amend::Info { sees_every_key } => {
+                edit(reply, |frame| standalone_info(frame, sees_every_key))
+            }
         }
     }
 }
@@ -168,24 +186,43 @@ fn edit(reply: Bytes, change: impl FnOnce(&mut Frame)) -> Bytes {
     }
 }
 
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack
-        .windows(needle.len())
-        .any(|window| window == needle)
-}
-
-fn standalone_info(frame: &mut Frame) {
+fn standalone_info(frame: &mut Frame, sees_every_key: bool) {
     let text = match frame {
         Frame::Bulk(text) | Frame::Verbatim { text, .. } => text,
         _ => return,
     };
-    let mut edited = text.to_vec();
-    for (cluster, standalone) in CLUSTER_LINES {
-        if let Some(at) = edited.windows(cluster.len()).position(|w| w == cluster) {
-            edited.splice(at..at + cluster.len(), standalone.iter().copied());
+    let mut edited = Vec::with_capacity(text.len());
+    let mut section: &[u8] = b"";
+    for line in text.split_inclusive(|&b| b == b'\n') {
+        let bare = line.strip_suffix(b"\r\n").unwrap_or(line);
+        if let Some(name) = bare.strip_prefix(b"# ") {
+            section = name;
+            edited.extend_from_slice(line);
+            continue;
+        }
+        if !bare.is_empty() && !shown(section, bare, sees_every_key) {
+            continue;
+        }
+        match CLUSTER_LINES.iter().find(|(cluster, _)| bare == *cluster) {
+            Some((cluster, standalone)) => {
+                edited.extend_from_slice(standalone);
+                edited.extend_from_slice(&line[cluster.len()..]);
+            }
+            None => edited.extend_from_slice(line),
         }
     }
     *text = Bytes::from(edited);
+}
+
+/// Whether a line of `section` reaches the caller.
+fn shown(section: &[u8], line: &[u8], sees_every_key: bool) -> bool {
+    if section.eq_ignore_ascii_case(b"keyspace") {
+        return sees_every_key && line.starts_with(b"db0:");
+    }
+    sees_every_key
+        || !PER_COMMAND_SECTIONS
+            .iter()
+            .any(|name| section.eq_ignore_ascii_case(name))
 }
 
 fn integer(reply: &[u8]) -> Option<i64> {
@@ -233,5 +270,31 @@ mod tests {
         assert!(Amend::of("PUBLISH", None).is_none());
         assert!(Amend::of("PUBSUB|CHANNELS", first).is_none());
         assert!(Amend::of("GET", first).is_none());
+    }
+
+    fn info(text: &str, sees_every_key: bool) -> String {
+        let mut frame = Frame::Bulk(Bytes::from(text.to_owned()));
+        standalone_info(&mut frame, sees_every_key);
+        String::from_utf8(frame.as_bytes().unwrap().to_vec()).unwrap()
+    }
+
+    const INFO: &str = "# Server\r\nredis_mode:cluster\r\n\r\n# Commandstats\r\n\
+        cmdstat_get:calls=9,usec=1\r\n\r\n# Errorstats\r\nerrorstat_ERR:count=1\r\n\r\n\
+        # Cluster\r\ncluster_enabled:1\r\n\r\n# Keyspace\r\ndb0:keys=3,expires=0\r\n\
+        db1:keys=2,expires=2\r\n";
+
+    #[test]
+    fn info_shows_database_zero_alone_and_server_wide_counts_to_whom_sees_every_key() {
+        assert_eq!(
+            info(INFO, true),
+            "# Server\r\nredis_mode:standalone\r\n\r\n# Commandstats\r\n\
+             cmdstat_get:calls=9,usec=1\r\n\r\n# Errorstats\r\nerrorstat_ERR:count=1\r\n\r\n\
+             # Cluster\r\ncluster_enabled:0\r\n\r\n# Keyspace\r\ndb0:keys=3,expires=0\r\n"
+        );
+        assert_eq!(
+            info(INFO, false),
+            "# Server\r\nredis_mode:standalone\r\n\r\n# Commandstats\r\n\r\n\
+             # Errorstats\r\n\r\n# Cluster\r\ncluster_enabled:0\r\n\r\n# Keyspace\r\n"
+        );
     }
 }

@@ -18,6 +18,12 @@ pub enum Refusal {
     Denied(Denial),
     /// A whole-keyspace command runs key by key, which a transaction cannot hold.
     WholeInTransaction,
+    /// A database argument naming this database, not 0 (`MOVE k 1`, `COPY … DB 1`): only
+    /// database 0 is served, as `SELECT` answers.
+    OtherDatabase(String),
+    /// `INFO` for a caller whose keys the policy constrains: its reply is edited per caller
+    /// (`amend.rs`), which a transaction's EXEC reply is not.
+    InfoInTransaction,
     /// On a cluster, keys in two slots that no one node serves (or outside the transaction's).
     CrossSlot(CrossSlot),
 }
@@ -33,6 +39,8 @@ impl Refusal {
             | Refusal::Denied(_)
             | Refusal::WholeInTransaction
             | Refusal::LeaseInTransaction
+            | Refusal::InfoInTransaction
+            | Refusal::OtherDatabase(_)
             | Refusal::CrossSlot(_) => true,
             Refusal::WhileSubscribed | Refusal::WhileWatching => false,
         }

@@ -31,6 +31,16 @@ pub fn refused(refusal: &Refusal, command: &Command) -> Bytes {
             "ERR tollgate: {} cannot run inside a transaction: it is served key by key, over the keys this client may touch",
             name().to_uppercase()
         )),
+        Refusal::OtherDatabase(db) => error(format!(
+            "ERR tollgate serves database 0 only (lane connections are shared between clients; \
+             the daemon keeps its leases in another): {} names database {db}",
+            name().to_uppercase()
+        )),
+        Refusal::InfoInTransaction => error(
+            "ERR tollgate: INFO cannot run inside a transaction for this client: its server-wide \
+             counts are left out of its reply, which a transaction's reply is not edited for"
+                .to_owned(),
+        ),
         Refusal::CrossSlot(cross) => error(cross.message()),
     }
 }

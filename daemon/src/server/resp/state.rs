@@ -17,6 +17,7 @@ use super::amend::Amend;
 use super::answer::{self, Asking};
 use super::budget::ClientBudget;
 use super::clients::Registration;
+use super::databases;
 use super::front::FrontDoor;
 use super::keyspace;
 use super::kind::Kind;
@@ -29,6 +30,7 @@ use super::placing::{self, Placed};
 use super::plan::{self, Context, Forward, Plan, Refusal};
 use super::replies;
 use super::schedule::{InPlace, Step};
+use super::script_refusal::ScriptNote;
 use super::subscriptions::{Caps, Subscriptions};
 use super::transaction::{Borrower, Pinning};
 
@@ -164,6 +166,12 @@ impl SessionState {
             Decision::Admitted {
                 lane, descriptor, ..
             } => {
+                if matches!(descriptor.name.as_str(), "MOVE" | "COPY" | "MIGRATE") {
+                    let argv = command.argv();
+                    if let Some(db) = databases::other_database(&descriptor.name, &argv) {
+                        return Plan::Refuse(Refusal::OtherDatabase(db));
+                    }
+                }
                 let plan = plan::admitted(
                     kind,
                     &descriptor.name,
@@ -171,6 +179,8 @@ impl SessionState {
                     lane,
                     self.context(),
                 );
+                let plan = self.info_for_caller(plan, &descriptor.name);
+                let plan = self.scripts_told_why(plan, &descriptor.name, command);
                 let plan = match self.front.services.lanes.shape() {
                     Shape::Single => plan,
                     Shape::Cluster(splitting) => {
@@ -198,6 +208,57 @@ impl SessionState {
                 Plan::Refuse(Refusal::Denied(denial))
             }
         }
+    }
+
+    /// An `INFO` plan told whether its caller sees the server-wide counts (see [`Amend::Info`]).
+    /// Inside a transaction, where replies are not edited, it is refused to a caller who may not
+    /// see them.
+    fn info_for_caller(&self, plan: Plan, name: &str) -> Plan {
+        if name != "INFO" {
+            return plan;
+        }
+        let sees_every_key = self
+            .front
+            .services
+            .admission
+            .current()
+            .sees_every_key(&self.caller.principal);
+        match plan {
+            Plan::Forward(forward, Some(Amend::Info { .. })) => {
+                Plan::Forward(forward, Some(Amend::Info { sees_every_key }))
+            }
+            Plan::Transaction | Plan::TransactionIn(_) if !sees_every_key => {
+                Plan::Refuse(Refusal::InfoInTransaction)
+            }
+            plan => plan,
+        }
+    }
+
+    /// A script's plan, its reply amended to name the rule behind a call Redis refused it.
+    fn scripts_told_why(&self, plan: Plan, name: &str, command: &Command) -> Plan {
+        const SCRIPTS: [&str; 6] = [
+            "EVAL",
+            "EVAL_RO",
+            "EVALSHA",
+            "EVALSHA_RO",
+            "FCALL",
+            "FCALL_RO",
+        ];
+        let Plan::Forward(forward, None) = plan else {
+            return plan;
+        };
+        if !SCRIPTS.contains(&name) {
+            return Plan::Forward(forward, None);
+        }
+        let body = matches!(name, "EVAL" | "EVAL_RO")
+            .then(|| command.word(1).map(Bytes::copy_from_slice))
+            .flatten();
+        let note = ScriptNote {
+            generation: self.front.services.admission.current(),
+            caller: self.caller.clone(),
+            body,
+        };
+        Plan::Forward(forward, Some(Amend::Script(Box::new(note))))
     }
 
     fn carry_out(&mut self, plan: Plan, command: Command, kind: Kind) -> Step {
