@@ -26,7 +26,13 @@ impl Fixture {
         adjust(&mut base);
         let endpoint = endpoint(redis.socket());
         let grants = crate::support::daemon::default_grants();
-        let provisioned = tollgate_lanes::provision(&[endpoint], dir.path(), &base, &grants)
+        let provisioned = tollgate_lanes::provision(
+            &[endpoint],
+            Some(&crate::support::daemon::testkit_admin()),
+            dir.path(),
+            &base,
+            &grants,
+        )
             .await
             .expect("provision lane users");
         Fixture::open(redis, dir, &provisioned.config)

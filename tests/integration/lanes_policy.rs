@@ -44,7 +44,7 @@ fn strings(frame: &Frame) -> Vec<String> {
 
 /// `ACL DRYRUN` of `user` running `argv`, asked of the embedded server directly.
 async fn dryrun(daemon: &TestDaemon, user: &str, argv: &[&str]) -> Frame {
-    let mut redis = RawClient::connect(&daemon.dir().join("redis.sock")).await;
+    let mut redis = crate::support::daemon::embedded_admin(daemon.dir()).await;
     let mut line = vec!["ACL", "DRYRUN", user];
     line.extend_from_slice(argv);
     redis.call(&line).await

@@ -33,6 +33,7 @@ mod lease_resp;
 mod lease_run;
 mod lease_shared;
 mod lease_watchdogs;
+mod open_users;
 mod limits;
 mod policy;
 mod policy_catalog;
