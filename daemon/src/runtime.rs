@@ -317,9 +317,15 @@ pub async fn check_external_redis(config: &Config) -> Result<bool, StartError> {
         trusted: redis.trusted_users().to_vec(),
         own: Vec::new(),
     };
+    let topology = Topology::from(redis);
+    let mut lanes_config = config.lanes.clone();
+    if let Topology::Cluster { .. } = topology {
+        // As `Daemon::start` does: a cluster has database 0 only.
+        lanes_config.leases.database = 0;
+    }
     let (lanes, lease_lanes) = open_checked_lanes(
-        &Topology::from(redis),
-        &config.lanes,
+        &topology,
+        &lanes_config,
         &vouched,
         patience,
         &mut registry,

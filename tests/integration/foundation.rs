@@ -130,8 +130,14 @@ fn check_config_refuses_an_external_redis_until_its_users_come_from_redis_acl() 
         .output()
         .unwrap();
     let lanes = String::from_utf8_lossy(&lanes.stdout).into_owned();
-    // Without naming the administrator, it is refused: it can reach every key.
-    std::fs::write(&file, format!("{redis_section}{lanes}")).unwrap();
+    // Without naming the administrator, it is refused: it can reach every key. (testkit's own
+    // administrator, which this test's server has too, is trusted throughout.)
+    let testkit = tollgate_testkit::ADMIN_USER;
+    std::fs::write(
+        &file,
+        format!("{redis_section}  trusted_users: [{testkit}]\n{lanes}"),
+    )
+    .unwrap();
     let untrusted = tollgate().arg("check-config").arg(&file).output().unwrap();
     assert!(!untrusted.status.success(), "{untrusted:?}");
     let message = String::from_utf8_lossy(&untrusted.stderr);
@@ -140,7 +146,7 @@ fn check_config_refuses_an_external_redis_until_its_users_come_from_redis_acl() 
 
     std::fs::write(
         &file,
-        format!("{redis_section}  trusted_users: [tollgate-root]\n{lanes}"),
+        format!("{redis_section}  trusted_users: [tollgate-root, {testkit}]\n{lanes}"),
     )
     .unwrap();
     let accepted = tollgate().arg("check-config").arg(&file).output().unwrap();
