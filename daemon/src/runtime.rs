@@ -91,7 +91,9 @@ impl Daemon {
         // least-privilege user, and starts the server again (with those users) whenever it exits.
         let (lanes_config, embedded, provisioned) = match embedded {
             Some(embedded) => {
-                let admin = admin.clone().expect("an embedded server has its administrator");
+                let admin = admin
+                    .clone()
+                    .expect("an embedded server has its administrator");
                 let endpoint = embedded.endpoint();
                 let provisioned = tollgate_lanes::provision(
                     std::slice::from_ref(&endpoint),
@@ -323,14 +325,8 @@ pub async fn check_external_redis(config: &Config) -> Result<bool, StartError> {
         // As `Daemon::start` does: a cluster has database 0 only.
         lanes_config.leases.database = 0;
     }
-    let (lanes, lease_lanes) = open_checked_lanes(
-        &topology,
-        &lanes_config,
-        &vouched,
-        patience,
-        &mut registry,
-    )
-    .await?;
+    let (lanes, lease_lanes) =
+        open_checked_lanes(&topology, &lanes_config, &vouched, patience, &mut registry).await?;
     tokio::join!(
         lanes.close(std::time::Duration::ZERO),
         lease_lanes.close(std::time::Duration::ZERO)

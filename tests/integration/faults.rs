@@ -477,8 +477,12 @@ async fn kill_the_runaway(killer: &mut RawClient, runaway: &mut RawClient) {
 
 /// Whether Redis (asked directly) is held up by a script: a PING it does not answer at once.
 async fn redis_held_up(redis: &RedisServer) -> bool {
-    let mut direct = RawClient::to_redis(redis.socket()).await;
-    direct.send(&["PING"]).await;
+    // Logged in without waiting for the answer: a held-up Redis answers neither.
+    let mut direct = RawClient::connect(redis.socket()).await;
+    let password = tollgate_testkit::admin_password();
+    direct
+        .send(&["AUTH", tollgate_testkit::ADMIN_USER, password])
+        .await;
     direct
         .read_within(Duration::from_millis(300))
         .await

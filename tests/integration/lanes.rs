@@ -33,8 +33,8 @@ impl Fixture {
             &base,
             &grants,
         )
-            .await
-            .expect("provision lane users");
+        .await
+        .expect("provision lane users");
         Fixture::open(redis, dir, &provisioned.config)
     }
 

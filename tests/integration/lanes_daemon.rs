@@ -16,7 +16,11 @@ use crate::support::daemon::TestDaemon;
 /// the runtime directory beside the socket); `default` is off there.
 fn inline(socket: &Path, command: &str) -> String {
     let password = std::fs::read_to_string(socket.with_file_name("admin.password")).unwrap();
-    let auth = format!("AUTH {} {}\r\n", tollgate_lanes::EMBEDDED_ADMIN, password.trim_end());
+    let auth = format!(
+        "AUTH {} {}\r\n",
+        tollgate_lanes::EMBEDDED_ADMIN,
+        password.trim_end()
+    );
     let reply = raw(socket, &format!("{auth}{command}\r\n"));
     match reply.strip_prefix("+OK\r\n") {
         Some(rest) => rest.to_owned(),

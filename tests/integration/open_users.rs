@@ -145,9 +145,7 @@ fn check_config_warns_of_a_trusted_user_that_could_reach_the_keyspace() {
     assert!(checked.status.success(), "{checked:?}");
     let logged = String::from_utf8_lossy(&checked.stderr);
     assert!(
-        logged.contains("WARN")
-            && logged.contains("`default`")
-            && logged.contains("trusted_users"),
+        logged.contains("WARN") && logged.contains("`default`") && logged.contains("trusted_users"),
         "{logged}"
     );
 }
@@ -217,7 +215,9 @@ async fn an_open_default_user_on_a_sentinel_replica_is_refused() {
 
     // Off on the master only: the replica, which a failover would promote, still refuses.
     assert_eq!(
-        deployment.master.inline("ACL SETUSER default off resetpass"),
+        deployment
+            .master
+            .inline("ACL SETUSER default off resetpass"),
         "+OK\r\n"
     );
     let error = start_on(
@@ -255,8 +255,7 @@ async fn the_daemon_logs_in_to_password_protected_sentinels_and_follows_a_failov
             password_file: Some(password_file),
         },
     );
-    let daemon =
-        TestDaemon::start_redis(redis, &[&deployment.master, &deployment.replica]).await;
+    let daemon = TestDaemon::start_redis(redis, &[&deployment.master, &deployment.replica]).await;
     let mut client = RawClient::connect(&daemon.resp_socket()).await;
     assert_eq!(text(&client.call(&["SET", "before", "1"]).await), "OK");
     assert_eq!(deployment.master.inline("GET before"), "$1\r\n1\r\n");

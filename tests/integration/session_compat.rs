@@ -624,6 +624,15 @@ async fn both(
     for _ in 0..replies {
         answers.push((direct.read().await, through.read().await));
     }
+    if argv[0].eq_ignore_ascii_case("RESET") {
+        // RESET logs the direct connection back in as `default`, which is off on testkit's
+        // servers: log in as testkit's admin again.
+        let password = tollgate_testkit::admin_password();
+        let login = direct
+            .call(&["AUTH", tollgate_testkit::ADMIN_USER, password])
+            .await;
+        assert_eq!(login, Frame::Simple("OK".into()), "testkit admin's AUTH");
+    }
     answers
 }
 

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use tollgate_model::Protocol;
 
 use crate::conn::{hello, Conn, ConnError};
+pub(crate) use crate::credentials::Credentials;
 use crate::locator::{Locator, NoMaster};
 use crate::metrics::LaneMetrics;
 use crate::stream::{Stream, UntrustedServer};
@@ -55,22 +56,6 @@ pub(crate) enum DialFailure {
     HelloRefused(String),
     #[error("SELECT refused: {0}")]
     SelectRefused(String),
-}
-
-/// The user and password a lane authenticates with.
-#[derive(Clone, PartialEq, Eq)]
-pub(crate) struct Credentials {
-    pub(crate) user: String,
-    pub(crate) password: String,
-}
-
-impl std::fmt::Debug for Credentials {
-    /// The user only: the password stays out of logs.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credentials")
-            .field("user", &self.user)
-            .finish()
-    }
 }
 
 pub(crate) struct Connector {

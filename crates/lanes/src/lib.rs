@@ -14,6 +14,7 @@ mod cluster;
 mod config;
 mod conn;
 mod connector;
+mod credentials;
 mod error;
 mod exclusive;
 mod gate;

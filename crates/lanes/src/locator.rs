@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tollgate_resp::Frame;
 
-use crate::connector::Credentials;
+use crate::credentials::Credentials;
 use crate::error::OpenError;
 use crate::life::Life;
 use crate::stream::{ExchangeError, Stream};
@@ -97,11 +97,10 @@ pub(crate) fn sentinel_credentials(auth: &SentinelAuth) -> Result<Option<Credent
     let Some(path) = &auth.password_file else {
         return Ok(None);
     };
-    let text =
-        std::fs::read_to_string(path).map_err(|source| OpenError::SentinelPasswordFile {
-            path: path.clone(),
-            source,
-        })?;
+    let text = std::fs::read_to_string(path).map_err(|source| OpenError::SentinelPasswordFile {
+        path: path.clone(),
+        source,
+    })?;
     Ok(Some(Credentials {
         user: auth.user.clone().unwrap_or_else(|| "default".to_owned()),
         password: text.lines().next().unwrap_or_default().to_owned(),

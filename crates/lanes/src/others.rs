@@ -86,7 +86,10 @@ impl std::fmt::Display for OtherUser {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "`{}` may run `{}`", self.name, self.probe)?;
         if self.open {
-            write!(f, " and has no password (nopass): any local user can connect as it")?;
+            write!(
+                f,
+                " and has no password (nopass): any local user can connect as it"
+            )?;
         }
         Ok(())
     }

@@ -397,6 +397,37 @@ mod tests {
     }
 
     #[test]
+    fn trusted_users_and_the_sentinels_login_are_read() {
+        let config = redis(
+            "sentinel: { master: m, addresses: ['h:1'], user: s, password_file: /etc/s.pw }\n\
+             trusted_users: [tollgate-root, default]",
+        )
+        .unwrap();
+        assert_eq!(config.trusted_users(), ["tollgate-root", "default"]);
+        let Topology::Sentinel { auth, .. } = config.topology() else {
+            panic!("not a sentinel group");
+        };
+        assert_eq!(
+            auth,
+            &SentinelAuth {
+                user: Some("s".into()),
+                password_file: Some("/etc/s.pw".into()),
+            }
+        );
+        assert!(redis("address: h:1").unwrap().trusted_users().is_empty());
+        assert!(
+            redis("sentinel: { master: m, addresses: ['h:1'], user: s }")
+                .unwrap_err()
+                .contains("password_file")
+        );
+        assert!(
+            redis("sentinel: { master: m, addresses: ['h:1'], password: x }")
+                .unwrap_err()
+                .contains("unknown field `password`")
+        );
+    }
+
+    #[test]
     fn redis_section_rejects_both_neither_and_empty_sentinel_groups() {
         let both = "address: localhost:6379\nsentinel: { master: m, addresses: ['h:1'] }";
         assert!(redis(both).unwrap_err().contains("not several"));

@@ -23,7 +23,11 @@ pub const ADMIN_USER: &str = "testkit-admin";
 pub fn admin_password() -> &'static str {
     static PASSWORD: OnceLock<String> = OnceLock::new();
     PASSWORD.get_or_init(|| {
-        let random = || std::collections::hash_map::RandomState::new().build_hasher().finish();
+        let random = || {
+            std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish()
+        };
         format!("{:016x}{:016x}", random(), random())
     })
 }
@@ -308,7 +312,10 @@ pub fn login(stream: &mut impl ReadWrite) {
     stream
         .read_exact(&mut ok)
         .expect("read AUTH's reply from redis-server");
-    assert_eq!(&ok, b"+OK\r\n", "redis-server refused the testkit admin's AUTH");
+    assert_eq!(
+        &ok, b"+OK\r\n",
+        "redis-server refused the testkit admin's AUTH"
+    );
 }
 
 /// A blocking byte stream ([`login`] takes a Unix or TCP one).

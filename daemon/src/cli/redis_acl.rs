@@ -98,8 +98,7 @@ fn setuser_lines(users: &[DaemonUser]) -> Result<String, String> {
 /// every line before.
 fn default_off_lines(dir: &Path) -> Result<String, String> {
     let file = dir.join("admin.password");
-    let password =
-        password_in(&file).map_err(|error| format!("{}: {error}", file.display()))?;
+    let password = password_in(&file).map_err(|error| format!("{}: {error}", file.display()))?;
     let mut admin: Vec<String> = ["ACL", "SETUSER", EMBEDDED_ADMIN, "reset", "on"]
         .map(str::to_owned)
         .into();

@@ -86,9 +86,9 @@ impl TestDaemon {
             &config.lanes,
             &grants,
         )
-            .await
-            .expect("create the lane users on every node")
-            .config;
+        .await
+        .expect("create the lane users on every node")
+        .config;
         Self::start_config(dir, config).await
     }
 
@@ -194,7 +194,11 @@ pub async fn embedded_admin(dir: &Path) -> crate::support::raw::RawClient {
     let reply = redis
         .call(&["AUTH", tollgate_lanes::EMBEDDED_ADMIN, password.trim_end()])
         .await;
-    assert_eq!(reply, tollgate_resp::Frame::Simple("OK".into()), "embedded admin's AUTH");
+    assert_eq!(
+        reply,
+        tollgate_resp::Frame::Simple("OK".into()),
+        "embedded admin's AUTH"
+    );
     redis
 }
 

@@ -42,7 +42,10 @@ async fn ask(node: &Endpoint, protocol: Option<&str>, argv: &[&str]) -> Frame {
     let mut stream = Stream::connect(node).await.unwrap();
     let mut read = BytesMut::new();
     let version = protocol.unwrap_or("2");
-    let (user, password) = (tollgate_testkit::ADMIN_USER, tollgate_testkit::admin_password());
+    let (user, password) = (
+        tollgate_testkit::ADMIN_USER,
+        tollgate_testkit::admin_password(),
+    );
     let greeting = stream
         .exchange(&mut read, &["HELLO", version, "AUTH", user, password])
         .await
@@ -145,7 +148,10 @@ async fn the_map_of_a_live_cluster_matches_cluster_slots_and_every_nodes_keyslot
 async fn moved_and_ask_replies_name_the_nodes_the_map_names() {
     let cluster = Arc::new(blocking(|| RedisCluster::start(3, 0)).await);
     let asked = endpoint(&cluster, 0);
-    let map = fetch_view(&asked, Some(&admin()), PATIENCE).await.unwrap().map;
+    let map = fetch_view(&asked, Some(&admin()), PATIENCE)
+        .await
+        .unwrap()
+        .map;
 
     // MOVED: a key whose slot another master serves.
     let key = sample_keys()
@@ -261,7 +267,9 @@ async fn a_refresher_hearing_a_stale_node_keeps_the_current_view() {
     // A node of another, older cluster: epoch 1 against the current cluster's 6, and a full map.
     let stale = blocking(|| RedisCluster::start(1, 0)).await;
     let stale_node = endpoint(&stale, 0);
-    let stale_view = fetch_view(&stale_node, Some(&admin()), PATIENCE).await.unwrap();
+    let stale_view = fetch_view(&stale_node, Some(&admin()), PATIENCE)
+        .await
+        .unwrap();
     let current_view = fetch_view(&endpoint(&current, 0), Some(&admin()), PATIENCE)
         .await
         .unwrap();
