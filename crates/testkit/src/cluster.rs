@@ -294,7 +294,10 @@ impl RedisCluster {
                 return moved;
             }
             let keys: Vec<String> = keys.iter().map(bulk_text).collect();
-            let mut argv = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+            // The target's `default` user is off: MIGRATE logs in as testkit's admin.
+            let (admin, password) = (crate::ADMIN_USER, crate::admin_password());
+            let mut argv = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000"];
+            argv.extend(["AUTH2", admin, password, "KEYS"]);
             argv.extend(keys.iter().map(String::as_str));
             self.expect_ok(from, &argv);
             moved += keys.len();
