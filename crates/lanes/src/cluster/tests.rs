@@ -226,7 +226,7 @@ async fn after_a_failover_the_refreshed_view_names_the_promoted_node_at_a_higher
     };
     let life = Arc::new(Life::new());
     let mut drivers = JoinSet::new();
-    let map = ClusterMap::start(vec![seed.clone()], None, &life, &mut drivers);
+    let map = ClusterMap::start(vec![seed.clone()], Some(admin()), &life, &mut drivers);
     let before = map.ready(PATIENCE).await.unwrap();
     assert_eq!(before.map.master_of(Slot::new(0).unwrap()), Some(&seed));
 
@@ -279,7 +279,7 @@ async fn a_refresher_hearing_a_stale_node_keeps_the_current_view() {
     let life = Arc::new(Life::new());
     let mut drivers = JoinSet::new();
     let seeds = vec![stale_node.clone(), endpoint(&current, 0)];
-    let map = ClusterMap::start(seeds, None, &life, &mut drivers);
+    let map = ClusterMap::start(seeds, Some(admin()), &life, &mut drivers);
     map.ready(PATIENCE).await.unwrap();
     // Until the stale node has been heard in several refreshes, each view held is the current one.
     let asked = |stale: &RedisCluster| {
@@ -310,7 +310,7 @@ async fn a_burst_of_refresh_requests_costs_one_refresh() {
     let life = Arc::new(Life::new());
     let mut drivers = JoinSet::new();
     let seeds = (0..3).map(|n| endpoint(&cluster, n)).collect();
-    let map = ClusterMap::start(seeds, None, &life, &mut drivers);
+    let map = ClusterMap::start(seeds, Some(admin()), &life, &mut drivers);
     map.ready(PATIENCE).await.unwrap();
     let asked = |cluster: &RedisCluster| -> u64 {
         (0..3)
@@ -389,8 +389,6 @@ async fn the_lanes_of_a_node_the_map_no_longer_names_are_closed() {
         retry_for: Duration::from_secs(10),
     };
     let mut registry = prometheus_client::registry::Registry::default();
-    let config = as_testkit_admin(&cluster, crate::LanesConfig::default());
-    let config = as_testkit_admin(&cluster, config);
     let lanes = crate::Lanes::open(&topology, &config, &mut registry).unwrap();
     let channel = lanes.multiplexed(crate::Multiplexed::Regular).unwrap();
     let set = |key: String| {
