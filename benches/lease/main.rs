@@ -116,9 +116,10 @@ fn benches(c: &mut Criterion) {
     )
     .expect("write the benchmark policy");
     config.policy.files = vec![policy];
-    config.redis = Some(RedisConfig::standalone(Endpoint::Unix(
-        redis.socket().to_owned(),
-    )));
+    config.redis = Some(
+        RedisConfig::standalone(Endpoint::Unix(redis.socket().to_owned()))
+            .trusting([tollgate_testkit::ADMIN_USER]),
+    );
     let etcd = Etcd::start();
     let twemproxy = Twemproxy::start(redis.socket());
     // The lane and lease users, as an operator of an external Redis sets them up.
@@ -127,6 +128,10 @@ fn benches(c: &mut Criterion) {
     config.lanes = runtime
         .block_on(tollgate_lanes::provision(
             &[endpoint],
+            Some(&tollgate_lanes::Admin {
+                user: tollgate_testkit::ADMIN_USER.to_owned(),
+                password: tollgate_testkit::admin_password().to_owned(),
+            }),
             dir.path(),
             &config.lanes,
             &grants,

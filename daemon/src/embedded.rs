@@ -3,13 +3,19 @@
 //! (`supervisor` restarts it when it exits in between).
 //! Its log and socket are checked before use (`runtime_dir`): redis-server would append to a linked
 //! log's target, and the daemon sends the lanes' passwords to whatever listens on the socket.
+//!
+//! Redis's `default` user is off there: the server reads, on its standard input (never its command
+//! line, which every local user can read in `/proc`), `user default off` and an administrator the
+//! daemon alone knows the password of ([`Admin`]), with which it creates the lane users. So no
+//! connection to the socket gets anything without a password, and the start-up check finds no
+//! open user.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tollgate_lanes::Endpoint;
+use tollgate_lanes::{Admin, Endpoint};
 
 use crate::config::EmbeddedConfig;
 use crate::runtime_dir::{self, EntryError, Kind};
@@ -44,8 +50,13 @@ pub struct EmbeddedRedis {
 }
 
 impl EmbeddedRedis {
-    /// Starts `redis-server` with its socket, log and (optional) data in `dir`, and waits until it answers.
-    pub async fn start(config: &EmbeddedConfig, dir: &Path) -> Result<Self, EmbeddedError> {
+    /// Starts `redis-server` with its socket, log and (optional) data in `dir`, `default` off and
+    /// `admin` its administrator, and waits until it answers.
+    pub async fn start(
+        config: &EmbeddedConfig,
+        dir: &Path,
+        admin: &Admin,
+    ) -> Result<Self, EmbeddedError> {
         // Absolute: redis-server changes into `--dir` before it opens `--logfile`, so a relative
         // runtime directory (the default `.tollgate`) would send it looking for
         // `.tollgate/.tollgate/redis.log`, and it would exit.
@@ -58,7 +69,9 @@ impl EmbeddedRedis {
         runtime_dir::remove_stale(&socket, Kind::Socket)?;
         runtime_dir::inspect(&log, Kind::File)?;
         let mut command = tokio::process::Command::new(&config.binary);
+        // `-` first: the rest of the config comes from standard input (see the module's header).
         command
+            .arg("-")
             .arg("--port")
             .arg("0")
             .arg("--unixsocket")
@@ -79,7 +92,7 @@ impl EmbeddedRedis {
         }
         command
             .args(&config.args)
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true);
@@ -93,7 +106,7 @@ impl EmbeddedRedis {
                 Ok(())
             });
         }
-        let child = command.spawn().map_err(|source| {
+        let mut child = command.spawn().map_err(|source| {
             if source.kind() == std::io::ErrorKind::NotFound {
                 EmbeddedError::NotInstalled {
                     binary: config.binary.clone(),
@@ -105,6 +118,17 @@ impl EmbeddedRedis {
                 }
             }
         })?;
+        let users = format!(
+            "user default off\nuser {} on >{} {}\n",
+            admin.user,
+            admin.password,
+            Admin::acl_rules()
+        );
+        if let Some(mut stdin) = child.stdin.take() {
+            // Redis reads its standard input to the end before it starts; a write that fails
+            // means it already exited, which `wait_ready` reports with its log.
+            let _ = stdin.write_all(users.as_bytes()).await;
+        }
         let mut embedded = EmbeddedRedis { child, socket };
         embedded.wait_ready(&log).await?;
         // Only the daemon's uid can put a socket there, but the passwords go out next: be sure.
@@ -172,14 +196,15 @@ impl EmbeddedRedis {
 }
 
 /// Whether a server on `socket` answers one PING within [`PING_TIMEOUT`]: the raw probe used while
-/// the server starts, before any lane exists.
+/// the server starts, before any lane exists. Its `default` user is off, so it answers `-NOAUTH`.
 async fn answers_ping(socket: &Path) -> bool {
     let probe = async {
         let mut stream = tokio::net::UnixStream::connect(socket).await?;
         stream.write_all(b"PING\r\n").await?;
         let mut reply = [0u8; 8];
         let read = stream.read(&mut reply).await?;
-        Ok::<_, std::io::Error>(reply[..read].starts_with(b"+PONG"))
+        let reply = &reply[..read];
+        Ok::<_, std::io::Error>(reply.starts_with(b"+PONG") || reply.starts_with(b"-NOAUTH"))
     };
     matches!(
         tokio::time::timeout(PING_TIMEOUT, probe).await,

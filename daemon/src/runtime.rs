@@ -8,7 +8,7 @@ use prometheus_client::registry::Registry;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use tollgate_lanes::{Lanes, Topology};
+use tollgate_lanes::{Lanes, Topology, Vouched};
 use tollgate_lease::LeaseService;
 use tollgate_policy::Admission;
 
@@ -87,9 +87,13 @@ impl Daemon {
             ),
         };
 
-        let embedded = match &config.redis {
-            Some(_) => None,
-            None => Some(EmbeddedRedis::start(&config.embedded, &runtime_dir).await?),
+        let (embedded, admin) = match &config.redis {
+            Some(_) => (None, None),
+            None => {
+                let admin = tollgate_lanes::Admin::embedded(&runtime_dir)?;
+                let embedded = EmbeddedRedis::start(&config.embedded, &runtime_dir, &admin).await?;
+                (Some(embedded), Some(admin))
+            }
         };
         let topology = match (&config.redis, &embedded) {
             (Some(redis), _) => Topology::from(redis),
@@ -106,9 +110,13 @@ impl Daemon {
         // least-privilege user, and starts the server again (with those users) whenever it exits.
         let (lanes_config, embedded, provisioned) = match embedded {
             Some(embedded) => {
+                let admin = admin
+                    .clone()
+                    .expect("an embedded server has its administrator");
                 let endpoint = embedded.endpoint();
                 let provisioned = tollgate_lanes::provision(
                     std::slice::from_ref(&endpoint),
+                    Some(&admin),
                     &runtime_dir,
                     &config.lanes,
                     &grants,
@@ -121,6 +129,7 @@ impl Daemon {
                     config: config.embedded.clone(),
                     dir: runtime_dir.clone(),
                     users: provisioned.users.clone(),
+                    admin: admin.clone(),
                 };
                 let supervisor = Supervisor::start(embedded, restart, stop.clone(), &mut registry);
                 (
@@ -140,9 +149,20 @@ impl Daemon {
             // from clients (the lane users' key patterns exclude it, as everywhere).
             lanes_config.leases.database = 0;
         }
+        let vouched = match &config.redis {
+            Some(redis) => Vouched {
+                trusted: redis.trusted_users().to_vec(),
+                own: Vec::new(),
+            },
+            None => Vouched {
+                trusted: Vec::new(),
+                own: admin.iter().map(|admin| admin.user.clone()).collect(),
+            },
+        };
         let (lanes, lease_lanes) = open_checked_lanes(
             &topology,
             &lanes_config,
+            &vouched,
             tollgate_lanes::CHECK_PATIENCE,
             &mut registry,
         )
@@ -330,12 +350,14 @@ impl Daemon {
 async fn open_checked_lanes(
     topology: &Topology,
     config: &tollgate_lanes::LanesConfig,
+    vouched: &Vouched,
     patience: std::time::Duration,
     registry: &mut Registry,
 ) -> Result<(Lanes, Lanes), StartError> {
     let lanes = Lanes::open(topology, config, registry)?;
     let lease_lanes = Lanes::open_leases(topology, config, registry)?;
-    let checked = tollgate_lanes::check_reserved_unreachable(&lease_lanes, config, patience).await;
+    let checked =
+        tollgate_lanes::check_reserved_unreachable(&lease_lanes, config, vouched, patience).await;
     if let Err(error) = checked {
         // Nothing is served on these lanes: close them at once.
         tokio::join!(
@@ -355,13 +377,18 @@ pub async fn check_external_redis(config: &Config) -> Result<bool, StartError> {
     };
     let mut registry = Registry::default();
     let patience = std::time::Duration::from_secs(3);
-    let (lanes, lease_lanes) = open_checked_lanes(
-        &Topology::from(redis),
-        &config.lanes,
-        patience,
-        &mut registry,
-    )
-    .await?;
+    let vouched = Vouched {
+        trusted: redis.trusted_users().to_vec(),
+        own: Vec::new(),
+    };
+    let topology = Topology::from(redis);
+    let mut lanes_config = config.lanes.clone();
+    if let Topology::Cluster { .. } = topology {
+        // As `Daemon::start` does: a cluster has database 0 only.
+        lanes_config.leases.database = 0;
+    }
+    let (lanes, lease_lanes) =
+        open_checked_lanes(&topology, &lanes_config, &vouched, patience, &mut registry).await?;
     tokio::join!(
         lanes.close(std::time::Duration::ZERO),
         lease_lanes.close(std::time::Duration::ZERO)

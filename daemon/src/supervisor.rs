@@ -45,6 +45,8 @@ pub struct Restart {
     pub config: EmbeddedConfig,
     pub dir: PathBuf,
     pub users: ProvisionedUsers,
+    /// The server's administrator, the same on every start (the users are set as it).
+    pub admin: tollgate_lanes::Admin,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -175,7 +177,9 @@ impl Watch {
     async fn start_again(&self) -> Result<EmbeddedRedis, RestartError> {
         // This runs on a runtime thread, which lives as long as the runtime: the child's
         // PR_SET_PDEATHSIG (embedded.rs) fires when the thread that forked it ends, not the process.
-        let redis = EmbeddedRedis::start(&self.restart.config, &self.restart.dir).await?;
+        let redis =
+            EmbeddedRedis::start(&self.restart.config, &self.restart.dir, &self.restart.admin)
+                .await?;
         if let Err(error) = self.restart.users.apply(&redis.endpoint()).await {
             redis.stop().await;
             return Err(error.into());

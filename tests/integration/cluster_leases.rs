@@ -164,7 +164,7 @@ async fn a_waiter_on_every_master_is_woken_by_the_release() {
 
 /// Whether `replica` holds `key`, read on the replica itself (`READONLY` lets it answer).
 async fn on_replica(cluster: &RedisCluster, replica: usize, key: &str) -> bool {
-    let mut direct = RawClient::connect(cluster.node(replica).socket()).await;
+    let mut direct = RawClient::to_redis(cluster.node(replica).socket()).await;
     direct.pipeline(&[&["READONLY"], &["EXISTS", key]]).await;
     let _ = direct.read().await;
     direct.read().await == Frame::Integer(1)

@@ -477,8 +477,12 @@ async fn kill_the_runaway(killer: &mut RawClient, runaway: &mut RawClient) {
 
 /// Whether Redis (asked directly) is held up by a script: a PING it does not answer at once.
 async fn redis_held_up(redis: &RedisServer) -> bool {
+    // Logged in without waiting for the answer: a held-up Redis answers neither.
     let mut direct = RawClient::connect(redis.socket()).await;
-    direct.send(&["PING"]).await;
+    let password = tollgate_testkit::admin_password();
+    direct
+        .send(&["AUTH", tollgate_testkit::ADMIN_USER, password])
+        .await;
     direct
         .read_within(Duration::from_millis(300))
         .await
@@ -535,7 +539,7 @@ async fn script_kill_succeeds_on_the_first_try_in_a_runaway_scripts_first_moment
 
     // Past the threshold, another client's script is answered BUSY, then the kill works at once.
     runaway.send(&["EVAL", "while true do end", "0"]).await;
-    let mut direct = RawClient::connect(redis.socket()).await;
+    let mut direct = RawClient::to_redis(redis.socket()).await;
     let until = Instant::now() + PATIENCE;
     loop {
         let reply = direct.call(&["PING"]).await;

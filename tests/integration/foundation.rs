@@ -72,7 +72,8 @@ fn check_config_accepts_a_valid_file() {
 
 #[test]
 fn check_config_refuses_an_external_redis_until_its_users_come_from_redis_acl() {
-    let redis = RedisServer::start();
+    // A stock server: `default` on, no password, every key.
+    let redis = RedisServer::builder().open_default().start();
     let dir = tempdir();
     let file = dir.path().join("tollgate.yaml");
     let redis_section = format!("redis:\n  address: unix:{}\n", redis.socket().display());
@@ -85,7 +86,9 @@ fn check_config_refuses_an_external_redis_until_its_users_come_from_redis_acl() 
         "{message}"
     );
 
-    // The operator's two steps from docs/lanes.md: the users into Redis, their section into the file.
+    // The operator's steps from docs/lanes.md: the users into Redis (`default` turned off last),
+    // their section into the file, and the administrator the lines create named as trusted, as
+    // `redis-acl` says.
     let passwords = dir.path().join("acl");
     let acl = tollgate()
         .args(["redis-acl", "--passwords"])
@@ -93,6 +96,11 @@ fn check_config_refuses_an_external_redis_until_its_users_come_from_redis_acl() 
         .output()
         .unwrap();
     assert!(acl.status.success(), "{acl:?}");
+    let why = String::from_utf8_lossy(&acl.stderr);
+    assert!(
+        why.contains("default") && why.contains("trusted_users: [tollgate-root]"),
+        "{why}"
+    );
     let mut cli = std::process::Command::new("redis-cli")
         .arg("-s")
         .arg(redis.socket())
@@ -107,17 +115,41 @@ fn check_config_refuses_an_external_redis_until_its_users_come_from_redis_acl() 
         String::from_utf8_lossy(&applied.stdout)
             .matches("OK")
             .count(),
-        7,
-        "six lane users and the lease user: {applied:?}"
+        9,
+        "six lane users, the lease user, the administrator, `default` off: {applied:?}"
     );
+    let mut open = std::os::unix::net::UnixStream::connect(redis.socket()).unwrap();
+    open.write_all(b"PING\r\n").unwrap();
+    let mut reply = [0u8; 7];
+    std::io::Read::read_exact(&mut open, &mut reply).unwrap();
+    assert_eq!(
+        &reply, b"-NOAUTH",
+        "`default` still answers without a password"
+    );
+
     let lanes = tollgate()
         .args(["redis-acl", "--lanes-yaml", "--passwords"])
         .arg(&passwords)
         .output()
         .unwrap();
+    let lanes = String::from_utf8_lossy(&lanes.stdout).into_owned();
+    // Without naming the administrator, it is refused: it can reach every key. (testkit's own
+    // administrator, which this test's server has too, is trusted throughout.)
+    let testkit = tollgate_testkit::ADMIN_USER;
     std::fs::write(
         &file,
-        format!("{redis_section}{}", String::from_utf8_lossy(&lanes.stdout)),
+        format!("{redis_section}  trusted_users: [{testkit}]\n{lanes}"),
+    )
+    .unwrap();
+    let untrusted = tollgate().arg("check-config").arg(&file).output().unwrap();
+    assert!(!untrusted.status.success(), "{untrusted:?}");
+    let message = String::from_utf8_lossy(&untrusted.stderr);
+    assert!(message.contains("`tollgate-root`"), "{message}");
+    assert!(!message.contains("`default` may run"), "{message}");
+
+    std::fs::write(
+        &file,
+        format!("{redis_section}  trusted_users: [tollgate-root, {testkit}]\n{lanes}"),
     )
     .unwrap();
     let accepted = tollgate().arg("check-config").arg(&file).output().unwrap();
@@ -135,8 +167,10 @@ async fn a_stale_socket_file_is_replaced() {
     // A socket file whose listener is gone, as a crashed daemon leaves it.
     drop(std::os::unix::net::UnixListener::bind(dir.path().join("http.sock")).unwrap());
     let mut config = TestDaemon::config(dir.path());
-    config.redis = Some(tollgate_lanes::RedisConfig::standalone(
-        tollgate_lanes::Endpoint::Unix(redis.socket().to_owned()),
+    config.redis = Some(crate::support::daemon::trusting_testkit(
+        tollgate_lanes::RedisConfig::standalone(tollgate_lanes::Endpoint::Unix(
+            redis.socket().to_owned(),
+        )),
     ));
     config.lanes = lane_users(&[&redis], dir.path()).await;
     let daemon = Daemon::start(config).await.expect("stale socket replaced");
@@ -152,8 +186,10 @@ async fn a_socket_held_by_a_live_daemon_is_refused() {
     let redis = RedisServer::start();
     let first = TestDaemon::start(&redis).await;
     let mut config = TestDaemon::config(first.dir());
-    config.redis = Some(tollgate_lanes::RedisConfig::standalone(
-        tollgate_lanes::Endpoint::Unix(redis.socket().to_owned()),
+    config.redis = Some(crate::support::daemon::trusting_testkit(
+        tollgate_lanes::RedisConfig::standalone(tollgate_lanes::Endpoint::Unix(
+            redis.socket().to_owned(),
+        )),
     ));
     let error = Daemon::start(config)
         .await
@@ -190,8 +226,10 @@ async fn readyz_follows_redis_down_and_back() {
     let (builder, lanes) = durable_lane_users(dir.path());
     let mut redis = builder.start();
     let mut config = TestDaemon::config(dir.path());
-    config.redis = Some(tollgate_lanes::RedisConfig::standalone(
-        tollgate_lanes::Endpoint::Unix(redis.socket().to_owned()),
+    config.redis = Some(crate::support::daemon::trusting_testkit(
+        tollgate_lanes::RedisConfig::standalone(tollgate_lanes::Endpoint::Unix(
+            redis.socket().to_owned(),
+        )),
     ));
     config.lanes = lanes;
     let daemon = TestDaemon::start_config(dir, config).await;

@@ -84,7 +84,7 @@ async fn a_deep_script_reply_reaches_its_client_and_spares_the_shared_script_con
     let redis = RedisServer::start();
     let daemon = TestDaemon::start(&redis).await;
     // What Redis itself answers, byte for byte.
-    let mut direct = RawClient::connect(redis.socket()).await;
+    let mut direct = RawClient::to_redis(redis.socket()).await;
     direct.send(&["EVAL", DEEP_TABLE, "0", "1000"]).await;
     let expected = direct.read_raw().await;
     assert!(

@@ -26,9 +26,15 @@ impl Fixture {
         adjust(&mut base);
         let endpoint = endpoint(redis.socket());
         let grants = crate::support::daemon::default_grants();
-        let provisioned = tollgate_lanes::provision(&[endpoint], dir.path(), &base, &grants)
-            .await
-            .expect("provision lane users");
+        let provisioned = tollgate_lanes::provision(
+            &[endpoint],
+            Some(&crate::support::daemon::testkit_admin()),
+            dir.path(),
+            &base,
+            &grants,
+        )
+        .await
+        .expect("provision lane users");
         Fixture::open(redis, dir, &provisioned.config)
     }
 

@@ -12,17 +12,38 @@ use tollgate_lanes::Lane;
 
 use crate::support::daemon::TestDaemon;
 
+/// One inline command on the embedded server, logged in as its administrator (the password is in
+/// the runtime directory beside the socket); `default` is off there.
 fn inline(socket: &Path, command: &str) -> String {
+    let password = std::fs::read_to_string(socket.with_file_name("admin.password")).unwrap();
+    let auth = format!(
+        "AUTH {} {}\r\n",
+        tollgate_lanes::EMBEDDED_ADMIN,
+        password.trim_end()
+    );
+    let reply = raw(socket, &format!("{auth}{command}\r\n"));
+    match reply.strip_prefix("+OK\r\n") {
+        Some(rest) => rest.to_owned(),
+        None => panic!("the embedded admin's AUTH refused: {reply}"),
+    }
+}
+
+/// Writes `bytes` on a fresh connection and reads until a read would wait.
+fn raw(socket: &Path, bytes: &str) -> String {
     let mut stream = UnixStream::connect(socket).expect("connect to the embedded redis");
     stream
-        .set_read_timeout(Some(Duration::from_secs(2)))
+        .set_read_timeout(Some(Duration::from_millis(300)))
         .unwrap();
-    stream
-        .write_all(format!("{command}\r\n").as_bytes())
-        .unwrap();
+    stream.write_all(bytes.as_bytes()).unwrap();
+    let mut reply = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
-    let n = stream.read(&mut buf).unwrap();
-    String::from_utf8_lossy(&buf[..n]).into_owned()
+    while let Ok(n) = stream.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        reply.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&reply).into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -30,6 +51,13 @@ async fn embedded_mode_creates_a_private_user_per_lane_and_reports_every_lane() 
     let daemon = TestDaemon::start_embedded().await;
     let redis = daemon.dir().join("redis.sock");
 
+    // Redis's `default` user is off: a connection without the password gets nothing.
+    assert!(
+        raw(&redis, "PING\r\n").starts_with("-NOAUTH"),
+        "the embedded server answers without a password"
+    );
+    let default = inline(&redis, "ACL LIST");
+    assert!(default.contains("user default off"), "{default}");
     let users = inline(&redis, "ACL USERS");
     for lane in Lane::ALL {
         let user = tollgate_lanes::user_name(lane);

@@ -44,7 +44,7 @@ fn strings(frame: &Frame) -> Vec<String> {
 
 /// `ACL DRYRUN` of `user` running `argv`, asked of the embedded server directly.
 async fn dryrun(daemon: &TestDaemon, user: &str, argv: &[&str]) -> Frame {
-    let mut redis = RawClient::connect(&daemon.dir().join("redis.sock")).await;
+    let mut redis = crate::support::daemon::embedded_admin(daemon.dir()).await;
     let mut line = vec!["ACL", "DRYRUN", user];
     line.extend_from_slice(argv);
     redis.call(&line).await
@@ -299,7 +299,7 @@ async fn bare_command_is_granted_without_the_subcommands_the_policy_refuses() {
     let admin = dryrun(&daemon, "tollgate-admin", &["COMMAND"]).await;
     assert!(matches!(&admin, Frame::Bulk(_)), "{admin:?}");
 
-    let mut redis = RawClient::connect(&daemon.dir().join("redis.sock")).await;
+    let mut redis = crate::support::daemon::embedded_admin(daemon.dir()).await;
     let count = shown(&redis.call(&["COMMAND", "COUNT"]).await);
     let mut client = RawClient::connect(&daemon.resp_socket()).await;
     let Frame::Array(commands) = client.call(&["COMMAND"]).await else {

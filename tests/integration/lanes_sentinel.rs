@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use prometheus_client::registry::Registry;
 use tollgate::config::Config;
-use tollgate_lanes::{Endpoint, Exclusive, Lanes, LanesConfig, Multiplexed, RedisConfig, Topology};
+use tollgate_lanes::{
+    Endpoint, Exclusive, Lanes, LanesConfig, Multiplexed, RedisConfig, SentinelAuth, Topology,
+};
 use tollgate_resp::Frame;
 use tollgate_testkit::RedisServer;
 
@@ -24,9 +26,20 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn tcp_inline(port: u16, command: &str) -> Option<String> {
+/// One inline command over TCP, after `AUTH <password>` when `password` is given.
+fn tcp_inline(port: u16, password: Option<&str>, command: &str) -> Option<String> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    if let Some(password) = password {
+        stream
+            .write_all(format!("AUTH {password}\r\n").as_bytes())
+            .ok()?;
+        let mut ok = [0u8; 5];
+        stream.read_exact(&mut ok).ok()?;
+        if &ok != b"+OK\r\n" {
+            return Some(String::from_utf8_lossy(&ok).into_owned());
+        }
+    }
     stream.write_all(format!("{command}\r\n").as_bytes()).ok()?;
     let mut buf = vec![0u8; 16 * 1024];
     let n = stream.read(&mut buf).ok()?;
@@ -38,10 +51,14 @@ pub(crate) struct Sentinel {
     child: Child,
     port: u16,
     dir: tempfile::TempDir,
+    /// `requirepass`: the sentinel answers nothing but `AUTH` without it.
+    password: Option<String>,
 }
 
 impl Sentinel {
-    fn start(master_port: u16) -> Sentinel {
+    /// A sentinel that logs in to the nodes as testkit's admin (`default` is off there), itself
+    /// locked with `requirepass` when `password` is given.
+    fn start(master_port: u16, password: Option<&str>) -> Sentinel {
         let dir = tempfile::tempdir().expect("temporary directory");
         let port = free_port();
         let conf = dir.path().join("sentinel.conf");
@@ -51,8 +68,15 @@ impl Sentinel {
                 "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile {dir}/sentinel.log\n\
                  sentinel monitor mymaster 127.0.0.1 {master_port} 1\n\
                  sentinel down-after-milliseconds mymaster 400\n\
-                 sentinel failover-timeout mymaster 3000\n",
-                dir = dir.path().display()
+                 sentinel failover-timeout mymaster 3000\n\
+                 sentinel auth-user mymaster {admin}\n\
+                 sentinel auth-pass mymaster {admin_password}\n{requirepass}",
+                dir = dir.path().display(),
+                admin = tollgate_testkit::ADMIN_USER,
+                admin_password = tollgate_testkit::admin_password(),
+                requirepass = password
+                    .map(|password| format!("requirepass {password}\n"))
+                    .unwrap_or_default(),
             ),
         )
         .expect("write sentinel.conf");
@@ -63,9 +87,16 @@ impl Sentinel {
             .stderr(Stdio::null())
             .spawn()
             .expect("start redis-sentinel (apt-get install redis-sentinel)");
-        let sentinel = Sentinel { child, port, dir };
+        let password = password.map(str::to_owned);
+        let sentinel = Sentinel {
+            child,
+            port,
+            dir,
+            password,
+        };
         assert!(
-            wait_until(Duration::from_secs(10), || tcp_inline(port, "PING")
+            wait_until(Duration::from_secs(10), || sentinel
+                .ask("PING")
                 .is_some_and(|r| r.starts_with("+PONG"))),
             "redis-sentinel did not answer"
         );
@@ -81,7 +112,12 @@ impl Sentinel {
 
     /// One inline command to the sentinel; `None` if it did not answer.
     pub(crate) fn ask(&self, command: &str) -> Option<String> {
-        tcp_inline(self.port, command)
+        tcp_inline(self.port, self.password.as_deref(), command)
+    }
+
+    /// What a connection without the password gets.
+    pub(crate) fn ask_without_password(&self, command: &str) -> Option<String> {
+        tcp_inline(self.port, None, command)
     }
 
     fn log(&self) -> String {
@@ -133,15 +169,24 @@ pub(crate) struct Deployment {
 
 impl Deployment {
     pub(crate) fn start() -> Deployment {
+        Self::start_with(|builder| builder, None)
+    }
+
+    /// A deployment whose nodes' builders `adjust` edits, its sentinel locked with
+    /// `sentinel_password` when one is given.
+    pub(crate) fn start_with(
+        adjust: impl Fn(tollgate_testkit::RedisServerBuilder) -> tollgate_testkit::RedisServerBuilder,
+        sentinel_password: Option<&str>,
+    ) -> Deployment {
         let master_port = free_port();
-        let master = RedisServer::builder()
+        let master = adjust(RedisServer::builder())
             .arg("--port")
             .arg(master_port.to_string())
             .arg("--bind")
             .arg("127.0.0.1")
             .start();
         let replica_port = free_port();
-        let replica = RedisServer::builder()
+        let replica = adjust(RedisServer::builder())
             .arg("--port")
             .arg(replica_port.to_string())
             .arg("--bind")
@@ -153,7 +198,7 @@ impl Deployment {
         assert!(wait_until(Duration::from_secs(10), || replica
             .inline("INFO replication")
             .contains("master_link_status:up")));
-        let sentinel = Sentinel::start(master_port);
+        let sentinel = Sentinel::start(master_port, sentinel_password);
         // The sentinel learns about the replica from the master's INFO before it can fail over to it.
         assert!(
             wait_until(Duration::from_secs(15), || sentinel
@@ -180,8 +225,10 @@ async fn lanes_follow_the_master_through_a_sentinel_failover() {
     let topology = Topology::Sentinel {
         master: "mymaster".into(),
         sentinels: vec![sentinel.endpoint()],
+        auth: SentinelAuth::default(),
     };
-    let lanes = Lanes::open(&topology, &LanesConfig::default(), &mut Registry::default()).unwrap();
+    let config = crate::support::daemon::as_testkit_admin(&master, LanesConfig::default());
+    let lanes = Lanes::open(&topology, &config, &mut Registry::default()).unwrap();
     assert!(until_accepted(&lanes, &["SET", "before", "1"], Duration::from_secs(5)).await);
     assert_eq!(
         master.inline("GET before"),
@@ -302,6 +349,7 @@ fn redis_section_takes_exactly_one_of_address_and_sentinel() {
         Some(Topology::Sentinel {
             master: "mymaster".into(),
             sentinels: vec!["127.0.0.1:26379".parse().unwrap()],
+            auth: SentinelAuth::default(),
         })
     );
 

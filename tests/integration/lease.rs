@@ -37,7 +37,7 @@ impl Fixture {
         let mut registry = Registry::default();
         let lanes = Lanes::open(
             &Topology::Standalone(Endpoint::Unix(redis.socket().to_owned())),
-            &LanesConfig::default(),
+            &crate::support::daemon::as_testkit_admin(&redis, LanesConfig::default()),
             &mut registry,
         )
         .expect("open lanes");
@@ -739,7 +739,7 @@ async fn the_watchdog_stops_at_the_maximum_hold_time() {
 async fn reserved_keys(redis: &RedisServer) -> Vec<String> {
     let mut keys = Vec::new();
     for db in [0, 1] {
-        let url = format!("redis+unix://{}?db={db}", redis.socket().display());
+        let url = redis.url_in(db);
         let client = redis::Client::open(url).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
         let found: Vec<String> = redis::cmd("KEYS")

@@ -41,6 +41,7 @@ mod lease_upgrade;
 mod lease_watchdogs;
 mod limits;
 mod module_authoring;
+mod open_users;
 mod policy;
 mod policy_catalog;
 mod policy_compile;

@@ -17,7 +17,7 @@ use crate::support::raw::{text, RawClient};
 
 /// The lease database, as the daemon's lease user sees it (the test talks to Redis as `default`).
 async fn lease_database(redis: &RedisServer) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(format!("{}?db=1", redis.url()))
+    redis::Client::open(redis.url_in(1))
         .expect("redis-rs client")
         .get_multiplexed_async_connection()
         .await
@@ -201,7 +201,7 @@ async fn attack_lease_state(redis: &RedisServer, daemon: TestDaemon) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_external_redis_whose_lane_users_reach_the_reserved_keyspace_is_refused() {
     // A plain Redis: every lane would connect as `default`, which may touch every key.
-    let redis = RedisServer::start();
+    let redis = RedisServer::builder().open_default().start();
     let dir = tempdir();
     let mut config = TestDaemon::config(dir.path());
     config.redis = Some(RedisConfig::standalone(Endpoint::Unix(

@@ -25,7 +25,7 @@ fn is_error(frame: &Frame) -> bool {
 
 /// The same commands against Redis directly and through the daemon give the same replies.
 async fn same_replies(redis: &RedisServer, daemon: &TestDaemon, script: &[&[&str]]) {
-    let mut direct = RawClient::connect(redis.socket()).await;
+    let mut direct = RawClient::to_redis(redis.socket()).await;
     let mut through = RawClient::connect(&daemon.resp_socket()).await;
     for argv in script {
         let expected = direct.call(argv).await;
@@ -249,7 +249,7 @@ async fn malformed_frames_get_the_protocol_errors_redis_gives() {
         b"*1\r\nfoo\r\n",
         b"SET \"unbalanced\r\n",
     ] {
-        let mut direct = RawClient::connect(redis.socket()).await;
+        let mut direct = RawClient::to_redis(redis.socket()).await;
         let mut through = RawClient::connect(&daemon.resp_socket()).await;
         direct.write(malformed).await;
         through.write(malformed).await;
@@ -407,7 +407,7 @@ async fn numsub_and_publish_count_the_clients_subscribed_through_the_daemon() {
     b.call(&["SUBSCRIBE", "news"]).await;
     p.call(&["PSUBSCRIBE", "ne*"]).await;
     // Someone subscribed to Redis directly counts too.
-    let mut direct = RawClient::connect(redis.socket()).await;
+    let mut direct = RawClient::to_redis(redis.socket()).await;
     direct.call(&["SUBSCRIBE", "news"]).await;
 
     let mut client = RawClient::connect(&daemon.resp_socket()).await;
@@ -624,6 +624,15 @@ async fn both(
     for _ in 0..replies {
         answers.push((direct.read().await, through.read().await));
     }
+    if argv[0].eq_ignore_ascii_case("RESET") {
+        // RESET logs the direct connection back in as `default`, which is off on testkit's
+        // servers: log in as testkit's admin again.
+        let password = tollgate_testkit::admin_password();
+        let login = direct
+            .call(&["AUTH", tollgate_testkit::ADMIN_USER, password])
+            .await;
+        assert_eq!(login, Frame::Simple("OK".into()), "testkit admin's AUTH");
+    }
     answers
 }
 
@@ -637,7 +646,7 @@ async fn resp3_replies_have_the_type_structure_redis_gives_them() {
     let policy = redis.dir().join("all.yaml");
     std::fs::write(&policy, ALLOW_ALL).expect("write the policy");
     let daemon = TestDaemon::start_with(&redis, |config| config.policy.files = vec![policy]).await;
-    let mut direct = RawClient::connect(redis.socket()).await;
+    let mut direct = RawClient::to_redis(redis.socket()).await;
     let mut through = RawClient::connect(&daemon.resp_socket()).await;
     let script: &[(&[&str], usize)] = &[
         (&["HELLO", "3"], 1),
@@ -723,7 +732,7 @@ async fn resp3_replies_have_the_type_structure_redis_gives_them() {
     }
 
     // Messages, pushed to a RESP3 subscriber.
-    let mut publisher = RawClient::connect(redis.socket()).await;
+    let mut publisher = RawClient::to_redis(redis.socket()).await;
     for argv in [
         &["SUBSCRIBE", "m"][..],
         &["PSUBSCRIBE", "m*"],

@@ -28,6 +28,9 @@ fn encoded(argv: &[&str]) -> Bytes {
 
 fn open_lanes(redis: &RedisServer, regular_connections: usize) -> Lanes {
     let mut config = LanesConfig::default();
+    // `default` is off on testkit's servers: the lanes log in as its admin.
+    config.regular.user = Some(tollgate_testkit::ADMIN_USER.to_owned());
+    config.regular.password_file = Some(redis.admin_password_file());
     config.regular.connections = Some(regular_connections);
     config.regular.in_flight = Some(BATCH * 2);
     // As the daemon runs them: every command with a deadline.

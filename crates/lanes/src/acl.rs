@@ -52,18 +52,22 @@ pub struct Provisioned {
 /// share the users, so rules [`ProvisionedUsers::regrant`]ed after a policy reload are the ones a
 /// restarted server gets.
 #[derive(Clone)]
-pub struct ProvisionedUsers(Arc<Mutex<Vec<(DaemonUser, String)>>>);
+pub struct ProvisionedUsers {
+    users: Arc<Mutex<Vec<(DaemonUser, String)>>>,
+    /// Who sets them: the server's administrator (`default` is off on the embedded server).
+    admin: Option<Admin>,
+}
 
 impl ProvisionedUsers {
     /// `ACL SETUSER` for each user on `endpoint`, with its password and current rules.
     pub async fn apply(&self, endpoint: &Endpoint) -> Result<(), AclError> {
-        let users = self.0.lock().clone();
-        set_users(endpoint, &users).await
+        let users = self.users.lock().clone();
+        set_users(endpoint, self.admin.as_ref(), &users).await
     }
 
     /// Cuts the lanes' users to `grants` from now on (the next [`ProvisionedUsers::apply`]).
     pub fn regrant(&self, grants: &LaneGrants) {
-        for (user, _) in self.0.lock().iter_mut() {
+        for (user, _) in self.users.lock().iter_mut() {
             if let Some(lane) = user.lane {
                 user.rules = acl_rules(lane, grants);
             }
@@ -75,10 +79,49 @@ impl std::fmt::Debug for ProvisionedUsers {
     /// The user names only: the passwords stay out of logs.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list()
-            .entries(self.0.lock().iter().map(|(user, _)| user.name.clone()))
+            .entries(self.users.lock().iter().map(|(user, _)| user.name.clone()))
             .finish()
     }
 }
+
+/// A user allowed to run `ACL SETUSER`, and its password: how the daemon logs in to create the
+/// lane users where Redis's `default` user is off (the embedded server; a test's server).
+#[derive(Clone)]
+pub struct Admin {
+    pub user: String,
+    pub password: String,
+}
+
+impl Admin {
+    /// The embedded server's administrator, with a fresh random password, written (0600) to
+    /// `<dir>/admin.password` beside the lane users' for an operator who needs to look inside.
+    pub fn embedded(dir: &Path) -> Result<Admin, AclError> {
+        let password = random_password();
+        let path = dir.join("admin.password");
+        write_secret(&path, &password).map_err(|source| AclError::PasswordFile { path, source })?;
+        Ok(Admin {
+            user: EMBEDDED_ADMIN.to_owned(),
+            password,
+        })
+    }
+
+    /// Its rules: everything.
+    pub fn acl_rules() -> &'static str {
+        "~* &* +@all"
+    }
+}
+
+impl std::fmt::Debug for Admin {
+    /// The user only: the password stays out of logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admin").field("user", &self.user).finish()
+    }
+}
+
+/// The administrator the daemon creates on its embedded server and `tollgate redis-acl` creates
+/// on an external one: every command and key, used instead of Redis's `default` user, which is
+/// off. (Not `tollgate-admin`: that is the ADMIN lane's user.)
+pub const EMBEDDED_ADMIN: &str = "tollgate-root";
 
 /// The ACL user name of a lane's connections.
 pub fn user_name(lane: Lane) -> String {
@@ -219,7 +262,9 @@ pub fn acl_rules(lane: Lane, grants: &LaneGrants) -> Vec<String> {
 }
 
 /// The lease service's user: the reserved keyspace only, the commands its scripts and waits need,
-/// and `ACL DRYRUN`, with which the daemon checks that no client lane user can reach that keyspace.
+/// and what the daemon checks at start that no other user can reach that keyspace with: `ACL
+/// DRYRUN`, `ACL LIST` (every user the server has) and `ROLE` (a master's replicas, which are
+/// checked too).
 pub fn lease_acl_rules() -> Vec<String> {
     let prefix = escape_glob(RESERVED_PREFIX);
     [
@@ -229,6 +274,8 @@ pub fn lease_acl_rules() -> Vec<String> {
         "-@admin".into(),
         "-@dangerous".into(),
         "+acl|dryrun".into(),
+        "+acl|list".into(),
+        "+role".into(),
     ]
     .into()
 }
@@ -338,6 +385,7 @@ pub fn configured(base: &LanesConfig, users: &[DaemonUser]) -> LanesConfig {
 /// pointing every lane and the lease connections at their users.
 pub async fn provision(
     endpoints: &[Endpoint],
+    admin: Option<&Admin>,
     dir: &Path,
     base: &LanesConfig,
     grants: &LaneGrants,
@@ -347,7 +395,7 @@ pub async fn provision(
         .map(|user| (user, random_password()))
         .collect();
     for endpoint in endpoints {
-        set_users(endpoint, &users).await?;
+        set_users(endpoint, admin, &users).await?;
     }
     for (user, password) in &users {
         write_secret(&user.password_file, password).map_err(|source| AclError::PasswordFile {
@@ -358,7 +406,10 @@ pub async fn provision(
     let names: Vec<DaemonUser> = users.iter().map(|(user, _)| user.clone()).collect();
     Ok(Provisioned {
         config: configured(base, &names),
-        users: ProvisionedUsers(Arc::new(Mutex::new(users))),
+        users: ProvisionedUsers {
+            users: Arc::new(Mutex::new(users)),
+            admin: admin.cloned(),
+        },
     })
 }
 
@@ -375,8 +426,12 @@ pub fn password_in(path: &Path) -> std::io::Result<String> {
     }
 }
 
-/// `ACL SETUSER` for each user, on one server.
-async fn set_users(endpoint: &Endpoint, users: &[(DaemonUser, String)]) -> Result<(), AclError> {
+/// `ACL SETUSER` for each user, on one server, logged in as `admin` (else as `default`).
+async fn set_users(
+    endpoint: &Endpoint,
+    admin: Option<&Admin>,
+    users: &[(DaemonUser, String)],
+) -> Result<(), AclError> {
     let unreachable = |reason: String| AclError::Redis {
         endpoint: endpoint.clone(),
         reason,
@@ -384,6 +439,21 @@ async fn set_users(endpoint: &Endpoint, users: &[(DaemonUser, String)]) -> Resul
     let mut stream = Stream::connect(endpoint)
         .await
         .map_err(|e| unreachable(e.to_string()))?;
+    if let Some(admin) = admin {
+        let mut read = BytesMut::new();
+        let auth = ["AUTH", admin.user.as_str(), admin.password.as_str()];
+        let reply = stream
+            .exchange(&mut read, &auth)
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        if let Frame::Error(reason) = reply {
+            return Err(unreachable(format!(
+                "login as `{}` refused: {}",
+                admin.user,
+                String::from_utf8_lossy(&reason)
+            )));
+        }
+    }
     for (user, password) in users {
         let argv = user.setuser(password);
         let argv: Vec<&str> = argv.iter().map(String::as_str).collect();

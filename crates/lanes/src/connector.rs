@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use tollgate_model::Protocol;
 
 use crate::conn::{hello, Conn, ConnError};
+pub(crate) use crate::credentials::Credentials;
 use crate::locator::{Locator, NoMaster};
 use crate::metrics::LaneMetrics;
 use crate::stream::{Stream, UntrustedServer};
@@ -55,13 +56,6 @@ pub(crate) enum DialFailure {
     HelloRefused(String),
     #[error("SELECT refused: {0}")]
     SelectRefused(String),
-}
-
-/// The user and password a lane authenticates with.
-#[derive(Clone)]
-pub(crate) struct Credentials {
-    pub(crate) user: String,
-    pub(crate) password: String,
 }
 
 pub(crate) struct Connector {

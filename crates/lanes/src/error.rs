@@ -101,6 +101,11 @@ pub enum OpenError {
     PasswordWithoutUser { lane: Lane },
     #[error("a Sentinel topology needs at least one sentinel address")]
     NoSentinels,
+    #[error("redis.sentinel: cannot read password file {path}: {source}")]
+    SentinelPasswordFile {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
     #[error("a cluster topology needs at least one seed node address")]
     NoSeeds,
     #[error(

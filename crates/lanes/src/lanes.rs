@@ -98,10 +98,15 @@ impl Lanes {
             Topology::Sentinel { sentinels, .. } if sentinels.is_empty() => {
                 return Err(OpenError::NoSentinels)
             }
-            Topology::Sentinel { master, sentinels } => {
+            Topology::Sentinel {
+                master,
+                sentinels,
+                auth,
+            } => {
                 let server = Server::Sentinel {
                     master: master.clone(),
                     sentinels: sentinels.clone(),
+                    credentials: crate::locator::sentinel_credentials(auth)?,
                 };
                 Nodes::One(Node::open(&server, config, owner, &families, None)?)
             }

@@ -14,6 +14,7 @@ mod cluster;
 mod config;
 mod conn;
 mod connector;
+mod credentials;
 mod error;
 mod exclusive;
 mod gate;
@@ -26,6 +27,7 @@ mod locator;
 mod metrics;
 mod multiplex;
 mod node;
+mod others;
 mod pubsub;
 mod quiet;
 mod reach;
@@ -40,8 +42,8 @@ mod topology;
 
 pub use acl::{
     acl_rules, complement_patterns, configured, daemon_users, lease_acl_rules, password_in,
-    plumbing, provision, runs_scripts, user_name, AclError, DaemonUser, Provisioned,
-    ProvisionedUsers, ALWAYS_REFUSED, LEASE_USER, REFUSED_TO_SCRIPTS,
+    plumbing, provision, runs_scripts, user_name, AclError, Admin, DaemonUser, Provisioned,
+    ProvisionedUsers, ALWAYS_REFUSED, EMBEDDED_ADMIN, LEASE_USER, REFUSED_TO_SCRIPTS,
 };
 pub use budget::{Budget, Held, OverBudget};
 pub use channel::{Channel, SendFuture};
@@ -53,15 +55,16 @@ pub use grants::LaneGrants;
 pub use lanes::{Lanes, PubSub, Shape};
 pub use life::LifeState;
 pub use node::CloseOutcome;
+pub use others::OtherUser;
 pub use pubsub::{Message, Subscription, SubscriptionEnded, SubscriptionKind};
 pub use quiet::Quiet;
 pub use reach::{
-    check_grants, check_reserved_unreachable, GrantMismatch, ReachError, CHECK_PATIENCE,
+    check_grants, check_reserved_unreachable, GrantMismatch, ReachError, Vouched, CHECK_PATIENCE,
 };
 pub use reply::Reply;
 pub use route::Route;
 pub use status::{LaneStatus, LanesStatus, Rejections, Sharing};
 pub use tollgate_model::{Exclusive, Lane, Multiplexed, Protocol};
 pub use topology::{
-    Endpoint, InvalidEndpoint, InvalidRedisConfig, RedisConfig, Splitting, Topology,
+    Endpoint, InvalidEndpoint, InvalidRedisConfig, RedisConfig, SentinelAuth, Splitting, Topology,
 };

@@ -1,6 +1,8 @@
 //! Where the master is right now. Standalone: a fixed address. Sentinel: asked of the sentinels and
 //! followed through failovers by a task subscribed to `+promoted-slave` (the replica took the
-//! role) and `+switch-master` (with a periodic re-check in case a notification was missed). Each move bumps a generation; connections remember the generation
+//! role) and `+switch-master` (with a periodic re-check in case a notification was missed), logged
+//! in to the sentinels when they ask for a password (so that they need not stay open to every
+//! local user). Each move bumps a generation; connections remember the generation
 //! they were opened in, and a move closes the old ones (their in-flight replies become indeterminate).
 
 use std::time::Duration;
@@ -10,9 +12,11 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tollgate_resp::Frame;
 
+use crate::credentials::Credentials;
+use crate::error::OpenError;
 use crate::life::Life;
 use crate::stream::{ExchangeError, Stream};
-use crate::Endpoint;
+use crate::{Endpoint, SentinelAuth};
 
 /// How long one exchange with a sentinel may take.
 const SENTINEL_TIMEOUT: Duration = Duration::from_secs(1);
@@ -50,6 +54,12 @@ enum SentinelError {
         sentinel: Endpoint,
         source: ExchangeError,
     },
+    #[error("sentinel {sentinel} refused the login as `{user}`: {reason}")]
+    Refused {
+        sentinel: Endpoint,
+        user: String,
+        reason: String,
+    },
     #[error("sentinel {sentinel}: unreadable master address")]
     UnreadableAddress { sentinel: Endpoint },
     #[error("sentinel {sentinel} does not know master `{group}`: {reply}")]
@@ -77,7 +87,25 @@ pub(crate) enum Server {
     Sentinel {
         master: String,
         sentinels: Vec<Endpoint>,
+        /// Who the daemon logs in to the sentinels as; `None`: sentinels open to everyone.
+        credentials: Option<Credentials>,
     },
+}
+
+/// The user and password `auth` names, the password read from its file now (the daemon keeps it
+/// and never reads the file again, as the lanes do with theirs).
+pub(crate) fn sentinel_credentials(auth: &SentinelAuth) -> Result<Option<Credentials>, OpenError> {
+    let Some(path) = &auth.password_file else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(path).map_err(|source| OpenError::SentinelPasswordFile {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(Some(Credentials {
+        user: auth.user.clone().unwrap_or_else(|| "default".to_owned()),
+        password: text.lines().next().unwrap_or_default().to_owned(),
+    }))
 }
 
 impl Locator {
@@ -98,12 +126,21 @@ impl Locator {
                     _fixed: Some(fixed),
                 }
             }
-            Server::Sentinel { master, sentinels } => {
+            Server::Sentinel {
+                master,
+                sentinels,
+                credentials,
+            } => {
                 let (sender, current) = watch::channel(Located {
                     master: None,
                     generation: 0,
                 });
-                let follower = follow(master.clone(), sentinels.clone(), sender);
+                let follower = follow(
+                    master.clone(),
+                    sentinels.clone(),
+                    credentials.clone(),
+                    sender,
+                );
                 life.spawn_until_draining(drivers, follower);
                 Locator {
                     current,
@@ -143,7 +180,12 @@ impl Locator {
 }
 
 /// Follows the master of `name` through the sentinels until the lanes close.
-async fn follow(name: String, sentinels: Vec<Endpoint>, sender: watch::Sender<Located>) {
+async fn follow(
+    name: String,
+    sentinels: Vec<Endpoint>,
+    credentials: Option<Credentials>,
+    sender: watch::Sender<Located>,
+) {
     // While the sentinels cannot be asked, the last known master stays in use.
     let publish = |master: Endpoint| {
         sender.send_if_modified(|located| {
@@ -157,7 +199,7 @@ async fn follow(name: String, sentinels: Vec<Endpoint>, sender: watch::Sender<Lo
         });
     };
     for sentinel in sentinels.iter().cycle() {
-        let outcome = watch_sentinel(&name, sentinel, &publish).await;
+        let outcome = watch_sentinel(&name, sentinel, credentials.as_ref(), &publish).await;
         tracing::warn!(%sentinel, reason = %outcome, "sentinel connection ended; trying the next one");
         tokio::time::sleep(RETRY).await;
     }
@@ -168,9 +210,10 @@ async fn follow(name: String, sentinels: Vec<Endpoint>, sender: watch::Sender<Lo
 async fn watch_sentinel(
     name: &str,
     sentinel: &Endpoint,
+    credentials: Option<&Credentials>,
     publish: &impl Fn(Endpoint),
 ) -> SentinelError {
-    let mut events = match connect(sentinel).await {
+    let mut events = match connect(sentinel, credentials).await {
         Ok(stream) => stream,
         Err(error) => return error,
     };
@@ -184,7 +227,7 @@ async fn watch_sentinel(
     }
     // Asked only after subscribing, so that a failover in between is not missed.
     loop {
-        match ask_master(name, sentinel).await {
+        match ask_master(name, sentinel, credentials).await {
             Ok(master) => publish(master),
             Err(error) => return error,
         }
@@ -207,21 +250,50 @@ async fn watch_sentinel(
     }
 }
 
-async fn connect(sentinel: &Endpoint) -> Result<Stream, SentinelError> {
-    match tokio::time::timeout(SENTINEL_TIMEOUT, Stream::connect(sentinel)).await {
-        Ok(Ok(stream)) => Ok(stream),
-        Ok(Err(source)) => Err(SentinelError::Io {
-            sentinel: sentinel.clone(),
-            source,
-        }),
+/// A connection to `sentinel`, logged in as `credentials` when there are some (`AUTH`, which both
+/// `requirepass` and an ACL user take; sentinels answer `HELLO` too, but `AUTH` is enough).
+async fn connect(
+    sentinel: &Endpoint,
+    credentials: Option<&Credentials>,
+) -> Result<Stream, SentinelError> {
+    let open = async {
+        let mut stream = Stream::connect(sentinel)
+            .await
+            .map_err(|source| SentinelError::Io {
+                sentinel: sentinel.clone(),
+                source,
+            })?;
+        if let Some(credentials) = credentials {
+            let mut read = BytesMut::new();
+            let auth = ["AUTH", &credentials.user, &credentials.password];
+            match stream.exchange(&mut read, &auth).await {
+                Ok(Frame::Error(reason)) => {
+                    return Err(SentinelError::Refused {
+                        sentinel: sentinel.clone(),
+                        user: credentials.user.clone(),
+                        reason: String::from_utf8_lossy(&reason).into_owned(),
+                    })
+                }
+                Ok(_) => {}
+                Err(error) => return Err(exchange_failed(sentinel, error)),
+            }
+        }
+        Ok(stream)
+    };
+    match tokio::time::timeout(SENTINEL_TIMEOUT, open).await {
+        Ok(result) => result,
         Err(_) => Err(SentinelError::Timeout {
             sentinel: sentinel.clone(),
         }),
     }
 }
 
-async fn ask_master(name: &str, sentinel: &Endpoint) -> Result<Endpoint, SentinelError> {
-    let mut stream = connect(sentinel).await?;
+async fn ask_master(
+    name: &str,
+    sentinel: &Endpoint,
+    credentials: Option<&Credentials>,
+) -> Result<Endpoint, SentinelError> {
+    let mut stream = connect(sentinel, credentials).await?;
     let mut read = BytesMut::new();
     let ask = ["SENTINEL", "get-master-addr-by-name", name];
     let reply = tokio::time::timeout(SENTINEL_TIMEOUT, stream.exchange(&mut read, &ask))

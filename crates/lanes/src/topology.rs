@@ -11,14 +11,33 @@ use serde::Deserialize;
 #[derive(Debug, Clone, PartialEq)]
 pub struct RedisConfig {
     topology: Topology,
+    /// `trusted_users`: ACL users other than the daemon's own that may reach the reserved keyspace
+    /// (an operator's password-protected admin user, say), accepted at start with a warning.
+    trusted_users: Vec<String>,
 }
 
 impl RedisConfig {
     /// One server at a fixed address.
     pub fn standalone(address: Endpoint) -> Self {
+        Self::of(Topology::Standalone(address))
+    }
+
+    fn of(topology: Topology) -> Self {
         Self {
-            topology: Topology::Standalone(address),
+            topology,
+            trusted_users: Vec::new(),
         }
+    }
+
+    /// This config with `users` accepted although they could reach the reserved keyspace.
+    pub fn trusting(mut self, users: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.trusted_users = users.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The users named in `trusted_users`.
+    pub fn trusted_users(&self) -> &[String] {
+        &self.trusted_users
     }
 
     /// A Redis Cluster, learnt from `seeds`, whose commands wait for a busy cluster up to
@@ -33,23 +52,29 @@ impl RedisConfig {
         split: Splitting,
         retry_for: std::time::Duration,
     ) -> Self {
-        Self {
-            topology: Topology::Cluster {
-                seeds,
-                split,
-                retry_for,
-            },
-        }
+        Self::of(Topology::Cluster {
+            seeds,
+            split,
+            retry_for,
+        })
     }
 
     /// The master named `master`, found through `sentinels` and followed across failovers.
     pub fn sentinel(master: impl Into<String>, sentinels: Vec<Endpoint>) -> Self {
-        Self {
-            topology: Topology::Sentinel {
-                master: master.into(),
-                sentinels,
-            },
-        }
+        Self::sentinel_as(master, sentinels, SentinelAuth::default())
+    }
+
+    /// [`RedisConfig::sentinel`], authenticating to the sentinels as `auth` says.
+    pub fn sentinel_as(
+        master: impl Into<String>,
+        sentinels: Vec<Endpoint>,
+        auth: SentinelAuth,
+    ) -> Self {
+        Self::of(Topology::Sentinel {
+            master: master.into(),
+            sentinels,
+            auth,
+        })
     }
 
     pub fn topology(&self) -> &Topology {
@@ -65,6 +90,9 @@ struct RedisSection {
     address: Option<Endpoint>,
     sentinel: Option<SentinelSection>,
     cluster: Option<ClusterSection>,
+    /// ACL users other than the daemon's own that may reach the reserved keyspace.
+    #[serde(default)]
+    trusted_users: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -101,6 +129,18 @@ struct SentinelSection {
     master: String,
     /// The sentinels to ask; each is tried in turn.
     addresses: Vec<Endpoint>,
+    /// The sentinels' ACL user (`default` when only `password_file` is set: `requirepass`).
+    user: Option<String>,
+    /// File holding that user's password (first line); never the password itself in the config.
+    password_file: Option<PathBuf>,
+}
+
+/// How the daemon authenticates to the sentinels: as `user` (or `default`) with the password in
+/// `password_file`; neither, for sentinels open to every local user.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SentinelAuth {
+    pub user: Option<String>,
+    pub password_file: Option<PathBuf>,
 }
 
 /// Why a `redis:` section names no usable server.
@@ -122,6 +162,8 @@ pub enum InvalidRedisConfig {
     NoSentinels,
     #[error("`cluster.addresses` must list at least one node")]
     NoSeeds,
+    #[error("`sentinel.user` needs `sentinel.password_file`: the password it logs in with")]
+    UserWithoutPassword,
 }
 
 impl<'de> Deserialize<'de> for RedisConfig {
@@ -155,7 +197,8 @@ impl TryFrom<RedisSection> for RedisConfig {
     type Error = InvalidRedisConfig;
 
     fn try_from(section: RedisSection) -> Result<Self, Self::Error> {
-        match (section.address, section.sentinel, section.cluster) {
+        let trusted = section.trusted_users;
+        let config = match (section.address, section.sentinel, section.cluster) {
             (None, None, None) => Err(InvalidRedisConfig::Neither),
             (Some(address), None, None) => Ok(RedisConfig::standalone(address)),
             (None, Some(sentinel), None) if sentinel.master.trim().is_empty() => {
@@ -164,9 +207,19 @@ impl TryFrom<RedisSection> for RedisConfig {
             (None, Some(sentinel), None) if sentinel.addresses.is_empty() => {
                 Err(InvalidRedisConfig::NoSentinels)
             }
-            (None, Some(sentinel), None) => {
-                Ok(RedisConfig::sentinel(sentinel.master, sentinel.addresses))
+            (None, Some(sentinel), None)
+                if sentinel.user.is_some() && sentinel.password_file.is_none() =>
+            {
+                Err(InvalidRedisConfig::UserWithoutPassword)
             }
+            (None, Some(sentinel), None) => Ok(RedisConfig::sentinel_as(
+                sentinel.master,
+                sentinel.addresses,
+                SentinelAuth {
+                    user: sentinel.user,
+                    password_file: sentinel.password_file,
+                },
+            )),
             (None, None, Some(cluster)) if cluster.addresses.is_empty() => {
                 Err(InvalidRedisConfig::NoSeeds)
             }
@@ -182,7 +235,8 @@ impl TryFrom<RedisSection> for RedisConfig {
                 ))
             }
             _ => Err(InvalidRedisConfig::Several),
-        }
+        }?;
+        Ok(config.trusting(trusted))
     }
 }
 
@@ -196,6 +250,7 @@ pub enum Topology {
     Sentinel {
         master: String,
         sentinels: Vec<Endpoint>,
+        auth: SentinelAuth,
     },
     /// A Redis Cluster: the slot map is learnt from the seeds (and then from every node it names),
     /// and each master gets lanes of its own.
@@ -319,6 +374,7 @@ mod tests {
                     "10.0.0.1:26379".parse().unwrap(),
                     "10.0.0.2:26379".parse().unwrap()
                 ],
+                auth: SentinelAuth::default(),
             }
         );
     }
@@ -337,6 +393,37 @@ mod tests {
             redis("cluster: { addresses: ['127.0.0.1:7000', 'unix:/run/n2.sock'], split_multi_key: false }")
                 .unwrap(),
             RedisConfig::cluster(seeds, Splitting::Refuse)
+        );
+    }
+
+    #[test]
+    fn trusted_users_and_the_sentinels_login_are_read() {
+        let config = redis(
+            "sentinel: { master: m, addresses: ['h:1'], user: s, password_file: /etc/s.pw }\n\
+             trusted_users: [tollgate-root, default]",
+        )
+        .unwrap();
+        assert_eq!(config.trusted_users(), ["tollgate-root", "default"]);
+        let Topology::Sentinel { auth, .. } = config.topology() else {
+            panic!("not a sentinel group");
+        };
+        assert_eq!(
+            auth,
+            &SentinelAuth {
+                user: Some("s".into()),
+                password_file: Some("/etc/s.pw".into()),
+            }
+        );
+        assert!(redis("address: h:1").unwrap().trusted_users().is_empty());
+        assert!(
+            redis("sentinel: { master: m, addresses: ['h:1'], user: s }")
+                .unwrap_err()
+                .contains("password_file")
+        );
+        assert!(
+            redis("sentinel: { master: m, addresses: ['h:1'], password: x }")
+                .unwrap_err()
+                .contains("unknown field `password`")
         );
     }
 

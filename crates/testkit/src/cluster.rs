@@ -5,13 +5,15 @@
 //! `start` returns once every node says `cluster_state:ok`, agrees on the slots, and every replica
 //! is in sync and seen as serving; dropping the cluster kills every node (their logs are printed when a test panics).
 //!
+//! Like every testkit server, each node has Redis's `default` user off; testkit and the tests log
+//! in as [`ADMIN_USER`](crate::ADMIN_USER), and replicas replicate as it (`masteruser`).
+//!
 //! The methods block (std sockets and sleeps, like [`RedisServer`]); from an async test call them
 //! on a multi-threaded runtime or in `spawn_blocking`.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -61,6 +63,11 @@ impl ClusterNode {
 
     pub fn is_running(&self) -> bool {
         self.server.is_running()
+    }
+
+    /// A file holding testkit's admin password (see [`RedisServer::admin_password_file`]).
+    pub fn admin_password_file(&self) -> std::path::PathBuf {
+        self.server.admin_password_file()
     }
 }
 
@@ -192,11 +199,7 @@ impl RedisCluster {
 
     /// Sends `argv` to `node` over its Unix socket (RESP2) and reads the whole reply.
     pub fn call(&self, node: usize, argv: &[&str]) -> Frame {
-        let mut stream =
-            UnixStream::connect(self.nodes[node].socket()).expect("connect to a cluster node");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .expect("set read timeout");
+        let mut stream = self.nodes[node].server.connect();
         let mut out = BytesMut::new();
         tollgate_resp::encode_command(argv, &mut out);
         stream.write_all(&out).expect("write to a cluster node");
@@ -291,7 +294,10 @@ impl RedisCluster {
                 return moved;
             }
             let keys: Vec<String> = keys.iter().map(bulk_text).collect();
-            let mut argv = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+            // The target's `default` user is off: MIGRATE logs in as testkit's admin.
+            let (admin, password) = (crate::ADMIN_USER, crate::admin_password());
+            let mut argv = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000"];
+            argv.extend(["AUTH2", admin, password, "KEYS"]);
             argv.extend(keys.iter().map(String::as_str));
             self.expect_ok(from, &argv);
             moved += keys.len();

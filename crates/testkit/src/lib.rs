@@ -7,4 +7,4 @@ pub mod http;
 mod redis_server;
 
 pub use cluster::{Calls, ClusterNode, RedisCluster};
-pub use redis_server::{RedisServer, RedisServerBuilder};
+pub use redis_server::{admin_password, login, RedisServer, RedisServerBuilder, ADMIN_USER};

@@ -1,11 +1,41 @@
 //! A `redis-server` child on a temporary Unix socket (`--port 0 --save ""`), ready when `start`
 //! returns, killed and reaped on drop, with its log printed when the owning test panics.
+//!
+//! Like a deployment the daemon accepts, Redis's `default` user is off: the test's own connections
+//! log in as [`ADMIN_USER`] (every command, every key) with [`admin_password`], which the server
+//! reads on its standard input, not its command line. [`RedisServerBuilder::open_default`] keeps
+//! `default` on without a password, for the tests of the daemon refusing such a server.
 
+use std::hash::{BuildHasher, Hasher};
 use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+/// The user tests (and testkit itself) log in to every server as: every command, every key.
+pub const ADMIN_USER: &str = "testkit-admin";
+
+/// [`ADMIN_USER`]'s password: random, the same for every server of this test process (a cluster's
+/// and a Sentinel group's nodes replicate as it).
+pub fn admin_password() -> &'static str {
+    static PASSWORD: OnceLock<String> = OnceLock::new();
+    PASSWORD.get_or_init(|| {
+        let random = || {
+            std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish()
+        };
+        format!("{:016x}{:016x}", random(), random())
+    })
+}
+
+/// `AUTH <admin> <password>` as an inline command line.
+fn auth_line() -> String {
+    format!("AUTH {ADMIN_USER} {}\r\n", admin_password())
+}
 
 /// How long a fresh server gets to answer PING before the test gives up.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -14,9 +44,24 @@ const READY_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug, Default)]
 pub struct RedisServerBuilder {
     extra_args: Vec<String>,
+    open_default: bool,
 }
 
 impl RedisServerBuilder {
+    /// Adds each word of `words` as an argument (`"alice on >pw ~app:* +get"` after `--user`).
+    pub fn args_of(mut self, words: &str) -> Self {
+        self.extra_args
+            .extend(words.split_ascii_whitespace().map(str::to_owned));
+        self
+    }
+
+    /// Leaves Redis's `default` user on without a password, as a stock `redis-server` is: any
+    /// local user who can open the socket may do anything.
+    pub fn open_default(mut self) -> Self {
+        self.open_default = true;
+        self
+    }
+
     /// Adds one argument as `redis-server` would take it on its command line (`--maxmemory`, `10mb`).
     pub fn arg(mut self, arg: impl Into<String>) -> Self {
         self.extra_args.push(arg.into());
@@ -32,6 +77,7 @@ impl RedisServerBuilder {
             socket: dir.path().join("redis.sock"),
             log: dir.path().join("redis.log"),
             extra_args: self.extra_args,
+            open_default: self.open_default,
             child: None,
             dir,
         };
@@ -45,6 +91,7 @@ pub struct RedisServer {
     socket: PathBuf,
     log: PathBuf,
     extra_args: Vec<String>,
+    open_default: bool,
     child: Option<Child>,
     dir: tempfile::TempDir,
 }
@@ -69,9 +116,33 @@ impl RedisServer {
         self.dir.path()
     }
 
-    /// A `redis+unix://` URL for redis-rs.
+    /// A `redis+unix://` URL for redis-rs, logged in as [`ADMIN_USER`].
     pub fn url(&self) -> String {
-        format!("redis+unix://{}", self.socket.display())
+        format!(
+            "redis+unix://{}?user={ADMIN_USER}&pass={}",
+            self.socket.display(),
+            admin_password()
+        )
+    }
+
+    /// [`RedisServer::url`] in database `db`.
+    pub fn url_in(&self, db: u32) -> String {
+        format!("{}&db={db}", self.url())
+    }
+
+    /// A file holding [`admin_password`] (mode 0600), for configs that take a password file.
+    pub fn admin_password_file(&self) -> PathBuf {
+        self.dir.path().join("admin.password")
+    }
+
+    /// A connection to the server logged in as [`ADMIN_USER`].
+    pub fn connect(&self) -> UnixStream {
+        let mut stream = UnixStream::connect(&self.socket).expect("connect to redis-server");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("set read timeout");
+        login(&mut stream);
+        stream
     }
 
     /// Kills the server (SIGKILL, as a crash would) and waits until the process is gone.
@@ -100,10 +171,7 @@ impl RedisServer {
 
     /// Sends one inline command and returns the raw reply bytes (enough for test setup and checks).
     pub fn inline(&self, command: &str) -> String {
-        let mut stream = UnixStream::connect(&self.socket).expect("connect to redis-server");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .expect("set read timeout");
+        let mut stream = self.connect();
         stream
             .write_all(format!("{command}\r\n").as_bytes())
             .expect("write to redis-server");
@@ -114,10 +182,7 @@ impl RedisServer {
 
     /// [`RedisServer::inline`] in database `db` (the daemon keeps lease state in database 1).
     pub fn inline_in(&self, db: u32, command: &str) -> String {
-        let mut stream = UnixStream::connect(&self.socket).expect("connect to redis-server");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .expect("set read timeout");
+        let mut stream = self.connect();
         stream
             .write_all(format!("SELECT {db}\r\n{command}\r\n").as_bytes())
             .expect("write to redis-server");
@@ -142,7 +207,28 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) {
-        let child = Command::new(redis_server_binary())
+        let password_file = self.admin_password_file();
+        let _ = std::fs::remove_file(&password_file);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&password_file)
+            .and_then(|mut file| writeln!(file, "{}", admin_password()))
+            .expect("write the admin password file");
+        let default = match self.open_default {
+            true => "user default on nopass ~* &* +@all",
+            false => "user default off",
+        };
+        // A replica (of a cluster, of a Sentinel group) logs in to its master as the admin too.
+        let users = format!(
+            "{default}\nuser {ADMIN_USER} on >{password} ~* &* +@all\n\
+             masteruser {ADMIN_USER}\nmasterauth {password}\n",
+            password = admin_password()
+        );
+        let mut child = Command::new(redis_server_binary())
+            // `-`: the users come on standard input, where other local users cannot read them.
+            .arg("-")
             .arg("--port")
             .arg("0")
             .arg("--unixsocket")
@@ -158,13 +244,18 @@ impl RedisServer {
             .arg("--logfile")
             .arg(&self.log)
             .args(&self.extra_args)
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|error| {
                 panic!("cannot start redis-server ({error}); install it with `apt-get install redis-server`")
             });
+        if let Some(mut stdin) = child.stdin.take() {
+            // Redis reads it to the end before starting; a failed write means it exited, which
+            // `wait_ready` reports with its log.
+            let _ = stdin.write_all(users.as_bytes());
+        }
         self.child = Some(child);
         self.wait_ready();
     }
@@ -212,14 +303,46 @@ fn redis_server_binary() -> String {
     std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
 }
 
+/// Logs `stream` in as [`ADMIN_USER`], reading exactly the `+OK`.
+pub fn login(stream: &mut impl ReadWrite) {
+    stream
+        .write_all(auth_line().as_bytes())
+        .expect("write AUTH to redis-server");
+    let mut ok = [0u8; 5];
+    stream
+        .read_exact(&mut ok)
+        .expect("read AUTH's reply from redis-server");
+    assert_eq!(
+        &ok, b"+OK\r\n",
+        "redis-server refused the testkit admin's AUTH"
+    );
+}
+
+/// A blocking byte stream ([`login`] takes a Unix or TCP one).
+pub trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
+
 fn answers_ping(socket: &Path) -> bool {
     let Ok(mut stream) = UnixStream::connect(socket) else {
         return false;
     };
     let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
-    if stream.write_all(b"PING\r\n").is_err() {
+    if stream
+        .write_all(format!("{}PING\r\n", auth_line()).as_bytes())
+        .is_err()
+    {
         return false;
     }
-    let mut buf = [0u8; 7];
-    matches!(stream.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+    let mut buf = [0u8; 12];
+    let mut read = 0;
+    while read < buf.len() {
+        match stream.read(&mut buf[read..]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => read += n,
+        }
+        if buf[..read].ends_with(b"+PONG\r\n") {
+            return true;
+        }
+    }
+    false
 }

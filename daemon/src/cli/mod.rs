@@ -114,6 +114,8 @@ fn printing(run: impl FnOnce() -> ExitCode) -> ExitCode {
 /// The file parses and validates; with an external Redis, the daemon can reach it and its lane
 /// users keep clients out of the reserved keyspace.
 fn check_config(file: &std::path::Path) -> ExitCode {
+    // Warnings (a user accepted only because `redis.trusted_users` names it) go to stderr.
+    crate::logging::init(LogFormat::Human, "warn");
     let config = match Config::load(file) {
         Ok(config) => config,
         Err(error) => {
@@ -133,7 +135,7 @@ fn check_config(file: &std::path::Path) -> ExitCode {
     match checked {
         Ok(external) => {
             let redis = if external {
-                " (redis reached; no client lane user can reach the reserved keyspace)"
+                " (redis reached; no client lane user, and no other user it was not told to trust, can reach the reserved keyspace)"
             } else {
                 ""
             };

@@ -2,12 +2,18 @@
 //! policy of a config file (the default policy without one), as `ACL SETUSER` lines to pipe into `redis-cli` (on every server of a Sentinel group: Redis does not
 //! replicate ACLs), with passwords kept in files in a directory of the operator's choosing; and,
 //! with `--lanes-yaml`, the `lanes:` section of `tollgate.yaml` that points at those users.
+//!
+//! The lines end by creating an administrator (`tollgate-admin`, its password in the same
+//! directory) and turning Redis's `default` user off: the reserved keyspace is only as safe as
+//! every user Redis has, and a stock `default` has no password and every key, so any local user
+//! could rewrite a lease or a fence counter. Why, and what to put in the config for the
+//! administrator, goes to standard error, so the standard output can be piped into `redis-cli`.
 
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use tollgate_lanes::{daemon_users, password_in, DaemonUser};
+use tollgate_lanes::{daemon_users, password_in, Admin, DaemonUser, EMBEDDED_ADMIN};
 
 use crate::config::Config;
 
@@ -56,7 +62,11 @@ pub fn run(args: RedisAclArgs) -> ExitCode {
     let printed = if args.lanes_yaml {
         lanes_yaml(&users)
     } else {
-        setuser_lines(&users)
+        setuser_lines(&users).and_then(|mut lines| {
+            lines.push_str(&default_off_lines(&args.passwords)?);
+            eprint!("{}", why_default_off(&args.passwords));
+            Ok(lines)
+        })
     };
     match printed {
         Ok(text) => {
@@ -80,6 +90,49 @@ fn setuser_lines(users: &[DaemonUser]) -> Result<String, String> {
         out.push('\n');
     }
     Ok(out)
+}
+
+/// An administrator to use instead of `default` (every command and key, a password of its own in
+/// `<dir>/admin.password`), then `default` off: no password works for it any more, and no
+/// connection logs in as it. Last, so that `redis-cli` piping these lines in as `default` runs
+/// every line before.
+fn default_off_lines(dir: &Path) -> Result<String, String> {
+    let file = dir.join("admin.password");
+    let password = password_in(&file).map_err(|error| format!("{}: {error}", file.display()))?;
+    let mut admin: Vec<String> = ["ACL", "SETUSER", EMBEDDED_ADMIN, "reset", "on"]
+        .map(str::to_owned)
+        .into();
+    admin.push(format!(">{password}"));
+    admin.extend(Admin::acl_rules().split(' ').map(str::to_owned));
+    let default_off = ["ACL", "SETUSER", "default", "off", "resetpass"].map(str::to_owned);
+    Ok([admin.as_slice(), default_off.as_slice()]
+        .iter()
+        .map(|line| {
+            let quoted: Vec<String> = line.iter().map(|arg| quoted(arg)).collect();
+            quoted.join(" ") + "\n"
+        })
+        .collect())
+}
+
+/// What standard error says about the last two lines.
+fn why_default_off(dir: &Path) -> String {
+    let file = dir.join("admin.password");
+    format!(
+        "# The last two lines create `{EMBEDDED_ADMIN}` (password in {file}) and turn Redis's \
+         `default` user off.\n\
+         # Why: the daemon's reserved keyspace (`tollgate:*`: leases, fence counters) is only as \
+         safe as every user Redis has. A stock `default` user has no password and every key, so \
+         any local user could delete a lease or reset a fence counter; the daemon refuses to \
+         start while any user it did not make could.\n\
+         # Afterwards log in as `{EMBEDDED_ADMIN}` (`redis-cli --user {EMBEDDED_ADMIN} --pass \
+         \"$(cat {file})\"`), and name it in the config, since it can reach every key:\n\
+         #   redis:\n#     trusted_users: [{EMBEDDED_ADMIN}]\n\
+         # Run the lines on every server: masters and replicas, every node of a cluster (Redis \
+         does not replicate ACLs). Replicas then log in to their master with `masteruser \
+         {EMBEDDED_ADMIN}` and `masterauth`, sentinels with `sentinel auth-user` and \
+         `sentinel auth-pass` (docs/cluster.md).\n",
+        file = file.display()
+    )
 }
 
 fn lanes_yaml(users: &[DaemonUser]) -> Result<String, String> {

@@ -38,7 +38,7 @@ impl TestDaemon {
     pub async fn start_with(redis: &RedisServer, adjust: impl FnOnce(&mut Config)) -> TestDaemon {
         let dir = tempdir();
         let mut config = Self::config(dir.path());
-        config.redis = Some(RedisConfig::standalone(endpoint(redis)));
+        config.redis = Some(trusting_testkit(RedisConfig::standalone(endpoint(redis))));
         adjust(&mut config);
         let grants = grants_for(&config.policy);
         config.lanes = provisioned(&[redis], dir.path(), &config.lanes, &grants).await;
@@ -50,7 +50,7 @@ impl TestDaemon {
     pub async fn start_redis(redis: RedisConfig, nodes: &[&RedisServer]) -> TestDaemon {
         let dir = tempdir();
         let mut config = Self::config(dir.path());
-        config.redis = Some(redis);
+        config.redis = Some(trusting_testkit(redis));
         config.lanes = lane_users(nodes, dir.path()).await;
         Self::start_config(dir, config).await
     }
@@ -73,16 +73,22 @@ impl TestDaemon {
         let seeds = (cluster.addresses().iter())
             .map(|address| address.parse().expect("a node address"))
             .collect();
-        config.redis = Some(RedisConfig::cluster(seeds, split));
+        config.redis = Some(trusting_testkit(RedisConfig::cluster(seeds, split)));
         adjust(&mut config);
         let grants = grants_for(&config.policy);
         let nodes: Vec<Endpoint> = (cluster.nodes().iter())
             .map(|node| Endpoint::Unix(node.socket().to_owned()))
             .collect();
-        config.lanes = tollgate_lanes::provision(&nodes, dir.path(), &config.lanes, &grants)
-            .await
-            .expect("create the lane users on every node")
-            .config;
+        config.lanes = tollgate_lanes::provision(
+            &nodes,
+            Some(&testkit_admin()),
+            dir.path(),
+            &config.lanes,
+            &grants,
+        )
+        .await
+        .expect("create the lane users on every node")
+        .config;
         Self::start_config(dir, config).await
     }
 
@@ -157,10 +163,57 @@ async fn provisioned(
     grants: &LaneGrants,
 ) -> tollgate_lanes::LanesConfig {
     let endpoints: Vec<Endpoint> = nodes.iter().map(|node| endpoint(node)).collect();
-    tollgate_lanes::provision(&endpoints, dir, base, grants)
+    tollgate_lanes::provision(&endpoints, Some(&testkit_admin()), dir, base, grants)
         .await
         .expect("create the lane users")
         .config
+}
+
+/// `config` with every lane and the lease connections logged in as testkit's admin, for tests
+/// that open lanes on a server without the daemon's users.
+pub fn as_testkit_admin(
+    redis: &RedisServer,
+    mut config: tollgate_lanes::LanesConfig,
+) -> tollgate_lanes::LanesConfig {
+    let file = redis.admin_password_file();
+    for lane in tollgate_lanes::Lane::ALL {
+        let overrides = config.overrides_mut(lane);
+        overrides.user = Some(tollgate_testkit::ADMIN_USER.to_owned());
+        overrides.password_file = Some(file.clone());
+    }
+    config.leases.user = Some(tollgate_testkit::ADMIN_USER.to_owned());
+    config.leases.password_file = Some(file);
+    config
+}
+
+/// A raw connection to the embedded server of `daemon`, logged in as its administrator
+/// (`tollgate-root`, password in the runtime directory): `default` is off there.
+pub async fn embedded_admin(dir: &Path) -> crate::support::raw::RawClient {
+    let mut redis = crate::support::raw::RawClient::connect(&dir.join("redis.sock")).await;
+    let password = std::fs::read_to_string(dir.join("admin.password")).expect("admin password");
+    let reply = redis
+        .call(&["AUTH", tollgate_lanes::EMBEDDED_ADMIN, password.trim_end()])
+        .await;
+    assert_eq!(
+        reply,
+        tollgate_resp::Frame::Simple("OK".into()),
+        "embedded admin's AUTH"
+    );
+    redis
+}
+
+/// testkit's administrator (every server a test starts has it; `default` is off there).
+pub fn testkit_admin() -> tollgate_lanes::Admin {
+    tollgate_lanes::Admin {
+        user: tollgate_testkit::ADMIN_USER.to_owned(),
+        password: tollgate_testkit::admin_password().to_owned(),
+    }
+}
+
+/// `redis` accepting testkit's administrator, which can reach every key (as an operator's admin
+/// named in `redis.trusted_users` does).
+pub fn trusting_testkit(redis: RedisConfig) -> RedisConfig {
+    redis.trusting([tollgate_testkit::ADMIN_USER])
 }
 
 /// The lane users' grants under the default policy (compiled once per test run).

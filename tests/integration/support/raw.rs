@@ -24,6 +24,18 @@ impl RawClient {
         }
     }
 
+    /// A connection straight to a test's redis-server (`socket`), logged in as testkit's admin
+    /// (Redis's `default` user is off there).
+    pub async fn to_redis(socket: &Path) -> RawClient {
+        let mut client = RawClient::connect(socket).await;
+        let password = tollgate_testkit::admin_password();
+        let reply = client
+            .call(&["AUTH", tollgate_testkit::ADMIN_USER, password])
+            .await;
+        assert_eq!(reply, Frame::Simple("OK".into()), "testkit admin's AUTH");
+        client
+    }
+
     pub fn from_stream(stream: UnixStream) -> RawClient {
         RawClient {
             stream,

@@ -41,13 +41,16 @@ fn sample_keys() -> Vec<String> {
 async fn ask(node: &Endpoint, protocol: Option<&str>, argv: &[&str]) -> Frame {
     let mut stream = Stream::connect(node).await.unwrap();
     let mut read = BytesMut::new();
-    if let Some(version) = protocol {
-        let greeting = stream
-            .exchange(&mut read, &["HELLO", version])
-            .await
-            .unwrap();
-        assert!(!greeting.is_error(), "{greeting:?}");
-    }
+    let version = protocol.unwrap_or("2");
+    let (user, password) = (
+        tollgate_testkit::ADMIN_USER,
+        tollgate_testkit::admin_password(),
+    );
+    let greeting = stream
+        .exchange(&mut read, &["HELLO", version, "AUTH", user, password])
+        .await
+        .unwrap();
+    assert!(!greeting.is_error(), "{greeting:?}");
     stream.exchange(&mut read, argv).await.unwrap()
 }
 
@@ -145,7 +148,10 @@ async fn the_map_of_a_live_cluster_matches_cluster_slots_and_every_nodes_keyslot
 async fn moved_and_ask_replies_name_the_nodes_the_map_names() {
     let cluster = Arc::new(blocking(|| RedisCluster::start(3, 0)).await);
     let asked = endpoint(&cluster, 0);
-    let map = fetch_view(&asked, None, PATIENCE).await.unwrap().map;
+    let map = fetch_view(&asked, Some(&admin()), PATIENCE)
+        .await
+        .unwrap()
+        .map;
 
     // MOVED: a key whose slot another master serves.
     let key = sample_keys()
@@ -200,7 +206,7 @@ async fn moved_and_ask_replies_name_the_nodes_the_map_names() {
         }),
         "{reply}"
     );
-    let view = fetch_view(&endpoint(&cluster, from), None, PATIENCE)
+    let view = fetch_view(&endpoint(&cluster, from), Some(&admin()), PATIENCE)
         .await
         .unwrap();
     assert_eq!(view.map.master_of(slot), Some(&endpoint(&cluster, to)));
@@ -220,7 +226,7 @@ async fn after_a_failover_the_refreshed_view_names_the_promoted_node_at_a_higher
     };
     let life = Arc::new(Life::new());
     let mut drivers = JoinSet::new();
-    let map = ClusterMap::start(vec![seed.clone()], None, &life, &mut drivers);
+    let map = ClusterMap::start(vec![seed.clone()], Some(admin()), &life, &mut drivers);
     let before = map.ready(PATIENCE).await.unwrap();
     assert_eq!(before.map.master_of(Slot::new(0).unwrap()), Some(&seed));
 
@@ -261,8 +267,10 @@ async fn a_refresher_hearing_a_stale_node_keeps_the_current_view() {
     // A node of another, older cluster: epoch 1 against the current cluster's 6, and a full map.
     let stale = blocking(|| RedisCluster::start(1, 0)).await;
     let stale_node = endpoint(&stale, 0);
-    let stale_view = fetch_view(&stale_node, None, PATIENCE).await.unwrap();
-    let current_view = fetch_view(&endpoint(&current, 0), None, PATIENCE)
+    let stale_view = fetch_view(&stale_node, Some(&admin()), PATIENCE)
+        .await
+        .unwrap();
+    let current_view = fetch_view(&endpoint(&current, 0), Some(&admin()), PATIENCE)
         .await
         .unwrap();
     assert!(stale_view.epoch < current_view.epoch);
@@ -271,7 +279,7 @@ async fn a_refresher_hearing_a_stale_node_keeps_the_current_view() {
     let life = Arc::new(Life::new());
     let mut drivers = JoinSet::new();
     let seeds = vec![stale_node.clone(), endpoint(&current, 0)];
-    let map = ClusterMap::start(seeds, None, &life, &mut drivers);
+    let map = ClusterMap::start(seeds, Some(admin()), &life, &mut drivers);
     map.ready(PATIENCE).await.unwrap();
     // Until the stale node has been heard in several refreshes, each view held is the current one.
     let asked = |stale: &RedisCluster| {
@@ -302,7 +310,7 @@ async fn a_burst_of_refresh_requests_costs_one_refresh() {
     let life = Arc::new(Life::new());
     let mut drivers = JoinSet::new();
     let seeds = (0..3).map(|n| endpoint(&cluster, n)).collect();
-    let map = ClusterMap::start(seeds, None, &life, &mut drivers);
+    let map = ClusterMap::start(seeds, Some(admin()), &life, &mut drivers);
     map.ready(PATIENCE).await.unwrap();
     let asked = |cluster: &RedisCluster| -> u64 {
         (0..3)
@@ -365,14 +373,15 @@ async fn the_lanes_of_a_node_the_map_no_longer_names_are_closed() {
     let cluster = Arc::new(parking_lot::Mutex::new(
         blocking(|| RedisCluster::start(3, 1)).await,
     ));
-    let (seeds, master, replica) = {
+    let (seeds, master, replica, config) = {
         let cluster = cluster.lock();
+        let config = as_testkit_admin(&cluster, crate::LanesConfig::default());
         let master = cluster.master_of(0);
         let replica = cluster.replicas_of(master)[0];
         let seeds = (0..cluster.nodes().len())
             .map(|n| endpoint(&cluster, n))
             .collect();
-        (seeds, master, replica)
+        (seeds, master, replica, config)
     };
     let topology = crate::Topology::Cluster {
         seeds,
@@ -380,8 +389,7 @@ async fn the_lanes_of_a_node_the_map_no_longer_names_are_closed() {
         retry_for: Duration::from_secs(10),
     };
     let mut registry = prometheus_client::registry::Registry::default();
-    let lanes =
-        crate::Lanes::open(&topology, &crate::LanesConfig::default(), &mut registry).unwrap();
+    let lanes = crate::Lanes::open(&topology, &config, &mut registry).unwrap();
     let channel = lanes.multiplexed(crate::Multiplexed::Regular).unwrap();
     let set = |key: String| {
         let mut command = BytesMut::new();
@@ -444,6 +452,7 @@ async fn cluster_lanes(config: crate::LanesConfig) -> (RedisCluster, crate::Lane
         retry_for: Duration::from_secs(10),
     };
     let mut registry = prometheus_client::registry::Registry::default();
+    let config = as_testkit_admin(&cluster, config);
     let lanes = crate::Lanes::open(&topology, &config, &mut registry).unwrap();
     (cluster, lanes)
 }
@@ -573,4 +582,26 @@ async fn a_multiplexed_lanes_in_flight_ceiling_holds_over_every_master() {
          {waiting:?}, the paused master's after {held:?}"
     );
     lanes.close(Duration::from_secs(5)).await;
+}
+
+/// `config` with every lane logged in as testkit's admin (Redis's `default` user is off on its
+/// nodes).
+fn as_testkit_admin(cluster: &RedisCluster, mut config: crate::LanesConfig) -> crate::LanesConfig {
+    let file = cluster.node(0).admin_password_file();
+    for lane in tollgate_model::Lane::ALL {
+        let overrides = config.overrides_mut(lane);
+        overrides.user = Some(tollgate_testkit::ADMIN_USER.to_owned());
+        overrides.password_file = Some(file.clone());
+    }
+    config.leases.user = Some(tollgate_testkit::ADMIN_USER.to_owned());
+    config.leases.password_file = Some(file);
+    config
+}
+
+/// testkit's admin, as a lane's credentials.
+fn admin() -> Credentials {
+    Credentials {
+        user: tollgate_testkit::ADMIN_USER.to_owned(),
+        password: tollgate_testkit::admin_password().to_owned(),
+    }
 }
