@@ -19,6 +19,8 @@ import subprocess
 import tempfile
 import time
 
+from e2e import private_acl  # benches/ is on sys.path when run as a script
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TESTS = [
@@ -72,7 +74,7 @@ def main():
         passwords = os.path.join(work, "acl")
         acl = subprocess.run([args.tollgate, "redis-acl", "--passwords", passwords],
                              check=True, capture_output=True, text=True).stdout
-        subprocess.run(["redis-cli", "-s", sock], input=acl, check=True, capture_output=True, text=True)
+        subprocess.run(["redis-cli", "-s", sock], input=private_acl(acl), check=True, capture_output=True, text=True)
         with open(os.path.join(passwords, "lane-regular.password")) as f:
             lane_user = ("tollgate-regular", f.readline().strip())
         subprocess.run(["redis-cli", "-s", sock, "ACL", "SETUSER", "allkeys", "on", ">allkeys", "~*", "&*",

@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 
-from e2e import raise_nofile, replace_section, stop_all  # benches/ is on sys.path when run as a script
+from e2e import private_acl, raise_nofile, replace_section, stop_all  # benches/ is on sys.path when run as a script
 
 TESTS = ("set", "get", "incr", "lpush")
 MASTERS = 3
@@ -178,7 +178,7 @@ def main():
         acl = subprocess.run([tollgate_bin, "redis-acl", "--passwords", passwords],
                              check=True, capture_output=True, text=True).stdout
         for port in ports:
-            redis_cli(port, stdin=acl)
+            redis_cli(port, stdin=private_acl(acl))
         lanes_yaml = subprocess.run([tollgate_bin, "redis-acl", "--passwords", passwords, "--lanes-yaml"],
                                     check=True, capture_output=True, text=True).stdout
 
@@ -186,7 +186,7 @@ def main():
         config = os.path.join(work, "tollgate.yaml")
         with open(config, "w") as conf:
             conf.write(f"runtime_dir: {work}/tollgate\nredis:\n  cluster:\n    addresses: "
-                       f"[{', '.join(repr(a) for a in addresses)}]\n"
+                       f"[{', '.join(repr(a) for a in addresses)}]\n  trusted_users: [default]\n"
                        f"listen:\n  resp: {sock}\n  http: {work}/tollgate-http.sock\nlogging:\n  level: warn\n"
                        + lanes_yaml)
         log = open(os.path.join(work, "tollgate.log"), "w")

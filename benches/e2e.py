@@ -84,6 +84,15 @@ def free_port():
         return s.getsockname()[1]
 
 
+def private_acl(acl):
+    """`tollgate redis-acl`'s lines for a redis-server private to this run: the lane and lease
+    users, without the last two (an administrator, and `default` turned off). redis-benchmark's
+    direct baseline and this script's own probes use `default`, so it stays on, and the daemon
+    is told to trust it (`redis.trusted_users: [default]`), as an operator would have to."""
+    return "".join(line for line in acl.splitlines(keepends=True)
+                   if '"tollgate-root"' not in line and '"default" "off"' not in line)
+
+
 def rss_kib(pid):
     with open(f"/proc/{pid}/status") as status:
         for line in status:
@@ -189,7 +198,8 @@ def main():
         passwords = os.path.join(work, "acl")
         acl = subprocess.run([tollgate_bin, "redis-acl", "--passwords", passwords],
                              check=True, capture_output=True, text=True).stdout
-        subprocess.run(["redis-cli", "-s", redis_sock], input=acl, check=True, capture_output=True, text=True)
+        subprocess.run(["redis-cli", "-s", redis_sock], input=private_acl(acl), check=True, capture_output=True,
+                       text=True)
         lanes_yaml = subprocess.run([tollgate_bin, "redis-acl", "--passwords", passwords, "--lanes-yaml"],
                                     check=True, capture_output=True, text=True).stdout
 
@@ -199,8 +209,10 @@ def main():
             # A baseline from before the lease service had connections of its own knows no `leases:`.
             lanes = lanes_yaml if name == "tollgate" else "".join(
                 line for line in lanes_yaml.splitlines(keepends=True) if not line.startswith("  leases:"))
+            # A baseline from before the start-up proof checked every Redis user knows no trusted_users.
+            trusted = "  trusted_users: [default]\n" if name == "tollgate" else ""
             with open(config, "w") as conf:
-                conf.write(f"runtime_dir: {work}/{name}\nredis:\n  address: unix:{redis_sock}\n"
+                conf.write(f"runtime_dir: {work}/{name}\nredis:\n  address: unix:{redis_sock}\n{trusted}"
                            f"listen:\n  resp: {sock}\n  http: {work}/{name}-http.sock\nlogging:\n  level: warn\n"
                            + lanes)
             proc = subprocess.Popen([binary, "serve", "--config", config], preexec_fn=raise_nofile)

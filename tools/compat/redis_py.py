@@ -193,6 +193,15 @@ async def pump(reader, writer):
         writer.close()
 
 
+def private_acl(acl):
+    """`tollgate redis-acl`'s lines for a redis-server private to this run: the lane and lease
+    users, without the last two (an administrator, and `default` turned off). redis-benchmark's
+    direct baseline and this script's own probes use `default`, so it stays on, and the daemon
+    is told to trust it (`redis.trusted_users: [default]`), as an operator would have to."""
+    return "".join(line for line in acl.splitlines(keepends=True)
+                   if '"tollgate-root"' not in line and '"default" "off"' not in line)
+
+
 class Tollgate:
     def __init__(self, binary, directory, lane_acl):
         self.redis = RedisServer(directory, unixsocket=directory / "redis.sock")
@@ -205,7 +214,7 @@ class Tollgate:
         users = subprocess.run([binary, "redis-acl", "--passwords", str(acl),
                                 "--config", str(policy_only)],
                                capture_output=True, text=True, check=True).stdout
-        self.redis.cli(stdin=users)
+        self.redis.cli(stdin=private_acl(users))
         if lane_acl == "wide":
             for lane in CLIENT_LANES + ["admin"]:
                 self.redis.cli("ACL", "SETUSER", f"tollgate-{lane}", "+@admin", "+@dangerous",
@@ -216,7 +225,7 @@ class Tollgate:
         config = directory / "tollgate.yaml"
         config.write_text(
             f"runtime_dir: {runtime}\n"
-            f"redis:\n  address: unix:{directory / 'redis.sock'}\n"
+            f"redis:\n  address: unix:{directory / 'redis.sock'}\n  trusted_users: [default]\n"
             f"policy:\n  files: [{directory / 'allow-all.yaml'}]\n"
             f"logging:\n  level: warn\n" + lanes
         )

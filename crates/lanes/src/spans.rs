@@ -39,7 +39,14 @@ async fn a_connection_s_lines_name_its_node_once_after_many_reconnects() {
     let redis = RedisServer::start();
     let topology = Topology::Standalone(Endpoint::Unix(redis.socket().to_owned()));
     let mut registry = prometheus_client::registry::Registry::default();
-    let lanes = Lanes::open(&topology, &LanesConfig::default(), &mut registry).unwrap();
+    // Redis's `default` user is off on testkit's servers: every lane logs in as testkit's admin.
+    let mut config = LanesConfig::default();
+    for lane in tollgate_model::Lane::ALL {
+        let overrides = config.overrides_mut(lane);
+        overrides.user = Some(tollgate_testkit::ADMIN_USER.to_owned());
+        overrides.password_file = Some(redis.admin_password_file());
+    }
+    let lanes = Lanes::open(&topology, &config, &mut registry).unwrap();
     let ping = || Bytes::from_static(b"*1\r\n$4\r\nPING\r\n");
     for _ in 0..4 {
         let channel = lanes.multiplexed(Multiplexed::Regular).unwrap();
