@@ -264,6 +264,7 @@ fn reshard(cluster: &RedisCluster, slot: u16, (a, b): (usize, usize), moves: usi
 /// Whether `key` exists on `node` when asked after `ASKING` (so an importing node answers too).
 fn exists_asking(cluster: &RedisCluster, node: usize, key: &str) -> Frame {
     let mut stream = std::os::unix::net::UnixStream::connect(cluster.node(node).socket()).unwrap();
+    tollgate_testkit::login(&mut stream);
     let mut out = BytesMut::new();
     tollgate_resp::encode_command(&["ASKING"], &mut out);
     tollgate_resp::encode_command(&["EXISTS", key], &mut out);

@@ -21,7 +21,7 @@ rules:
 
 /// The lease database, as Redis's `default` user sees it.
 async fn database(redis: &RedisServer, db: u8) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(format!("{}?db={db}", redis.url()))
+    redis::Client::open(redis.url_in(db.into()))
         .expect("redis-rs client")
         .get_multiplexed_async_connection()
         .await

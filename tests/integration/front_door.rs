@@ -451,14 +451,24 @@ async fn a_slow_subscriber_is_disconnected_and_the_others_keep_receiving() {
             "message {i}: {message:?}"
         );
     }
-    let frames = slow.read_until_closed(Duration::from_secs(10)).await;
-    let last = frames
-        .last()
-        .expect("the slow subscriber got something before it was cut off");
-    assert!(
-        is_error_starting(last, "ERR tollgate: subscriber too slow"),
-        "{last:?}"
-    );
+    // Read what reached the slow subscriber's socket, to its end: the daemon closed it (a
+    // read that times out instead is `Err`). The reason comes last when its socket had room
+    // for it within the daemon's last-words time; a client whose socket is full is closed
+    // without it, as Redis closes a client past its output buffer limit.
+    let mut frames = Vec::new();
+    loop {
+        match slow.read_within(Duration::from_secs(10)).await {
+            Ok(Some(frame)) => frames.push(frame),
+            Ok(None) => break,
+            Err(()) => panic!("the slow subscriber was not disconnected"),
+        }
+    }
+    if let Some(last) = frames.last().filter(|last| last.is_error()) {
+        assert!(
+            is_error_starting(last, "ERR tollgate: subscriber too slow"),
+            "{last:?}"
+        );
+    }
     assert!(
         frames.len() < 200,
         "the slow subscriber was buffered without bound"

@@ -26,7 +26,7 @@ rules:
 /// Another tenant's keys in database 0 and the daemon's in database 1, written around the daemon.
 async fn others_keys(redis: &RedisServer) {
     for db in [0, 1] {
-        let mut conn = redis::Client::open(format!("{}?db={db}", redis.url()))
+        let mut conn = redis::Client::open(redis.url_in(db))
             .unwrap()
             .get_multiplexed_async_connection()
             .await

@@ -8,7 +8,7 @@ use tollgate::Daemon;
 use tollgate_lanes::{Endpoint, RedisConfig};
 use tollgate_testkit::RedisServer;
 
-use crate::support::daemon::{lane_users, tempdir, TestDaemon};
+use crate::support::daemon::{lane_users, tempdir, trusting_testkit, TestDaemon};
 
 /// Layout 1's keys for `resource`: the lease hash and its per-resource fence counter.
 fn layout_1(resource: &str) -> (String, String) {
@@ -24,9 +24,9 @@ async fn leases_of_the_previous_layout_are_refused_loudly_never_ignored() {
     let redis = RedisServer::start();
     let dir = tempdir();
     let mut config = TestDaemon::config(dir.path());
-    config.redis = Some(RedisConfig::standalone(Endpoint::Unix(
+    config.redis = Some(trusting_testkit(RedisConfig::standalone(Endpoint::Unix(
         redis.socket().to_owned(),
-    )));
+    ))));
     config.lanes = lane_users(&[&redis], dir.path()).await;
     let database = config.lanes.leases.database;
 

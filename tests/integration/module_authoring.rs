@@ -214,7 +214,9 @@ async fn a_component_of_another_world_is_refused_by_the_check_and_by_the_daemon(
     };
     let daemon_dir = tempdir();
     let mut config = TestDaemon::config(daemon_dir.path());
-    config.redis = Some(tollgate_lanes::RedisConfig::standalone(endpoint(&redis)));
+    config.redis = Some(crate::support::daemon::trusting_testkit(
+        tollgate_lanes::RedisConfig::standalone(endpoint(&redis)),
+    ));
     config.policy.modules = vec![module];
     let error = match tollgate::Daemon::start(config).await {
         Ok(_) => panic!("the daemon started with a catalog as a guard"),

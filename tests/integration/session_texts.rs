@@ -67,7 +67,7 @@ async fn a_lease_command_refused_inside_multi_makes_exec_fail_as_redis_does() {
 async fn error_texts_are_redis_own() {
     let redis = RedisServer::start();
     let daemon = allowing_all(&redis).await;
-    let mut direct = RawClient::connect(redis.socket()).await;
+    let mut direct = RawClient::to_redis(redis.socket()).await;
     let mut through = RawClient::connect(&daemon.resp_socket()).await;
     for argv in [
         &["CLIENT", "KILL", "ID", "0"][..],
@@ -155,10 +155,15 @@ async fn monitor_redacts_credentials_as_redis_does() {
         &["PING"],
     ];
     let mut seen = Vec::new();
-    for socket in [redis.socket().to_owned(), daemon.resp_socket()] {
-        let mut monitor = RawClient::connect(&socket).await;
+    for (socket, direct) in [
+        (redis.socket().to_owned(), true),
+        (daemon.resp_socket(), false),
+    ] {
+        // Logged in (to Redis, whose `default` is off) before MONITOR starts, so that the
+        // login is not among the lines compared.
+        let mut client = open(&socket, direct).await;
+        let mut monitor = open(&socket, direct).await;
         assert_eq!(monitor.call(&["MONITOR"]).await, simple("OK"));
-        let mut client = RawClient::connect(&socket).await;
         for argv in commands {
             client.call(argv).await;
         }
@@ -186,9 +191,9 @@ async fn monitor_redacts_credentials_as_redis_does() {
 /// Blocks `blocked` in each of a list pop and BRPOPLPUSH, has `other` unblock it (as a timeout,
 /// then as an error), and returns every reply both saw: `CLIENT UNBLOCK` of an id that is not
 /// blocked and of one that does not exist too.
-async fn unblocking(redis: &RedisServer, socket: &std::path::Path) -> Vec<Frame> {
-    let mut blocked = RawClient::connect(socket).await;
-    let mut other = RawClient::connect(socket).await;
+async fn unblocking(redis: &RedisServer, socket: &std::path::Path, direct: bool) -> Vec<Frame> {
+    let mut blocked = open(socket, direct).await;
+    let mut other = open(socket, direct).await;
     let Frame::Integer(id) = blocked.call(&["CLIENT", "ID"]).await else {
         panic!("CLIENT ID");
     };
@@ -230,11 +235,21 @@ async fn wait_blocked(redis: &RedisServer) {
 async fn client_unblock_ends_a_blocking_command_of_a_daemon_session_as_redis_does() {
     let redis = RedisServer::start();
     let daemon = allowing_all(&redis).await;
-    let expected = unblocking(&redis, redis.socket()).await;
-    let got = unblocking(&redis, &daemon.resp_socket()).await;
+    let expected = unblocking(&redis, redis.socket(), true).await;
+    let got = unblocking(&redis, &daemon.resp_socket(), false).await;
     assert_eq!(got, expected);
     // What Redis answered: not blocked 0; a timeout's nil; the error; a bad reason refused.
     assert_eq!(expected[0], Frame::Integer(0));
     assert_eq!(expected[1], Frame::Integer(1));
     assert!(is_error_starting(&expected[6], "UNBLOCKED"), "{expected:?}");
+}
+
+/// A client of Redis itself (`direct`: logged in as testkit's admin, `default` being off there)
+/// or of the daemon (whose socket needs no login).
+async fn open(socket: &std::path::Path, direct: bool) -> RawClient {
+    if direct {
+        RawClient::to_redis(socket).await
+    } else {
+        RawClient::connect(socket).await
+    }
 }

@@ -20,6 +20,9 @@ pub struct Outbox {
     bytes: BytesMut,
     /// Something was buffered that must not wait for the replies owed (a pushed message).
     urgent: bool,
+    /// How many bytes at the start of `bytes` finish a frame already partly written (0: `bytes`
+    /// starts where a frame starts), so that what is dropped unsent never cuts a frame in two.
+    rest: usize,
 }
 
 impl Outbox {
@@ -52,6 +55,45 @@ impl Outbox {
     pub fn clear(&mut self) {
         self.bytes.clear();
         self.urgent = false;
+        self.rest = 0;
+    }
+
+    /// Drops what the client has not been sent, except the end of a frame it has already been
+    /// sent part of: a message written after this (the reason for a disconnection) then starts
+    /// where a frame starts, not inside another one's bytes.
+    pub fn discard_unsent(&mut self) {
+        self.bytes.truncate(self.rest);
+        self.urgent = false;
+    }
+
+    /// Moves [`Outbox::rest`] past `written` bytes about to be dropped from the front. Only a
+    /// write the socket took part of gets here (a full write clears), so the frames are measured
+    /// only when the client is not keeping up, never on the path of a reply written whole.
+    fn note_written(&mut self, written: usize) {
+        if written <= self.rest {
+            self.rest -= written;
+            return;
+        }
+        let limits = tollgate_resp::Limits {
+            max_frame_bytes: usize::MAX,
+            max_elements: usize::MAX,
+            ..tollgate_resp::Limits::default()
+        };
+        let mut at = self.rest;
+        loop {
+            match tollgate_resp::frame_len(&self.bytes[at..], &limits) {
+                Ok(Some(len)) if at + len < written => at += len,
+                Ok(Some(len)) => {
+                    self.rest = at + len - written;
+                    return;
+                }
+                // Not measurable (cannot happen for frames the daemon encoded): keep everything.
+                _ => {
+                    self.rest = self.bytes.len() - written;
+                    return;
+                }
+            }
+        }
     }
 
     /// Whether what is buffered is to be written now: every reply as soon as Redis gives it,
@@ -71,7 +113,10 @@ impl Outbox {
             match writer.try_write(&self.bytes) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(written) if written == self.bytes.len() => self.clear(),
-                Ok(written) => self.bytes.advance(written),
+                Ok(written) => {
+                    self.note_written(written);
+                    self.bytes.advance(written);
+                }
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
                 Err(error) => return Err(error),

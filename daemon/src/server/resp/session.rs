@@ -190,6 +190,10 @@ impl Session {
                 _ = &mut evicted => {
                     let eviction = self.state.subscriptions.eviction_reason();
                     if let Eviction::TooSlow(why) = &eviction {
+                        // A subscriber too slow for its messages will not read those still
+                        // buffered: only the reason is sent (after the end of a frame already
+                        // partly sent), as for a breach of its budget.
+                        self.out.discard_unsent();
                         self.out.message(&replies::disconnected(why));
                     }
                     let _ = self.out.last_words(&writer, LAST_WORDS).await;
@@ -209,8 +213,9 @@ impl Session {
                 }
                 () = front.pool.room(), if room == Room::PoolFull => {}
                 breach = &mut breached => {
-                    // What is buffered was not read and will not be: only the reason is sent.
-                    self.out.clear();
+                    // What is buffered was not read and will not be: only the reason is sent
+                    // (after the end of a frame already partly sent, so that it stays a frame).
+                    self.out.discard_unsent();
                     self.out.message(&replies::disconnected(&breach));
                     let _ = self.out.last_words(&writer, LAST_WORDS).await;
                     return Err(Ended::OverBudget(breach));
