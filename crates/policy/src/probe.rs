@@ -142,14 +142,14 @@ impl GuardProbe {
         let guard = self.guard();
         let catalogued: Vec<Result<Arc<Described>, Decision>> = argvs
             .iter()
-            .map(|argv| self.generation.catalogued(*argv, None))
+            .map(|argv| self.generation.catalogued(argv, None))
             .collect();
         let started = Instant::now();
         let called = Lowered::with(|lowered| {
             lowered.start(caller);
             for (described, argv) in catalogued.iter().zip(argvs) {
                 if let Ok(described) = described {
-                    lowered.push(&described.wit, *argv);
+                    lowered.push(&described.wit, argv);
                 }
             }
             let (who, batch) = lowered.batch();
