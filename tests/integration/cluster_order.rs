@@ -223,7 +223,15 @@ fn migrate(cluster: &RedisCluster, slot: u16, from: usize, to: usize, seen: &mut
                 other => panic!("a key: {other:?}"),
             })
             .collect();
-        let mut argv = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+        // The target's `default` user is off (testkit): MIGRATE logs in as testkit's admin.
+        let auth = [
+            "AUTH2",
+            tollgate_testkit::ADMIN_USER,
+            tollgate_testkit::admin_password(),
+        ];
+        let mut argv = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000"];
+        argv.extend(auth);
+        argv.push("KEYS");
         argv.extend(keys.iter().map(String::as_str));
         match cluster.call(from, &argv) {
             Frame::Simple(_) => seen.keys_moved += keys.len(),
@@ -232,6 +240,7 @@ fn migrate(cluster: &RedisCluster, slot: u16, from: usize, to: usize, seen: &mut
             Frame::Error(text) if text.windows(7).any(|w| w == b"BUSYKEY") => {
                 seen.busykey += 1;
                 let mut argv = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "REPLACE"];
+                argv.extend(auth);
                 argv.push("KEYS");
                 argv.extend(keys.iter().map(String::as_str));
                 assert!(matches!(cluster.call(from, &argv), Frame::Simple(_)));
