@@ -161,26 +161,10 @@ def main():
         procs.append(nutcracker)
         e2e.wait_for_socket(nut_sock)
 
-        first = binaries[0][1]
-        passwords = os.path.join(work, "acl")
-        acl = subprocess.run([first, "redis-acl", "--passwords", passwords], check=True, capture_output=True,
-                             text=True).stdout
-        subprocess.run(["redis-cli", "-s", redis_sock], input=e2e.private_acl(acl), check=True,
-                       capture_output=True, text=True)
-        lanes_yaml = subprocess.run([first, "redis-acl", "--passwords", passwords, "--lanes-yaml"],
-                                    check=True, capture_output=True, text=True).stdout
+        lanes_yaml = e2e.provision_lanes(binaries[0][1], redis_sock, work)
 
         def config_for(name):
-            sock = os.path.join(work, f"{name}.sock")
-            config = os.path.join(work, f"{name}.yaml")
-            lanes = lanes_yaml if name == "tollgate" else "".join(
-                line for line in lanes_yaml.splitlines(keepends=True) if not line.startswith("  leases:"))
-            trusted = "  trusted_users: [default]\n" if name == "tollgate" else ""
-            with open(config, "w") as conf:
-                conf.write(f"runtime_dir: {work}/{name}\nredis:\n  address: unix:{redis_sock}\n{trusted}"
-                           f"listen:\n  resp: {sock}\n  http: {work}/{name}-http.sock\nlogging:\n  level: warn\n"
-                           + lanes)
-            return config, sock
+            return e2e.tollgate_config(work, name, redis_sock, lanes_yaml)
 
         rows = []
         profiles = []

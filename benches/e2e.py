@@ -93,6 +93,35 @@ def private_acl(acl):
                    if '"tollgate-root"' not in line and '"default" "off"' not in line)
 
 
+def provision_lanes(tollgate_bin, redis_sock, work):
+    """The daemon's ACL users on the run's redis-server, as an operator of an external Redis sets
+    them up (docs/lanes.md); returns the `lanes:` YAML naming them."""
+    passwords = os.path.join(work, "acl")
+    acl = subprocess.run([tollgate_bin, "redis-acl", "--passwords", passwords],
+                         check=True, capture_output=True, text=True).stdout
+    subprocess.run(["redis-cli", "-s", redis_sock], input=private_acl(acl), check=True, capture_output=True,
+                   text=True)
+    return subprocess.run([tollgate_bin, "redis-acl", "--passwords", passwords, "--lanes-yaml"],
+                          check=True, capture_output=True, text=True).stdout
+
+
+def tollgate_config(work, name, redis_sock, lanes_yaml):
+    """Writes the config of the daemon `name` (`tollgate`, or `baseline` for an older build) and
+    returns (its path, its RESP socket)."""
+    sock = os.path.join(work, f"{name}.sock")
+    config = os.path.join(work, f"{name}.yaml")
+    # A baseline from before the lease service had connections of its own knows no `leases:`.
+    lanes = lanes_yaml if name == "tollgate" else "".join(
+        line for line in lanes_yaml.splitlines(keepends=True) if not line.startswith("  leases:"))
+    # A baseline from before the start-up proof checked every Redis user knows no trusted_users.
+    trusted = "  trusted_users: [default]\n" if name == "tollgate" else ""
+    with open(config, "w") as conf:
+        conf.write(f"runtime_dir: {work}/{name}\nredis:\n  address: unix:{redis_sock}\n{trusted}"
+                   f"listen:\n  resp: {sock}\n  http: {work}/{name}-http.sock\nlogging:\n  level: warn\n"
+                   + lanes)
+    return config, sock
+
+
 def rss_kib(pid):
     with open(f"/proc/{pid}/status") as status:
         for line in status:
@@ -194,27 +223,10 @@ def main():
         procs.append(nutcracker)
         wait_for_socket(nut_sock)
 
-        # The daemon's ACL users, as an operator of an external Redis sets them up (docs/lanes.md).
-        passwords = os.path.join(work, "acl")
-        acl = subprocess.run([tollgate_bin, "redis-acl", "--passwords", passwords],
-                             check=True, capture_output=True, text=True).stdout
-        subprocess.run(["redis-cli", "-s", redis_sock], input=private_acl(acl), check=True, capture_output=True,
-                       text=True)
-        lanes_yaml = subprocess.run([tollgate_bin, "redis-acl", "--passwords", passwords, "--lanes-yaml"],
-                                    check=True, capture_output=True, text=True).stdout
+        lanes_yaml = provision_lanes(tollgate_bin, redis_sock, work)
 
         def start_tollgate(binary, name):
-            sock = os.path.join(work, f"{name}.sock")
-            config = os.path.join(work, f"{name}.yaml")
-            # A baseline from before the lease service had connections of its own knows no `leases:`.
-            lanes = lanes_yaml if name == "tollgate" else "".join(
-                line for line in lanes_yaml.splitlines(keepends=True) if not line.startswith("  leases:"))
-            # A baseline from before the start-up proof checked every Redis user knows no trusted_users.
-            trusted = "  trusted_users: [default]\n" if name == "tollgate" else ""
-            with open(config, "w") as conf:
-                conf.write(f"runtime_dir: {work}/{name}\nredis:\n  address: unix:{redis_sock}\n{trusted}"
-                           f"listen:\n  resp: {sock}\n  http: {work}/{name}-http.sock\nlogging:\n  level: warn\n"
-                           + lanes)
+            config, sock = tollgate_config(work, name, redis_sock, lanes_yaml)
             proc = subprocess.Popen([binary, "serve", "--config", config], preexec_fn=raise_nofile)
             procs.append(proc)
             wait_for_socket(sock)
