@@ -163,15 +163,16 @@ def main():
 
         lanes_yaml = e2e.provision_lanes(binaries[0][1], redis_sock, work)
 
-        def config_for(name):
-            return e2e.tollgate_config(work, name, redis_sock, lanes_yaml)
+        def config_for(name, binary):
+            return e2e.tollgate_config(work, name, redis_sock, lanes_yaml,
+                                       None if name == "tollgate" else binary)
 
         rows = []
         profiles = []
         targets = [("twemproxy", None, nut_sock, nutcracker.pid)]
         daemons = {}
         for name, binary in binaries:
-            config, sock = config_for(name)
+            config, sock = config_for(name, binary)
             proc = subprocess.Popen([binary, "serve", "--config", config], preexec_fn=e2e.raise_nofile)
             procs.append(proc)
             e2e.wait_for_socket(sock)

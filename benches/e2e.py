@@ -8,10 +8,11 @@ direct Redis, and the CPU each proxy and redis-server spent per request (from /p
 redis-benchmark run per test). Then measures Tollgate's RSS idle, with 1,000 idle clients and with 100 subscribers.
 
     python3 benches/e2e.py [--requests N] [--rounds R] [--write BENCHMARKS.md] [--no-build]
-                           [--baseline path/to/older/tollgate] [--pin]
+                           [--baseline path/to/older/tollgate]... [--pin]
 
---baseline runs a second Tollgate binary (an earlier build) as one more target in the same rounds, so
-a change is measured before and after under the same load.
+--baseline runs another Tollgate binary (an earlier build) as one more target in the same rounds, so
+a change is measured before and after under the same load. Given more than once, each older build is
+one more target (`baseline`, `baseline2`, …), e.g. the session's start and the issue's reference.
 
 --pin puts redis-server and the proxies on the last CPU and redis-benchmark on the others. Left to
 the scheduler, the three busy processes on two cores land differently from run to run and every
@@ -105,16 +106,23 @@ def provision_lanes(tollgate_bin, redis_sock, work):
                           check=True, capture_output=True, text=True).stdout
 
 
-def tollgate_config(work, name, redis_sock, lanes_yaml):
-    """Writes the config of the daemon `name` (`tollgate`, or `baseline` for an older build) and
-    returns (its path, its RESP socket)."""
+def knows(binary, word):
+    """Whether the tollgate `binary` has `word` among its strings (a config key it reads)."""
+    with open(binary, "rb") as image:
+        return word.encode() in image.read()
+
+
+def tollgate_config(work, name, redis_sock, lanes_yaml, binary=None):
+    """Writes the config of the daemon `name` (`tollgate`, or `baseline…` for an older build at
+    `binary`) and returns (its path, its RESP socket). An older build gets only the keys it knows."""
     sock = os.path.join(work, f"{name}.sock")
     config = os.path.join(work, f"{name}.yaml")
-    # A baseline from before the lease service had connections of its own knows no `leases:`.
-    lanes = lanes_yaml if name == "tollgate" else "".join(
+    # A build from before the lease service had connections of its own knows no `leases:` lane.
+    lanes = lanes_yaml if binary is None or knows(binary, "max_watchdogs") else "".join(
         line for line in lanes_yaml.splitlines(keepends=True) if not line.startswith("  leases:"))
-    # A baseline from before the start-up proof checked every Redis user knows no trusted_users.
-    trusted = "  trusted_users: [default]\n" if name == "tollgate" else ""
+    # A build from before the start-up proof checked every Redis user knows no trusted_users.
+    trusted = ("  trusted_users: [default]\n"
+               if binary is None or knows(binary, "trusted_users") else "")
     with open(config, "w") as conf:
         conf.write(f"runtime_dir: {work}/{name}\nredis:\n  address: unix:{redis_sock}\n{trusted}"
                    f"listen:\n  resp: {sock}\n  http: {work}/{name}-http.sock\nlogging:\n  level: warn\n"
@@ -189,7 +197,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--write", help="replace the '## End to end' section of this Markdown file")
     parser.add_argument("--no-build", action="store_true", help="use target/release/tollgate as it is")
-    parser.add_argument("--baseline", help="another tollgate binary to measure in the same rounds")
+    parser.add_argument("--baseline", action="append", default=[],
+                        help="another tollgate binary to measure in the same rounds (repeatable)")
     parser.add_argument("--pin", action="store_true",
                         help="servers on the last CPU, redis-benchmark on the others")
     args = parser.parse_args()
@@ -226,7 +235,8 @@ def main():
         lanes_yaml = provision_lanes(tollgate_bin, redis_sock, work)
 
         def start_tollgate(binary, name):
-            config, sock = tollgate_config(work, name, redis_sock, lanes_yaml)
+            config, sock = tollgate_config(work, name, redis_sock, lanes_yaml,
+                                           None if name == "tollgate" else binary)
             proc = subprocess.Popen([binary, "serve", "--config", config], preexec_fn=raise_nofile)
             procs.append(proc)
             wait_for_socket(sock)
@@ -239,10 +249,11 @@ def main():
         watched = {"redis": [("redis", redis_pid)],
                    "twemproxy": [("redis", redis_pid), ("proxy", nutcracker.pid)],
                    "tollgate": [("redis", redis_pid), ("proxy", tollgate.pid)]}
-        if args.baseline:
-            baseline, baseline_sock = start_tollgate(os.path.abspath(args.baseline), "baseline")
-            targets.append(("baseline", baseline_sock))
-            watched["baseline"] = [("redis", redis_pid), ("proxy", baseline.pid)]
+        baselines = [f"baseline{index + 1 if index else ''}" for index in range(len(args.baseline))]
+        for name, binary in zip(baselines, args.baseline):
+            baseline, baseline_sock = start_tollgate(os.path.abspath(binary), name)
+            targets.append((name, baseline_sock))
+            watched[name] = [("redis", redis_pid), ("proxy", baseline.pid)]
         if args.pin:
             for proc in procs:
                 pin(proc.pid, server_cpus)
@@ -257,7 +268,7 @@ def main():
             print(f"round {round_no + 1}/{args.rounds} done", file=sys.stderr)
 
         load_after = os.getloadavg()
-        baseline_flag = " --baseline <older tollgate>" if args.baseline else ""
+        baseline_flag = " --baseline <older tollgate>" * len(args.baseline)
         baseline_flag += " --pin" if args.pin else ""
         lines = [f"Command: `python3 benches/e2e.py --requests {args.requests} --rounds {args.rounds}{baseline_flag}` "
                  f"(redis-benchmark -c 50 -n {args.requests}, Unix sockets, median of {args.rounds} interleaved rounds; "
@@ -266,8 +277,7 @@ def main():
                  f"{load_before[0]:.2f} at the start, {load_after[0]:.2f} at the end).", ""]
         names = [name for name, _ in targets]
         ratios = [("twemproxy", "redis"), ("tollgate", "redis"), ("tollgate", "twemproxy")]
-        if args.baseline:
-            ratios.append(("tollgate", "baseline"))
+        ratios += [("tollgate", name) for name in baselines]
         for pipeline in (1, 16):
             lines.append(f"**{'unpipelined' if pipeline == 1 else '-P 16'}** — requests/s (p50 / p99 ms); ratios")
             lines.append("")
