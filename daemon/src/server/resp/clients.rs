@@ -14,6 +14,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tollgate_policy::Descriptor;
 
+use super::coarse::Coarse;
+
 /// Every live session of one listener.
 #[derive(Default)]
 pub struct Clients {
@@ -55,7 +57,8 @@ struct Blocked {
 #[derive(Debug, Clone)]
 pub struct State {
     pub name: Option<Bytes>,
-    pub last_command: Instant,
+    /// When the last command ran, on the coarse clock: shown in whole seconds (`idle=`).
+    pub last_command: Coarse,
     /// The last command, which `cmd=` names as Redis does (`get`, `client|list`).
     pub command: LastCommand,
     pub subscriptions: Subscribed,
@@ -75,13 +78,13 @@ pub enum LastCommand {
 impl State {
     /// The session ran `descriptor`'s command now.
     pub fn ran(&mut self, descriptor: Arc<Descriptor>) {
-        self.last_command = Instant::now();
+        self.last_command = Coarse::now();
         self.command = LastCommand::Admitted(descriptor);
     }
 
     /// The session ran a command the daemon answers itself, Redis's name for it given.
     pub fn ran_local(&mut self, name: &'static str) {
-        self.last_command = Instant::now();
+        self.last_command = Coarse::now();
         self.command = LastCommand::Local(name);
     }
 }
@@ -169,7 +172,7 @@ impl Clients {
             created: now,
             state: Mutex::new(State {
                 name: None,
-                last_command: now,
+                last_command: Coarse::now(),
                 command: LastCommand::None,
                 subscriptions: Subscribed::default(),
                 multi: None,
@@ -326,7 +329,7 @@ impl Client {
             self.laddr,
             name,
             now.duration_since(self.created).as_secs(),
-            now.duration_since(state.last_command).as_secs(),
+            Coarse::now().duration_since(state.last_command).as_secs(),
             flags,
             state.subscriptions.channels,
             state.subscriptions.patterns,

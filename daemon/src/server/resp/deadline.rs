@@ -33,6 +33,9 @@ pub struct Deadlines {
     command_timeout: Duration,
     /// Per command: `NAME` or `NAME SUBCOMMAND`, upper-case.
     per_command: BTreeMap<Vec<u8>, Duration>,
+    /// The names `per_command` has entries for (their first words): asked of every command sent,
+    /// and for almost every one the answer is no, which this says without building a key.
+    names: Vec<Vec<u8>>,
 }
 
 impl Deadlines {
@@ -42,13 +45,24 @@ impl Deadlines {
         let configured = configured
             .iter()
             .map(|(name, deadline)| (name.as_str(), *deadline));
-        let per_command = built_in
+        let per_command: BTreeMap<Vec<u8>, Duration> = built_in
             .chain(configured)
             .map(|(name, deadline)| (normalise(name), deadline))
             .collect();
+        let mut names: Vec<Vec<u8>> = per_command
+            .keys()
+            .map(|key| {
+                key.split(|&byte| byte == b' ')
+                    .next()
+                    .unwrap_or_default()
+                    .to_vec()
+            })
+            .collect();
+        names.dedup();
         Deadlines {
             command_timeout,
             per_command,
+            names,
         }
     }
 
@@ -77,6 +91,13 @@ impl Deadlines {
     }
 
     fn configured(&self, name: &[u8], sub: Option<&[u8]>) -> Option<Duration> {
+        if !self
+            .names
+            .iter()
+            .any(|known| known.eq_ignore_ascii_case(name))
+        {
+            return None;
+        }
         // Upper-cased on the stack: no allocation for a lookup.
         let mut buffer = [0u8; 64];
         let mut key = |words: &[&[u8]]| -> Option<Duration> {

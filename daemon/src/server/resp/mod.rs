@@ -16,6 +16,7 @@ mod amend;
 mod answer;
 mod budget;
 mod clients;
+mod coarse;
 mod databases;
 mod deadline;
 mod door;
