@@ -226,6 +226,21 @@ impl Clients {
         chosen.len()
     }
 
+    /// Whether `CLIENT KILL USER user` names a user `killer` knows of, as Redis's `No such user`
+    /// tells an unknown ACL user: its own principal; for an administrator also one the policy
+    /// names (`named`) or a session has (`uid:<n>`, a caller no principal names). To anyone else
+    /// another principal is as unknown as in `CLIENT LIST`, which shows only its own sessions.
+    pub fn knows_user(&self, killer: &Client, user: &str, named: impl Fn(&str) -> bool) -> bool {
+        killer.principal == user
+            || killer.admin
+                && (named(user)
+                    || self
+                        .sessions
+                        .lock()
+                        .values()
+                        .any(|client| client.principal == user))
+    }
+
     /// `CLIENT UNBLOCK id`: asks session `id`, if `by` may see it and it waits in a blocking
     /// command, to end that command; whether it did wait.
     pub fn unblock(&self, by: &Client, id: u64, mode: UnblockMode) -> bool {
@@ -413,6 +428,11 @@ impl KillFilter {
             }
         }
         Ok(filter)
+    }
+
+    /// The user (the principal) it picks by, if any.
+    pub fn user(&self) -> Option<&str> {
+        self.user.as_deref()
     }
 
     /// Whether the old form, which answers `+OK` or `-ERR No such client`.
