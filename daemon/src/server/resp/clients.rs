@@ -555,6 +555,22 @@ mod tests {
     }
 
     #[test]
+    fn a_user_is_known_to_its_own_sessions_and_to_an_administrator_if_named_or_connected() {
+        let (clients, sessions) = clients();
+        let (alice, ops) = (&sessions[0].client, &sessions[3].client);
+        let named = |user: &str| ["alice", "bob", "carol"].contains(&user);
+        assert!(clients.knows_user(alice, "alice", named));
+        // Another principal is as unknown to alice as CLIENT LIST shows it.
+        assert!(!clients.knows_user(alice, "bob", named));
+        assert!(!clients.knows_user(alice, "wrong_user", named));
+        // An administrator knows the policy's principals, with or without sessions, and callers
+        // no principal names (`uid:<n>`) while they are connected.
+        assert!(clients.knows_user(ops, "carol", named));
+        assert!(clients.knows_user(ops, "bob", |_| false));
+        assert!(!clients.knows_user(ops, "wrong_user", named));
+    }
+
+    #[test]
     fn kill_reaches_only_sessions_the_killer_sees_and_skips_itself_by_default() {
         let (clients, sessions) = clients();
         let alice = &sessions[0].client;
