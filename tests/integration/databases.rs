@@ -52,7 +52,7 @@ async fn no_database_but_zero(redis: &RedisServer, daemon: TestDaemon) {
             "SWAPDB" => message.starts_with("NOPERM tollgate: rule "),
             name => {
                 let db = if attack.contains(&"15") { "15" } else { "1" };
-                message.starts_with("ERR tollgate serves database 0 only")
+                message.starts_with("ERR DB index is out of range: tollgate serves database 0 only")
                     && message.ends_with(&format!("{name} names database {db}"))
             }
         };
@@ -65,7 +65,7 @@ async fn no_database_but_zero(redis: &RedisServer, daemon: TestDaemon) {
     assert_eq!(text(&client.call(&["MULTI"]).await), "OK");
     let queued = client.call(&["COPY", "k", "k2", "DB", "1"]).await;
     assert!(
-        text(&queued).starts_with("ERR tollgate serves database 0 only"),
+        text(&queued).starts_with("ERR DB index is out of range: tollgate serves database 0 only"),
         "{queued:?}"
     );
     let exec = client.call(&["EXEC"]).await;
@@ -153,4 +153,58 @@ async fn database_arguments_name_database_zero_only_under_a_policy_allowing_all(
     std::fs::write(&policy, ALLOW_EVERYTHING).unwrap();
     let daemon = TestDaemon::start_with(&redis, |config| config.policy.files = vec![policy]).await;
     no_database_but_zero(&redis, daemon).await;
+}
+
+/// Where Redis would refuse a database argument itself (not an integer, past a C `int`), the
+/// daemon's refusal is in Redis's words; a database Redis has and the daemon does not serve is
+/// "out of range", as for a Redis whose `databases` is 1 (what the daemon's `CONFIG GET` says).
+/// Redis's own test suite matches these texts (`keyspace`: COPY to a non-integer DB; `other`:
+/// SELECT an out of range DB).
+#[tokio::test]
+async fn database_arguments_redis_refuses_are_answered_in_redis_words() {
+    let redis = RedisServer::start();
+    let policy = redis.dir().join("everything.yaml");
+    std::fs::write(&policy, ALLOW_EVERYTHING).unwrap();
+    let daemon = TestDaemon::start_with(&redis, |config| config.policy.files = vec![policy]).await;
+    let mut direct = RawClient::to_redis(redis.socket()).await;
+    let mut through = RawClient::connect(&daemon.resp_socket()).await;
+    assert_eq!(text(&through.call(&["SET", "k", "v"]).await), "OK");
+    assert_eq!(text(&direct.call(&["SET", "k", "v"]).await), "OK");
+    for argv in [
+        &["SELECT", "notanumber"][..],
+        &["SELECT", "01"],
+        &["SELECT", "3000000000"],
+        &["MOVE", "k", "x"],
+        &["MOVE", "k", "3000000000"],
+        &["COPY", "k", "k2", "DB", "notanumber"],
+        &["COPY", "k", "k2", "DB", "-0", "REPLACE"],
+        &["COPY", "k", "k2", "DB", "3000000000"],
+    ] {
+        let expected = direct.call(argv).await;
+        assert!(
+            matches!(expected, Frame::Error(_)),
+            "{argv:?}: {expected:?}"
+        );
+        assert_eq!(through.call(argv).await, expected, "{argv:?}");
+    }
+    for argv in [
+        &["SELECT", "1000000"][..],
+        &["SELECT", "1"],
+        &["MOVE", "k", "-1"],
+        &["COPY", "k", "k2", "DB", "1"],
+    ] {
+        let reply = through.call(argv).await;
+        assert!(
+            matches!(&reply, Frame::Error(_))
+                && text(&reply)
+                    .starts_with("ERR DB index is out of range: tollgate serves database 0 only"),
+            "{argv:?}: {reply:?}"
+        );
+    }
+    assert_eq!(
+        direct.call(&["SELECT", "1000000"]).await,
+        Frame::Error("ERR DB index is out of range".into())
+    );
+    assert_eq!(through.call(&["EXISTS", "k2"]).await, Frame::Integer(0));
+    daemon.stop().await;
 }

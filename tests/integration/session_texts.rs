@@ -1,7 +1,7 @@
 //! What a session answers where clients and test suites match Redis's exact words, checked against
 //! the real redis-server: EXECABORT after a refused LEASE inside MULTI, Redis's error texts
-//! (CLIENT KILL ID 0, unknown subcommands, protocol errors, skipped empty multibulks), and MONITOR
-//! lines with their credentials redacted as Redis redacts them.
+//! (CLIENT KILL ID 0 and USER of no such user, unknown subcommands, protocol errors, skipped empty
+//! multibulks), and MONITOR lines with their credentials redacted as Redis redacts them.
 
 use std::time::Duration;
 
@@ -77,6 +77,8 @@ async fn error_texts_are_redis_own() {
         &["FUNCTION", "bad_subcommand"],
         &["OBJECT", "nope", "k"],
         &["NOSUCHCOMMAND", "a"],
+        // No such user: a principal the policy does not name (Redis: an ACL user it lacks).
+        &["CLIENT", "KILL", "USER", "wrong_user"],
     ] {
         let expected = direct.call(argv).await;
         assert!(
@@ -85,6 +87,11 @@ async fn error_texts_are_redis_own() {
         );
         assert_eq!(through.call(argv).await, expected, "{argv:?}");
     }
+    // The caller's own principal is a user: its other sessions (none here) are killed.
+    assert_eq!(
+        through.call(&["CLIENT", "KILL", "USER", "local"]).await,
+        Frame::Integer(0)
+    );
 }
 
 #[tokio::test]

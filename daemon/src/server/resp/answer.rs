@@ -22,6 +22,8 @@ pub struct Asking<'a> {
     /// Every session of the listener, for CLIENT LIST and KILL.
     pub clients: &'a Clients,
     pub reply_mode: &'a mut ReplyMode,
+    /// Whether the policy names a principal so (`CLIENT KILL USER`'s `No such user`).
+    pub principal_named: &'a dyn Fn(&str) -> bool,
 }
 
 /// What `local` (whose arity fits) with `argv` becomes.
@@ -91,6 +93,18 @@ pub fn answer(local: Local, argv: &[&[u8]], session: Asking<'_>) -> Step {
         }
         Local::ClientKill => {
             return Step::Reply(match KillFilter::parse(&argv[2..]) {
+                Ok(filter)
+                    if filter.user().is_some_and(|user| {
+                        !session
+                            .clients
+                            .knows_user(session.me, user, session.principal_named)
+                    }) =>
+                {
+                    replies::error(format!(
+                        "ERR No such user '{}'",
+                        filter.user().unwrap_or("")
+                    ))
+                }
                 Ok(filter) => {
                     let killed = session.clients.kill(session.me, &filter);
                     match (filter.legacy(), killed) {
@@ -146,7 +160,7 @@ fn listing(text: String, protocol: Protocol) -> Frame {
 fn select(argv: &[&[u8]]) -> Bytes {
     match argv.get(1).copied() {
         Some(b"0") if argv.len() == 2 => replies::ok(),
-        Some(_) if argv.len() == 2 => replies::other_database(),
+        Some(db) if argv.len() == 2 => replies::other_database(db),
         _ => replies::wrong_arity("select"),
     }
 }

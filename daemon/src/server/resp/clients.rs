@@ -229,6 +229,21 @@ impl Clients {
         chosen.len()
     }
 
+    /// Whether `CLIENT KILL USER user` names a user `killer` knows of, as Redis's `No such user`
+    /// tells an unknown ACL user: its own principal; for an administrator also one the policy
+    /// names (`named`) or a session has (`uid:<n>`, a caller no principal names). To anyone else
+    /// another principal is as unknown as in `CLIENT LIST`, which shows only its own sessions.
+    pub fn knows_user(&self, killer: &Client, user: &str, named: impl Fn(&str) -> bool) -> bool {
+        killer.principal == user
+            || killer.admin
+                && (named(user)
+                    || self
+                        .sessions
+                        .lock()
+                        .values()
+                        .any(|client| client.principal == user))
+    }
+
     /// `CLIENT UNBLOCK id`: asks session `id`, if `by` may see it and it waits in a blocking
     /// command, to end that command; whether it did wait.
     pub fn unblock(&self, by: &Client, id: u64, mode: UnblockMode) -> bool {
@@ -418,6 +433,11 @@ impl KillFilter {
         Ok(filter)
     }
 
+    /// The user (the principal) it picks by, if any.
+    pub fn user(&self) -> Option<&str> {
+        self.user.as_deref()
+    }
+
     /// Whether the old form, which answers `+OK` or `-ERR No such client`.
     pub fn legacy(&self) -> bool {
         self.legacy
@@ -535,6 +555,22 @@ mod tests {
         assert_eq!(ids(&clients.list(admin, &some)), ["id=1", "id=3"]);
         assert!(ListFilter::parse(&argv("TYPE nonsense")).is_err());
         assert!(ListFilter::parse(&argv("ID x")).is_err());
+    }
+
+    #[test]
+    fn a_user_is_known_to_its_own_sessions_and_to_an_administrator_if_named_or_connected() {
+        let (clients, sessions) = clients();
+        let (alice, ops) = (&sessions[0].client, &sessions[3].client);
+        let named = |user: &str| ["alice", "bob", "carol"].contains(&user);
+        assert!(clients.knows_user(alice, "alice", named));
+        // Another principal is as unknown to alice as CLIENT LIST shows it.
+        assert!(!clients.knows_user(alice, "bob", named));
+        assert!(!clients.knows_user(alice, "wrong_user", named));
+        // An administrator knows the policy's principals, with or without sessions, and callers
+        // no principal names (`uid:<n>`) while they are connected.
+        assert!(clients.knows_user(ops, "carol", named));
+        assert!(clients.knows_user(ops, "bob", |_| false));
+        assert!(!clients.knows_user(ops, "wrong_user", named));
     }
 
     #[test]

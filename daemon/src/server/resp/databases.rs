@@ -34,6 +34,40 @@ pub fn other_database<A: AsRef<[u8]>>(name: &str, argv: &[A]) -> Option<String> 
     Some(String::from_utf8_lossy(other).into_owned())
 }
 
+/// The error for `name`'s database argument `db` other than 0. Where Redis refuses the argument
+/// too (not an integer as Redis reads one, or past the C `int` that all but `MIGRATE` take),
+/// Redis's own words; else Redis's words for a database past the last (the daemon serves one, as
+/// its `CONFIG GET databases` says) and why.
+pub fn refusal(name: &str, db: &[u8]) -> String {
+    let takes_int = name != "MIGRATE";
+    match redis_integer(db) {
+        None => "ERR value is not an integer or out of range".to_owned(),
+        Some(n) if takes_int && i32::try_from(n).is_err() => format!(
+            "ERR value is out of range, value must between {} and {}",
+            i32::MIN,
+            i32::MAX
+        ),
+        Some(_) => format!(
+            "ERR DB index is out of range: tollgate serves database 0 only (lane connections are \
+             shared between clients; the daemon keeps its leases in another): {name} names \
+             database {}",
+            String::from_utf8_lossy(db)
+        ),
+    }
+}
+
+/// `arg` as Redis's `string2ll` reads an integer: an optional `-`, then `0` alone or digits that
+/// do not start with `0`, within an `i64`.
+fn redis_integer(arg: &[u8]) -> Option<i64> {
+    let digits = arg.strip_prefix(b"-").unwrap_or(arg);
+    let canonical = arg == b"0"
+        || matches!(digits.first(), Some(b'1'..=b'9')) && digits.iter().all(u8::is_ascii_digit);
+    if !canonical {
+        return None;
+    }
+    std::str::from_utf8(arg).ok()?.parse().ok()
+}
+
 /// Whether `arg` is `keyword` as Redis's `strcasecmp` sees it: up to its first NUL.
 fn is_keyword(arg: &[u8], keyword: &[u8]) -> bool {
     let c_string = arg.split(|&b| b == 0).next().unwrap_or_default();
@@ -67,6 +101,28 @@ mod tests {
             assert!(refused(line).is_some(), "{line:?} was not refused");
         }
         assert_eq!(refused("COPY a b DB 15").as_deref(), Some("15"));
+    }
+
+    #[test]
+    fn a_refused_database_is_worded_as_redis_words_what_it_refuses_too() {
+        let not_an_integer = "ERR value is not an integer or out of range";
+        for db in ["x", "01", "-0", "+1", "1 ", "", "99999999999999999999"] {
+            assert_eq!(refusal("COPY", db.as_bytes()), not_an_integer, "{db:?}");
+        }
+        assert!(refusal("MOVE", b"3000000000").starts_with("ERR value is out of range"));
+        assert!(refusal("COPY", b"3000000000").starts_with("ERR value is out of range"));
+        for (name, db) in [
+            ("MIGRATE", "3000000000"),
+            ("SELECT", "1000000"),
+            ("MOVE", "-1"),
+        ] {
+            let text = refusal(name, db.as_bytes());
+            assert!(
+                text.starts_with("ERR DB index is out of range: tollgate serves database 0 only")
+                    && text.ends_with(&format!("{name} names database {db}")),
+                "{text}"
+            );
+        }
     }
 
     #[test]

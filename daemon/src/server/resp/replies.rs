@@ -7,6 +7,7 @@ use tollgate_model::Protocol;
 use tollgate_policy::{Denial, DenyCause};
 use tollgate_resp::{Command, Frame, ProtocolError};
 
+use super::databases;
 use super::refusal::Refusal;
 
 /// The error a command refused before it runs is answered with.
@@ -31,11 +32,7 @@ pub fn refused(refusal: &Refusal, command: &Command) -> Bytes {
             "ERR tollgate: {} cannot run inside a transaction: it is served key by key, over the keys this client may touch",
             name().to_uppercase()
         )),
-        Refusal::OtherDatabase(db) => error(format!(
-            "ERR tollgate serves database 0 only (lane connections are shared between clients; \
-             the daemon keeps its leases in another): {} names database {db}",
-            name().to_uppercase()
-        )),
+        Refusal::OtherDatabase(db) => error(databases::refusal(&name().to_uppercase(), db.as_bytes())),
         Refusal::InfoInTransaction => error(
             "ERR tollgate: INFO cannot run inside a transaction for this client: its server-wide \
              counts are left out of its reply, which a transaction's reply is not edited for"
@@ -79,11 +76,8 @@ pub fn too_many_subscriptions(fresh: usize, cap: usize) -> Bytes {
 }
 
 /// `SELECT` of a database other than 0.
-pub fn other_database() -> Bytes {
-    error(
-        "ERR tollgate serves database 0 only (lane connections are shared between clients)"
-            .to_owned(),
-    )
+pub fn other_database(db: &[u8]) -> Bytes {
+    error(databases::refusal("SELECT", db))
 }
 
 pub fn invalid_client_name() -> Bytes {

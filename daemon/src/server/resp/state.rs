@@ -334,7 +334,16 @@ impl SessionState {
     /// A connection-scoped command answered here. Inside MULTI an error answers at once and makes
     /// EXEC fail, as Redis does for a command it refuses to queue; a reply is `queued` into EXEC's.
     fn answer(&mut self, local: Local, command: &Command, queued: bool) -> Step {
+        let admission = &self.front.services.admission;
+        let principal_named = |name: &str| {
+            admission
+                .current()
+                .principals()
+                .iter()
+                .any(|principal| principal.name == name)
+        };
         let asking = Asking {
+            principal_named: &principal_named,
             protocol: self.protocol,
             subscribed_resp2: self.protocol == Protocol::Resp2 && self.listening(),
             id: self.id,
