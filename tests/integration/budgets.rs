@@ -385,3 +385,68 @@ async fn budgets_a_subscribe_past_the_subscription_cap_is_refused_whole() {
     };
     assert_eq!(items[2], Frame::Integer(501));
 }
+
+#[tokio::test]
+async fn budgets_clients_that_hang_up_while_paused_give_the_total_back_at_once() {
+    // No soft limits: nothing but the hang-up itself can free what the holders hold.
+    let daemon = Daemon::start(
+        "  budgets:\n    total: 96MiB\n    normal:\n      output: {hard: 64MiB}\n      input: {hard: 32MiB}\n",
+    )
+    .await;
+    // Sixteen connections each start a 30 MiB frame and never finish it: together they hold the
+    // total, and the daemon stops reading them.
+    let written = Arc::new(AtomicUsize::new(0));
+    let mut holders = Vec::new();
+    for _ in 0..16 {
+        let mut stream = UnixStream::connect(&daemon.resp).await.unwrap();
+        let written = written.clone();
+        holders.push(tokio::spawn(async move {
+            let header = format!("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n${}\r\n", 30 * MIB);
+            stream.write_all(header.as_bytes()).await.unwrap();
+            let chunk = vec![b'x'; 256 * 1024];
+            for _ in 0..(30 * 4 - 1) {
+                if stream.write_all(&chunk).await.is_err() {
+                    break;
+                }
+                written.fetch_add(chunk.len(), Ordering::Relaxed);
+            }
+            // Held open until the task is aborted.
+            std::future::pending::<()>().await;
+        }));
+    }
+    let mut last = 0;
+    let mut still = 0;
+    while still < 5 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = written.load(Ordering::Relaxed);
+        still = if now == last { still + 1 } else { 0 };
+        last = now;
+    }
+    assert!(last < 16 * 30 * MIB, "the holders were not paused");
+
+    // A victim's 1 MiB SET waits for room under the total...
+    let mut victim = RawClient::connect(&daemon.resp).await;
+    let value = "v".repeat(MIB);
+    let argv = ["SET", "victim", value.as_str()];
+    let mut set = std::pin::pin!(victim.call(&argv));
+    assert!(
+        tokio::time::timeout(Duration::from_secs(1), &mut set)
+            .await
+            .is_err(),
+        "the holders did not take the total"
+    );
+    // ...until the holders are killed: their sessions read nothing, but notice the hang-up.
+    let killed = Instant::now();
+    for holder in holders {
+        holder.abort();
+        let _ = holder.await;
+    }
+    let reply = tokio::time::timeout(PATIENCE, set)
+        .await
+        .expect("the victim's SET waited on for the hung-up clients' bytes");
+    assert_eq!(text(&reply), "OK");
+    println!(
+        "a 1 MiB SET answered {:?} after 16 paused holders hung up",
+        killed.elapsed()
+    );
+}

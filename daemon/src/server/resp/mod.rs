@@ -22,6 +22,7 @@ mod deadline;
 mod door;
 mod ended;
 mod front;
+mod hang_up;
 mod keyspace;
 mod kind;
 mod lease;

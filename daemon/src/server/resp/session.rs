@@ -28,6 +28,7 @@ use super::clients::{Client, UnblockMode};
 use super::door::{self, Entered};
 use super::ended::Ended;
 use super::front::FrontDoor;
+use super::hang_up::HangUp;
 use super::kind::Kind;
 use super::local::Protocol;
 use super::monitor::Watch;
@@ -112,6 +113,7 @@ impl Session {
         let budget = self.state.budget.clone();
         let mut breached = Quiet::new(budget.clone().breached());
         let front = self.state.front.clone();
+        let mut hang_up = HangUp::new(&reader);
         loop {
             if ending == Ending::No {
                 if let Some(close) = self.dispatch(&mut input, &mut reader, &writer).await? {
@@ -177,6 +179,11 @@ impl Session {
                         Ok(_) => {}
                         Err(error) => return Err(Ended::ReadFailed(error)),
                     }
+                }
+                // Reading nothing (at a budget, the pipeline cap or parked input): a client gone
+                // meanwhile is noticed all the same, and gives its held bytes back now.
+                () = hang_up.gone(), if room.bytes() == 0 => {
+                    return Err(Ended::Closed);
                 }
                 // The message counts against the budget (`_held`) until it is in `out`.
                 Some((message, _held)) = self.state.subscriptions.next(), if subscribed && draining => {
@@ -322,6 +329,7 @@ async fn until_hang_up<T>(
     out: Option<(&OwnedWriteHalf, &mut Outbox)>,
 ) -> Result<T, Ended> {
     let mut work = std::pin::pin!(work);
+    let mut hang_up = HangUp::new(reader);
     let (writer, mut out) = match out {
         Some((writer, out)) => {
             out.write_ready(writer).map_err(Ended::WriteFailed)?;
@@ -338,6 +346,10 @@ async fn until_hang_up<T>(
                 Ok(_) => {}
                 Err(error) => return Err(Ended::ReadFailed(error)),
             },
+            // Read up to the cap: a client gone after that is noticed all the same.
+            () = hang_up.gone(), if input.len() >= PARKED_INPUT_CAP => {
+                return Err(Ended::ClosedWhileAwaited);
+            }
             ready = writable(writer), if writing => {
                 ready.map_err(Ended::WriteFailed)?;
                 if let (Some(writer), Some(out)) = (writer, out.as_deref_mut()) {
