@@ -48,6 +48,7 @@ mod policy_compile;
 mod policy_daemon;
 mod policy_decoys;
 mod policy_guard_cost;
+mod policy_invariants;
 mod policy_keys;
 mod policy_sandbox;
 mod policy_snapshots;

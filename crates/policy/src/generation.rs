@@ -16,10 +16,11 @@ use tollgate_policy_rules::{CompiledPolicy, LEASE_COMMAND};
 
 use crate::admissible::{self, Admissible};
 use crate::compile::{self, CatalogCommand, CatalogIndex, CompiledFile, Expected, Principal};
-use crate::config::PolicyConfig;
+use crate::config::{Invariants, PolicyConfig};
 use crate::decision::{Decision, Denial, DenyCause, Descriptor};
 use crate::described::{Described, DescribedCache};
 use crate::error::PolicyError;
+use crate::invariants::{self, Checked};
 use crate::reserved;
 use crate::sandbox::bindings::{self, Access, Argv, Categories, CommandFlags, KeyAccess, Verdict};
 use crate::sandbox::{
@@ -76,6 +77,9 @@ pub struct Generation {
     files: Vec<CompiledFile>,
     descriptors: Vec<bindings::Descriptor>,
     described: DescribedCache,
+    /// Every invariant of its files, as checked when it was built: each holds, unless it was
+    /// built with [`Invariants::Report`].
+    invariants: Vec<Checked>,
     pub info: GenerationInfo,
 }
 
@@ -207,16 +211,22 @@ impl Generation {
             .iter()
             .flat_map(|f| f.principals.iter().cloned())
             .collect();
-        let generation = Generation {
+        let mut generation = Generation {
             catalogs,
             guards,
             principals,
             files,
             descriptors,
             described: DescribedCache::default(),
+            invariants: Vec::new(),
             info,
         };
         generation.self_test()?;
+        let checked = invariants::check(&generation);
+        if config.invariants == Invariants::Enforce && checked.iter().any(|c| !c.holds()) {
+            return Err(PolicyError::Invariants(checked));
+        }
+        generation.invariants = checked;
         Ok(generation)
     }
 
@@ -292,6 +302,11 @@ impl Generation {
             }
         }
         failures
+    }
+
+    /// Every invariant of its files, as checked when it was built.
+    pub fn invariants(&self) -> &[Checked] {
+        &self.invariants
     }
 
     pub fn files(&self) -> &[CompiledFile] {

@@ -1,7 +1,7 @@
-//! `tollgate policy compile|review|diff|test|explain`: policy authoring from the shell, with the
-//! same compiler, sandbox and modules the daemon uses. Exit status 1 when a policy does not
+//! `tollgate policy compile|review|diff|test|check|explain`: policy authoring from the shell, with
+//! the same compiler, sandbox and modules the daemon uses. Exit status 1 when a policy does not
 //! compile, an expectation fails, or a file cannot be read; `diff` exits 2 when a decision changed
-//! (as `terraform plan -detailed-exitcode`).
+//! (as `terraform plan -detailed-exitcode`), `check` when an invariant does not hold.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,7 +10,9 @@ use clap::Subcommand;
 use prometheus_client::registry::Registry;
 use tollgate_model::Caller;
 use tollgate_policy::classes::{diff, LEASE};
-use tollgate_policy::{review, Admission, Decision, ModuleConfig, PolicyConfig, PolicyError};
+use tollgate_policy::{
+    review, Admission, Decision, Invariants, ModuleConfig, PolicyConfig, PolicyError,
+};
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
@@ -49,6 +51,15 @@ pub enum PolicyCommand {
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// Guard modules (directories or components) whose tests.yaml to run beside the policies'.
+        #[arg(long = "module")]
+        modules: Vec<PathBuf>,
+    },
+    /// Prove every invariant of the policy files (loaded together, as `policy.files` loads them)
+    /// over every request class; exit status 2 when one does not hold, with a witness each.
+    Check {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Guard modules to run after the policies (opaque: what they decide is sampled only).
         #[arg(long = "module")]
         modules: Vec<PathBuf>,
     },
@@ -125,10 +136,27 @@ fn module_expectations(command: PolicyCommand) -> anyhow::Result<PolicyCommand> 
     })
 }
 
+/// The policy files and modules as the daemon would load them: a generation whose invariants do
+/// not all hold is an error.
 fn load(files: Vec<PathBuf>, modules: Vec<PathBuf>) -> Result<Admission, PolicyError> {
+    load_as(files, modules, Invariants::Enforce)
+}
+
+/// The same, with invariants that do not hold reported instead: to review, diff, explain or
+/// check a candidate that breaks one.
+fn load_reporting(files: Vec<PathBuf>, modules: Vec<PathBuf>) -> Result<Admission, PolicyError> {
+    load_as(files, modules, Invariants::Report)
+}
+
+fn load_as(
+    files: Vec<PathBuf>,
+    modules: Vec<PathBuf>,
+    invariants: Invariants,
+) -> Result<Admission, PolicyError> {
     let config = PolicyConfig {
         files,
         modules: modules.into_iter().map(ModuleConfig::Path).collect(),
+        invariants,
         ..PolicyConfig::default()
     };
     Admission::load(&config, &mut Registry::default())
@@ -159,8 +187,31 @@ fn execute(command: PolicyCommand) -> Result<Changed, PolicyError> {
                 );
             }
         }
+        PolicyCommand::Check { files, modules } => {
+            let checked = load_reporting(files, modules)?
+                .current()
+                .invariants()
+                .to_vec();
+            for invariant in &checked {
+                println!("{invariant}");
+            }
+            let broken = checked.iter().filter(|c| !c.holds()).count();
+            println!(
+                "{} invariants: {} hold, {broken} do not",
+                checked.len(),
+                checked.len() - broken
+            );
+            return Ok(if broken > 0 {
+                Changed::Yes
+            } else {
+                Changed::No
+            });
+        }
         PolicyCommand::Review { file, modules } => {
-            print!("{}", review::table(&load(vec![file], modules)?.current()));
+            print!(
+                "{}",
+                review::table(&load_reporting(vec![file], modules)?.current())
+            );
         }
         PolicyCommand::Diff {
             old,
@@ -178,8 +229,8 @@ fn execute(command: PolicyCommand) -> Result<Changed, PolicyError> {
                 old.display(),
                 new.display()
             );
-            let old = load(vec![old], modules.clone())?.current();
-            let new = load(vec![new], modules)?.current();
+            let old = load_reporting(vec![old], modules.clone())?.current();
+            let new = load_reporting(vec![new], modules)?.current();
             let diff = diff::diff(&old, &new);
             if json {
                 println!(
@@ -218,7 +269,7 @@ fn execute(command: PolicyCommand) -> Result<Changed, PolicyError> {
                     .map(|f| f.display().to_string())
                     .collect::<Vec<_>>()
                     .join(" ");
-                let admission = load(side, modules.clone())?;
+                let admission = load_reporting(side, modules.clone())?;
                 let principal = principal.clone().unwrap_or_else(|| {
                     admission
                         .principal_for(uid, gid)
