@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use prometheus_client::registry::Registry;
 use tollgate_model::Caller;
+use tollgate_policy::classes::replay::{Replayer, Unused};
 use tollgate_policy::classes::{diff, LEASE};
 use tollgate_policy::{
     review, Admission, Decision, Invariants, ModuleConfig, PolicyConfig, PolicyError,
@@ -62,6 +63,39 @@ pub enum PolicyCommand {
         /// Guard modules to run after the policies (opaque: what they decide is sampled only).
         #[arg(long = "module")]
         modules: Vec<PathBuf>,
+    },
+    /// Decide every request of decision logs again under a candidate policy and print what would
+    /// change, grouped by principal, command class and the rule that would now decide, with an
+    /// example and a witness each; exit status 2 when some decision changes.
+    Replay {
+        /// Decision logs (JSON lines, as `policy.decision_log` writes them), read in order.
+        #[arg(long = "log", required = true)]
+        logs: Vec<PathBuf>,
+        /// The candidate policy files.
+        #[arg(long = "against", required = true)]
+        against: Vec<PathBuf>,
+        /// The policy the logs were written under: the old decisions are then its, and requests
+        /// whose recorded key classes the candidate splits are counted. Without it, the old
+        /// decisions are the logged ones.
+        #[arg(long = "policy")]
+        policy: Vec<PathBuf>,
+        /// Guard modules to run after either policy (opaque: what they decide is sampled only).
+        #[arg(long = "module")]
+        modules: Vec<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The rules, principals, command entries and key globs of a policy that decided nothing in
+    /// the decision logs, and the period the logs cover.
+    Unused {
+        #[arg(long = "log", required = true)]
+        logs: Vec<PathBuf>,
+        /// The policy files (default: the built-in default policy).
+        files: Vec<PathBuf>,
+        #[arg(long = "module")]
+        modules: Vec<PathBuf>,
+        #[arg(long)]
+        json: bool,
     },
     /// Show each module's verdict for one command: `explain --principal P -- CMD ARGS...`
     /// (`-- LEASE RESOURCE` for a lease); with `--against`, under a second policy too.
@@ -207,6 +241,76 @@ fn execute(command: PolicyCommand) -> Result<Changed, PolicyError> {
                 Changed::No
             });
         }
+        PolicyCommand::Replay {
+            logs,
+            against,
+            policy,
+            modules,
+            json,
+        } => {
+            let flags = |flag: &str, files: &[PathBuf]| -> String {
+                files
+                    .iter()
+                    .map(|f| format!(" --{flag} {}", f.display()))
+                    .collect()
+            };
+            let explain = format!(
+                "tollgate policy explain{}{}{}",
+                flags("policy", &policy),
+                flags("against", &against),
+                flags("module", &modules)
+            );
+            let old = if policy.is_empty() {
+                None
+            } else {
+                Some(load_reporting(policy, modules.clone())?.current())
+            };
+            let new = load_reporting(against, modules)?.current();
+            let mut replayer = Replayer::new(old.as_deref(), &new);
+            read_logs(&mut replayer, &logs)?;
+            let (replay, _) = replayer.finish();
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&replay).expect("a replay serialises")
+                );
+            } else {
+                print!("{}", replay.render(&explain));
+            }
+            return Ok(if replay.changed() {
+                Changed::Yes
+            } else {
+                Changed::No
+            });
+        }
+        PolicyCommand::Unused {
+            logs,
+            files,
+            modules,
+            json,
+        } => {
+            let generation = load_reporting(files, modules)?.current();
+            let mut replayer = Replayer::new(None, &generation);
+            read_logs(&mut replayer, &logs)?;
+            let (replay, usage) = replayer.finish();
+            let unused = usage.unused(&generation);
+            if json {
+                let value = serde_json::json!({
+                    "requests": replay.requests,
+                    "lines": replay.lines,
+                    "malformed": replay.malformed,
+                    "first_ms": replay.first_ms,
+                    "last_ms": replay.last_ms,
+                    "files": unused,
+                });
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&value).expect("a report serialises")
+                );
+            } else {
+                print!("{}", Unused::render(&unused, &replay));
+            }
+        }
         PolicyCommand::Review { file, modules } => {
             print!(
                 "{}",
@@ -289,6 +393,22 @@ fn execute(command: PolicyCommand) -> Result<Changed, PolicyError> {
         }
     }
     Ok(Changed::No)
+}
+
+/// Streams every log into `replayer`, file by file.
+fn read_logs(replayer: &mut Replayer<'_>, logs: &[PathBuf]) -> Result<(), PolicyError> {
+    for log in logs {
+        let read_error = |source| PolicyError::Read {
+            path: log.clone(),
+            source,
+        };
+        let file = std::fs::File::open(log).map_err(read_error)?;
+        let reader = std::io::BufReader::with_capacity(1 << 16, file);
+        replayer
+            .read(&log.display().to_string(), reader)
+            .map_err(read_error)?;
+    }
+    Ok(())
 }
 
 /// Prints each module's verdict on `argv` (`LEASE RESOURCE`: a lease request) and the decision.

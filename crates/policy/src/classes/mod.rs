@@ -15,6 +15,7 @@ pub mod diff;
 pub mod generated;
 pub mod keys;
 pub mod principals;
+pub mod replay;
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -247,19 +248,14 @@ impl<'g> Space<'g> {
     /// nothing: invariants' selectors) is constant on every class too ([`Space::selects`]).
     pub fn with_selectors(generations: &[&'g Generation], selectors: &'g [Rule]) -> Space<'g> {
         let rules = placed(generations, selectors);
-        let reserved_glob = format!("{}*", glob_escape(RESERVED_PREFIX));
-        let mut key_globs = BTreeSet::from([reserved_glob.clone()]);
+        let reserved_glob = reserved_glob();
         let mut lease_globs = BTreeSet::new();
         for placed in &rules {
-            match &placed.rule.target {
-                Target::Commands {
-                    keys: Some(globs), ..
-                } => key_globs.extend(globs.iter().cloned()),
-                Target::Commands { keys: None, .. } => {}
-                Target::Leases { resources } => lease_globs.extend(resources.iter().cloned()),
+            if let Target::Leases { resources } = &placed.rule.target {
+                lease_globs.extend(resources.iter().cloned());
             }
         }
-        let key_globs: Vec<String> = key_globs.into_iter().collect();
+        let key_globs = key_globs([rules.iter().map(|p| p.rule)]);
         let lease_globs: Vec<String> = lease_globs.into_iter().collect();
         let key_atoms = Atoms::new(&key_globs);
         let lease_atoms = Atoms::new(&lease_globs);
@@ -569,6 +565,28 @@ impl<'g> Space<'g> {
             Asks::Lease => vec![LEASE.to_owned()],
         }
     }
+}
+
+/// The glob of the reserved keyspace.
+fn reserved_glob() -> String {
+    format!("{}*", glob_escape(RESERVED_PREFIX))
+}
+
+/// The key globs that partition keys for `rules` (each set a policy file's, say): the reserved
+/// keyspace's and every command rule's, sorted, each once.
+pub fn key_globs<'r, R: IntoIterator<Item = &'r Rule>>(
+    rules: impl IntoIterator<Item = R>,
+) -> Vec<String> {
+    let mut globs = BTreeSet::from([reserved_glob()]);
+    for rule in rules.into_iter().flatten() {
+        if let Target::Commands {
+            keys: Some(keys), ..
+        } = &rule.target
+        {
+            globs.extend(keys.iter().cloned());
+        }
+    }
+    globs.into_iter().collect()
 }
 
 /// `text` as a glob that matches it literally.
