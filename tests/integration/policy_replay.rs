@@ -347,7 +347,50 @@ fn a_replay_report_of_a_recorded_day_has_a_reviewed_snapshot() {
     );
     let report =
         replay.render("tollgate policy explain --policy tenants.yaml --against tenants-new.yaml");
-    snapshot_settings().bind(|| insta::assert_snapshot!("replay__tenants__day", report));
+    snapshot_settings().bind(|| {
+        insta::assert_snapshot!("replay__tenants__day", report);
+        insta::assert_snapshot!(
+            "replay__tenants__day.json",
+            serde_json::to_string_pretty(&replay).unwrap()
+        );
+    });
+}
+
+/// A candidate with a glob that splits a class the day's keys were logged as: given the old
+/// policy, the replay counts the requests it can decide only by their witness keys.
+#[test]
+fn a_replay_counts_requests_whose_logged_key_classes_the_candidate_splits() {
+    let dir = tempfile::tempdir().unwrap();
+    let old_path = root().join("policies/examples/tenants.yaml");
+    let text = std::fs::read_to_string(&old_path).unwrap();
+    let split = text.replacen(
+        r#"keys: ["acme:*", "shared:*"]"#,
+        r#"keys: ["acme:*", "shared:*", "globex:public:*"]"#,
+        1,
+    );
+    let split = split[..split.find("\ntests:").unwrap()].to_owned();
+    let changed = dir.path().join("tenants-split.yaml");
+    std::fs::write(&changed, split).unwrap();
+    let old = admission(&config(&[&old_path], vec![])).current();
+    let new = admission(&config(&[&changed], vec![])).current();
+    let mut replayer = Replayer::new(Some(&old), &new);
+    let day = recorded_day();
+    replayer
+        .read("day.jsonl", std::io::Cursor::new(&day))
+        .unwrap();
+    let (replay, _) = replayer.finish();
+    // Every request with a key logged as `globex:x`: globex's own GET and SET, and acme's
+    // refused GETs of globex's keys.
+    let expected = day.lines().filter(|l| l.contains("\"globex:x\"")).count() as u64;
+    assert_eq!(replay.inexact, expected);
+    assert!(expected >= 40);
+    let report = replay.render("explain");
+    assert!(
+        report.contains(&format!(
+            "inexact: {expected} requests logged with key classes the candidate splits"
+        )),
+        "{report}"
+    );
 }
 
 #[test]
