@@ -330,3 +330,33 @@ async fn the_daemon_refuses_a_reload_that_breaks_an_invariant_and_keeps_serving_
         .expect("generation 1 still decides");
     daemon.stop().await;
 }
+
+/// An operator module is opaque to the classes: an invariant over classes it took part in holds
+/// for their witnesses, and says it was sampled; one decided without it does not say so.
+#[test]
+fn an_invariant_an_operator_module_takes_part_in_says_it_was_sampled() {
+    let path = root().join("policies/examples/tenants.yaml");
+    let prefix =
+        tollgate_policy::ModuleConfig::Path(tollgate_policy::built_component("key-prefix"));
+    let admission = admission(&config(&[&path], vec![prefix]));
+    let generation = admission.current();
+    let checked = generation.invariants();
+    let by_id = |id: &str| checked.iter().find(|c| c.id == id).unwrap();
+    // acme's reads of its own keys are admitted only if key-prefix agrees.
+    let reads = by_id("acme-reads-its-own");
+    assert!(reads.holds());
+    assert_eq!(reads.sampled, ["key-prefix"]);
+    assert!(
+        reads
+            .to_string()
+            .contains("[modules key-prefix took part: sampled only]"),
+        "{reads}"
+    );
+    // Writes to shared keys are refused by the YAML guard, before the module is asked.
+    let shared = by_id("shared-stays-read-only");
+    assert!(shared.holds() && shared.sampled.is_empty(), "{shared}");
+    // The module refuses `tollgate:x` for acme before the host would: its decision, sampled.
+    let reserved = by_id("no-principal-reaches-tollgate");
+    assert!(reserved.holds(), "{reserved}");
+    assert_eq!(reserved.sampled, ["key-prefix"]);
+}
