@@ -213,11 +213,12 @@ fn execute(command: PolicyCommand) -> Result<Changed, PolicyError> {
                 }
                 let compiled = &generation.files()[0];
                 println!(
-                    "{}: ok ({} rules, {} principals, {} expectations passed)",
+                    "{}: ok ({} rules, {} principals, {} expectations passed, {} invariants hold)",
                     file.display(),
                     compiled.policy.rules.len(),
                     compiled.principals.len(),
-                    compiled.tests.len()
+                    compiled.tests.len(),
+                    generation.invariants().len()
                 );
             }
         }
