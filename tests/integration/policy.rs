@@ -307,10 +307,11 @@ fn the_decision_log_has_a_json_line_per_decision_with_key_digests() {
     });
     admission.admit(&caller("local"), &argv("GET secret:1"));
     admission.admit(&caller("local"), &argv("FLUSHALL"));
+    admission.admit(&caller("local"), &argv("GET tollgate:lease:x"));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let lines: Vec<serde_json::Value> = loop {
         let text = std::fs::read_to_string(&path).unwrap_or_default();
-        if text.lines().count() >= 2 || std::time::Instant::now() > deadline {
+        if text.lines().count() >= 3 || std::time::Instant::now() > deadline {
             break text
                 .lines()
                 .map(|l| serde_json::from_str(l).unwrap())
@@ -318,7 +319,7 @@ fn the_decision_log_has_a_json_line_per_decision_with_key_digests() {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
-    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines.len(), 3, "{lines:?}");
     let (get, flush) = (&lines[0], &lines[1]);
     assert_eq!(
         (get["command"].as_str(), get["decision"].as_str()),
@@ -341,6 +342,20 @@ fn the_decision_log_has_a_json_line_per_decision_with_key_digests() {
         (Some("denied"), Some("no-wipe"))
     );
     assert_eq!(flush["cause"].as_str(), Some("rule"));
+    // What a replay needs, for admitted and denied commands alike: the peer's gid, the lane,
+    // when, and each key's class under the policy's globs as a witness key, never the key.
+    assert_eq!(get["gid"].as_u64(), Some(1000));
+    assert_eq!(get["lane"].as_str(), Some("regular"));
+    assert!(get["ts_ms"].as_u64().unwrap() > 1_700_000_000_000);
+    assert_eq!(get["regions"], serde_json::json!(["x"]));
+    assert_eq!(flush["lane"].as_str(), Some("regular"), "{flush}");
+    let reserved = &lines[2];
+    assert_eq!(
+        (reserved["decision"].as_str(), reserved["rule"].as_str()),
+        (Some("denied"), Some("reserved"))
+    );
+    assert_eq!(reserved["regions"], serde_json::json!(["tollgate:x"]));
+    assert_eq!(reserved["keys"][0].as_str().unwrap().len(), 16);
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! decision is a lock-free load plus the generation's module calls, and a reload swaps atomically.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -11,8 +11,8 @@ use prometheus_client::registry::Registry;
 use tollgate_model::Caller;
 
 use crate::config::PolicyConfig;
-use crate::decision::Decision;
-use crate::decision_log::{DecisionLog, Entry};
+use crate::decision::{Decision, Descriptor};
+use crate::decision_log::{DecisionLog, Entry, MAX_KEYS};
 use crate::error::PolicyError;
 use crate::generation::{Generation, GenerationInfo, Step};
 use crate::lease_memo::LeaseMemo;
@@ -79,14 +79,7 @@ impl Admission {
         let started = Instant::now();
         let generation = self.inner.current.load();
         let decision = generation.admit(caller, argv);
-        self.record(
-            log,
-            caller,
-            argv,
-            &decision,
-            generation.info.number,
-            started.elapsed(),
-        );
+        self.record(log, caller, argv, &decision, &generation, started.elapsed());
         decision
     }
 
@@ -103,7 +96,7 @@ impl Admission {
         };
         let share = started.elapsed() / argvs.len().max(1) as u32;
         for (argv, decision) in argvs.iter().zip(&decisions) {
-            self.record(log, caller, argv, decision, generation.info.number, share);
+            self.record(log, caller, argv, decision, &generation, share);
         }
         decisions
     }
@@ -131,23 +124,43 @@ impl Admission {
         caller: &Caller,
         argv: &[A],
         decision: &Decision,
-        generation: u64,
+        generation: &Generation,
         latency: Duration,
     ) {
         self.inner.metrics.decided(decision);
+        // A denied command's keys and lane, as the catalog describes it (cached for the argv
+        // shapes admission already asked about); none for a command no catalog knows.
+        let described;
+        let (descriptor, lane) = match decision {
+            Decision::Admitted {
+                descriptor, lane, ..
+            } => (Some(&**descriptor), Some(*lane)),
+            Decision::Denied(_) => {
+                described = generation.describe_argv(argv).map(|d| Descriptor::from(&d));
+                (described.as_ref(), described.as_ref().map(|d| d.lane))
+            }
+        };
+        let all = descriptor.map_or(0, |d| d.keys.len());
+        let keys = descriptor
+            .into_iter()
+            .flat_map(|d| d.keys(argv))
+            .take(MAX_KEYS)
+            .map(|key| Bytes::copy_from_slice(key.as_ref()))
+            .collect();
         log.record(Entry {
             principal: caller.principal.clone(),
             uid: caller.uid,
+            gid: caller.gid,
             pid: caller.pid,
-            keys: match decision {
-                Decision::Admitted { descriptor, .. } => descriptor
-                    .keys(argv)
-                    .map(|key| Bytes::copy_from_slice(key.as_ref()))
-                    .collect(),
-                Decision::Denied(_) => Vec::new(),
-            },
+            lane,
+            keys,
+            cut: all > MAX_KEYS,
+            regions: generation.key_regions(),
+            at_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
             decision: decision.clone(),
-            generation,
+            generation: generation.info.number,
             latency,
         });
     }

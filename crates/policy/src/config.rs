@@ -28,6 +28,20 @@ pub struct PolicyConfig {
     /// How long compiling every policy file of one generation may take; past it, the build fails.
     #[serde(with = "humantime_serde")]
     pub compile_deadline: Duration,
+    /// Whether a generation whose invariants do not all hold is refused (the daemon), or built
+    /// with them reported (`policy check`, and `explain`/`diff` of a candidate that breaks one).
+    #[serde(skip)]
+    pub invariants: Invariants,
+}
+
+/// What building a generation does with an invariant that does not hold.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Invariants {
+    /// The generation is refused ([`crate::PolicyError::Invariants`]).
+    #[default]
+    Enforce,
+    /// The generation is built; [`crate::Generation::invariants`] says which do not hold.
+    Report,
 }
 
 impl Default for PolicyConfig {
@@ -40,6 +54,7 @@ impl Default for PolicyConfig {
             decision_log: None,
             max_file_bytes: 1024 * 1024,
             compile_deadline: Duration::from_secs(10),
+            invariants: Invariants::Enforce,
         }
     }
 }

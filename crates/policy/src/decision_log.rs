@@ -1,21 +1,35 @@
-//! The decision log: one JSON line per decision (principal, the caller's uid and pid, command,
-//! keys, verdict, rule, module, generation, latency), written by its own thread. Admission only `try_send`s into a bounded
-//! queue, so a slow disk never delays a command: a full queue drops the line and counts it.
+//! The decision log: one JSON line per decision (when, principal, the caller's uid, gid and pid,
+//! command and lane, keys, verdict, rule, module, generation, latency), written by its own thread.
+//! Admission only `try_send`s into a bounded queue, so a slow disk never delays a command: a full
+//! queue drops the line and counts it.
+//!
+//! Admitted and denied commands alike carry what `tollgate policy replay` needs to decide them
+//! again: with `keys: digest` (the default) each key's class under the logging policy's key globs
+//! (`regions`: a witness key of the same class, such as `acme:x`, never the key itself) beside its
+//! digest; with `keys: raw`, the keys. At most [`MAX_KEYS`] keys, each at most [`MAX_KEY_BYTES`],
+//! are written; a line cut short says `"cut": true`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use prometheus_client::metrics::counter::Counter;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use tollgate_model::Lane;
 
+use crate::classes::atoms::Atoms;
 use crate::decision::Decision;
 
 /// Lines buffered between admission and the writer thread.
 const QUEUE: usize = 8192;
+/// Keys written per line at most (a `DEL` of a million keys is one line, not a megabyte).
+pub const MAX_KEYS: usize = 64;
+/// Bytes of a raw key written at most.
+pub const MAX_KEY_BYTES: usize = 512;
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -38,12 +52,22 @@ pub enum KeyRendering {
 /// What admission hands over; rendering (digests, JSON) happens on the writer thread.
 pub struct Entry {
     pub principal: String,
-    /// Who the kernel says sent it: the peer's uid and pid, so a line names the process too.
+    /// Who the kernel says sent it: the peer's uid, gid and pid, so a line names the process too
+    /// and a replay can map the peer to a principal under another policy.
     pub uid: u32,
+    pub gid: u32,
     pub pid: u32,
-    /// The keys of an admitted command (a denied one is logged without them): only these of its
-    /// arguments are written, so only these are copied.
+    /// The lane the catalog put the command on; `None` when no catalog knows it.
+    pub lane: Option<Lane>,
+    /// The command's keys (at most [`MAX_KEYS`], admitted or denied): only these of its arguments
+    /// are written, so only these are copied.
     pub keys: Vec<Bytes>,
+    /// Whether the command had more keys than `keys` holds.
+    pub cut: bool,
+    /// The logging generation's partition of keys by its globs, for `regions`.
+    pub regions: Option<Arc<Atoms>>,
+    /// When it was decided, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
     pub decision: Decision,
     pub generation: u64,
     pub latency: Duration,
@@ -51,11 +75,19 @@ pub struct Entry {
 
 #[derive(Serialize)]
 struct Line<'a> {
+    ts_ms: u64,
     principal: &'a str,
     uid: u32,
+    gid: u32,
     pid: u32,
     command: String,
+    lane: Option<&'static str>,
     keys: Vec<String>,
+    /// Each key's class under the logging policy's globs, as a witness key (`keys: digest`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    regions: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    cut: bool,
     decision: &'static str,
     rule: &'a str,
     module: &'a str,
@@ -127,9 +159,28 @@ fn write_lines(
 
 fn render(entry: &Entry, keys: KeyRendering) -> Line<'_> {
     let show = |key: &Bytes| match keys {
-        KeyRendering::Raw => String::from_utf8_lossy(key).into_owned(),
+        KeyRendering::Raw => {
+            String::from_utf8_lossy(&key[..key.len().min(MAX_KEY_BYTES)]).into_owned()
+        }
         KeyRendering::Digest => hex::encode(&Sha256::digest(key)[..8]),
     };
+    let regions = match (keys, &entry.regions) {
+        (KeyRendering::Digest, Some(atoms)) => Some(
+            entry
+                .keys
+                .iter()
+                .map(|key| {
+                    atoms
+                        .atom_of(key)
+                        .map(|at| String::from_utf8_lossy(&atoms.atoms[at].witness).into_owned())
+                        .unwrap_or_default()
+                })
+                .collect(),
+        ),
+        _ => None,
+    };
+    let cut = entry.cut
+        || keys == KeyRendering::Raw && entry.keys.iter().any(|k| k.len() > MAX_KEY_BYTES);
     let (decision, rule, module, cause, command, key_list) = match &entry.decision {
         Decision::Admitted {
             descriptor, rule, ..
@@ -147,15 +198,20 @@ fn render(entry: &Entry, keys: KeyRendering) -> Line<'_> {
             denial.module.as_str(),
             Some(denial.cause.as_str()),
             denial.command.clone(),
-            Vec::new(),
+            entry.keys.iter().map(show).collect(),
         ),
     };
     Line {
+        ts_ms: entry.at_ms,
         principal: &entry.principal,
         uid: entry.uid,
+        gid: entry.gid,
         pid: entry.pid,
         command,
+        lane: entry.lane.map(Lane::as_str),
         keys: key_list,
+        regions,
+        cut,
         decision,
         rule,
         module,
@@ -194,8 +250,13 @@ mod tests {
         Entry {
             principal: "app".into(),
             uid: 1000,
+            gid: 1000,
             pid: 1,
+            lane: None,
             keys: Vec::new(),
+            cut: false,
+            regions: None,
+            at_ms: 0,
             decision: Decision::Denied(Denial {
                 rule: "no-wipe".into(),
                 module: "yaml-guard".into(),

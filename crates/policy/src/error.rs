@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use crate::compile::Diagnostic;
+use crate::invariants::Checked;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
@@ -27,6 +28,18 @@ pub enum PolicyError {
     },
     #[error("policy self-test failed:\n{}", .0.join("\n"))]
     SelfTest(Vec<String>),
+    /// Some invariant does not hold: every invariant checked, those broken with a witness.
+    #[error("{}", broken(.0))]
+    Invariants(Vec<Checked>),
+}
+
+fn broken(checked: &[Checked]) -> String {
+    checked
+        .iter()
+        .filter(|c| !c.holds())
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn render(diagnostics: &[Diagnostic]) -> String {

@@ -15,11 +15,13 @@ use tollgate_model::Caller;
 use tollgate_policy_rules::{CompiledPolicy, LEASE_COMMAND};
 
 use crate::admissible::{self, Admissible};
+use crate::classes::{self, atoms::Atoms};
 use crate::compile::{self, CatalogCommand, CatalogIndex, CompiledFile, Expected, Principal};
-use crate::config::PolicyConfig;
+use crate::config::{Invariants, KeyRendering, PolicyConfig};
 use crate::decision::{Decision, Denial, DenyCause, Descriptor};
 use crate::described::{Described, DescribedCache};
 use crate::error::PolicyError;
+use crate::invariants::{self, Checked};
 use crate::reserved;
 use crate::sandbox::bindings::{self, Access, Argv, Categories, CommandFlags, KeyAccess, Verdict};
 use crate::sandbox::{
@@ -76,6 +78,11 @@ pub struct Generation {
     files: Vec<CompiledFile>,
     descriptors: Vec<bindings::Descriptor>,
     described: DescribedCache,
+    /// Every invariant of its files, as checked when it was built: each holds, unless it was
+    /// built with [`Invariants::Report`].
+    invariants: Vec<Checked>,
+    /// Its key globs' partition of keys, when its decisions are logged with key classes.
+    key_regions: Option<Arc<Atoms>>,
     pub info: GenerationInfo,
 }
 
@@ -207,16 +214,32 @@ impl Generation {
             .iter()
             .flat_map(|f| f.principals.iter().cloned())
             .collect();
-        let generation = Generation {
+        let mut generation = Generation {
             catalogs,
             guards,
             principals,
             files,
             descriptors,
             described: DescribedCache::default(),
+            invariants: Vec::new(),
+            key_regions: None,
             info,
         };
+        if config
+            .decision_log
+            .as_ref()
+            .is_some_and(|log| log.keys == KeyRendering::Digest)
+        {
+            generation.key_regions = Some(Arc::new(Atoms::new(&classes::key_globs(
+                generation.files.iter().map(|f| &f.policy.rules),
+            ))));
+        }
         generation.self_test()?;
+        let checked = invariants::check(&generation);
+        if config.invariants == Invariants::Enforce && checked.iter().any(|c| !c.holds()) {
+            return Err(PolicyError::Invariants(checked));
+        }
+        generation.invariants = checked;
         Ok(generation)
     }
 
@@ -292,6 +315,17 @@ impl Generation {
             }
         }
         failures
+    }
+
+    /// Its key globs' partition of keys (the reserved keyspace's too), when the decision log
+    /// writes key classes: the log names each key's region by a witness of it.
+    pub fn key_regions(&self) -> Option<Arc<Atoms>> {
+        self.key_regions.clone()
+    }
+
+    /// Every invariant of its files, as checked when it was built.
+    pub fn invariants(&self) -> &[Checked] {
+        &self.invariants
     }
 
     pub fn files(&self) -> &[CompiledFile] {

@@ -14,6 +14,7 @@ mod decision_log;
 mod described;
 mod error;
 mod generation;
+pub mod invariants;
 mod lease_memo;
 mod metrics;
 pub mod module_tests;
@@ -27,8 +28,8 @@ use std::path::PathBuf;
 pub use admissible::{Admissible, AdmissibleCommand, PrincipalReach};
 pub use admission::Admission;
 pub use config::{
-    DecisionLogConfig, KeyRendering, ModuleConfig, ModuleLimits, PolicyConfig, SandboxLimits,
-    DEFAULT_FUEL,
+    DecisionLogConfig, Invariants, KeyRendering, ModuleConfig, ModuleLimits, PolicyConfig,
+    SandboxLimits, DEFAULT_FUEL,
 };
 pub use decision::{Decision, Denial, DenyCause, Descriptor, KeyAccess, Traits};
 pub use error::PolicyError;

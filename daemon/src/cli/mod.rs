@@ -43,7 +43,7 @@ enum Command {
     /// Create, build, test and benchmark guard modules (Rust, JavaScript, Python).
     #[command(subcommand)]
     Module(module::ModuleCommand),
-    /// Compile, review, diff, test and explain YAML policies.
+    /// Compile, review, diff, test, check and explain YAML policies.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
     /// Print the Redis ACL users an external Redis needs (or, with --lanes-yaml, the config that

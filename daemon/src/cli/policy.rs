@@ -1,7 +1,7 @@
-//! `tollgate policy compile|review|diff|test|explain`: policy authoring from the shell, with the
-//! same compiler, sandbox and modules the daemon uses. Exit status 1 when a policy does not
+//! `tollgate policy compile|review|diff|test|check|explain`: policy authoring from the shell, with
+//! the same compiler, sandbox and modules the daemon uses. Exit status 1 when a policy does not
 //! compile, an expectation fails, or a file cannot be read; `diff` exits 2 when a decision changed
-//! (as `terraform plan -detailed-exitcode`).
+//! (as `terraform plan -detailed-exitcode`), `check` when an invariant does not hold.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,8 +9,11 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use prometheus_client::registry::Registry;
 use tollgate_model::Caller;
+use tollgate_policy::classes::replay::{Replayer, Unused};
 use tollgate_policy::classes::{diff, LEASE};
-use tollgate_policy::{review, Admission, Decision, ModuleConfig, PolicyConfig, PolicyError};
+use tollgate_policy::{
+    review, Admission, Decision, Invariants, ModuleConfig, PolicyConfig, PolicyError,
+};
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
@@ -51,6 +54,48 @@ pub enum PolicyCommand {
         /// Guard modules (directories or components) whose tests.yaml to run beside the policies'.
         #[arg(long = "module")]
         modules: Vec<PathBuf>,
+    },
+    /// Prove every invariant of the policy files (loaded together, as `policy.files` loads them)
+    /// over every request class; exit status 2 when one does not hold, with a witness each.
+    Check {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Guard modules to run after the policies (opaque: what they decide is sampled only).
+        #[arg(long = "module")]
+        modules: Vec<PathBuf>,
+    },
+    /// Decide every request of decision logs again under a candidate policy and print what would
+    /// change, grouped by principal, command class and the rule that would now decide, with an
+    /// example and a witness each; exit status 2 when some decision changes.
+    Replay {
+        /// Decision logs (JSON lines, as `policy.decision_log` writes them), read in order.
+        #[arg(long = "log", required = true)]
+        logs: Vec<PathBuf>,
+        /// The candidate policy files.
+        #[arg(long = "against", required = true)]
+        against: Vec<PathBuf>,
+        /// The policy the logs were written under: the old decisions are then its, and requests
+        /// whose recorded key classes the candidate splits are counted. Without it, the old
+        /// decisions are the logged ones.
+        #[arg(long = "policy")]
+        policy: Vec<PathBuf>,
+        /// Guard modules to run after either policy (opaque: what they decide is sampled only).
+        #[arg(long = "module")]
+        modules: Vec<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The rules, principals, command entries and key globs of a policy that decided nothing in
+    /// the decision logs, and the period the logs cover.
+    Unused {
+        #[arg(long = "log", required = true)]
+        logs: Vec<PathBuf>,
+        /// The policy files (default: the built-in default policy).
+        files: Vec<PathBuf>,
+        #[arg(long = "module")]
+        modules: Vec<PathBuf>,
+        #[arg(long)]
+        json: bool,
     },
     /// Show each module's verdict for one command: `explain --principal P -- CMD ARGS...`
     /// (`-- LEASE RESOURCE` for a lease); with `--against`, under a second policy too.
@@ -125,10 +170,27 @@ fn module_expectations(command: PolicyCommand) -> anyhow::Result<PolicyCommand> 
     })
 }
 
+/// The policy files and modules as the daemon would load them: a generation whose invariants do
+/// not all hold is an error.
 fn load(files: Vec<PathBuf>, modules: Vec<PathBuf>) -> Result<Admission, PolicyError> {
+    load_as(files, modules, Invariants::Enforce)
+}
+
+/// The same, with invariants that do not hold reported instead: to review, diff, explain or
+/// check a candidate that breaks one.
+fn load_reporting(files: Vec<PathBuf>, modules: Vec<PathBuf>) -> Result<Admission, PolicyError> {
+    load_as(files, modules, Invariants::Report)
+}
+
+fn load_as(
+    files: Vec<PathBuf>,
+    modules: Vec<PathBuf>,
+    invariants: Invariants,
+) -> Result<Admission, PolicyError> {
     let config = PolicyConfig {
         files,
         modules: modules.into_iter().map(ModuleConfig::Path).collect(),
+        invariants,
         ..PolicyConfig::default()
     };
     Admission::load(&config, &mut Registry::default())
@@ -151,16 +213,110 @@ fn execute(command: PolicyCommand) -> Result<Changed, PolicyError> {
                 }
                 let compiled = &generation.files()[0];
                 println!(
-                    "{}: ok ({} rules, {} principals, {} expectations passed)",
+                    "{}: ok ({} rules, {} principals, {} expectations passed, {} invariants hold)",
                     file.display(),
                     compiled.policy.rules.len(),
                     compiled.principals.len(),
-                    compiled.tests.len()
+                    compiled.tests.len(),
+                    generation.invariants().len()
                 );
             }
         }
+        PolicyCommand::Check { files, modules } => {
+            let checked = load_reporting(files, modules)?
+                .current()
+                .invariants()
+                .to_vec();
+            for invariant in &checked {
+                println!("{invariant}");
+            }
+            let broken = checked.iter().filter(|c| !c.holds()).count();
+            println!(
+                "{} invariants: {} hold, {broken} do not",
+                checked.len(),
+                checked.len() - broken
+            );
+            return Ok(if broken > 0 {
+                Changed::Yes
+            } else {
+                Changed::No
+            });
+        }
+        PolicyCommand::Replay {
+            logs,
+            against,
+            policy,
+            modules,
+            json,
+        } => {
+            let flags = |flag: &str, files: &[PathBuf]| -> String {
+                files
+                    .iter()
+                    .map(|f| format!(" --{flag} {}", f.display()))
+                    .collect()
+            };
+            let explain = format!(
+                "tollgate policy explain{}{}{}",
+                flags("policy", &policy),
+                flags("against", &against),
+                flags("module", &modules)
+            );
+            let old = if policy.is_empty() {
+                None
+            } else {
+                Some(load_reporting(policy, modules.clone())?.current())
+            };
+            let new = load_reporting(against, modules)?.current();
+            let mut replayer = Replayer::new(old.as_deref(), &new);
+            read_logs(&mut replayer, &logs)?;
+            let (replay, _) = replayer.finish();
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&replay).expect("a replay serialises")
+                );
+            } else {
+                print!("{}", replay.render(&explain));
+            }
+            return Ok(if replay.changed() {
+                Changed::Yes
+            } else {
+                Changed::No
+            });
+        }
+        PolicyCommand::Unused {
+            logs,
+            files,
+            modules,
+            json,
+        } => {
+            let generation = load_reporting(files, modules)?.current();
+            let mut replayer = Replayer::new(None, &generation);
+            read_logs(&mut replayer, &logs)?;
+            let (replay, usage) = replayer.finish();
+            let unused = usage.unused(&generation);
+            if json {
+                let value = serde_json::json!({
+                    "requests": replay.requests,
+                    "lines": replay.lines,
+                    "malformed": replay.malformed,
+                    "first_ms": replay.first_ms,
+                    "last_ms": replay.last_ms,
+                    "files": unused,
+                });
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&value).expect("a report serialises")
+                );
+            } else {
+                print!("{}", Unused::render(&unused, &replay));
+            }
+        }
         PolicyCommand::Review { file, modules } => {
-            print!("{}", review::table(&load(vec![file], modules)?.current()));
+            print!(
+                "{}",
+                review::table(&load_reporting(vec![file], modules)?.current())
+            );
         }
         PolicyCommand::Diff {
             old,
@@ -178,8 +334,8 @@ fn execute(command: PolicyCommand) -> Result<Changed, PolicyError> {
                 old.display(),
                 new.display()
             );
-            let old = load(vec![old], modules.clone())?.current();
-            let new = load(vec![new], modules)?.current();
+            let old = load_reporting(vec![old], modules.clone())?.current();
+            let new = load_reporting(vec![new], modules)?.current();
             let diff = diff::diff(&old, &new);
             if json {
                 println!(
@@ -218,7 +374,7 @@ fn execute(command: PolicyCommand) -> Result<Changed, PolicyError> {
                     .map(|f| f.display().to_string())
                     .collect::<Vec<_>>()
                     .join(" ");
-                let admission = load(side, modules.clone())?;
+                let admission = load_reporting(side, modules.clone())?;
                 let principal = principal.clone().unwrap_or_else(|| {
                     admission
                         .principal_for(uid, gid)
@@ -238,6 +394,22 @@ fn execute(command: PolicyCommand) -> Result<Changed, PolicyError> {
         }
     }
     Ok(Changed::No)
+}
+
+/// Streams every log into `replayer`, file by file.
+fn read_logs(replayer: &mut Replayer<'_>, logs: &[PathBuf]) -> Result<(), PolicyError> {
+    for log in logs {
+        let read_error = |source| PolicyError::Read {
+            path: log.clone(),
+            source,
+        };
+        let file = std::fs::File::open(log).map_err(read_error)?;
+        let reader = std::io::BufReader::with_capacity(1 << 16, file);
+        replayer
+            .read(&log.display().to_string(), reader)
+            .map_err(read_error)?;
+    }
+    Ok(())
 }
 
 /// Prints each module's verdict on `argv` (`LEASE RESOURCE`: a lease request) and the decision.

@@ -15,15 +15,16 @@ pub mod diff;
 pub mod generated;
 pub mod keys;
 pub mod principals;
+pub mod replay;
 
 use std::collections::{BTreeSet, HashMap};
 
 use serde::Serialize;
 use tollgate_model::reserved::RESERVED_PREFIX;
 use tollgate_model::{Caller, Lane};
-use tollgate_policy_rules::{Action, Rule, Target};
+use tollgate_policy_rules::{Action, Request, Rule, Subject, Target};
 
-use crate::decision::{Decision, DenyCause};
+use crate::decision::{Decision, DenyCause, Descriptor};
 use crate::generation::Generation;
 use atoms::Atoms;
 use commands::{CommandClass, CommandRules};
@@ -156,6 +157,10 @@ pub struct Class {
     /// The key class's [`keys::Condition`], numbered across the space (leases apart from
     /// commands, whose globs are numbered apart).
     pub condition: usize,
+    /// The witness command's place among its class's members (`None` for a lease).
+    pub member: Option<usize>,
+    /// The witness keys as bytes (the witness's own are text, for reading).
+    pub key_bytes: Vec<Vec<u8>>,
     pub witness: Witness,
     /// The decision under each generation.
     pub verdicts: Vec<Verdict>,
@@ -177,14 +182,16 @@ pub struct Space<'g> {
 /// A witness as judged: its command, lane, argv (if one was found) and each generation's decision.
 type Judged = (String, Option<Lane>, Option<Vec<Vec<u8>>>, Vec<Decision>);
 
-/// Where each rule of the generations stands: its generation, its file, the rule.
+/// Where each rule of the generations stands: its generation, its file, the rule; or a selector
+/// (an invariant's), which splits classes as a rule would but decides nothing.
 struct Placed<'g> {
     generation: usize,
     file: usize,
     rule: &'g Rule,
+    selector: bool,
 }
 
-fn placed<'g>(generations: &[&'g Generation]) -> Vec<Placed<'g>> {
+fn placed<'g>(generations: &[&'g Generation], selectors: &'g [Rule]) -> Vec<Placed<'g>> {
     let mut out = Vec::new();
     for (generation, g) in generations.iter().enumerate() {
         for (file, compiled) in g.files().iter().enumerate() {
@@ -192,9 +199,17 @@ fn placed<'g>(generations: &[&'g Generation]) -> Vec<Placed<'g>> {
                 generation,
                 file,
                 rule,
+                selector: false,
             }));
         }
     }
+    // Selectors name the principals of the first generation.
+    out.extend(selectors.iter().map(|rule| Placed {
+        generation: 0,
+        file: usize::MAX,
+        rule,
+        selector: true,
+    }));
     out
 }
 
@@ -226,20 +241,21 @@ impl<'g> Space<'g> {
     /// The classes of `generations` (one for a review, two for a diff). They are assumed to share
     /// their catalogs; the first generation's describes the commands.
     pub fn new(generations: &[&'g Generation]) -> Space<'g> {
-        let rules = placed(generations);
-        let reserved_glob = format!("{}*", glob_escape(RESERVED_PREFIX));
-        let mut key_globs = BTreeSet::from([reserved_glob.clone()]);
+        Space::with_selectors(generations, &[])
+    }
+
+    /// The classes of `generations`, split further so that each of `selectors` (rules that decide
+    /// nothing: invariants' selectors) is constant on every class too ([`Space::selects`]).
+    pub fn with_selectors(generations: &[&'g Generation], selectors: &'g [Rule]) -> Space<'g> {
+        let rules = placed(generations, selectors);
+        let reserved_glob = reserved_glob();
         let mut lease_globs = BTreeSet::new();
         for placed in &rules {
-            match &placed.rule.target {
-                Target::Commands {
-                    keys: Some(globs), ..
-                } => key_globs.extend(globs.iter().cloned()),
-                Target::Commands { keys: None, .. } => {}
-                Target::Leases { resources } => lease_globs.extend(resources.iter().cloned()),
+            if let Target::Leases { resources } = &placed.rule.target {
+                lease_globs.extend(resources.iter().cloned());
             }
         }
-        let key_globs: Vec<String> = key_globs.into_iter().collect();
+        let key_globs = key_globs([rules.iter().map(|p| p.rule)]);
         let lease_globs: Vec<String> = lease_globs.into_iter().collect();
         let key_atoms = Atoms::new(&key_globs);
         let lease_atoms = Atoms::new(&lease_globs);
@@ -283,6 +299,8 @@ impl<'g> Space<'g> {
                         continue;
                     }
                     match globs {
+                        // A selector closes nothing: it is no rule of the chain.
+                        None if placed.selector => {}
                         None => {
                             closed.insert((placed.generation, placed.file));
                         }
@@ -377,6 +395,7 @@ impl<'g> Space<'g> {
             })
             .collect();
         let text = |bytes: &Vec<u8>| String::from_utf8_lossy(bytes).into_owned();
+        let mut member = None;
         let (command, lane, argv, decisions): Judged = match asks {
             Asks::Lease => {
                 let resource = keys.first().map(text).unwrap_or_default();
@@ -392,10 +411,13 @@ impl<'g> Space<'g> {
             Asks::Command(c) => {
                 // The first member with a form that holds these keys, else the first.
                 let members = &self.commands[c].members;
-                let (variant, argv) = members
+                let (at, argv) = members
                     .iter()
-                    .find_map(|m| Some((m, m.argv(self.generations[0], &keys)?)))
-                    .map_or((&members[0], None), |(m, argv)| (m, Some(argv)));
+                    .enumerate()
+                    .find_map(|(at, m)| Some((at, m.argv(self.generations[0], &keys)?)))
+                    .map_or((0, None), |(at, argv)| (at, Some(argv)));
+                let variant = &members[at];
+                member = Some(at);
                 let decisions = self
                     .generations
                     .iter()
@@ -419,6 +441,8 @@ impl<'g> Space<'g> {
             asks,
             keys: k,
             condition,
+            member,
+            key_bytes: keys.clone(),
             witness: Witness {
                 uid: principal.uid,
                 gid: principal.gid,
@@ -430,6 +454,44 @@ impl<'g> Space<'g> {
             },
             verdicts,
         }
+    }
+
+    /// Whether `selector` (a rule, read as its action reads keys) matches the requests of `class`,
+    /// under the principal generation `at` gives them. Exact when the space was built
+    /// [`Space::with_selectors`] with it: the witness stands for every request of its class.
+    pub fn selects(&self, class: &Class, selector: &Rule, at: usize) -> bool {
+        let principal = self.principals[class.principal].principal(at);
+        match class.asks {
+            Asks::Lease => {
+                let resource = class.key_bytes.first().map_or(&[][..], Vec::as_slice);
+                selector.matches(&Request::<&[u8]> {
+                    principal: &principal,
+                    subject: Subject::Lease { resource },
+                })
+            }
+            Asks::Command(c) => {
+                let variant = &self.commands[c].members[class.member.unwrap_or(0)];
+                let native = Descriptor::from(&variant.descriptor);
+                let lane = Lane::ALL
+                    .iter()
+                    .position(|l| *l == variant.lane)
+                    .unwrap_or(0) as u8;
+                selector.matches(&Request {
+                    principal: &principal,
+                    subject: Subject::Command {
+                        name: &variant.name,
+                        categories: native.categories,
+                        lane,
+                        keys: &class.key_bytes,
+                    },
+                })
+            }
+        }
+    }
+
+    /// The generations compared.
+    pub fn generations(&self) -> &[&'g Generation] {
+        &self.generations
     }
 
     /// Whether every partition was computed in full (no search hit its bound).
@@ -503,6 +565,28 @@ impl<'g> Space<'g> {
             Asks::Lease => vec![LEASE.to_owned()],
         }
     }
+}
+
+/// The glob of the reserved keyspace.
+fn reserved_glob() -> String {
+    format!("{}*", glob_escape(RESERVED_PREFIX))
+}
+
+/// The key globs that partition keys for `rules` (each set a policy file's, say): the reserved
+/// keyspace's and every command rule's, sorted, each once.
+pub fn key_globs<'r, R: IntoIterator<Item = &'r Rule>>(
+    rules: impl IntoIterator<Item = R>,
+) -> Vec<String> {
+    let mut globs = BTreeSet::from([reserved_glob()]);
+    for rule in rules.into_iter().flatten() {
+        if let Target::Commands {
+            keys: Some(keys), ..
+        } = &rule.target
+        {
+            globs.extend(keys.iter().cloned());
+        }
+    }
+    globs.into_iter().collect()
 }
 
 /// `text` as a glob that matches it literally.

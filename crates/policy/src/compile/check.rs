@@ -10,11 +10,13 @@ use tollgate_model::{Lane, UNMAPPED_PREFIX};
 use tollgate_policy_rules::{glob, Action, Category, CategorySet, CompiledPolicy, Rule, Target};
 
 use super::shadow::{Shadow, Shadows, BUDGET};
-use super::source::{PolicyFile, PrincipalSource, RuleSource, ScriptAccess, TestSource};
+use super::source::{
+    InvariantSource, PolicyFile, PrincipalSource, RuleSource, ScriptAccess, TestSource,
+};
 use super::spans::Spans;
 use super::{
-    CatalogCommand, CatalogIndex, CompiledFile, Diagnostic, Expectation, Principal, Severity,
-    DEFAULT_DENY,
+    CatalogCommand, CatalogIndex, CompiledFile, Diagnostic, Expectation, Invariant, Must,
+    Principal, Severity, DEFAULT_DENY,
 };
 
 pub struct Checker<'a> {
@@ -95,6 +97,17 @@ impl<'a> Checker<'a> {
             .enumerate()
             .filter_map(|(index, test)| self.test(index, test, &known, &ids))
             .collect();
+        let mut invariant_ids = HashSet::new();
+        let mut invariants = Vec::new();
+        for (index, source) in file.invariants.iter().enumerate() {
+            if !invariant_ids.insert(source.id.as_str()) {
+                self.error(
+                    &format!("invariants.{index}.id"),
+                    format!("invariant id `{}` is used twice", source.id),
+                );
+            }
+            invariants.extend(self.invariant(index, source, &known));
+        }
         let (errors, warnings): (Vec<_>, Vec<_>) = self
             .diagnostics
             .into_iter()
@@ -110,6 +123,7 @@ impl<'a> Checker<'a> {
             },
             principals,
             tests,
+            invariants,
             warnings,
         })
     }
@@ -168,17 +182,7 @@ impl<'a> Checker<'a> {
     }
 
     fn rule(&mut self, at: &str, source: &RuleSource, known: &HashSet<&str>) -> Option<Rule> {
-        let principals = source.principals.as_ref().map(|names| {
-            for (index, name) in names.iter().enumerate() {
-                if !known.contains(name.as_str()) {
-                    self.error(
-                        &format!("{at}.principals.{index}"),
-                        format!("unknown principal `{name}`"),
-                    );
-                }
-            }
-            names.clone()
-        });
+        let principals = self.principals(at, &source.principals, known);
         let (action, reason) = match (&source.allow, &source.deny) {
             (Some(reason), None) => (Action::Allow, reason.clone()),
             (None, Some(reason)) => (Action::Deny, reason.clone()),
@@ -193,34 +197,15 @@ impl<'a> Checker<'a> {
                 return None;
             }
         };
-        let target = match (&source.commands, &source.leases) {
-            (Some(commands), None) => self.commands(at, source, commands)?,
-            (None, Some(resources)) => {
-                if source.keys.is_some() || source.lanes.is_some() {
-                    self.error(
-                        at,
-                        format!(
-                            "rule `{}`: `keys` and `lanes` apply to commands, not leases",
-                            source.id
-                        ),
-                    );
-                }
-                self.globs(&format!("{at}.leases"), resources);
-                Target::Leases {
-                    resources: resources.clone(),
-                }
-            }
-            _ => {
-                self.error(
-                    at,
-                    format!(
-                        "rule `{}` needs exactly one of `commands` or `leases`",
-                        source.id
-                    ),
-                );
-                return None;
-            }
-        };
+        let what = format!("rule `{}`", source.id);
+        let target = self.target(
+            at,
+            &what,
+            &source.commands,
+            &source.keys,
+            &source.lanes,
+            &source.leases,
+        )?;
         self.scripts(at, source, action, &target);
         Some(Rule {
             id: source.id.clone(),
@@ -228,6 +213,114 @@ impl<'a> Checker<'a> {
             target,
             action,
             reason,
+        })
+    }
+
+    /// A rule's or selector's `principals`, each checked to be known.
+    fn principals(
+        &mut self,
+        at: &str,
+        principals: &Option<Vec<String>>,
+        known: &HashSet<&str>,
+    ) -> Option<Vec<String>> {
+        principals.as_ref().map(|names| {
+            for (index, name) in names.iter().enumerate() {
+                if !known.contains(name.as_str()) {
+                    self.error(
+                        &format!("{at}.principals.{index}"),
+                        format!("unknown principal `{name}`"),
+                    );
+                }
+            }
+            names.clone()
+        })
+    }
+
+    /// What a rule or selector at `at` (`what` names it in messages) applies to: commands, with
+    /// optional keys and lanes, or lease resources.
+    fn target(
+        &mut self,
+        at: &str,
+        what: &str,
+        commands: &Option<Vec<String>>,
+        keys: &Option<Vec<String>>,
+        lanes: &Option<Vec<String>>,
+        leases: &Option<Vec<String>>,
+    ) -> Option<Target> {
+        match (commands, leases) {
+            (Some(commands), None) => self.commands(at, commands, keys, lanes),
+            (None, Some(resources)) => {
+                if keys.is_some() || lanes.is_some() {
+                    self.error(
+                        at,
+                        format!("{what}: `keys` and `lanes` apply to commands, not leases"),
+                    );
+                }
+                self.globs(&format!("{at}.leases"), resources);
+                Some(Target::Leases {
+                    resources: resources.clone(),
+                })
+            }
+            _ => {
+                self.error(
+                    at,
+                    format!("{what} needs exactly one of `commands` or `leases`"),
+                );
+                None
+            }
+        }
+    }
+
+    /// The invariant at `invariants.{index}`: its selector as a rule whose action reads keys as
+    /// the invariant does (`never`: deny, any key; `always`: allow, every key).
+    fn invariant(
+        &mut self,
+        index: usize,
+        source: &InvariantSource,
+        known: &HashSet<&str>,
+    ) -> Option<Invariant> {
+        let at = format!("invariants.{index}");
+        let (must, selector, field) = match (&source.never, &source.always) {
+            (Some(selector), None) => (Must::Never, selector, "never"),
+            (None, Some(selector)) => (Must::Always, selector, "always"),
+            _ => {
+                self.error(
+                    &at,
+                    format!(
+                        "invariant `{}` needs exactly one of `never: {{...}}` or `always: {{...}}`",
+                        source.id
+                    ),
+                );
+                return None;
+            }
+        };
+        let here = format!("{at}.{field}");
+        let what = format!("invariant `{}`", source.id);
+        let principals = self.principals(&here, &selector.principals, known);
+        let target = self.target(
+            &here,
+            &what,
+            &selector.commands,
+            &selector.keys,
+            &selector.lanes,
+            &selector.leases,
+        )?;
+        let (line, column) = self.spans.at(&at);
+        Some(Invariant {
+            id: source.id.clone(),
+            must,
+            selector: Rule {
+                id: source.id.clone(),
+                principals,
+                target,
+                action: match must {
+                    Must::Never => Action::Deny,
+                    Must::Always => Action::Allow,
+                },
+                reason: String::new(),
+            },
+            line,
+            column,
         })
     }
 
@@ -298,7 +391,13 @@ impl<'a> Checker<'a> {
         })
     }
 
-    fn commands(&mut self, at: &str, source: &RuleSource, commands: &[String]) -> Option<Target> {
+    fn commands(
+        &mut self,
+        at: &str,
+        commands: &[String],
+        keys: &Option<Vec<String>>,
+        lanes: &Option<Vec<String>>,
+    ) -> Option<Target> {
         if commands.is_empty() {
             self.error(
                 &format!("{at}.commands"),
@@ -335,7 +434,7 @@ impl<'a> Checker<'a> {
                 }
             }
         }
-        if let Some(keys) = &source.keys {
+        if let Some(keys) = keys {
             if keys.is_empty() {
                 self.error(
                     &format!("{at}.keys"),
@@ -344,7 +443,7 @@ impl<'a> Checker<'a> {
             }
             self.globs(&format!("{at}.keys"), keys);
         }
-        let lanes = source.lanes.as_ref().map(|lanes| {
+        let lanes = lanes.as_ref().map(|lanes| {
             lanes
                 .iter()
                 .enumerate()
@@ -360,7 +459,7 @@ impl<'a> Checker<'a> {
             names,
             categories,
             any,
-            keys: source.keys.clone(),
+            keys: keys.clone(),
             lanes,
         })
     }

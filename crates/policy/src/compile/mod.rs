@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use serde::Serialize;
-use tollgate_policy_rules::{CategorySet, CompiledPolicy};
+use tollgate_policy_rules::{CategorySet, CompiledPolicy, Rule};
 
 pub use source::Expected;
 
@@ -102,6 +102,40 @@ pub struct Expectation {
     pub line: usize,
 }
 
+/// What an invariant asks of the requests its selector picks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Must {
+    /// None of them is admitted.
+    Never,
+    /// Every one of them is admitted.
+    Always,
+}
+
+impl Must {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Must::Never => "never",
+            Must::Always => "always",
+        }
+    }
+}
+
+/// One entry of a policy's `invariants:` section, checked over every request class of each
+/// generation the file is part of ([`crate::invariants`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invariant {
+    pub id: String,
+    pub must: Must,
+    /// The requests it speaks of, as a rule: `Rule::matches` on a request answers whether the
+    /// invariant applies to it. A deny rule for `never` (it applies when any key lies in the
+    /// globs), an allow rule for `always` (when every key does).
+    pub selector: Rule,
+    /// Where the invariant is written (its node, as the YAML parser marks it).
+    pub line: usize,
+    pub column: usize,
+}
+
 /// A policy file that compiled, possibly with warnings.
 #[derive(Debug, Clone)]
 pub struct CompiledFile {
@@ -109,6 +143,7 @@ pub struct CompiledFile {
     pub policy: CompiledPolicy,
     pub principals: Vec<Principal>,
     pub tests: Vec<Expectation>,
+    pub invariants: Vec<Invariant>,
     pub warnings: Vec<Diagnostic>,
 }
 

@@ -17,6 +17,32 @@ pub struct PolicyFile {
     /// Expectations `tollgate policy test` checks against this very policy.
     #[serde(default)]
     pub tests: Vec<TestSource>,
+    /// What must never, or always, be admitted whatever the rules say: proven over every request
+    /// class at each compile and reload.
+    #[serde(default)]
+    pub invariants: Vec<InvariantSource>,
+}
+
+/// One invariant: an id and exactly one of `never` or `always`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InvariantSource {
+    pub id: String,
+    pub never: Option<SelectorSource>,
+    pub always: Option<SelectorSource>,
+}
+
+/// The requests an invariant speaks of, written as a rule's target is (`principals`, then
+/// `commands` with optional `keys` and `lanes`, or `leases`). Keys read as a rule's do: under
+/// `never`, a request with any key in the globs; under `always`, one whose every key is.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SelectorSource {
+    pub principals: Option<Vec<String>>,
+    pub commands: Option<Vec<String>>,
+    pub keys: Option<Vec<String>>,
+    pub lanes: Option<Vec<String>>,
+    pub leases: Option<Vec<String>>,
 }
 
 /// Who a principal is: peer credentials that map to it.

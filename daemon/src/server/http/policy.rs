@@ -78,6 +78,11 @@ async fn reload(request: Request<Incoming>, shared: &Services) -> Result<HttpRes
                     diagnostics.iter().map(ToString::to_string).collect()
                 }
                 PolicyError::SelfTest(failures) => failures.clone(),
+                PolicyError::Invariants(checked) => checked
+                    .iter()
+                    .filter(|c| !c.holds())
+                    .map(ToString::to_string)
+                    .collect(),
                 other => vec![other.to_string()],
             };
             reply(
