@@ -91,3 +91,32 @@ async fn under_the_default_policy_info_shows_database_zero_and_the_command_count
     assert!(stats.contains("cmdstat_"), "{stats}");
     daemon.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connected_clients_counts_the_daemons_clients_not_its_lanes() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        let mut client = RawClient::connect(&daemon.resp_socket()).await;
+        // Each sends something, so that its session is registered, and the lanes open.
+        assert_eq!(text(&client.call(&["SET", "k", "v"]).await), "OK");
+        clients.push(client);
+    }
+    let listed = text(&clients[0].call(&["CLIENT", "LIST"]).await);
+    assert_eq!(listed.lines().count(), 3, "{listed}");
+    let section = info(&mut clients[0], "clients").await;
+    assert!(section.contains("connected_clients:3\r\n"), "{section}");
+    drop(clients.pop());
+    // The closed session leaves the list (asynchronously): INFO follows CLIENT LIST.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let section = info(&mut clients[0], "clients").await;
+        if section.contains("connected_clients:2\r\n") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{section}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    daemon.stop().await;
+}

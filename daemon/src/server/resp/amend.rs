@@ -39,7 +39,12 @@ pub enum Amend {
     /// unless the caller `sees_every_key` (see `Generation::sees_every_key`), its `db0` line and
     /// the server-wide counts per command (`Commandstats`, `Errorstats`, `Latencystats`) are left
     /// out too: they count every tenant's keys and commands.
-    Info { sees_every_key: bool },
+    Info {
+        sees_every_key: bool,
+        /// The sessions the caller sees, for `connected_clients` (Redis counts the daemon's
+        /// lane connections there); `None` leaves Redis's count.
+        clients: Option<usize>,
+    },
     /// A script (`EVAL`, `FCALL` …): a call its lane's user was refused is told the policy's rule
     /// behind it (see [`ScriptNote`]).
     Script(Box<ScriptNote>),
@@ -66,6 +71,7 @@ impl Amend {
             // Told whether the caller sees every key once the caller is known (state.rs).
             "INFO" => Some(Amend::Info {
                 sees_every_key: false,
+                clients: None,
             }),
             _ => None,
         }
@@ -79,9 +85,12 @@ impl Amend {
             Amend::ConfigGet { fallback } if reply.starts_with(b"-") => fallback,
             Amend::ConfigGet { .. } => edit(reply, config_get),
             Amend::Script(note) => note.apply(reply),
-            Amend::Info { sees_every_key } => {
-                edit(reply, |frame| standalone_info(frame, sees_every_key))
-            }
+            Amend::Info {
+                sees_every_key,
+                clients,
+            } => edit(reply, |frame| {
+                standalone_info(frame, sees_every_key, clients)
+            }),
         }
     }
 }
@@ -186,7 +195,7 @@ fn edit(reply: Bytes, change: impl FnOnce(&mut Frame)) -> Bytes {
     }
 }
 
-fn standalone_info(frame: &mut Frame, sees_every_key: bool) {
+fn standalone_info(frame: &mut Frame, sees_every_key: bool, clients: Option<usize>) {
     let text = match frame {
         Frame::Bulk(text) | Frame::Verbatim { text, .. } => text,
         _ => return,
@@ -202,6 +211,14 @@ fn standalone_info(frame: &mut Frame, sees_every_key: bool) {
         }
         if !bare.is_empty() && !shown(section, bare, sees_every_key) {
             continue;
+        }
+        // The clients are the daemon's sessions (as CLIENT LIST shows them), not its lanes.
+        // blocked_clients stays Redis's: what Redis holds (a paused write, a blocking pop).
+        if let Some(clients) = clients.filter(|_| section.eq_ignore_ascii_case(b"clients")) {
+            if bare.starts_with(b"connected_clients:") {
+                edited.extend_from_slice(format!("connected_clients:{clients}\r\n").as_bytes());
+                continue;
+            }
         }
         match CLUSTER_LINES.iter().find(|(cluster, _)| bare == *cluster) {
             Some((cluster, standalone)) => {
@@ -274,7 +291,7 @@ mod tests {
 
     fn info(text: &str, sees_every_key: bool) -> String {
         let mut frame = Frame::Bulk(Bytes::from(text.to_owned()));
-        standalone_info(&mut frame, sees_every_key);
+        standalone_info(&mut frame, sees_every_key, None);
         String::from_utf8(frame.as_bytes().unwrap().to_vec()).unwrap()
     }
 
@@ -295,6 +312,19 @@ mod tests {
             info(INFO, false),
             "# Server\r\nredis_mode:standalone\r\n\r\n# Commandstats\r\n\r\n\
              # Errorstats\r\n\r\n# Cluster\r\ncluster_enabled:0\r\n\r\n# Keyspace\r\n"
+        );
+    }
+
+    #[test]
+    fn connected_clients_counts_the_sessions_the_caller_sees() {
+        let text = "# Clients\r\nconnected_clients:10\r\nblocked_clients:1\r\n\r\n\
+            # Stats\r\nconnected_clients:10\r\n";
+        let mut frame = Frame::Bulk(Bytes::from(text));
+        standalone_info(&mut frame, true, Some(3));
+        assert_eq!(
+            frame.as_bytes().unwrap(),
+            &b"# Clients\r\nconnected_clients:3\r\nblocked_clients:1\r\n\r\n\
+            # Stats\r\nconnected_clients:10\r\n"[..]
         );
     }
 }

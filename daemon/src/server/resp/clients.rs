@@ -119,6 +119,18 @@ pub struct Registration {
     pub client: Arc<Client>,
 }
 
+impl Registration {
+    /// How many sessions of the listener this one sees (as `CLIENT LIST` lists them), itself
+    /// included: `INFO`'s `connected_clients` for it.
+    pub fn sessions_seen(&self) -> usize {
+        let sessions = self.clients.sessions.lock();
+        sessions
+            .values()
+            .filter(|client| self.client.sees(client))
+            .count()
+    }
+}
+
 impl Drop for Registration {
     fn drop(&mut self) {
         self.clients.sessions.lock().remove(&self.client.id);

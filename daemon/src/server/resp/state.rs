@@ -224,9 +224,13 @@ impl SessionState {
             .current()
             .sees_every_key(&self.caller.principal);
         match plan {
-            Plan::Forward(forward, Some(Amend::Info { .. })) => {
-                Plan::Forward(forward, Some(Amend::Info { sees_every_key }))
-            }
+            Plan::Forward(forward, Some(Amend::Info { .. })) => Plan::Forward(
+                forward,
+                Some(Amend::Info {
+                    sees_every_key,
+                    clients: Some(self.me.sessions_seen()),
+                }),
+            ),
             Plan::Transaction | Plan::TransactionIn(_) if !sees_every_key => {
                 Plan::Refuse(Refusal::InfoInTransaction)
             }
