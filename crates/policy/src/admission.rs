@@ -17,6 +17,7 @@ use crate::error::PolicyError;
 use crate::generation::{Generation, GenerationInfo, Step};
 use crate::lease_memo::LeaseMemo;
 use crate::metrics::PolicyMetrics;
+use crate::proven;
 use crate::sandbox::Sandbox;
 
 /// Admission for the whole daemon; cheap to clone.
@@ -45,7 +46,7 @@ impl Admission {
                     detail: format!("{error:#}"),
                 })?,
             );
-        let generation = Generation::build(&sandbox, config, 1)?;
+        let generation = proven::build(&sandbox, config, 1)?;
         let metrics = PolicyMetrics::register(registry);
         metrics.reloaded(Some(1));
         let log = match &config.decision_log {
@@ -212,7 +213,7 @@ impl Admission {
     pub fn reload(&self) -> Result<GenerationInfo, PolicyError> {
         let _serial = self.inner.reloading.lock();
         let number = self.inner.current.load().info.number + 1;
-        match Generation::build(&self.inner.sandbox, &self.inner.config, number) {
+        match proven::build(&self.inner.sandbox, &self.inner.config, number) {
             Ok(generation) => {
                 let info = generation.info.clone();
                 self.inner.current.store(Arc::new(generation));

@@ -15,13 +15,13 @@ use tollgate_model::Caller;
 use tollgate_policy_rules::{CompiledPolicy, LEASE_COMMAND};
 
 use crate::admissible::{self, Admissible};
-use crate::classes::{self, atoms::Atoms};
+use crate::classes::atoms::Atoms;
 use crate::compile::{self, CatalogCommand, CatalogIndex, CompiledFile, Expected, Principal};
-use crate::config::{Invariants, KeyRendering, PolicyConfig};
+use crate::config::PolicyConfig;
 use crate::decision::{Decision, Denial, DenyCause, Descriptor};
 use crate::described::{Described, DescribedCache};
 use crate::error::PolicyError;
-use crate::invariants::{self, Checked};
+use crate::invariants::Checked;
 use crate::reserved;
 use crate::sandbox::bindings::{self, Access, Argv, Categories, CommandFlags, KeyAccess, Verdict};
 use crate::sandbox::{
@@ -80,15 +80,17 @@ pub struct Generation {
     described: DescribedCache,
     /// Every invariant of its files, as checked when it was built: each holds, unless it was
     /// built with [`Invariants::Report`].
-    invariants: Vec<Checked>,
+    pub(crate) invariants: Vec<Checked>,
     /// Its key globs' partition of keys, when its decisions are logged with key classes.
-    key_regions: Option<Arc<Atoms>>,
+    pub(crate) key_regions: Option<Arc<Atoms>>,
     pub info: GenerationInfo,
 }
 
 impl Generation {
     /// Compiles every policy file and module of `config`, then runs the policies' own tests.
-    pub fn build(
+    /// Not yet ready to decide: `proven::build` proves its invariants and gives it what its
+    /// decision log needs.
+    pub(crate) fn build(
         sandbox: &Arc<Sandbox>,
         config: &PolicyConfig,
         number: u64,
@@ -214,7 +216,7 @@ impl Generation {
             .iter()
             .flat_map(|f| f.principals.iter().cloned())
             .collect();
-        let mut generation = Generation {
+        let generation = Generation {
             catalogs,
             guards,
             principals,
@@ -225,21 +227,7 @@ impl Generation {
             key_regions: None,
             info,
         };
-        if config
-            .decision_log
-            .as_ref()
-            .is_some_and(|log| log.keys == KeyRendering::Digest)
-        {
-            generation.key_regions = Some(Arc::new(Atoms::new(&classes::key_globs(
-                generation.files.iter().map(|f| &f.policy.rules),
-            ))));
-        }
         generation.self_test()?;
-        let checked = invariants::check(&generation);
-        if config.invariants == Invariants::Enforce && checked.iter().any(|c| !c.holds()) {
-            return Err(PolicyError::Invariants(checked));
-        }
-        generation.invariants = checked;
         Ok(generation)
     }
 

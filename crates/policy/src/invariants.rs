@@ -3,16 +3,17 @@
 //! invariant's selector so that it is constant on every class — not by sampling. A class its
 //! selector picks whose decision breaks it is a witness, replayable with `policy explain`.
 //! Operator guard modules are opaque to the classes: where they take part, a holding invariant
-//! was checked on each class's witness only, and says so.
+//! was checked on each class's witness only, and says so. This file holds the report; the proof
+//! runs where generations are made ready (`proven.rs`), above both the classes and the
+//! generation, which the report's errors are raised from.
 
 use std::fmt;
 use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::classes::{Space, Verdict, Witness};
-use crate::compile::{Invariant, Must};
-use crate::generation::Generation;
+use crate::classes::{Verdict, Witness};
+use crate::compile::Must;
 
 /// One invariant, checked against one generation.
 #[derive(Debug, Clone, Serialize)]
@@ -36,7 +37,7 @@ pub struct Checked {
     pub complete: bool,
     /// `tollgate policy explain --policy FILE...`, to which a witness's flags and request add.
     #[serde(skip)]
-    explain: String,
+    pub(crate) explain: String,
 }
 
 /// A request that breaks an invariant, and the decision that does.
@@ -111,70 +112,4 @@ impl fmt::Display for Checked {
             }
         }
     }
-}
-
-/// Every invariant of every file of `generation`, in file order, checked over its classes.
-pub fn check(generation: &Generation) -> Vec<Checked> {
-    let stated: Vec<(PathBuf, &Invariant)> = generation
-        .files()
-        .iter()
-        .flat_map(|file| file.invariants.iter().map(|i| (file.path.clone(), i)))
-        .collect();
-    if stated.is_empty() {
-        return Vec::new();
-    }
-    let selectors: Vec<_> = stated.iter().map(|(_, i)| i.selector.clone()).collect();
-    let space = Space::with_selectors(&[generation], &selectors);
-    let explain: String = std::iter::once("tollgate policy explain".to_owned())
-        .chain(
-            generation
-                .files()
-                .iter()
-                .filter(|file| !file.path.starts_with("<built-in>"))
-                .map(|file| format!("--policy {}", file.path.display())),
-        )
-        .collect::<Vec<_>>()
-        .join(" ");
-    stated
-        .into_iter()
-        .map(|(file, invariant)| {
-            let mut checked = Checked {
-                file,
-                id: invariant.id.clone(),
-                must: invariant.must,
-                line: invariant.line,
-                column: invariant.column,
-                classes: 0,
-                violations: 0,
-                witness: None,
-                sampled: Vec::new(),
-                complete: space.complete(),
-                explain: explain.clone(),
-            };
-            for class in &space.classes {
-                if !space.selects(class, &invariant.selector, 0) {
-                    continue;
-                }
-                checked.classes += 1;
-                let verdict = &class.verdicts[0];
-                for module in &verdict.sampled {
-                    if !checked.sampled.contains(module) {
-                        checked.sampled.push(module.clone());
-                    }
-                }
-                let broken = match invariant.must {
-                    Must::Never => verdict.allowed,
-                    Must::Always => !verdict.allowed,
-                };
-                if broken {
-                    checked.violations += 1;
-                    checked.witness.get_or_insert_with(|| Broken {
-                        witness: class.witness.clone(),
-                        verdict: verdict.clone(),
-                    });
-                }
-            }
-            checked
-        })
-        .collect()
 }

@@ -19,6 +19,7 @@ mod lease_memo;
 mod metrics;
 pub mod module_tests;
 mod probe;
+mod proven;
 mod reserved;
 pub mod review;
 mod sandbox;

@@ -41,7 +41,7 @@ impl PrincipalClass {
     /// The flags that make `policy explain` judge as this class's witness peer.
     pub fn replay(&self) -> String {
         let principals: Vec<String> = (0..self.names.len()).map(|at| self.principal(at)).collect();
-        peer_flags(self.uid, self.gid, &principals)
+        super::verdict::peer_flags(self.uid, self.gid, &principals)
     }
 
     /// `app (uid 1000)`, `reporting (gid 3000)`, `local (any other uid)`; `a -> b` when the
@@ -102,14 +102,4 @@ pub fn classes(generations: &[&Generation]) -> Vec<PrincipalClass> {
         }
     }
     out
-}
-
-/// How `policy explain` is told the peer `uid`/`gid` whose principal under each generation is
-/// `principals`: by name when they agree on a mapped one.
-pub(super) fn peer_flags(uid: u32, gid: u32, principals: &[String]) -> String {
-    let same = principals.windows(2).all(|w| w[0] == w[1]);
-    match principals.first() {
-        Some(name) if same && !name.starts_with("uid:") => format!("--principal {name}"),
-        _ => format!("--uid {uid} --gid {gid}"),
-    }
 }
