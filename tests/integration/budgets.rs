@@ -163,6 +163,47 @@ async fn last_error(stream: UnixStream) -> String {
     frames.last().map(text).unwrap_or_default()
 }
 
+/// Sixteen connections that each start a `mib` MiB `SET` and never finish it (one chunk short),
+/// each held open until its task is aborted; and how many bytes they got written.
+fn unfinished_frames(
+    socket: &Path,
+    mib: usize,
+) -> (Vec<tokio::task::JoinHandle<()>>, Arc<AtomicUsize>) {
+    let written = Arc::new(AtomicUsize::new(0));
+    let holders = (0..16)
+        .map(|_| {
+            let (socket, written) = (socket.to_owned(), written.clone());
+            tokio::spawn(async move {
+                let mut stream = UnixStream::connect(&socket).await.unwrap();
+                let header = format!("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n${}\r\n", mib * MIB);
+                stream.write_all(header.as_bytes()).await.unwrap();
+                let chunk = vec![b'x'; 256 * 1024];
+                for _ in 0..(mib * 4 - 1) {
+                    if stream.write_all(&chunk).await.is_err() {
+                        break;
+                    }
+                    written.fetch_add(chunk.len(), Ordering::Relaxed);
+                }
+                std::future::pending::<()>().await;
+            })
+        })
+        .collect();
+    (holders, written)
+}
+
+/// Returns once `written` has not moved for a second: the daemon has stopped reading the writers.
+async fn until_still(written: &AtomicUsize) -> usize {
+    let mut last = 0;
+    let mut still = 0;
+    while still < 5 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = written.load(Ordering::Relaxed);
+        still = if now == last { still + 1 } else { 0 };
+        last = now;
+    }
+    last
+}
+
 #[tokio::test]
 async fn budgets_a_client_that_never_reads_is_disconnected_at_its_output_limit() {
     let daemon = Daemon::start(
@@ -236,35 +277,9 @@ async fn budgets_unfinished_frames_wait_for_the_total_and_one_over_its_input_lim
     // clients together hold the total, and keeps serving small commands.
     let before = daemon.rss();
     let watch = daemon.watch();
-    let written = Arc::new(AtomicUsize::new(0));
-    let mut holders = Vec::new();
-    for _ in 0..16 {
-        let mut stream = UnixStream::connect(&daemon.resp).await.unwrap();
-        let written = written.clone();
-        holders.push(tokio::spawn(async move {
-            let header = format!("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n${}\r\n", 60 * MIB);
-            stream.write_all(header.as_bytes()).await.unwrap();
-            let chunk = vec![b'x'; 256 * 1024];
-            // Never finished: one byte short.
-            for _ in 0..(60 * 4 - 1) {
-                if stream.write_all(&chunk).await.is_err() {
-                    return stream;
-                }
-                written.fetch_add(chunk.len(), Ordering::Relaxed);
-            }
-            stream
-        }));
-    }
+    let (holders, written) = unfinished_frames(&daemon.resp, 60);
     let answered = served_meanwhile(&daemon.resp, async {
-        // Until the writers stop making progress: the daemon has stopped reading them.
-        let mut last = 0;
-        let mut still = 0;
-        while still < 5 {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            let now = written.load(Ordering::Relaxed);
-            still = if now == last { still + 1 } else { 0 };
-            last = now;
-        }
+        until_still(&written).await;
     })
     .await;
     let peak = watch.peak();
@@ -395,33 +410,8 @@ async fn budgets_clients_that_hang_up_while_paused_give_the_total_back_at_once()
     .await;
     // Sixteen connections each start a 30 MiB frame and never finish it: together they hold the
     // total, and the daemon stops reading them.
-    let written = Arc::new(AtomicUsize::new(0));
-    let mut holders = Vec::new();
-    for _ in 0..16 {
-        let mut stream = UnixStream::connect(&daemon.resp).await.unwrap();
-        let written = written.clone();
-        holders.push(tokio::spawn(async move {
-            let header = format!("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n${}\r\n", 30 * MIB);
-            stream.write_all(header.as_bytes()).await.unwrap();
-            let chunk = vec![b'x'; 256 * 1024];
-            for _ in 0..(30 * 4 - 1) {
-                if stream.write_all(&chunk).await.is_err() {
-                    break;
-                }
-                written.fetch_add(chunk.len(), Ordering::Relaxed);
-            }
-            // Held open until the task is aborted.
-            std::future::pending::<()>().await;
-        }));
-    }
-    let mut last = 0;
-    let mut still = 0;
-    while still < 5 {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let now = written.load(Ordering::Relaxed);
-        still = if now == last { still + 1 } else { 0 };
-        last = now;
-    }
+    let (holders, written) = unfinished_frames(&daemon.resp, 30);
+    let last = until_still(&written).await;
     assert!(last < 16 * 30 * MIB, "the holders were not paused");
 
     // A victim's 1 MiB SET waits for room under the total...

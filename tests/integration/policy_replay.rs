@@ -12,7 +12,7 @@ use tollgate_policy::classes::replay::{Replayer, Unused};
 use tollgate_policy::{DecisionLogConfig, KeyRendering};
 use tollgate_testkit::RedisServer;
 
-use crate::policy_support::{admission, config, root};
+use crate::policy_support::{admission, config, root, snapshot_settings};
 use crate::support::daemon::{tempdir, TestDaemon};
 
 const OLD: &str = r#"principals:
@@ -292,14 +292,6 @@ fn recorded_day() -> String {
     out.insert(7, "{\"ts_ms\": 1, \"truncated".to_owned());
     out.insert(30, "not json at all".to_owned());
     out.join("\n") + "\n"
-}
-
-fn snapshot_settings() -> insta::Settings {
-    let mut settings = insta::Settings::clone_current();
-    settings.set_snapshot_path(root().join("snapshots"));
-    settings.set_prepend_module_to_snapshot(false);
-    settings.set_omit_expression(true);
-    settings
 }
 
 /// The tenants example, `shared-is-read-only` removed and acme's reads narrowed to its own keys.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use tollgate_policy::{review, PolicyConfig};
 
-use crate::policy_support::{admission, config, fuel_limits, root};
+use crate::policy_support::{admission, config, fuel_limits, root, snapshot_settings};
 
 /// Every `*.yaml` under policies/, except the guest modules' tree.
 fn policy_files() -> Vec<PathBuf> {
@@ -27,14 +27,6 @@ fn policy_files() -> Vec<PathBuf> {
     let mut out = Vec::new();
     walk(&root().join("policies"), &mut out);
     out
-}
-
-fn snapshot_settings() -> insta::Settings {
-    let mut settings = insta::Settings::clone_current();
-    settings.set_snapshot_path(root().join("snapshots"));
-    settings.set_prepend_module_to_snapshot(false);
-    settings.set_omit_expression(true);
-    settings
 }
 
 #[test]

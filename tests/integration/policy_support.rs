@@ -16,6 +16,15 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Where the policy snapshots (`snapshots/`) are kept, named without the test module's name.
+pub fn snapshot_settings() -> insta::Settings {
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path(root().join("snapshots"));
+    settings.set_prepend_module_to_snapshot(false);
+    settings.set_omit_expression(true);
+    settings
+}
+
 pub fn fuel_limits() -> SandboxLimits {
     SandboxLimits {
         fuel: FUEL,

@@ -66,6 +66,19 @@ pub enum DenyCause {
 }
 
 impl DenyCause {
+    /// Every cause a denial can have.
+    pub const ALL: [DenyCause; 9] = [
+        DenyCause::Rule,
+        DenyCause::NoRule,
+        DenyCause::UnknownCommand,
+        DenyCause::WrongArity,
+        DenyCause::Trap,
+        DenyCause::Deadline,
+        DenyCause::OutOfMemory,
+        DenyCause::Malformed,
+        DenyCause::Reserved,
+    ];
+
     /// Whether a module failed (as opposed to a rule or the catalog deciding).
     pub fn is_fault(self) -> bool {
         matches!(

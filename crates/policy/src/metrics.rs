@@ -26,19 +26,6 @@ struct ReloadLabels {
     outcome: &'static str,
 }
 
-/// Every cause a denial can have, so their counters exist (and cost no lookup) from the start.
-const CAUSES: [DenyCause; 9] = [
-    DenyCause::Rule,
-    DenyCause::NoRule,
-    DenyCause::UnknownCommand,
-    DenyCause::WrongArity,
-    DenyCause::Trap,
-    DenyCause::Deadline,
-    DenyCause::OutOfMemory,
-    DenyCause::Malformed,
-    DenyCause::Reserved,
-];
-
 #[derive(Clone, Default)]
 pub struct PolicyMetrics {
     decisions: Family<DecisionLabels, Counter>,
@@ -62,7 +49,8 @@ impl PolicyMetrics {
                 cause: "",
             })
             .clone();
-        metrics.denied = CAUSES
+        // Every cause's counter exists (and costs no lookup) from the start.
+        metrics.denied = DenyCause::ALL
             .iter()
             .map(|&cause| {
                 let labels = DecisionLabels {

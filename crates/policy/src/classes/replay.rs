@@ -511,19 +511,7 @@ fn change(old: &Verdict, new: &Verdict) -> Option<Change> {
 }
 
 fn cause(text: &str) -> Option<DenyCause> {
-    [
-        DenyCause::Rule,
-        DenyCause::NoRule,
-        DenyCause::UnknownCommand,
-        DenyCause::WrongArity,
-        DenyCause::Trap,
-        DenyCause::Deadline,
-        DenyCause::OutOfMemory,
-        DenyCause::Malformed,
-        DenyCause::Reserved,
-    ]
-    .into_iter()
-    .find(|c| c.as_str() == text)
+    DenyCause::ALL.into_iter().find(|c| c.as_str() == text)
 }
 
 /// `2026-12-02T16:45:32.120Z`.
