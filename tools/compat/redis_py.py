@@ -39,6 +39,10 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+# The lane users for a private redis-server, as the end-to-end benchmark provisions them.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benches"))
+from e2e import private_acl  # noqa: E402
+
 REDIS_PY = "6.4.0"
 # The suite's test dependencies (dev_requirements.txt), pinned. redis-entraid goes in without its
 # dependencies, which would pull a newer redis from PyPI over the sdist's.
@@ -191,15 +195,6 @@ async def pump(reader, writer):
     finally:
         # A hang-up on one side hangs up the other, as a direct connection would.
         writer.close()
-
-
-def private_acl(acl):
-    """`tollgate redis-acl`'s lines for a redis-server private to this run: the lane and lease
-    users, without the last two (an administrator, and `default` turned off). redis-benchmark's
-    direct baseline and this script's own probes use `default`, so it stays on, and the daemon
-    is told to trust it (`redis.trusted_users: [default]`), as an operator would have to."""
-    return "".join(line for line in acl.splitlines(keepends=True)
-                   if '"tollgate-root"' not in line and '"default" "off"' not in line)
 
 
 class Tollgate:

@@ -78,18 +78,13 @@ impl Budget {
     pub fn scaled(self, scaling: Scaling, args: usize, bytes: usize) -> Budget {
         match scaling {
             Scaling::Fixed => self,
-            Scaling::WithArguments => Budget {
-                fuel: self
-                    .fuel
-                    .saturating_add(FUEL_PER_ARG.saturating_mul(args as u64)),
-                deadline: self
-                    .deadline
-                    .saturating_add(DEADLINE_PER_ARG.saturating_mul(wire(args))),
-                memory: self
-                    .memory
-                    .saturating_add(MEMORY_PER_ARG.saturating_mul(args))
+            Scaling::WithArguments => self.plus(
+                FUEL_PER_ARG.saturating_mul(args as u64),
+                DEADLINE_PER_ARG.saturating_mul(wire(args)),
+                MEMORY_PER_ARG
+                    .saturating_mul(args)
                     .saturating_add(MEMORY_PER_BYTE.saturating_mul(bytes)),
-            },
+            ),
         }
     }
 }
@@ -104,21 +99,24 @@ const LOAD_DEADLINE_PER_BYTE: Duration = Duration::from_nanos(500);
 const LOAD_MEMORY_PER_BYTE: usize = 8;
 
 impl Budget {
+    /// This budget with `fuel`, `deadline` and `memory` more (each saturating).
+    fn plus(self, fuel: u64, deadline: Duration, memory: usize) -> Budget {
+        Budget {
+            fuel: self.fuel.saturating_add(fuel),
+            deadline: self.deadline.saturating_add(deadline),
+            memory: self.memory.saturating_add(memory),
+        }
+    }
+
     /// This budget for creating an instance whose config is `config` bytes long, under `scaling`.
     pub fn loading(self, scaling: Scaling, config: usize) -> Budget {
         match scaling {
             Scaling::Fixed => self,
-            Scaling::WithArguments => Budget {
-                fuel: self
-                    .fuel
-                    .saturating_add(LOAD_FUEL_PER_BYTE.saturating_mul(config as u64)),
-                deadline: self
-                    .deadline
-                    .saturating_add(LOAD_DEADLINE_PER_BYTE.saturating_mul(wire(config))),
-                memory: self
-                    .memory
-                    .saturating_add(LOAD_MEMORY_PER_BYTE.saturating_mul(config)),
-            },
+            Scaling::WithArguments => self.plus(
+                LOAD_FUEL_PER_BYTE.saturating_mul(config as u64),
+                LOAD_DEADLINE_PER_BYTE.saturating_mul(wire(config)),
+                LOAD_MEMORY_PER_BYTE.saturating_mul(config),
+            ),
         }
     }
 }
