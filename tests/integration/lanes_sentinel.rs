@@ -3,7 +3,7 @@
 //! so does the daemon configured with `redis.sentinel`, serving RESP clients throughout.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -13,18 +13,11 @@ use tollgate_lanes::{
     Endpoint, Exclusive, Lanes, LanesConfig, Multiplexed, RedisConfig, SentinelAuth, Topology,
 };
 use tollgate_resp::Frame;
-use tollgate_testkit::RedisServer;
+use tollgate_testkit::{loopback_port, RedisServer};
 
 use crate::lanes::cmd;
 use crate::support::daemon::TestDaemon;
 use crate::support::raw::{text, RawClient};
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port()
-}
 
 /// One inline command over TCP, after `AUTH <password>` when `password` is given.
 fn tcp_inline(port: u16, password: Option<&str>, command: &str) -> Option<String> {
@@ -60,7 +53,7 @@ impl Sentinel {
     /// locked with `requirepass` when `password` is given.
     fn start(master_port: u16, password: Option<&str>) -> Sentinel {
         let dir = tempfile::tempdir().expect("temporary directory");
-        let port = free_port();
+        let port = loopback_port();
         let conf = dir.path().join("sentinel.conf");
         std::fs::write(
             &conf,
@@ -178,14 +171,14 @@ impl Deployment {
         adjust: impl Fn(tollgate_testkit::RedisServerBuilder) -> tollgate_testkit::RedisServerBuilder,
         sentinel_password: Option<&str>,
     ) -> Deployment {
-        let master_port = free_port();
+        let master_port = loopback_port();
         let master = adjust(RedisServer::builder())
             .arg("--port")
             .arg(master_port.to_string())
             .arg("--bind")
             .arg("127.0.0.1")
             .start();
-        let replica_port = free_port();
+        let replica_port = loopback_port();
         let replica = adjust(RedisServer::builder())
             .arg("--port")
             .arg(replica_port.to_string())

@@ -13,14 +13,13 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use tollgate_resp::Frame;
 
-use crate::RedisServer;
+use crate::{loopback_port, RedisServer};
 
 /// How long forming the cluster, a failover or a migration may take before the test gives up.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -448,8 +447,8 @@ fn share(index: usize, masters: usize) -> (u16, u16) {
 }
 
 fn start_node() -> ClusterNode {
-    let port = free_port();
-    let bus = free_port();
+    let port = loopback_port();
+    let bus = loopback_port();
     // `--port` after RedisServer's own `--port 0`: the last one given wins.
     let server = RedisServer::builder()
         .arg("--port")
@@ -482,14 +481,6 @@ fn start_node() -> ClusterNode {
         .unwrap_or_else(|| panic!("CLUSTER MYID: {id}"))
         .to_owned();
     node
-}
-
-/// A loopback port nothing listens on right now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|address| address.port())
-        .expect("find a free loopback port")
 }
 
 fn bulk_text(frame: &Frame) -> String {

@@ -4,7 +4,9 @@
 
 mod cluster;
 pub mod http;
+mod ports;
 mod redis_server;
 
 pub use cluster::{Calls, ClusterNode, RedisCluster};
+pub use ports::loopback_port;
 pub use redis_server::{admin_password, login, RedisServer, RedisServerBuilder, ADMIN_USER};
