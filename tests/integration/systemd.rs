@@ -16,12 +16,23 @@ use crate::support::daemon::tempdir;
 /// How long the daemon may take to say READY=1 (an embedded redis-server starts first).
 const PATIENCE: Duration = Duration::from_secs(60);
 
+/// The systemd tool `name` from PATH. Outside CI a missing tool skips the test (saying so); in CI,
+/// where scripts/setup.sh installs Debian's `systemd`, it fails it: a skip there would be a test
+/// that cannot fail.
 fn tool(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
+    let found = std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
             .map(|dir| dir.join(name))
             .find(|path| path.is_file())
-    })
+    });
+    if found.is_none() {
+        let missing = format!(
+            "{name} is not installed (Debian package `systemd`; scripts/setup.sh installs it)"
+        );
+        assert!(std::env::var_os("CI").is_none(), "{missing}");
+        eprintln!("SKIPPED: {missing}");
+    }
+    found
 }
 
 /// The next notification, or `None` when none came within `limit`.
@@ -75,10 +86,7 @@ impl Activated {
     /// `systemd-socket-activate` holding both sockets, the daemon exec'd on the first connection
     /// (which the test makes, to the RESP socket), `WATCHDOG_USEC` set when `watchdog` is.
     fn start(policy_interval: &str, watchdog: Option<Duration>) -> Option<Activated> {
-        let Some(activate) = tool("systemd-socket-activate") else {
-            eprintln!("SKIPPED: systemd-socket-activate is not installed (Debian package `systemd`; scripts/setup.sh installs it)");
-            return None;
-        };
+        let activate = tool("systemd-socket-activate")?;
         let dir = tempdir();
         let passed = dir.path().join("passed");
         std::fs::create_dir(&passed).unwrap();
@@ -253,7 +261,6 @@ async fn the_watchdog_is_petted_at_half_its_interval() {
 #[test]
 fn the_unit_files_pass_systemd_analyze_verify() {
     let Some(analyze) = tool("systemd-analyze") else {
-        eprintln!("SKIPPED: systemd-analyze is not installed (Debian package `systemd`; scripts/setup.sh installs it)");
         return;
     };
     let units = Path::new(env!("CARGO_MANIFEST_DIR")).join("dist/systemd");
