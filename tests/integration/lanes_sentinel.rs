@@ -52,6 +52,15 @@ impl Sentinel {
     /// A sentinel that logs in to the nodes as testkit's admin (`default` is off there), itself
     /// locked with `requirepass` when `password` is given.
     fn start(master_port: u16, password: Option<&str>) -> Sentinel {
+        Self::start_with_quorum(master_port, 1, password)
+    }
+
+    /// A sentinel of a set: `quorum` of them must agree the master is down before a failover.
+    pub(crate) fn start_with_quorum(
+        master_port: u16,
+        quorum: u32,
+        password: Option<&str>,
+    ) -> Sentinel {
         let dir = tempfile::tempdir().expect("temporary directory");
         let port = loopback_port();
         let conf = dir.path().join("sentinel.conf");
@@ -59,7 +68,7 @@ impl Sentinel {
             &conf,
             format!(
                 "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile {dir}/sentinel.log\n\
-                 sentinel monitor mymaster 127.0.0.1 {master_port} 1\n\
+                 sentinel monitor mymaster 127.0.0.1 {master_port} {quorum}\n\
                  sentinel down-after-milliseconds mymaster 400\n\
                  sentinel failover-timeout mymaster 3000\n\
                  sentinel auth-user mymaster {admin}\n\
@@ -94,6 +103,10 @@ impl Sentinel {
             "redis-sentinel did not answer"
         );
         sentinel
+    }
+
+    pub(crate) fn port(&self) -> u16 {
+        self.port
     }
 
     pub(crate) fn endpoint(&self) -> Endpoint {

@@ -58,6 +58,7 @@ mod reload;
 mod reserved;
 mod runtime_dir;
 mod script_refusals;
+mod sentinel_failover;
 mod session_compat;
 mod session_replies;
 mod session_texts;

@@ -163,6 +163,11 @@ impl Connector {
         conn.generation() == self.locator.generation()
     }
 
+    /// The master refused a write as a replica does (`-READONLY`): where it is is asked again now.
+    pub(crate) fn refused_write(&self) {
+        self.locator.refused_write();
+    }
+
     /// Resolves once the master has moved away from the one of `generation`.
     pub(crate) async fn moved(&self, generation: u64) {
         self.locator.moved(generation).await

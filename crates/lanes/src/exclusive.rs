@@ -223,6 +223,9 @@ impl Borrowed {
         match outcome {
             Ok(reply) => {
                 self.owes_reply = false;
+                if reply.is_readonly() {
+                    self.lane.connector.refused_write();
+                }
                 Ok(reply)
             }
             Err(reason) => {

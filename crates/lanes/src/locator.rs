@@ -1,15 +1,25 @@
 //! Where the master is right now. Standalone: a fixed address. Sentinel: asked of the sentinels and
-//! followed through failovers by a task subscribed to `+promoted-slave` (the replica took the
-//! role) and `+switch-master` (with a periodic re-check in case a notification was missed), logged
-//! in to the sentinels when they ask for a password (so that they need not stay open to every
-//! local user). Each move bumps a generation; connections remember the generation
-//! they were opened in, and a move closes the old ones (their in-flight replies become indeterminate).
+//! followed through failovers. Every sentinel's events are watched (only the failover's leader
+//! announces the promotion, and any of them may lead): `+failover-state-wait-promotion` (the leader
+//! has just told a replica to stop replicating and take the role), `+promoted-slave` (it took it)
+//! and `+switch-master` (the sentinels' configuration moved). The master's address is also asked of
+//! one sentinel every few seconds, and at once when the master refuses a write with `-READONLY`.
+//! Sentinels are logged in to when they ask for a password (so that they need not stay open to
+//! every local user). Each move bumps a generation; connections remember the generation they were
+//! opened in, and a move closes the old ones (their in-flight replies become indeterminate).
+//!
+//! Which answer to believe is [`Course`]'s job, pure and unit-tested: after an event moved the
+//! daemon away from a master, sentinels that have not yet heard of the failover still name the old
+//! one for a while, and believing them would send writes back to a demoted server.
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use bytes::BytesMut;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tollgate_resp::Frame;
 
 use crate::credentials::Credentials;
@@ -24,6 +34,19 @@ const SENTINEL_TIMEOUT: Duration = Duration::from_secs(1);
 const RECHECK: Duration = Duration::from_secs(5);
 /// Pause before trying the next sentinel after one failed.
 const RETRY: Duration = Duration::from_millis(200);
+/// How long answers naming a master the daemon left on a failover event are taken as stale. A
+/// sentinel that did not lead the failover learns the new configuration from the leader's hello
+/// messages (every 2 s); this is several of those. A `-READONLY` from the new master ends it early.
+const STALE_FOR: Duration = Duration::from_secs(10);
+/// The least time between two `-READONLY`-prompted questions to the sentinels (a flood of refused
+/// writes asks once).
+const SUSPECT_EVERY: Duration = Duration::from_millis(100);
+/// The sentinel channels followed: see the module's header.
+const EVENTS: [&str; 3] = [
+    "+switch-master",
+    "+promoted-slave",
+    "+failover-state-wait-promotion",
+];
 
 #[derive(Debug, Clone)]
 struct Located {
@@ -72,6 +95,8 @@ enum SentinelError {
 
 pub(crate) struct Locator {
     current: watch::Receiver<Located>,
+    /// Woken when the master refused a write as a replica would (`-READONLY`).
+    suspect: Arc<Notify>,
     /// The Sentinel group's name, for the error while no master is known.
     group: String,
     /// Keeps a fixed (standalone) address alive; the Sentinel follower owns its own sender.
@@ -122,6 +147,7 @@ impl Locator {
                 });
                 Locator {
                     current,
+                    suspect: Arc::new(Notify::new()),
                     group: String::new(),
                     _fixed: Some(fixed),
                 }
@@ -135,15 +161,18 @@ impl Locator {
                     master: None,
                     generation: 0,
                 });
+                let suspect = Arc::new(Notify::new());
                 let follower = follow(
                     master.clone(),
                     sentinels.clone(),
                     credentials.clone(),
                     sender,
+                    suspect.clone(),
                 );
                 life.spawn_until_draining(drivers, follower);
                 Locator {
                     current,
+                    suspect,
                     group: master.clone(),
                     _fixed: None,
                 }
@@ -166,6 +195,12 @@ impl Locator {
         self.current.borrow().generation
     }
 
+    /// The master answered a write `-READONLY`: it is a replica now, so the sentinels are asked at
+    /// once instead of at the next re-check (nothing happens for a fixed address).
+    pub(crate) fn refused_write(&self) {
+        self.suspect.notify_one();
+    }
+
     /// Resolves once the master has moved away from `generation` (never, for a fixed address).
     pub(crate) async fn moved(&self, generation: u64) {
         let mut current = self.current.clone();
@@ -179,12 +214,67 @@ impl Locator {
     }
 }
 
+/// What a sentinel's event says about the master of the followed group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Event {
+    /// A replica is taking the master's role (`+failover-state-wait-promotion`) or took it
+    /// (`+promoted-slave`): announced by the failover's leader only.
+    Promoted(Endpoint),
+    /// The sentinels' configuration names a new master (`+switch-master`).
+    Switched(Endpoint),
+}
+
+/// Which master to use, given what the sentinels said and when. Pure: the follower feeds it events
+/// and answers and publishes what it returns.
+#[derive(Debug, Default)]
+struct Course {
+    master: Option<Endpoint>,
+    /// The master an event moved away from, and until when answers naming it are stale.
+    left: Option<(Endpoint, Instant)>,
+}
+
+impl Course {
+    /// An event: the master to move to, if it is a move.
+    fn event(&mut self, event: Event, now: Instant) -> Option<Endpoint> {
+        let (Event::Promoted(to) | Event::Switched(to)) = event;
+        if self.master.as_ref() == Some(&to) {
+            return None;
+        }
+        self.left = self.master.take().map(|old| (old, now + STALE_FOR));
+        self.master = Some(to.clone());
+        Some(to)
+    }
+
+    /// A sentinel named `named` as the master: the master to move to, if it is a move and the
+    /// answer is not stale.
+    fn answered(&mut self, named: Endpoint, now: Instant) -> Option<Endpoint> {
+        if self.master.as_ref() == Some(&named) {
+            return None;
+        }
+        if let Some((left, until)) = &self.left {
+            if *left == named && now < *until {
+                tracing::debug!(%named, "a sentinel still names the master left on a failover; not followed");
+                return None;
+            }
+        }
+        self.left = None;
+        self.master = Some(named.clone());
+        Some(named)
+    }
+
+    /// The master refused a write as a replica: the next answer is believed whatever it names.
+    fn refused_write(&mut self) {
+        self.left = None;
+    }
+}
+
 /// Follows the master of `name` through the sentinels until the lanes close.
 async fn follow(
     name: String,
     sentinels: Vec<Endpoint>,
     credentials: Option<Credentials>,
     sender: watch::Sender<Located>,
+    suspect: Arc<Notify>,
 ) {
     // While the sentinels cannot be asked, the last known master stays in use.
     let publish = |master: Endpoint| {
@@ -198,54 +288,110 @@ async fn follow(
             moved
         });
     };
+    let (events_in, mut events) = mpsc::channel(64);
+    // Dropped with this future (when the lanes close), which ends the watchers.
+    let mut watchers = JoinSet::new();
+    for sentinel in &sentinels {
+        watchers.spawn(watch_events(
+            name.clone(),
+            sentinel.clone(),
+            credentials.clone(),
+            events_in.clone(),
+        ));
+    }
+    drop(events_in);
+    let mut course = Course::default();
+    let mut last_suspect: Option<Instant> = None;
     for sentinel in sentinels.iter().cycle() {
-        let outcome = watch_sentinel(&name, sentinel, credentials.as_ref(), &publish).await;
-        tracing::warn!(%sentinel, reason = %outcome, "sentinel connection ended; trying the next one");
+        // This sentinel is asked every RECHECK (and on a refused write) until it fails.
+        loop {
+            match ask_master(&name, sentinel, credentials.as_ref()).await {
+                Ok(named) => {
+                    if let Some(master) = course.answered(named, Instant::now()) {
+                        publish(master);
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%sentinel, reason = %error, "sentinel did not answer; asking the next one");
+                    tokio::time::sleep(RETRY).await;
+                    break;
+                }
+            }
+            let recheck = tokio::time::sleep(RECHECK);
+            tokio::pin!(recheck);
+            loop {
+                tokio::select! {
+                    _ = &mut recheck => break,
+                    _ = suspect.notified() => {
+                        if last_suspect.is_none_or(|at| at.elapsed() >= SUSPECT_EVERY) {
+                            last_suspect = Some(Instant::now());
+                            course.refused_write();
+                            break;
+                        }
+                    }
+                    Some(event) = events.recv() => {
+                        if let Some(master) = course.event(event, Instant::now()) {
+                            publish(master);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Forwards one sentinel's events about `name` to the follower, reconnecting after failures, until
+/// the follower is gone.
+async fn watch_events(
+    name: String,
+    sentinel: Endpoint,
+    credentials: Option<Credentials>,
+    forward: mpsc::Sender<Event>,
+) {
+    loop {
+        let ended = subscribed(&name, &sentinel, credentials.as_ref(), &forward).await;
+        if forward.is_closed() {
+            return;
+        }
+        tracing::warn!(%sentinel, reason = %ended, "sentinel events ended; subscribing again");
         tokio::time::sleep(RETRY).await;
     }
 }
 
-/// Subscribes to `+switch-master` on one sentinel, asks it for the master, and follows it until the
-/// connection fails; returns why it ended.
-async fn watch_sentinel(
+/// Subscribes to [`EVENTS`] on one sentinel and forwards them until the connection fails (or the
+/// follower is gone); returns why it ended.
+async fn subscribed(
     name: &str,
     sentinel: &Endpoint,
     credentials: Option<&Credentials>,
-    publish: &impl Fn(Endpoint),
+    forward: &mpsc::Sender<Event>,
 ) -> SentinelError {
     let mut events = match connect(sentinel, credentials).await {
         Ok(stream) => stream,
         Err(error) => return error,
     };
     let mut read = BytesMut::new();
-    // `+promoted-slave` comes when the replica took the master's role, before the sentinels
-    // reconfigure the rest and announce `+switch-master` (~1 s later): writes go to the new master
-    // from the promotion on, not to the old one in between (issue 34).
-    let subscribe = ["SUBSCRIBE", "+switch-master", "+promoted-slave"];
+    let mut subscribe = vec!["SUBSCRIBE"];
+    subscribe.extend(EVENTS);
     if let Err(error) = events.exchange(&mut read, &subscribe).await {
         return exchange_failed(sentinel, error);
     }
-    // Asked only after subscribing, so that a failover in between is not missed.
     loop {
-        match ask_master(name, sentinel, credentials).await {
-            Ok(master) => publish(master),
-            Err(error) => return error,
-        }
-        let deadline = tokio::time::sleep(RECHECK);
-        tokio::pin!(deadline);
-        loop {
-            tokio::select! {
-                _ = &mut deadline => break,
-                message = events.next_frame(&mut read) => match message {
-                    Ok(frame) => {
-                        let moved = switched_to(name, &frame).or_else(|| promoted(name, &frame));
-                        if let Some(master) = moved {
-                            publish(master);
-                        }
+        match events.next_frame(&mut read).await {
+            Ok(frame) => {
+                let event = switched_to(name, &frame)
+                    .map(Event::Switched)
+                    .or_else(|| promoted(name, &frame).map(Event::Promoted));
+                if let Some(event) = event {
+                    if forward.send(event).await.is_err() {
+                        return SentinelError::Io {
+                            sentinel: sentinel.clone(),
+                            source: std::io::Error::other("the lanes closed"),
+                        };
                     }
-                    Err(error) => return exchange_failed(sentinel, error),
-                },
+                }
             }
+            Err(error) => return exchange_failed(sentinel, error),
         }
     }
 }
@@ -335,14 +481,19 @@ fn switched_to(name: &str, frame: &Frame) -> Option<Endpoint> {
     }
 }
 
-/// `+promoted-slave` carries `slave <ip>:<port> <ip> <port> @ <name> <master-ip> <master-port>`:
-/// the replica now master of `name`.
+/// `+promoted-slave` and `+failover-state-wait-promotion` carry
+/// `slave <ip>:<port> <ip> <port> @ <name> <master-ip> <master-port>`: the replica taking (or that
+/// took) the master's role of `name`.
 fn promoted(name: &str, frame: &Frame) -> Option<Endpoint> {
     let Frame::Array(items) = frame else {
         return None;
     };
+    let channel = items.get(1)?.as_bytes()?.as_ref();
     if items.first()?.as_bytes()?.as_ref() != b"message"
-        || items.get(1)?.as_bytes()?.as_ref() != b"+promoted-slave"
+        || !matches!(
+            channel,
+            b"+promoted-slave" | b"+failover-state-wait-promotion"
+        )
     {
         return None;
     }
@@ -430,5 +581,68 @@ mod tests {
             promoted("mymaster", &message("+promoted-slave", master)),
             None
         );
+        // The leader's word that it told the replica to take the role counts the same.
+        assert_eq!(
+            promoted(
+                "mymaster",
+                &message("+failover-state-wait-promotion", payload)
+            ),
+            Some(Endpoint::Tcp {
+                host: "127.0.0.1".into(),
+                port: 6380
+            })
+        );
+        assert_eq!(
+            promoted(
+                "mymaster",
+                &message("+failover-state-send-slaveof-noone", payload)
+            ),
+            None,
+            "before the replica is told, the old master is still the master"
+        );
+    }
+
+    fn at(port: u16) -> Endpoint {
+        Endpoint::Tcp {
+            host: "127.0.0.1".into(),
+            port,
+        }
+    }
+
+    #[test]
+    fn an_answer_naming_the_master_left_on_a_promotion_is_stale_for_a_while() {
+        let start = Instant::now();
+        let mut course = Course::default();
+        assert_eq!(course.answered(at(1), start), Some(at(1)));
+        assert_eq!(course.event(Event::Promoted(at(2)), start), Some(at(2)));
+        // A sentinel that did not lead the failover still names the old master.
+        assert_eq!(course.answered(at(1), start + Duration::from_secs(1)), None);
+        // The same promotion announced again, or switched by the others, is not a move.
+        assert_eq!(course.event(Event::Switched(at(2)), start), None);
+        assert_eq!(course.answered(at(2), start + Duration::from_secs(2)), None);
+        assert_eq!(course.answered(at(1), start + Duration::from_secs(3)), None);
+        // Past the bound the sentinels' word is the configuration again (a failover undone).
+        assert_eq!(course.answered(at(1), start + STALE_FOR), Some(at(1)));
+    }
+
+    #[test]
+    fn a_refused_write_makes_the_next_answer_believed() {
+        let start = Instant::now();
+        let mut course = Course::default();
+        course.answered(at(1), start);
+        course.event(Event::Promoted(at(2)), start);
+        course.refused_write();
+        assert_eq!(course.answered(at(1), start), Some(at(1)));
+    }
+
+    #[test]
+    fn an_answer_naming_a_third_server_is_followed_at_once() {
+        let start = Instant::now();
+        let mut course = Course::default();
+        course.answered(at(1), start);
+        course.event(Event::Promoted(at(2)), start);
+        assert_eq!(course.answered(at(3), start), Some(at(3)));
+        // And the stale guard went with it: the first master may be named again.
+        assert_eq!(course.answered(at(1), start), Some(at(1)));
     }
 }

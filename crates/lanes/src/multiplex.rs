@@ -654,7 +654,18 @@ async fn read_loop(
     let mut moved = Quiet::new(lane.connector.moved(generation));
     let mut overdue = Overdue::new();
     let failure = loop {
-        match hand_out(&mut read, &mut replies, &mut current, &mut owed) {
+        let mut refused_write = false;
+        let handed = hand_out(
+            &mut read,
+            &mut replies,
+            &mut current,
+            &mut owed,
+            &mut refused_write,
+        );
+        if refused_write {
+            lane.connector.refused_write();
+        }
+        match handed {
             Ok(0) => {}
             Ok(answered) => {
                 unanswered.answered(answered);
@@ -713,6 +724,7 @@ fn hand_out(
     replies: &mut ReplyReader,
     current: &mut Option<InFlight>,
     owed: &mut mpsc::UnboundedReceiver<InFlight>,
+    refused_write: &mut bool,
 ) -> Result<usize, tollgate_resp::ProtocolError> {
     let mut answered = 0;
     while current.is_some() {
@@ -726,7 +738,10 @@ fn hand_out(
             continue;
         }
         let outcome = match next {
-            Next::Reply(reply) => Ok(reply),
+            Next::Reply(reply) => {
+                *refused_write |= reply.is_readonly();
+                Ok(reply)
+            }
             Next::TooLarge { limit } => Err(CallError::Indeterminate {
                 reason: format!("the reply is larger than {limit} bytes and was not relayed"),
             }),

@@ -37,6 +37,12 @@ impl Reply {
     pub fn is_error(&self) -> bool {
         matches!(self.0.first(), Some(b'-' | b'!'))
     }
+
+    /// Whether the server refused the command as a replica refuses writes: the master the lanes
+    /// write to has been demoted.
+    pub(crate) fn is_readonly(&self) -> bool {
+        self.0.starts_with(b"-READONLY ")
+    }
 }
 
 /// What we accept from Redis: its own ceilings (512 MiB strings). Any nesting and any element
