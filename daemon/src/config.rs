@@ -636,6 +636,13 @@ mod tests {
         let budgets = &config.resp.budgets;
         assert_eq!(config.resp.max_subscriptions, 50);
         assert_eq!(budgets.total, ByteSize(1 << 30));
+        assert_eq!(
+            budgets.per_uid(),
+            ByteSize(1 << 28),
+            "a quarter of the total"
+        );
+        let shareless = parse("resp:\n  budgets:\n    per_uid: 0\n").unwrap();
+        assert_eq!(shareless.resp.budgets.per_uid(), ByteSize(0));
         assert_eq!(budgets.pubsub.output.hard, ByteSize(4 << 20));
         assert_eq!(budgets.pubsub.output.soft_for, Duration::from_secs(5));
         assert_eq!(budgets.pubsub.input.soft, ByteSize(0));

@@ -439,6 +439,7 @@ fn settings(config: &Config) -> serde_json::Value {
         "max_pipeline": config.resp.max_pipeline,
         "max_subscriptions": config.resp.max_subscriptions,
         "budget_total_bytes": budgets.total.0,
+        "budget_per_uid_bytes": budgets.per_uid().0,
         "budget_client_output_bytes": budgets.normal.output.hard.0,
         "budget_subscriber_output_bytes": budgets.pubsub.output.hard.0,
         "lease_max_ttl": duration(config.leases.max_ttl),

@@ -18,7 +18,7 @@ use crate::foundation::wait_for_status;
 use crate::support::daemon::tempdir;
 use crate::support::raw::{text, RawClient};
 
-const MIB: usize = 1024 * 1024;
+pub(crate) const MIB: usize = 1024 * 1024;
 /// How long anything here is waited for before the test fails.
 const PATIENCE: Duration = Duration::from_secs(30);
 
@@ -165,7 +165,7 @@ async fn last_error(stream: UnixStream) -> String {
 
 /// Sixteen connections that each start a `mib` MiB `SET` and never finish it (one chunk short),
 /// each held open until its task is aborted; and how many bytes they got written.
-fn unfinished_frames(
+pub(crate) fn unfinished_frames(
     socket: &Path,
     mib: usize,
 ) -> (Vec<tokio::task::JoinHandle<()>>, Arc<AtomicUsize>) {
@@ -192,7 +192,7 @@ fn unfinished_frames(
 }
 
 /// Returns once `written` has not moved for a second: the daemon has stopped reading the writers.
-async fn until_still(written: &AtomicUsize) -> usize {
+pub(crate) async fn until_still(written: &AtomicUsize) -> usize {
     let mut last = 0;
     let mut still = 0;
     while still < 5 {
@@ -253,7 +253,8 @@ async fn budgets_a_client_that_never_reads_is_disconnected_at_its_output_limit()
 async fn budgets_unfinished_frames_wait_for_the_total_and_one_over_its_input_limit_is_disconnected()
 {
     let daemon = Daemon::start(
-        "  budgets:\n    total: 96MiB\n    normal:\n      output: {hard: 64MiB}\n      input: {hard: 32MiB}\n",
+        // One user here (the test's): no share per user, so that the total is what fills.
+        "  budgets:\n    total: 96MiB\n    per_uid: 0\n    normal:\n      output: {hard: 64MiB}\n      input: {hard: 32MiB}\n",
     )
     .await;
     // One frame larger than the input limit: told why, then closed.
@@ -405,7 +406,8 @@ async fn budgets_a_subscribe_past_the_subscription_cap_is_refused_whole() {
 async fn budgets_clients_that_hang_up_while_paused_give_the_total_back_at_once() {
     // No soft limits: nothing but the hang-up itself can free what the holders hold.
     let daemon = Daemon::start(
-        "  budgets:\n    total: 96MiB\n    normal:\n      output: {hard: 64MiB}\n      input: {hard: 32MiB}\n",
+        // One user here (the test's): no share per user, so that the total is what fills.
+        "  budgets:\n    total: 96MiB\n    per_uid: 0\n    normal:\n      output: {hard: 64MiB}\n      input: {hard: 32MiB}\n",
     )
     .await;
     // Sixteen connections each start a 30 MiB frame and never finish it: together they hold the

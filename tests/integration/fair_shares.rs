@@ -6,12 +6,14 @@
 
 use std::time::{Duration, Instant};
 
+use tollgate::config::ByteSize;
 use tollgate_resp::Frame;
 use tollgate_testkit::RedisServer;
 
+use crate::budgets::{unfinished_frames, until_still, MIB};
 use crate::identity::{daemon_for_all, os_user, redis_cli, USER_B};
 use crate::lease_resp::{integer, outcome};
-use crate::support::raw::RawClient;
+use crate::support::raw::{text, RawClient};
 
 /// uid 2002's attack, scaled down: one user runs as many `SESSION` leases (each a watchdog) as its
 /// share allows; another user of the same principal still gets one, over RESP and HTTP.
@@ -152,4 +154,78 @@ async fn one_users_holder_watches_leave_another_user_of_the_principal_its_own() 
     );
     drop((attacker, more));
     daemon.stop().await;
+}
+
+/// uid 2002's byte-total attack, scaled down: sixteen connections of one user each start a 30 MiB
+/// `SET` and never finish it. Before shares, they were read until all clients together held
+/// `resp.budgets.total`; then another user's 100 KiB `GET` was refused (its client disconnected)
+/// and its 1 MiB `SET` waited for room. Now the attacker is read only up to its share (a quarter
+/// of the total), and the other user of the same principal is served at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_users_unfinished_uploads_leave_another_user_of_the_principal_the_total() {
+    let Some(b) = os_user(USER_B) else { return };
+    let redis = RedisServer::start();
+    let daemon = daemon_for_all(&redis, |config| {
+        config.resp.budgets.total = ByteSize::mib(96);
+    })
+    .await;
+    let value = "v".repeat(100 * 1024);
+    let mut root = RawClient::connect(&daemon.resp_socket()).await;
+    assert_eq!(
+        text(&root.call(&["SET", "shared:100k", &value]).await),
+        "OK"
+    );
+
+    let (holders, written) = unfinished_frames(&daemon.resp_socket(), 30);
+    let accepted = until_still(&written).await;
+    println!(
+        "the attacker's 16 unfinished 30 MiB frames: {:.1} MiB read",
+        accepted as f64 / MIB as f64
+    );
+    assert!(accepted < 16 * 30 * MIB, "the attacker was never paused");
+
+    let started = Instant::now();
+    let read = redis_cli_within(&b, &daemon, "redis-cli -s SOCKET STRLEN shared:100k").await;
+    let got = redis_cli_within(&b, &daemon, "redis-cli -s SOCKET GET shared:100k").await;
+    assert_eq!(read.trim(), "102400", "{read}");
+    assert_eq!(
+        got.trim().len(),
+        value.len(),
+        "{}",
+        &got[..got.len().min(200)]
+    );
+    let set = redis_cli_within(
+        &b,
+        &daemon,
+        "head -c 1048576 /dev/zero | tr '\\0' v | redis-cli -s SOCKET -x SET victim:1m",
+    )
+    .await;
+    assert_eq!(set.trim(), "OK", "{set}");
+    println!(
+        "the other user's 100 KiB GET and 1 MiB SET served in {:?} while the attacker held its share",
+        started.elapsed()
+    );
+    let stored = root.call(&["STRLEN", "victim:1m"]).await;
+    assert_eq!(stored, Frame::Integer(MIB as i64));
+    for holder in holders {
+        holder.abort();
+    }
+    daemon.stop().await;
+}
+
+/// A shell command line run as `user`, with `SOCKET` replaced by the daemon's RESP socket, given
+/// 10 s (a client left waiting for room prints nothing and is killed): what it printed.
+async fn redis_cli_within(
+    user: &crate::identity::OsUser,
+    daemon: &crate::support::daemon::TestDaemon,
+    line: &str,
+) -> String {
+    let socket = daemon.resp_socket();
+    let line = line.replace("SOCKET", socket.to_str().expect("a UTF-8 socket path"));
+    let output = crate::identity::run_as(user, "timeout", &["10", "sh", "-c", &line]).await;
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
 }

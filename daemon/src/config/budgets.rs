@@ -68,6 +68,11 @@ pub struct BudgetsConfig {
     /// it is dropped and its client disconnected; clients holding more than a little input stop
     /// being read until there is room.
     pub total: ByteSize,
+    /// What the clients of one tenant (a principal and one OS user of it) may hold together, out
+    /// of `total`: past it, that tenant's clients stop being read and its replies are refused,
+    /// while other users still find the rest of the total. Unset: a quarter of `total`. Zero: no
+    /// share (the total alone, first come first served).
+    pub per_uid: Option<ByteSize>,
     /// Clients with no subscriptions.
     pub normal: ClassBudgets,
     /// Clients subscribed to at least one channel, pattern or shard channel.
@@ -78,6 +83,7 @@ impl Default for BudgetsConfig {
     fn default() -> Self {
         Self {
             total: ByteSize::mib(512),
+            per_uid: None,
             normal: ClassBudgets {
                 output: Limit::new(ByteSize::mib(128), ByteSize::mib(32)),
                 input: Limit::new(ByteSize::mib(64), ByteSize::mib(16)),
@@ -87,6 +93,13 @@ impl Default for BudgetsConfig {
                 input: Limit::new(ByteSize::mib(1), ByteSize(0)),
             },
         }
+    }
+}
+
+impl BudgetsConfig {
+    /// `per_uid` as written, or a quarter of `total`.
+    pub fn per_uid(&self) -> ByteSize {
+        self.per_uid.unwrap_or(ByteSize(self.total.0 / 4))
     }
 }
 

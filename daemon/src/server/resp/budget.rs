@@ -9,8 +9,9 @@
 //! and everything still arriving for it is dropped. Before that, reading from it pauses
 //! ([`ClientBudget::room`]): while its replies reach its soft limit (half its hard one without a
 //! soft one), and, once it holds more than [`ALWAYS_READ`] of input, while all clients together are
-//! at `total`. A client may always hold [`ALWAYS_READ`] of input, so that ordinary commands keep
-//! flowing while big uploads wait.
+//! at `total` or its tenant's clients at their share of it (`per_uid`, see [`super::pool`]). A
+//! client may always hold [`ALWAYS_READ`] of input, so that ordinary commands keep flowing while
+//! big uploads wait.
 //!
 //! [`Held`]: tollgate_lanes::Held
 
@@ -27,78 +28,14 @@ use tokio::time::Instant;
 use tollgate_lanes::{Budget, OverBudget};
 use tollgate_model::Caller;
 
+use super::pool::{Account, Over, Pool, LEAST_READ};
 use crate::config::{BudgetsConfig, ClassBudgets, Limit};
 
 /// Input a client may hold whatever the total: one ordinary command or a few pipelined ones.
 pub const ALWAYS_READ: usize = 64 * 1024;
-/// The least room worth a read when the total is nearly used up.
-const LEAST_READ: usize = 16 * 1024;
 /// A buffer with more spare capacity than this is given back once empty, so that one big reply or
 /// command does not keep its memory for the rest of the connection.
 const KEEP_CAPACITY: usize = 1024 * 1024;
-
-/// Every client's held bytes together, against `resp.budgets.total`.
-pub struct Pool {
-    limit: usize,
-    used: AtomicUsize,
-    /// Woken when bytes are given back while the pool is nearly full (sessions waiting to read).
-    freed: Notify,
-}
-
-impl Pool {
-    pub fn new(config: &BudgetsConfig) -> Arc<Pool> {
-        Arc::new(Pool {
-            limit: config.total.0,
-            used: AtomicUsize::new(0),
-            freed: Notify::new(),
-        })
-    }
-
-    /// Adds `bytes`; `Err` (and nothing added) when that would go past the limit.
-    fn take(&self, bytes: usize) -> Result<(), usize> {
-        let now = self.used.fetch_add(bytes, Ordering::AcqRel) + bytes;
-        if self.limit > 0 && now > self.limit {
-            self.used.fetch_sub(bytes, Ordering::AcqRel);
-            return Err(now);
-        }
-        Ok(())
-    }
-
-    /// Adds `bytes` already in memory, or too few to refuse.
-    fn add(&self, bytes: usize) {
-        self.used.fetch_add(bytes, Ordering::AcqRel);
-    }
-
-    fn give_back(&self, bytes: usize) {
-        let before = self.used.fetch_sub(bytes, Ordering::AcqRel);
-        if self.limit > 0 && before + LEAST_READ > self.limit {
-            self.freed.notify_waiters();
-        }
-    }
-
-    fn free(&self) -> usize {
-        self.limit.saturating_sub(self.used.load(Ordering::Acquire))
-    }
-
-    /// Resolves once there is room for a read.
-    pub async fn room(&self) {
-        loop {
-            let freed = self.freed.notified();
-            tokio::pin!(freed);
-            freed.as_mut().enable();
-            if self.free() >= LEAST_READ {
-                return;
-            }
-            freed.await;
-        }
-    }
-
-    /// Bytes held for all clients now.
-    #[cfg(test)]
-    fn used(&self) -> usize {
-        self.used.load(Ordering::Acquire)
-    }
-}
 
 /// Which of a client's two kinds of held bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +54,9 @@ pub enum Broken {
     Soft(Duration),
     /// All clients together would have gone past `resp.budgets.total`.
     Total,
+    /// The clients of this client's tenant (its principal and OS user) would have gone past
+    /// `resp.budgets.per_uid`.
+    Share,
 }
 
 /// Why a client is disconnected: which of its bytes, which limit (as its key in `tollgate.yaml`),
@@ -153,6 +93,11 @@ impl std::fmt::Display for Breach {
                 "{what} would take all clients' held bytes to {} bytes, over {} ({} bytes)",
                 self.held, self.limit, self.allowed
             ),
+            Broken::Share => write!(
+                f,
+                "{what} would take this user's clients' held bytes to {} bytes, over {} ({} bytes)",
+                self.held, self.limit, self.allowed
+            ),
         }
     }
 }
@@ -165,7 +110,8 @@ pub enum Room {
     /// Not now: the client's replies are at its pause point (or it is breached). Taking or writing
     /// replies is what changes that, so the session needs no other wake-up.
     Paused,
-    /// Not until all clients together give back some bytes ([`Pool::room`]).
+    /// Not until all clients together, or this client's tenant, give back some bytes
+    /// ([`ClientBudget::pool_room`]).
     PoolFull,
 }
 
@@ -188,7 +134,8 @@ pub struct ClientBudget {
     uid: u32,
     normal: ClassBudgets,
     pubsub: ClassBudgets,
-    pool: Arc<Pool>,
+    /// The total and this client's tenant's share of it.
+    pool: Account,
     subscribed: AtomicBool,
     /// Replies held: by lanes for this client, plus `buffered`.
     output: AtomicUsize,
@@ -212,7 +159,7 @@ pub struct ClientBudget {
 impl ClientBudget {
     pub fn new(
         config: &BudgetsConfig,
-        pool: Arc<Pool>,
+        pool: &Arc<Pool>,
         caller: &Caller,
         client: u64,
     ) -> Arc<ClientBudget> {
@@ -222,7 +169,7 @@ impl ClientBudget {
             uid: caller.uid,
             normal: config.normal,
             pubsub: config.pubsub,
-            pool,
+            pool: pool.account(caller.tenant()),
             subscribed: AtomicBool::new(false),
             output: AtomicUsize::new(0),
             buffered: AtomicUsize::new(0),
@@ -271,7 +218,7 @@ impl ClientBudget {
             // as lanes hold them, and input as it is read).
             self.pool.add(grew);
             let held = self.output.fetch_add(grew, Ordering::AcqRel) + grew;
-            self.check_growth(Direction::Output, held, 0);
+            self.check_growth(Direction::Output, held, None);
         } else {
             self.give_back_output(before - buffered);
         }
@@ -306,7 +253,7 @@ impl ClientBudget {
             }
             room = limits.input.hard.0 - input;
         }
-        if self.pool.limit > 0 {
+        if self.pool.limited() {
             let free = self.pool.free();
             if input < ALWAYS_READ {
                 room = room.min((ALWAYS_READ - input).max(free));
@@ -317,6 +264,12 @@ impl ClientBudget {
             }
         }
         Room::Read(room)
+    }
+
+    /// Resolves once there is room for a read under the total and this client's tenant's share
+    /// (after [`Room::PoolFull`]).
+    pub async fn pool_room(&self) {
+        self.pool.room().await
     }
 
     /// Resolves with the breach that ends this client: a hard limit broken (by the session or a
@@ -385,8 +338,9 @@ impl ClientBudget {
         self.breach.lock().as_ref().map(|breach| breach.to_string())
     }
 
-    /// After output grew to `held` (all clients: `total`): breaches a hard limit or the total.
-    fn check_growth(&self, direction: Direction, held: usize, total: usize) {
+    /// After output grew to `held`, or a take was refused `over` the total or the share: breaches
+    /// a hard limit, the total or the share.
+    fn check_growth(&self, direction: Direction, held: usize, over: Option<Over>) {
         let limits = self.limits();
         let limit = match direction {
             Direction::Output => limits.output,
@@ -400,13 +354,17 @@ impl ClientBudget {
                 held,
                 allowed: limit.hard.0,
             });
-        } else if self.pool.limit > 0 && total > self.pool.limit {
+        } else if let Some(over) = over {
+            let (broken, limit, held, allowed) = match over {
+                Over::Total { held, allowed } => (Broken::Total, "total", held, allowed),
+                Over::Share { held, allowed } => (Broken::Share, "per_uid", held, allowed),
+            };
             self.breach(Breach {
                 direction,
-                broken: Broken::Total,
-                limit: "resp.budgets.total".to_owned(),
-                held: total,
-                allowed: self.pool.limit,
+                broken,
+                limit: format!("resp.budgets.{limit}"),
+                held,
+                allowed,
             });
         }
         self.track_soft(direction, held);
@@ -510,16 +468,16 @@ impl Budget for ClientBudget {
         let held = self.output.fetch_add(bytes, Ordering::AcqRel) + bytes;
         if hard > 0 && held > hard {
             self.output.fetch_sub(bytes, Ordering::AcqRel);
-            self.check_growth(Direction::Output, held, 0);
+            self.check_growth(Direction::Output, held, None);
             return Err(OverBudget(self.breach_reason().unwrap_or_default()));
         }
         // Small replies are always held, as small input is always read: a full total holds up
         // big transfers, never ordinary commands.
         if held <= ALWAYS_READ {
             self.pool.add(bytes);
-        } else if let Err(total) = self.pool.take(bytes) {
+        } else if let Err(over) = self.pool.take(bytes) {
             self.output.fetch_sub(bytes, Ordering::AcqRel);
-            self.check_growth(Direction::Output, 0, total);
+            self.check_growth(Direction::Output, 0, Some(over));
             return Err(OverBudget(self.breach_reason().unwrap_or_default()));
         }
         self.track_soft(Direction::Output, held);
@@ -571,6 +529,7 @@ mod tests {
         let class = ClassBudgets { output, input };
         BudgetsConfig {
             total: ByteSize(total),
+            per_uid: Some(ByteSize(0)),
             normal: class,
             pubsub: ClassBudgets {
                 output: Limit {
@@ -593,13 +552,17 @@ mod tests {
     const NEVER: Duration = Duration::from_secs(3600);
 
     fn client(config: &BudgetsConfig, pool: &Arc<Pool>) -> Arc<ClientBudget> {
+        client_of(config, pool, 1000)
+    }
+
+    fn client_of(config: &BudgetsConfig, pool: &Arc<Pool>, uid: u32) -> Arc<ClientBudget> {
         let caller = Caller {
             principal: "app".to_owned(),
-            uid: 1000,
-            gid: 1000,
+            uid,
+            gid: uid,
             pid: 1,
         };
-        ClientBudget::new(config, pool.clone(), &caller, 7)
+        ClientBudget::new(config, pool, &caller, 7)
     }
 
     fn budget(config: &BudgetsConfig) -> (Arc<Pool>, Arc<ClientBudget>) {
@@ -675,6 +638,36 @@ mod tests {
         assert!(first.hold(10).is_ok(), "the first client is not breached");
         drop(first);
         assert_eq!(pool.used(), 0, "a client's bytes leave the total with it");
+    }
+
+    #[test]
+    fn one_user_at_its_share_is_paused_and_refused_alone() {
+        let mut config = config(16 * ALWAYS_READ, limit(0, 0, NEVER), limit(0, 0, NEVER));
+        config.per_uid = Some(ByteSize(4 * ALWAYS_READ));
+        let pool = Pool::new(&config);
+        let attacker = client_of(&config, &pool, 2002);
+        let attackers_second = client_of(&config, &pool, 2002);
+        let victim = client_of(&config, &pool, 2001);
+        attacker.sync(0, 4 * ALWAYS_READ, false);
+        // The attacker's big input waits, on any of its connections; small input still flows.
+        assert_eq!(attacker.room(4 * ALWAYS_READ), Room::PoolFull);
+        assert_eq!(attackers_second.room(ALWAYS_READ), Room::PoolFull);
+        assert_eq!(attackers_second.room(100), Room::Read(ALWAYS_READ - 100));
+        // The other user reads up to its own share, and its big reply is held.
+        assert_eq!(victim.room(ALWAYS_READ), Room::Read(4 * ALWAYS_READ));
+        victim.hold(2 * ALWAYS_READ).unwrap();
+        // The attacker's own big reply is what is refused, naming the share.
+        let refused = attackers_second.hold(2 * ALWAYS_READ).unwrap_err();
+        assert!(
+            refused.0.contains(&format!(
+                "this user's clients' held bytes to {} bytes, over resp.budgets.per_uid ({} bytes)",
+                6 * ALWAYS_READ,
+                4 * ALWAYS_READ
+            )),
+            "{refused}"
+        );
+        assert!(victim.hold(10).is_ok(), "the victim is not breached");
+        assert!(attacker.hold(10).is_ok(), "nor the attacker's other client");
     }
 
     #[test]

@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use tollgate_resp::Limits;
 
-use super::budget;
 use super::clients::Clients;
 use super::deadline;
 use super::monitor::Monitors;
+use super::pool;
 use crate::config::RespConfig;
 use crate::server::limits::ConnectionLimits;
 use crate::services::Services;
@@ -24,8 +24,8 @@ pub struct FrontDoor {
     pub(super) config: RespConfig,
     pub(super) deadlines: deadline::Deadlines,
     pub(super) limits: Limits,
-    /// Every client's held bytes together (`resp.budgets.total`).
-    pub(super) pool: Arc<budget::Pool>,
+    /// Every client's held bytes together (`resp.budgets.total`), and each tenant's share.
+    pub(super) pool: Arc<pool::Pool>,
     pub(super) next_client_id: AtomicU64,
     /// The live sessions, as `CLIENT LIST` shows them.
     pub(super) clients: Arc<Clients>,
@@ -47,7 +47,7 @@ impl FrontDoor {
             connections,
             limits: config.limits(),
             deadlines: deadline::Deadlines::new(config.command_timeout, &config.command_deadlines),
-            pool: budget::Pool::new(&config.budgets),
+            pool: pool::Pool::new(&config.budgets),
             config,
             next_client_id: AtomicU64::new(1),
             clients: Arc::default(),

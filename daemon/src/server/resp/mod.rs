@@ -34,6 +34,7 @@ mod outbox;
 mod pending;
 mod placing;
 mod plan;
+mod pool;
 mod queued;
 mod refusal;
 mod replies;

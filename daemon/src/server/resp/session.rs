@@ -218,7 +218,7 @@ impl Session {
                     let _ = self.out.last_words(&writer, LAST_WORDS).await;
                     return Err(Ended::Killed);
                 }
-                () = front.pool.room(), if room == Room::PoolFull => {}
+                () = budget.pool_room(), if room == Room::PoolFull => {}
                 breach = &mut breached => {
                     // What is buffered was not read and will not be: only the reason is sent
                     // (after the end of a frame already partly sent, so that it stays a frame).

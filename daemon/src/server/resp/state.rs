@@ -79,7 +79,7 @@ impl SessionState {
     pub fn new(front: Arc<FrontDoor>, caller: Caller, id: u64, me: Registration) -> Self {
         SessionState {
             subscriptions: Subscriptions::new(front.config.subscriber_buffer),
-            budget: ClientBudget::new(&front.config.budgets, front.pool.clone(), &caller, id),
+            budget: ClientBudget::new(&front.config.budgets, &front.pool, &caller, id),
             front,
             caller,
             id,
