@@ -9,12 +9,18 @@ second client keeps pipelines of 64 `GET hostile` in flight. Reports the GET cli
 GETs it completed, and the spinner's refused commands per second.
 
     python3 benches/guard_cost.py [--seconds S] [--baseline path/to/older/tollgate] [--no-build]
+                                  [--spinners N] [--spinner-user NAME]
 
 --baseline runs the same phases against a second binary (an earlier build) after this one's.
+--spinners runs N spinning connections instead of one; --spinner-user runs them as another OS user
+(a process of its own under that uid; needs root): issue 28's attack, one local user's many
+connections against another user's GETs, under the default policy's one principal.
 """
 
 import argparse
+import multiprocessing
 import os
+import pwd
 import socket
 import subprocess
 import sys
@@ -100,8 +106,23 @@ def spin(path, stopping, refused):
         for reply in replies:
             if not reply.startswith(b"-NOPERM"):
                 raise SystemExit(f"a spinning command was answered {reply!r}")
-        refused[0] += len(replies)
+        with refused.get_lock():
+            refused.value += len(replies)
     s.close()
+
+
+def spinners(path, count, user, stopping, refused):
+    """`count` spinning connections, as `user` when given (this process's uid otherwise)."""
+    if user:
+        entry = pwd.getpwnam(user)
+        os.setgroups([])
+        os.setgid(entry.pw_gid)
+        os.setuid(entry.pw_uid)
+    threads = [threading.Thread(target=spin, args=(path, stopping, refused)) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def percentile(latencies, p):
@@ -109,27 +130,30 @@ def percentile(latencies, p):
     return ordered[min(len(ordered) - 1, int(len(ordered) * p))]
 
 
-def phases(binary, seconds):
+def phases(binary, seconds, count, user):
     work = tempfile.mkdtemp(prefix="tollgate-guard-cost-")
+    os.chmod(work, 0o755)
     config = os.path.join(work, "tollgate.yaml")
     with open(config, "w") as conf:
         conf.write(f"runtime_dir: {work}/run\nworker_threads: 1\n"
+                   f"listen:\n  resp: {work}/resp.sock\n  http: {work}/http.sock\n  mode: \"0666\"\n"
                    f"policy:\n  modules:\n    - {{ path: {HOSTILE}, config: spin }}\n")
     proc = subprocess.Popen([binary, "serve", "--config", config],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        resp = os.path.join(work, "run", "resp.sock")
+        resp = os.path.join(work, "resp.sock")
         setup = connect(resp)
         setup.sendall(command(b"SET", b"fine", b"v"))
         read_replies(setup, b"", 1)
         results = {"alone": (gets(resp, seconds), 0.0)}
-        stopping, refused = threading.Event(), [0]
-        spinner = threading.Thread(target=spin, args=(resp, stopping, refused))
+        stopping, refused = multiprocessing.Event(), multiprocessing.Value("q", 0)
+        spinner = multiprocessing.Process(target=spinners,
+                                          args=(resp, count, user, stopping, refused))
         spinner.start()
-        time.sleep(0.2)
-        counted = refused[0]
+        time.sleep(0.5)
+        counted = refused.value
         latencies = gets(resp, seconds)
-        rate = (refused[0] - counted) / seconds
+        rate = (refused.value - counted) / seconds
         stopping.set()
         spinner.join()
         results["spinner"] = (latencies, rate)
@@ -144,6 +168,8 @@ def main():
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--baseline")
     parser.add_argument("--no-build", action="store_true")
+    parser.add_argument("--spinners", type=int, default=1)
+    parser.add_argument("--spinner-user")
     args = parser.parse_args()
     if not args.no_build:
         subprocess.run(["cargo", "build", "--release", "--bin", "tollgate"], cwd=ROOT, check=True)
@@ -152,7 +178,8 @@ def main():
         targets.append(("baseline", args.baseline))
     print(f"{'build':<12} {'phase':<8} {'GETs':>7} {'p50':>10} {'p99':>10} {'spinner refused/s':>18}")
     for name, binary in targets:
-        for phase, (latencies, rate) in phases(binary, args.seconds).items():
+        for phase, (latencies, rate) in phases(binary, args.seconds, args.spinners,
+                                               args.spinner_user).items():
             print(f"{name:<12} {phase:<8} {len(latencies):>7} "
                   f"{percentile(latencies, 0.5) * 1e3:>8.3f}ms {percentile(latencies, 0.99) * 1e3:>8.3f}ms "
                   f"{rate:>18.0f}")

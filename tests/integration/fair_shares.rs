@@ -4,6 +4,7 @@
 //! one user's share of a pool, as root in-process, and shows a second real OS user (`setpriv`, see
 //! `identity`) still served, under the default policy.
 
+use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
 use tollgate::config::ByteSize;
@@ -228,4 +229,67 @@ async fn redis_cli_within(
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     )
+}
+
+/// The spinning-module attack: one user's 16 connections each pipeline 640 commands that the
+/// repository's hostile guard spins on (each run of 64 costs the guard's whole budget). Before
+/// admission time was shared per user, every session of the attacker took the daemon's one worker
+/// in turn, and another client's `GET` waited behind all of them (p50 269 ms in the run);
+/// now the attacker past its share waits before it admits more, and the other client's GETs are
+/// all answered while the attacker's pipelines are still being decided.
+#[tokio::test]
+async fn one_users_spinning_admissions_leave_another_user_the_worker() {
+    // Five times as many GETs as the attack has runs of 64 (16 × 10): waiting about one run each,
+    // as each did before (7.5 s for 400 in a debug build, the attack over in 7 s), they outlast
+    // the attack; now 400 took 0.66 s, the attack slowed to 15 s.
+    const GETS: usize = 800;
+    let Some(b) = os_user(USER_B) else { return };
+    let redis = RedisServer::start();
+    let daemon = daemon_for_all(&redis, |config| {
+        config.policy.modules = vec![crate::policy_guard_cost::spinning_guard()];
+    })
+    .await;
+    let mut victim = RawClient::connect(&daemon.resp_socket()).await;
+    assert_eq!(text(&victim.call(&["SET", "fine", "v"]).await), "OK");
+
+    // The attacker: another OS user, 16 connections (`redis-cli --pipe`, which sends its input
+    // whole and reads every reply, errors included), each 640 spinning commands.
+    let dir = crate::support::daemon::tempdir();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let commands = dir.path().join("spin.resp");
+    std::fs::write(
+        &commands,
+        "*2\r\n$3\r\nGET\r\n$7\r\nhostile\r\n".repeat(640),
+    )
+    .unwrap();
+    let line = format!(
+        "for i in $(seq 16); do redis-cli -s {} --pipe < {} & done; wait",
+        daemon.resp_socket().display(),
+        commands.display()
+    );
+    let attacker =
+        tokio::spawn(async move { crate::identity::run_as(&b, "sh", &["-c", &line]).await });
+    // Until the attacker's sessions are spinning.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!attacker.is_finished(), "the attack ended before the GETs");
+
+    let started = Instant::now();
+    for _ in 0..GETS {
+        assert_eq!(
+            victim.call(&["GET", "fine"]).await,
+            Frame::Bulk(bytes::Bytes::from_static(b"v"))
+        );
+    }
+    let served = started.elapsed();
+    let attacker_still_spinning = !attacker.is_finished();
+    let output = attacker.await.expect("the attacker's processes");
+    let printed = String::from_utf8_lossy(&output.stdout);
+    let refused = printed.matches("errors: 640, replies: 640").count();
+    println!("{GETS} GETs of another user served in {served:?} during the attack");
+    assert!(
+        attacker_still_spinning,
+        "the other user's {GETS} GETs were answered only after the attacker's pipelines"
+    );
+    assert_eq!(refused, 16, "every spinning command refused: {printed}");
+    daemon.stop().await;
 }

@@ -16,7 +16,7 @@ const SPINS: usize = 640;
 const GETS: usize = 20;
 
 /// The hostile guard spins on any command whose first key is `hostile` and allows the others.
-fn spinning_guard() -> ModuleConfig {
+pub(crate) fn spinning_guard() -> ModuleConfig {
     ModuleConfig::WithConfig {
         path: tollgate_policy::built_component("hostile"),
         config: "spin".into(),

@@ -9,6 +9,7 @@ use tollgate_model::Caller;
 use tollgate_policy::{Admission, Decision};
 use tollgate_resp::{Command, Limits, ProtocolError};
 
+use super::admission_clock::AdmissionClock;
 use super::kind::Kind;
 
 /// The most commands of a pipeline admitted together.
@@ -28,6 +29,8 @@ pub enum Read {
 pub struct Admitting<'a> {
     pub admission: &'a Admission,
     pub caller: &'a Caller,
+    /// Where the time admitting takes is counted, for the caller's tenant.
+    pub clock: &'a AdmissionClock,
     pub limits: &'a Limits,
     /// A client holding subscriptions: in RESP2 that changes which commands it may send, so
     /// nothing is admitted before the commands read before it have run.
@@ -93,7 +96,9 @@ impl Ahead {
                     argv
                 })
                 .collect();
+            let started = tokio::time::Instant::now();
             let decisions = admitting.admission.admit_all(admitting.caller, &argvs);
+            admitting.clock.spent(started);
             let decided = run.into_iter().zip(decisions);
             self.queue
                 .extend(decided.map(|(command, decision)| Read::Decided(command, decision)));

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use tollgate_resp::Limits;
 
+use super::admission_clock::AdmissionClocks;
 use super::clients::Clients;
 use super::deadline;
 use super::monitor::Monitors;
@@ -26,6 +27,8 @@ pub struct FrontDoor {
     pub(super) limits: Limits,
     /// Every client's held bytes together (`resp.budgets.total`), and each tenant's share.
     pub(super) pool: Arc<pool::Pool>,
+    /// Each tenant's admission time, against its share of the workers.
+    pub(super) admission_clocks: Arc<AdmissionClocks>,
     pub(super) next_client_id: AtomicU64,
     /// The live sessions, as `CLIENT LIST` shows them.
     pub(super) clients: Arc<Clients>,
@@ -48,6 +51,7 @@ impl FrontDoor {
             limits: config.limits(),
             deadlines: deadline::Deadlines::new(config.command_timeout, &config.command_deadlines),
             pool: pool::Pool::new(&config.budgets),
+            admission_clocks: AdmissionClocks::new(workers()),
             config,
             next_client_id: AtomicU64::new(1),
             clients: Arc::default(),
@@ -55,4 +59,9 @@ impl FrontDoor {
             socket,
         }
     }
+}
+
+/// The runtime's worker threads: the time admission shares among tenants.
+fn workers() -> usize {
+    tokio::runtime::Handle::try_current().map_or(1, |runtime| runtime.metrics().num_workers())
 }

@@ -11,6 +11,7 @@
 //! daemon answers is worded in `replies.rs`; what the front door sends where (for the lane users'
 //! ACLs) is `route.rs`.
 
+mod admission_clock;
 mod ahead;
 mod amend;
 mod answer;
@@ -45,6 +46,7 @@ mod session;
 mod slots;
 mod state;
 mod subscriptions;
+mod tenants;
 mod transaction;
 #[cfg(test)]
 mod words;

@@ -7,14 +7,13 @@
 //! A client counts through its [`Account`]: every byte it holds goes to the total and to its
 //! tenant's share at once, and leaves both at once.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tollgate_model::Tenant;
 
+use super::tenants::{Member, Tenants};
 use crate::config::BudgetsConfig;
 
 /// The least room worth a read when the total (or the share) is nearly used up.
@@ -93,8 +92,8 @@ impl Counter {
 pub struct Pool {
     total: Counter,
     per_uid: usize,
-    /// The shares of tenants with a client connected, and how many each has.
-    shares: Mutex<HashMap<Tenant, (Arc<Counter>, usize)>>,
+    /// The shares of tenants with a client connected.
+    shares: Arc<Tenants<Counter>>,
 }
 
 impl Pool {
@@ -102,24 +101,15 @@ impl Pool {
         Arc::new(Pool {
             total: Counter::new(config.total.0),
             per_uid: config.per_uid().0,
-            shares: Mutex::new(HashMap::new()),
+            shares: Arc::default(),
         })
     }
 
     /// The account of one more client of `tenant` (once per connection, not per command).
     pub fn account(self: &Arc<Self>, tenant: Tenant) -> Account {
-        let share = {
-            let mut shares = self.shares.lock();
-            let (share, clients) = shares
-                .entry(tenant.clone())
-                .or_insert_with(|| (Arc::new(Counter::new(self.per_uid)), 0));
-            *clients += 1;
-            share.clone()
-        };
         Account {
             pool: self.clone(),
-            share,
-            tenant,
+            share: self.shares.join(tenant, || Counter::new(self.per_uid)),
         }
     }
 
@@ -135,11 +125,12 @@ impl Pool {
     }
 }
 
-/// One client's way into the [`Pool`]: its bytes count against the total and its tenant's share.
+/// One client's way into the [`Pool`]: its bytes count against the total and its tenant's share
+/// (forgotten with the tenant's last client; what each client held was given back before: see
+/// `ClientBudget`'s drop).
 pub struct Account {
     pool: Arc<Pool>,
-    share: Arc<Counter>,
-    tenant: Tenant,
+    share: Member<Counter>,
 }
 
 impl Account {
@@ -187,20 +178,6 @@ impl Account {
             self.share.room().await;
             if self.free() >= LEAST_READ {
                 return;
-            }
-        }
-    }
-}
-
-impl Drop for Account {
-    /// The tenant's share is forgotten with its last client (what the client held was given
-    /// back before: see `ClientBudget`'s drop).
-    fn drop(&mut self) {
-        let mut shares = self.pool.shares.lock();
-        if let Some((_, clients)) = shares.get_mut(&self.tenant) {
-            *clients -= 1;
-            if *clients == 0 {
-                shares.remove(&self.tenant);
             }
         }
     }
@@ -276,9 +253,9 @@ mod tests {
         assert_eq!(second.free(), 40, "both clients count against one share");
         first.give_back(60);
         drop(first);
-        assert_eq!(pool.shares.lock().len(), 1);
+        assert_eq!(pool.shares.len(), 1);
         drop(second);
-        assert!(pool.shares.lock().is_empty());
+        assert_eq!(pool.shares.len(), 0);
     }
 
     #[tokio::test]

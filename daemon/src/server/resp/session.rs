@@ -248,6 +248,11 @@ impl Session {
             if std::mem::take(&mut self.state.owes_yield) {
                 tokio::task::yield_now().await;
             }
+            // A tenant past its share of the workers' admission time waits here, before it
+            // admits more, and leaves the workers to the other tenants.
+            if self.state.clock.in_debt() {
+                self.state.clock.pay().await;
+            }
             let (step, voice) = match self.schedule.unpark() {
                 Some(parked) => parked,
                 None => {

@@ -12,6 +12,7 @@ use tollgate_model::{Caller, Multiplexed};
 use tollgate_policy::{Decision, DenyCause};
 use tollgate_resp::Command;
 
+use super::admission_clock::AdmissionClock;
 use super::ahead::Admitting;
 use super::amend::Amend;
 use super::answer::{self, Asking};
@@ -73,6 +74,8 @@ pub struct SessionState {
     pub watches: Watches,
     /// The bytes held for this client, against `resp.budgets`.
     pub budget: Arc<ClientBudget>,
+    /// The time admitting this tenant's commands takes, against its share of the workers.
+    pub clock: AdmissionClock,
 }
 
 impl SessionState {
@@ -80,6 +83,7 @@ impl SessionState {
         SessionState {
             subscriptions: Subscriptions::new(front.config.subscriber_buffer),
             budget: ClientBudget::new(&front.config.budgets, &front.pool, &caller, id),
+            clock: front.admission_clocks.clock(caller.tenant()),
             front,
             caller,
             id,
@@ -100,6 +104,7 @@ impl SessionState {
         Admitting {
             admission: &self.front.services.admission,
             caller: &self.caller,
+            clock: &self.clock,
             limits: &self.front.limits,
             subscribed: self.listening(),
         }
@@ -287,11 +292,13 @@ impl SessionState {
             Plan::Lease => Step::InPlace(InPlace::Lease(command)),
             Plan::LeaseWatch => Step::InPlace(InPlace::LeaseWatch(command)),
             Plan::Admit => {
+                let started = tokio::time::Instant::now();
                 let decision = self
                     .front
                     .services
                     .admission
                     .admit(&self.caller, &command.argv());
+                self.clock.spent(started);
                 let plan = self.admitted(&command, kind, decision);
                 self.carry_out(plan, command, kind)
             }
