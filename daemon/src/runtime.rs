@@ -20,6 +20,8 @@ use crate::readiness::Readiness;
 use crate::reload::Reloader;
 use crate::server::identity::Identities;
 use crate::server::limits::ConnectionLimits;
+use crate::server::resp::admission_clock::AdmissionClocks;
+use crate::server::resp::pool::Pool;
 use crate::server::resp::{self, FrontDoor};
 use crate::server::{http, socket};
 use crate::services::Services;
@@ -208,6 +210,8 @@ impl Daemon {
             lane_users: lane_users.clone(),
             redis_mode: redis_mode(&config),
             settings: settings(&config),
+            pool: Pool::new(&config.resp.budgets),
+            admission_clocks: AdmissionClocks::new(config.worker_threads()),
             metrics: Metrics::new(registry),
         });
 

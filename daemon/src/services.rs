@@ -1,6 +1,8 @@
 //! The parts of a running daemon that both servers use, made once by the runtime ([`crate::runtime`])
 //! and lent to the HTTP and RESP listeners behind one `Arc`.
 
+use std::sync::Arc;
+
 use tollgate_lanes::Lanes;
 use tollgate_lease::LeaseService;
 use tollgate_policy::Admission;
@@ -10,6 +12,8 @@ use crate::metrics::Metrics;
 use crate::readiness::Readiness;
 use crate::reload::Reloader;
 use crate::server::identity::Identities;
+use crate::server::resp::admission_clock::AdmissionClocks;
+use crate::server::resp::pool::Pool;
 
 /// What every listener shares.
 pub struct Services {
@@ -34,4 +38,8 @@ pub struct Services {
     pub redis_mode: &'static str,
     /// The budgets and limits in force, as `/v1/status` shows them.
     pub settings: serde_json::Value,
+    /// Every RESP client's held bytes together (`resp.budgets.total`), and each user's share.
+    pub pool: Arc<Pool>,
+    /// Each user's admission time, against its share of the workers.
+    pub admission_clocks: Arc<AdmissionClocks>,
 }

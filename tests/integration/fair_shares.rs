@@ -293,3 +293,71 @@ async fn one_users_spinning_admissions_leave_another_user_the_worker() {
     assert_eq!(refused, 16, "every spinning command refused: {printed}");
     daemon.stop().await;
 }
+
+/// `GET /v1/principals` shows administrators what each user of each principal holds now (here
+/// root, with RESP sessions and a holder watch, and a second OS user of the default policy, with a
+/// RESP session), and refuses everyone else.
+#[tokio::test]
+async fn principals_shows_each_users_shares_to_administrators_only() {
+    let Some(b) = os_user(USER_B) else { return };
+    let redis = RedisServer::start();
+    let daemon = daemon_for_all(&redis, |_| {}).await;
+    let mut root = RawClient::connect(&daemon.resp_socket()).await;
+    assert_eq!(text(&root.call(&["SET", "k", "v"]).await), "OK");
+    let mut watching = RawClient::connect(&daemon.resp_socket()).await;
+    assert!(!watching
+        .call(&["LEASE", "WATCH", "jobs:root"])
+        .await
+        .is_error());
+
+    // The other user: one RESP session, subscribed (so that redis-cli stays) for a few seconds.
+    let socket = daemon.resp_socket();
+    let socket = socket.to_str().expect("a UTF-8 socket path").to_owned();
+    let client = {
+        let b = crate::identity::os_user(USER_B).expect("the same user");
+        tokio::spawn(async move {
+            crate::identity::run_as(
+                &b,
+                "timeout",
+                &["5", "redis-cli", "-s", &socket, "SUBSCRIBE", "news"],
+            )
+            .await
+        })
+    };
+    let until = Instant::now() + Duration::from_secs(5);
+    let rows = loop {
+        let reply = daemon.get("/v1/principals").await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        let body: serde_json::Value = serde_json::from_str(&reply.body).expect("JSON");
+        let rows = body["principals"].as_array().expect("a list").clone();
+        let theirs = rows.iter().find(|row| row["uid"] == b.uid);
+        if theirs.is_some_and(|row| row["resp_sessions"] == 1) {
+            break rows;
+        }
+        if Instant::now() > until {
+            let output = client.await.expect("the other user's client");
+            panic!("the other user never showed: {rows:?}; its client: {output:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mine = rows.iter().find(|row| row["uid"] == 0).expect("root's row");
+    assert_eq!(mine["resp_sessions"], 2, "{mine}");
+    assert_eq!(mine["watches"], 1, "{mine}");
+    assert!(
+        mine["admission_ms"].as_f64().expect("a number") > 0.0,
+        "{mine}"
+    );
+    let row = rows
+        .iter()
+        .find(|row| row["uid"] == b.uid)
+        .expect("their row");
+    assert_eq!(row["principal"], "local", "{row}");
+    assert_eq!(row["watches"], 0, "{row}");
+    assert_eq!(row["watchdogs"], 0, "{row}");
+
+    let refused = crate::identity::curl(&b, &daemon, "GET", "/v1/principals", "").await;
+    assert_eq!(refused.status, 403, "{:?}", refused.body);
+    client.abort();
+    drop((root, watching));
+    daemon.stop().await;
+}

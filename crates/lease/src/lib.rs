@@ -28,4 +28,4 @@ pub use config::{LeaseConfig, LeaseConfigError};
 pub use holder::Holder;
 pub use keys::{LeaseKeys, FENCE_BUCKETS};
 pub use layout::{check_layout, EarlierLease, LayoutError, LAYOUT_VERSION};
-pub use service::{LeaseCensus, LeaseService};
+pub use service::{LeaseCensus, LeaseService, UserPlaces};

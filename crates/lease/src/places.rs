@@ -68,6 +68,16 @@ impl Places {
         })
     }
 
+    /// Places taken now, by each user that holds any.
+    pub fn by_user(&self) -> Vec<(Identity, usize)> {
+        let taken = self.taken.lock();
+        taken
+            .by_user
+            .iter()
+            .map(|(user, places)| (user.clone(), *places))
+            .collect()
+    }
+
     /// Places taken now, by everyone.
     #[cfg(test)]
     fn taken(&self) -> usize {
@@ -137,6 +147,12 @@ mod tests {
         );
         let victim = places.take(&user("local", 2001), LIMITS);
         assert!(victim.is_ok(), "the victim's place");
+        let mut by_user = places.by_user();
+        by_user.sort_by_key(|(user, _)| user.uid);
+        assert_eq!(
+            by_user,
+            [(user("local", 2001), 1), (user("local", 2002), 2)]
+        );
         assert_eq!(
             places.take(&user("local", 2003), LIMITS).err(),
             Some(AtLimit { limit: 3 }),

@@ -6,6 +6,7 @@
 //! of the line stands at the head in Redis too, so that nobody, waiting or not, passes it
 //! (`calls::shared`).
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -54,7 +55,26 @@ pub struct LeaseCensus {
     pub waiting: usize,
 }
 
+/// What one user of a principal holds of the service's bounded places, for `/v1/principals`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UserPlaces {
+    pub watchdogs: usize,
+    pub watches: usize,
+}
+
 impl LeaseService {
+    /// Each user's watchdogs and holder watches, for users holding any.
+    pub fn places_by_user(&self) -> HashMap<Identity, UserPlaces> {
+        let mut users: HashMap<Identity, UserPlaces> = HashMap::new();
+        for (user, count) in self.watchdogs.by_user() {
+            users.entry(user).or_default().watchdogs = count;
+        }
+        for (user, count) in self.watches.by_user() {
+            users.entry(user).or_default().watches = count;
+        }
+        users
+    }
+
     pub fn census(&self) -> LeaseCensus {
         LeaseCensus {
             kept: self.watchdogs.running(),

@@ -126,11 +126,17 @@ impl Watchdogs {
         });
     }
 
-    /// Stops the watchdog of a lease its holder released, and tells its watchers.
     /// How many watchdogs run.
     pub fn running(&self) -> usize {
         self.state.lock().entries.len()
     }
+
+    /// How many watchdogs each user runs (places taken, counted from before the acquire).
+    pub fn by_user(&self) -> Vec<(Identity, usize)> {
+        self.places.by_user()
+    }
+
+    /// Stops the watchdog of a lease its holder released, and tells its watchers.
 
     pub fn stop(&self, key: &WatchKey) {
         let mut state = self.state.lock();

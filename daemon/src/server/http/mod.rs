@@ -9,6 +9,7 @@ mod health;
 mod lanes;
 mod leases;
 mod policy;
+mod principals;
 mod status;
 mod waits;
 
@@ -122,6 +123,7 @@ async fn route(request: Request<Incoming>, shared: &Services) -> HttpResponse {
         "/healthz" | "/readyz" | "/metrics" => health::handle(request, shared).await,
         "/v1/lanes" => lanes::handle(request, shared).await,
         "/v1/status" => status::handle(request, shared).await,
+        "/v1/principals" => principals::handle(request, shared).await,
         leases if leases.starts_with("/v1/leases/") => leases::handle(request, shared).await,
         policy if policy.starts_with("/v1/policy") => policy::handle(request, shared).await,
         _ => Err(ApiError::NotFound(path)),

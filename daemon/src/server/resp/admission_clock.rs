@@ -39,6 +39,18 @@ pub struct Debt {
     settled: AtomicU64,
     /// When it last admitted anything (the same), plus one; 0: never.
     active: AtomicU64,
+    /// All its admission time, and all its sessions' waits, since it connected (`/v1/principals`).
+    spent_in_all: AtomicU64,
+    waited_in_all: AtomicU64,
+}
+
+/// What `/v1/principals` shows of a tenant's admission time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdmissionTime {
+    /// In guards and catalogs, since its first session.
+    pub spent: Duration,
+    /// Its sessions' waits for its share.
+    pub waited: Duration,
 }
 
 impl Debt {
@@ -47,6 +59,16 @@ impl Debt {
             owed: AtomicU64::new(0),
             settled: AtomicU64::new(at),
             active: AtomicU64::new(0),
+            spent_in_all: AtomicU64::new(0),
+            waited_in_all: AtomicU64::new(0),
+        }
+    }
+
+    fn time(&self) -> AdmissionTime {
+        let nanos = |counter: &AtomicU64| Duration::from_nanos(counter.load(Ordering::Relaxed));
+        AdmissionTime {
+            spent: nanos(&self.spent_in_all),
+            waited: nanos(&self.waited_in_all),
         }
     }
 
@@ -57,6 +79,7 @@ impl Debt {
     /// `spent` nanoseconds of admission that ended at `at`.
     fn spend(&self, spent: u64, at: u64) {
         self.owed.fetch_add(spent, Ordering::Relaxed);
+        self.spent_in_all.fetch_add(spent, Ordering::Relaxed);
         self.active.store(at + 1, Ordering::Relaxed);
     }
 
@@ -109,6 +132,11 @@ impl AdmissionClocks {
         }
     }
 
+    /// Each connected tenant: its RESP sessions and its admission time.
+    pub fn census(&self) -> Vec<(Tenant, usize, AdmissionTime)> {
+        self.debts.census(Debt::time)
+    }
+
     fn nanos(&self, at: Instant) -> u64 {
         at.duration_since(self.began).as_nanos() as u64
     }
@@ -144,6 +172,9 @@ impl AdmissionClock {
                 return waited;
             };
             tokio::time::sleep(wait).await;
+            self.debt
+                .waited_in_all
+                .fetch_add(wait.as_nanos() as u64, Ordering::Relaxed);
             waited += wait;
         }
     }

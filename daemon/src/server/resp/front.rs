@@ -1,17 +1,15 @@
-//! What every session of the RESP listener shares: the daemon's [`Services`] (admission,
-//! identities, lanes, lease service), the listener's limits and budgets, and its registry of
-//! sessions.
+//! What every session of the RESP listener shares: the daemon's [`Services`] (admission, the byte
+//! total and admission clocks, identities, lanes, lease service), the listener's limits and budgets,
+//! and its registry of sessions.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use tollgate_resp::Limits;
 
-use super::admission_clock::AdmissionClocks;
 use super::clients::Clients;
 use super::deadline;
 use super::monitor::Monitors;
-use super::pool;
 use crate::config::RespConfig;
 use crate::server::limits::ConnectionLimits;
 use crate::services::Services;
@@ -25,10 +23,6 @@ pub struct FrontDoor {
     pub(super) config: RespConfig,
     pub(super) deadlines: deadline::Deadlines,
     pub(super) limits: Limits,
-    /// Every client's held bytes together (`resp.budgets.total`), and each tenant's share.
-    pub(super) pool: Arc<pool::Pool>,
-    /// Each tenant's admission time, against its share of the workers.
-    pub(super) admission_clocks: Arc<AdmissionClocks>,
     pub(super) next_client_id: AtomicU64,
     /// The live sessions, as `CLIENT LIST` shows them.
     pub(super) clients: Arc<Clients>,
@@ -50,8 +44,6 @@ impl FrontDoor {
             connections,
             limits: config.limits(),
             deadlines: deadline::Deadlines::new(config.command_timeout, &config.command_deadlines),
-            pool: pool::Pool::new(&config.budgets),
-            admission_clocks: AdmissionClocks::new(workers()),
             config,
             next_client_id: AtomicU64::new(1),
             clients: Arc::default(),
@@ -59,9 +51,4 @@ impl FrontDoor {
             socket,
         }
     }
-}
-
-/// The runtime's worker threads: the time admission shares among tenants.
-fn workers() -> usize {
-    tokio::runtime::Handle::try_current().map_or(1, |runtime| runtime.metrics().num_workers())
 }

@@ -11,7 +11,7 @@
 //! daemon answers is worded in `replies.rs`; what the front door sends where (for the lane users'
 //! ACLs) is `route.rs`.
 
-mod admission_clock;
+pub mod admission_clock;
 mod ahead;
 mod amend;
 mod answer;
@@ -35,7 +35,7 @@ mod outbox;
 mod pending;
 mod placing;
 mod plan;
-mod pool;
+pub mod pool;
 mod queued;
 mod refusal;
 mod replies;

@@ -118,6 +118,12 @@ impl Pool {
         self.total.limit > 0 || self.per_uid > 0
     }
 
+    /// Each connected tenant: its RESP sessions and the bytes they hold.
+    pub fn census(&self) -> Vec<(Tenant, usize, usize)> {
+        self.shares
+            .census(|share| share.used.load(Ordering::Relaxed))
+    }
+
     /// Bytes held for all clients now.
     #[cfg(test)]
     pub fn used(&self) -> usize {

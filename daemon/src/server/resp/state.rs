@@ -82,8 +82,8 @@ impl SessionState {
     pub fn new(front: Arc<FrontDoor>, caller: Caller, id: u64, me: Registration) -> Self {
         SessionState {
             subscriptions: Subscriptions::new(front.config.subscriber_buffer),
-            budget: ClientBudget::new(&front.config.budgets, &front.pool, &caller, id),
-            clock: front.admission_clocks.clock(caller.tenant()),
+            budget: ClientBudget::new(&front.config.budgets, &front.services.pool, &caller, id),
+            clock: front.services.admission_clocks.clock(caller.tenant()),
             front,
             caller,
             id,

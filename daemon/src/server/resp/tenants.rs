@@ -50,6 +50,15 @@ impl<T> Tenants<T> {
             .count()
     }
 
+    /// Each connected tenant, its sessions and what `look` reads of its `T`.
+    pub fn census<R>(&self, mut look: impl FnMut(&T) -> R) -> Vec<(Tenant, usize, R)> {
+        self.map
+            .lock()
+            .iter()
+            .map(|(tenant, (state, sessions))| (tenant.clone(), *sessions, look(state)))
+            .collect()
+    }
+
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.map.lock().len()
@@ -107,6 +116,9 @@ mod tests {
             tenants.count(|n| n.load(std::sync::atomic::Ordering::Relaxed) > 0),
             1
         );
+        let mut census = tenants.census(|n| n.load(std::sync::atomic::Ordering::Relaxed));
+        census.sort_by_key(|(tenant, _, _)| tenant.uid);
+        assert_eq!(census, [(tenant(1), 2, 5), (tenant(2), 1, 0)]);
         drop(first);
         assert_eq!(tenants.len(), 2);
         drop(second);

@@ -1,0 +1,93 @@
+//! `GET /v1/principals` (administrators only): what each user of each principal (a principal and
+//! one OS uid: the unit every pooled resource is shared by) holds now — RESP sessions, bytes held
+//! against `resp.budgets`, admission time spent and waited for, lease watchdogs and holder
+//! watches. A user appears while it has a RESP session or holds a watchdog or a watch.
+
+use std::collections::BTreeMap;
+
+use hyper::body::Incoming;
+use hyper::{Method, Request, StatusCode};
+use tollgate_lease::UserPlaces;
+
+use super::{json, peer_of, ApiError, HttpResponse};
+use crate::server::resp::admission_clock::AdmissionTime;
+use crate::services::Services;
+
+/// One user of one principal, as the reply lists it.
+#[derive(Debug, Default, serde::Serialize)]
+struct Row {
+    principal: String,
+    uid: u32,
+    resp_sessions: usize,
+    bytes_held: usize,
+    admission_ms: f64,
+    admission_waited_ms: f64,
+    watchdogs: usize,
+    watches: usize,
+}
+
+#[derive(serde::Serialize)]
+struct PrincipalsReply {
+    outcome: &'static str,
+    principals: Vec<Row>,
+}
+
+pub async fn handle(
+    request: Request<Incoming>,
+    shared: &Services,
+) -> Result<HttpResponse, ApiError> {
+    if request.method() != Method::GET {
+        return Err(ApiError::MethodNotAllowed {
+            method: request.method().to_string(),
+            path: request.uri().path().to_owned(),
+        });
+    }
+    shared
+        .identities
+        .admin(peer_of(&request)?, "listing every user's shares")
+        .map_err(|not_admin| ApiError::Forbidden {
+            reason: not_admin.to_string(),
+        })?;
+    let reply = PrincipalsReply {
+        outcome: "ok",
+        principals: rows(shared),
+    };
+    Ok(json(StatusCode::OK, &reply))
+}
+
+/// The three censuses merged by user, in principal and uid order.
+fn rows(shared: &Services) -> Vec<Row> {
+    let mut rows: BTreeMap<(String, u32), Row> = BTreeMap::new();
+    for (tenant, sessions, bytes) in shared.pool.census() {
+        let row = row(&mut rows, &tenant.principal, tenant.uid);
+        row.resp_sessions = sessions;
+        row.bytes_held = bytes;
+    }
+    for (tenant, _, time) in shared.admission_clocks.census() {
+        let AdmissionTime { spent, waited } = time;
+        let row = row(&mut rows, &tenant.principal, tenant.uid);
+        row.admission_ms = millis(spent);
+        row.admission_waited_ms = millis(waited);
+    }
+    for (user, places) in shared.leases.places_by_user() {
+        let UserPlaces { watchdogs, watches } = places;
+        let row = row(&mut rows, &user.principal, user.uid);
+        row.watchdogs = watchdogs;
+        row.watches = watches;
+    }
+    rows.into_values().collect()
+}
+
+/// The row of one user, made empty on first sight.
+fn row<'a>(rows: &'a mut BTreeMap<(String, u32), Row>, principal: &str, uid: u32) -> &'a mut Row {
+    rows.entry((principal.to_owned(), uid))
+        .or_insert_with(|| Row {
+            principal: principal.to_owned(),
+            uid,
+            ..Row::default()
+        })
+}
+
+fn millis(duration: std::time::Duration) -> f64 {
+    (duration.as_secs_f64() * 1e6).round() / 1e3
+}
