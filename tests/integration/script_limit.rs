@@ -86,7 +86,10 @@ async fn stopped_in_time(daemon: &TestDaemon, runaway: &[&str], kill: &str) {
         .expect("the script is answered")
         .expect("its connection stays open");
     let stopped_at = start.elapsed();
-    eprintln!("{kill}: GET answered {got_at:?} after the script started ({got:?}); the script's error {stopped_at:?}: {stopped:?}");
+    eprintln!(
+        "{kill}: GET answered {got_at:?} after the script started ({got:?}); \
+         the script's error {stopped_at:?}: {stopped:?}"
+    );
     assert_eq!(text(&got), "v", "the other client's GET: {got:?}");
     assert!(got_at <= LIMIT + MARGIN, "GET answered after {got_at:?}");
     assert!(

@@ -40,6 +40,7 @@ mod share;
 #[cfg(test)]
 mod spans;
 mod status;
+mod stopper;
 mod stream;
 mod topology;
 

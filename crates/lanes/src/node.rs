@@ -21,8 +21,9 @@ use crate::locator::{Locator, Server};
 use crate::metrics::{Families, LaneMetrics, Rejection};
 use crate::multiplex::{MultiplexedLane, NodeChannel, Scripts};
 use crate::pubsub::{PubSubLane, Rehome};
-use crate::script_limit::{self, Watch};
+use crate::script_limit::Watch;
 use crate::status::{LaneFacts, LaneStatus, LanesStatus, Sharing};
+use crate::stopper;
 
 /// One server's lanes. Cheap to clone; all clones share the same lanes.
 #[derive(Clone)]
@@ -121,7 +122,7 @@ impl Node {
                 let watching = Watch::new();
                 let span = tracing::info_span!("script_limit");
                 drivers.spawn(tracing::Instrument::instrument(
-                    script_limit::watch_over(watching.clone(), kill_lane.clone(), life.clone()),
+                    stopper::watch_over(watching.clone(), kill_lane.clone(), life.clone()),
                     span,
                 ));
                 kills = Some(kill_lane);

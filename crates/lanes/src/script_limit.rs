@@ -4,10 +4,11 @@
 //!
 //! Each script a limited channel sends is registered here until its reply arrives; from when it
 //! becomes the oldest reply owed on its connection (when Redis can have started on it) it is due
-//! at that moment plus its limit. One watcher task per node sleeps until the earliest due script
-//! (not at all while none is registered: no timer per command), then asks `FUNCTION STATS` what
-//! runs and stops it with `SCRIPT KILL` or `FUNCTION KILL` only when it is one of the daemon's own
-//! scripts past its limit (`overrun::decide`). Its caller gets [`CallError::ScriptStopped`].
+//! at that moment plus its limit. One watcher task per node (`stopper`) sleeps until the earliest
+//! due script (not at all while none is registered: no timer per command), then asks `FUNCTION
+//! STATS` what runs and stops it with `SCRIPT KILL` or `FUNCTION KILL` only when it is one of the
+//! daemon's own scripts past its limit (`overrun::decide`). Its caller gets
+//! [`CallError::ScriptStopped`].
 //! Redis cannot stop a script that has written (`UNKILLABLE`): that is logged, and the script
 //! runs to its end.
 //!
@@ -25,13 +26,9 @@ use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
-use tollgate_model::Protocol;
 
 use crate::error::CallError;
-use crate::life::Life;
-use crate::multiplex::MultiplexedLane;
-use crate::overrun::{self, Kill, Killed, Overdue, Running, Verdict};
+use crate::overrun::{self, Kill, Overdue};
 use crate::reply::Reply;
 
 /// A caller's script time limit: what the scripts it sends are watched with.
@@ -52,8 +49,6 @@ const SETTLE_PATIENCE: Duration = Duration::from_secs(1);
 const JUST_STOPPED: Duration = Duration::from_millis(250);
 /// A script due this soon is about to be asked about: a `BUSY` now waits for the watcher.
 const SOON: Duration = Duration::from_millis(20);
-/// A kill answered later than this after it was sent waited for Redis's busy threshold.
-const LATE_KILL: Duration = Duration::from_millis(250);
 
 // A registered script's state.
 /// Running, not yet past its limit (or not shown running when it was).
@@ -90,12 +85,32 @@ struct Registered {
     due: Option<Instant>,
 }
 
-struct Entry {
+/// A registered script, as the watcher sees it.
+pub(crate) struct Entry {
     id: u64,
     kill: Kill,
     command: Bytes,
     limit: ScriptLimit,
     state: AtomicU8,
+}
+
+impl Entry {
+    pub(crate) fn overdue(&self) -> Overdue<'_> {
+        Overdue {
+            id: self.id,
+            kill: self.kill,
+            command: &self.command,
+            limit: self.limit.after,
+        }
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub(crate) fn limit(&self) -> &ScriptLimit {
+        &self.limit
+    }
 }
 
 /// A registered script, from when it is sent until its reply arrives (dropped: deregistered).
@@ -210,8 +225,13 @@ impl Watch {
         shifted
     }
 
+    /// Resolves when a script became due earlier than the watcher sleeps for.
+    pub(crate) async fn changed(&self) {
+        self.changed.notified().await
+    }
+
     /// The earliest time a watched script is due.
-    fn next_due(&self) -> Option<Instant> {
+    pub(crate) fn next_due(&self) -> Option<Instant> {
         self.scripts
             .lock()
             .values()
@@ -221,7 +241,7 @@ impl Watch {
     }
 
     /// The watched scripts due at `now`, each now `CHECKING`.
-    fn take_overdue(&self, now: Instant) -> Vec<Arc<Entry>> {
+    pub(crate) fn take_overdue(&self, now: Instant) -> Vec<Arc<Entry>> {
         let scripts = self.scripts.lock();
         let mut overdue = Vec::new();
         for script in scripts.values() {
@@ -239,8 +259,29 @@ impl Watch {
         overdue
     }
 
-    /// `entry`, `CHECKING` or `STOPPED`, watched again: asked about again after [`RECHECK`].
-    fn recheck(&self, entry: &Entry, from: u8) {
+    /// `entry`, checked, is not running past its limit: asked about again after [`RECHECK`].
+    pub(crate) fn recheck(&self, entry: &Entry) {
+        self.watch_again(entry, CHECKING);
+    }
+
+    /// A kill is about to be sent for `entry` (checked); false if its reply arrived meanwhile.
+    /// Marked before the kill is sent: the script's "killed by user" may arrive before the kill's
+    /// own `OK`, and must be told apart from a kill its client asked for.
+    pub(crate) fn stopping(&self, entry: &Entry) -> bool {
+        self.shift(entry, CHECKING, STOPPED)
+    }
+
+    /// Redis answered the kill for `entry` `UNKILLABLE`; false if its reply arrived meanwhile.
+    pub(crate) fn unkillable(&self, entry: &Entry) -> bool {
+        self.shift(entry, STOPPED, UNKILLABLE)
+    }
+
+    /// The kill for `entry` stopped nothing (it had ended, or a function runs): watched again.
+    pub(crate) fn not_stopped(&self, entry: &Entry) {
+        self.watch_again(entry, STOPPED);
+    }
+
+    fn watch_again(&self, entry: &Entry, from: u8) {
         if self.shift(entry, from, WATCHING) {
             if let Some(script) = self.scripts.lock().get_mut(&entry.id) {
                 script.due = Some(Instant::now() + RECHECK);
@@ -312,146 +353,6 @@ fn unkillable_noted(reply: Reply, limit: Duration) -> Reply {
     Reply::new(noted.freeze())
 }
 
-/// The watcher of one node's scripts: until the lanes drain, stops each of the daemon's scripts
-/// that runs past its limit, on the kill connection.
-pub(crate) async fn watch_over(watch: Arc<Watch>, kills: Arc<MultiplexedLane>, life: Arc<Life>) {
-    let draining = life.draining().clone();
-    loop {
-        let changed = watch.changed.notified();
-        let due = watch.next_due();
-        tokio::select! {
-            biased;
-            _ = draining.cancelled() => return,
-            _ = changed => continue,
-            _ = sleep_until(due) => {}
-        }
-        let overdue = watch.take_overdue(Instant::now());
-        if overdue.is_empty() {
-            continue;
-        }
-        if stop_overdue(&watch, &kills, &overdue, &draining)
-            .await
-            .is_none()
-        {
-            return;
-        }
-    }
-}
-
-async fn sleep_until(due: Option<Instant>) {
-    match due {
-        Some(due) => tokio::time::sleep_until(due).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Asks what runs and stops it if it is one of `overdue` (all `CHECKING`); every one not stopped
-/// is watched again. `None`: the lanes are draining.
-async fn stop_overdue(
-    watch: &Watch,
-    kills: &Arc<MultiplexedLane>,
-    overdue: &[Arc<Entry>],
-    draining: &CancellationToken,
-) -> Option<()> {
-    let stats = ask(kills, crate::busy::FUNCTION_STATS, draining).await?;
-    let running = match &stats {
-        Ok(reply) => reply
-            .frame()
-            .map(|frame| Running::of(&frame))
-            .unwrap_or_else(|error| Running::Unknown(error.to_string())),
-        Err(error) => Running::Unknown(error.to_string()),
-    };
-    let views: Vec<Overdue<'_>> = overdue
-        .iter()
-        .map(|entry| Overdue {
-            id: entry.id,
-            kill: entry.kill,
-            command: &entry.command,
-            limit: entry.limit.after,
-        })
-        .collect();
-    let (kill, ids) = match overrun::decide(&running, &views) {
-        Verdict::Stop(kill, ids) => (kill, ids),
-        Verdict::Leave => {
-            if let Running::Unknown(answer) = &running {
-                tracing::debug!(%answer, "FUNCTION STATS did not say what runs");
-            }
-            for entry in overdue {
-                watch.recheck(entry, CHECKING);
-            }
-            return Some(());
-        }
-    };
-    let (stopping, left): (Vec<&Arc<Entry>>, Vec<&Arc<Entry>>) =
-        overdue.iter().partition(|entry| ids.contains(&entry.id));
-    for entry in left {
-        watch.recheck(entry, CHECKING);
-    }
-    // Marked before the kill is sent: the script's "killed by user" may arrive before the kill's
-    // own `OK`, and must be told apart from a kill the client asked for.
-    let stopping: Vec<&Arc<Entry>> = stopping
-        .into_iter()
-        .filter(|entry| watch.shift(entry, CHECKING, STOPPED))
-        .collect();
-    if stopping.is_empty() {
-        return Some(());
-    }
-    let sent = Instant::now();
-    let answer = match ask(kills, kill.command(), draining).await? {
-        Ok(reply) => Killed::of(reply.bytes()),
-        Err(error) => Killed::Not(error.to_string()),
-    };
-    let waited = sent.elapsed();
-    if waited > LATE_KILL {
-        tracing::warn!(
-            ?waited,
-            "{kill} waited for redis to read it: is its busy-reply-threshold above \
-             resp.script_time_limit? Redis reads nothing while a script runs until then"
-        );
-    }
-    for entry in stopping {
-        let (who, limit) = (&entry.limit.who, entry.limit.after);
-        match &answer {
-            Killed::Stopped => {
-                tracing::info!(%who, ?limit, %kill, "stopped a script past its time limit")
-            }
-            Killed::Unkillable => {
-                if watch.shift(entry, STOPPED, UNKILLABLE) {
-                    tracing::warn!(
-                        %who,
-                        ?limit,
-                        "a script ran past its time limit and cannot be stopped: it has written \
-                         (UNKILLABLE). Redis answers other clients BUSY until it ends; only \
-                         SHUTDOWN NOSAVE would stop it"
-                    );
-                }
-            }
-            Killed::Not(answer) => {
-                tracing::debug!(%who, %answer, "{kill} did not stop the script");
-                watch.recheck(entry, STOPPED);
-            }
-        }
-    }
-    Some(())
-}
-
-/// `command` on the kill connection (RESP2), without a deadline: Redis reads it only once the
-/// script passes its busy threshold. `None`: the lanes are draining.
-async fn ask(
-    kills: &Arc<MultiplexedLane>,
-    command: &'static [u8],
-    draining: &CancellationToken,
-) -> Option<Result<Reply, CallError>> {
-    let sent = kills
-        .channel(Protocol::Resp2)
-        .send_within(Bytes::from_static(command), None);
-    tokio::select! {
-        biased;
-        _ = draining.cancelled() => None,
-        reply = sent => Some(reply),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -494,7 +395,7 @@ mod tests {
         assert_eq!(overdue.len(), 1);
         assert_eq!(watch.stopping.load(Ordering::Relaxed), 1);
         // Checked, not shown running: asked about again soon.
-        watch.recheck(&overdue[0], CHECKING);
+        watch.recheck(&overdue[0]);
         assert_eq!(watch.stopping.load(Ordering::Relaxed), 0);
         assert!(
             watch.next_due().is_some_and(
@@ -519,7 +420,7 @@ mod tests {
         assert!(matches!(eval.outcome(killed.clone()), Ok(reply) if reply == killed));
         eval.started();
         let overdue = watch.take_overdue(Instant::now() + Duration::from_secs(1));
-        assert!(watch.shift(&overdue[0], CHECKING, STOPPED));
+        assert!(watch.stopping(&overdue[0]));
         assert!(matches!(
             eval.outcome(killed.clone()),
             Err(CallError::ScriptStopped { limit, kill: Kill::Script }) if limit == Duration::from_secs(1)
@@ -549,8 +450,8 @@ mod tests {
             .unwrap();
         eval.started();
         let overdue = watch.take_overdue(Instant::now() + Duration::from_secs(1));
-        assert!(watch.shift(&overdue[0], CHECKING, STOPPED));
-        assert!(watch.shift(&overdue[0], STOPPED, UNKILLABLE));
+        assert!(watch.stopping(&overdue[0]));
+        assert!(watch.unkillable(&overdue[0]));
         assert_eq!(watch.stopping.load(Ordering::Relaxed), 0);
         let fine = Reply::new(Bytes::from_static(b":5\r\n"));
         assert!(matches!(eval.outcome(fine.clone()), Ok(reply) if reply == fine));
