@@ -123,24 +123,77 @@ async fn an_eval_past_the_limit_is_stopped_and_others_are_answered_within_the_li
     daemon.stop().await;
 }
 
+/// Loads, through the daemon, a library whose `spin` loops `ARGV[1]` seconds without writing.
+async fn load_spin(daemon: &TestDaemon) {
+    let mut loader = RawClient::connect(&daemon.resp_socket()).await;
+    let library = format!(
+        "#!lua name=spinning\nredis.register_function{{function_name='spin', \
+         callback=function(keys, args) {} end, flags={{'no-writes'}}}}",
+        spin("tonumber(args[1])")
+    );
+    let loaded = loader
+        .call(&["FUNCTION", "LOAD", "REPLACE", &library])
+        .await;
+    assert_eq!(text(&loaded), "spinning");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_fcall_past_the_limit_is_stopped_and_others_are_answered_within_the_limit() {
     let (_redis, daemon) = limited().await;
-    let mut loader = RawClient::connect(&daemon.resp_socket()).await;
-    let library = format!(
-        "#!lua name=spinning\nredis.register_function{{function_name='spin', callback=function() \
-         {} end, flags={{'no-writes'}}}}",
-        spin(RUNAWAY)
-    );
+    load_spin(&daemon).await;
+    stopped_in_time(&daemon, &["FCALL", "spin", "0", RUNAWAY], "FUNCTION").await;
+    daemon.stop().await;
+}
+
+/// A function Redis runs for a client of its own (not the daemon's) is not stopped: the
+/// daemon's `FCALL` sent while it runs gets Redis's `BUSY` at Redis's threshold, as without the
+/// daemon, and the foreign one runs to its end. (Which running function is the daemon's is told by
+/// its whole command, `overrun`'s unit tests; here the daemon's is refused before it is due, so
+/// this guards the end-to-end behaviour, not that check.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_function_the_daemon_did_not_send_is_not_stopped() {
+    let (redis, daemon) = limited().await;
+    load_spin(&daemon).await;
+    let mut foreign = RawClient::to_redis(redis.socket()).await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
     assert_eq!(
-        text(
-            &loader
-                .call(&["FUNCTION", "LOAD", "REPLACE", &library])
-                .await
-        ),
-        "spinning"
+        client.call(&["EVAL", "return 1", "0"]).await,
+        Frame::Integer(1)
     );
-    stopped_in_time(&daemon, &["FCALL", "spin", "0"], "FUNCTION").await;
+    let start = Instant::now();
+    foreign.send(&["FCALL", "spin", "0", "1.5"]).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    client.send(&["FCALL", "spin", "0", RUNAWAY]).await;
+    let refused = client
+        .read_within(Duration::from_secs(10))
+        .await
+        .expect("the daemon's function is answered")
+        .expect("its connection stays open");
+    let refused_at = start.elapsed();
+    let finished = foreign
+        .read_within(Duration::from_secs(10))
+        .await
+        .expect("the foreign function is answered")
+        .expect("its connection stays open");
+    let finished_at = start.elapsed();
+    eprintln!(
+        "the daemon's: {refused:?} after {refused_at:?}; foreign: {finished:?} after {finished_at:?}"
+    );
+    assert!(
+        text(&refused).starts_with("BUSY Redis is busy running a script"),
+        "{refused:?}"
+    );
+    assert!(refused_at <= LIMIT + MARGIN, "{refused_at:?}");
+    assert_eq!(finished, Frame::Integer(1), "after {finished_at:?}");
+    assert!(
+        finished_at >= Duration::from_millis(1500),
+        "{finished_at:?}"
+    );
+    // Redis serves the daemon's clients again.
+    assert_eq!(
+        client.call(&["EVAL", "return 2", "0"]).await,
+        Frame::Integer(2)
+    );
     daemon.stop().await;
 }
 

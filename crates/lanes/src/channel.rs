@@ -149,8 +149,9 @@ pub struct SendFuture(Sending);
 
 enum Sending {
     Node(NodeSend),
-    /// A cluster's send, which may be sent again where a redirect says; boxed, as it holds the
-    /// command until its reply is final.
+    /// A send that may be sent again: a cluster's, where a redirect says, or one refused `BUSY`
+    /// while a script is stopped (`resend`); boxed, as it holds the command until its reply is
+    /// final.
     Routed(BoxFuture<'static, Result<Reply, CallError>>),
 }
 
