@@ -80,6 +80,10 @@ impl<'de> Deserialize<'de> for SocketMode {
     }
 }
 
+/// The shortest `resp.script_time_limit`: Redis checks a running script's time every 100,000
+/// instructions (and reads a kill only then); a limit shorter than that check is no limit.
+const MIN_SCRIPT_TIME_LIMIT: Duration = Duration::from_millis(10);
+
 /// The `resp:` section of the config: limits on what one client may send and buffer.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -99,6 +103,14 @@ pub struct RespConfig {
     /// long they take (blocking commands, `WAIT`, `DEBUG SLEEP`) get that plus 2 s instead.
     #[serde(with = "humantime_serde")]
     pub command_timeout: Duration,
+    /// How long a client's script (`EVAL`, `FCALL` …) may run before the daemon stops it (`SCRIPT
+    /// KILL` / `FUNCTION KILL`) and the client gets `-ERR tollgate: script stopped after
+    /// resp.script_time_limit …`; well under Redis's 5 s `busy-reply-threshold`, past which Redis
+    /// answers every other client `BUSY`. `0` turns it off. Redis must read the kill in time:
+    /// its `busy-reply-threshold` must not be above this (the daemon sets it for the embedded
+    /// server). A script that has written cannot be stopped (docs/lanes.md).
+    #[serde(with = "humantime_serde")]
+    pub script_time_limit: Duration,
     /// Most subscriptions (channels, patterns and shard channels together) one client may hold.
     pub max_subscriptions: usize,
     /// Bytes held for clients: replies not yet read, input not yet parsed.
@@ -129,6 +141,7 @@ impl Default for RespConfig {
             max_pipeline: 1024,
             subscriber_buffer: 1024,
             command_timeout: Duration::from_secs(10),
+            script_time_limit: Duration::from_secs(1),
             command_deadlines: BTreeMap::new(),
             max_subscriptions: 10_000,
             budgets: BudgetsConfig::default(),
@@ -388,6 +401,16 @@ impl Config {
                 "must be longer than zero".to_owned(),
             ));
         }
+        // Not checked against `command_timeout`: a config valid before the limit existed (a
+        // timeout under the default 1 s) must stay valid; a limit at or past a script's deadline
+        // never acts, which docs/lanes.md says.
+        let limit = self.resp.script_time_limit;
+        if !limit.is_zero() && limit < MIN_SCRIPT_TIME_LIMIT {
+            return Err((
+                "resp.script_time_limit".to_owned(),
+                format!("must be 0 (off) or at least {MIN_SCRIPT_TIME_LIMIT:?}"),
+            ));
+        }
         if let Some((name, _)) = self
             .resp
             .command_deadlines
@@ -526,6 +549,36 @@ mod tests {
         assert!(
             error.contains("lanes.admin.connections must be at least 1"),
             "{error}"
+        );
+    }
+
+    #[test]
+    fn the_script_time_limit_is_a_second_by_default_zero_is_off_and_it_is_checked() {
+        assert_eq!(
+            Config::default().resp.script_time_limit,
+            Duration::from_secs(1)
+        );
+        let read = |text: &str| parse(text).map(|config| config.resp.script_time_limit);
+        assert_eq!(
+            read("resp:\n  script_time_limit: 250ms\n"),
+            Ok(Duration::from_millis(250))
+        );
+        assert_eq!(read("resp:\n  script_time_limit: 0s\n"), Ok(Duration::ZERO));
+        for refused in ["1ms", "9ms", "500us"] {
+            let error = read(&format!("resp:\n  script_time_limit: {refused}\n")).unwrap_err();
+            assert!(
+                error.contains("resp.script_time_limit"),
+                "{refused}: {error}"
+            );
+        }
+        // A command timeout under the default limit stays valid (the limit then never acts).
+        assert_eq!(
+            read("resp:\n  command_timeout: 500ms\n"),
+            Ok(Duration::from_secs(1))
+        );
+        assert_eq!(
+            read("resp:\n  command_timeout: 1m\n  script_time_limit: 10s\n"),
+            Ok(Duration::from_secs(10))
         );
     }
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tollgate_lanes::{Admin, Endpoint};
 
-use crate::config::EmbeddedConfig;
+use crate::config::{EmbeddedConfig, RespConfig};
 use crate::runtime_dir::{self, EntryError, Kind};
 
 /// How long a fresh `redis-server` gets to answer before start-up fails.
@@ -42,6 +42,28 @@ pub enum EmbeddedError {
     NotReady { log: PathBuf },
     #[error("embedded redis-server: {0}")]
     Unsafe(#[from] EntryError),
+}
+
+/// `config` with Redis's `busy-reply-threshold` at `resp.script_time_limit` (when one is set):
+/// Redis reads nothing, the daemon's kill included, until a script has run that long, and a
+/// threshold below the limit would have Redis answer others `BUSY` before the script is stopped.
+/// First, so that the operator's own `args` still have the last word.
+pub fn with_script_limit(config: &EmbeddedConfig, resp: &RespConfig) -> EmbeddedConfig {
+    let limit = resp.script_time_limit;
+    if limit.is_zero() {
+        return config.clone();
+    }
+    let threshold = [
+        "--busy-reply-threshold".to_owned(),
+        limit.as_millis().to_string(),
+    ];
+    EmbeddedConfig {
+        args: threshold
+            .into_iter()
+            .chain(config.args.iter().cloned())
+            .collect(),
+        ..config.clone()
+    }
 }
 
 pub struct EmbeddedRedis {
@@ -210,4 +232,29 @@ async fn answers_ping(socket: &Path) -> bool {
         tokio::time::timeout(PING_TIMEOUT, probe).await,
         Ok(Ok(true))
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_busy_threshold_follows_the_script_time_limit_unless_the_operator_says_otherwise() {
+        let config = EmbeddedConfig {
+            args: vec!["--busy-reply-threshold".into(), "3000".into()],
+            ..EmbeddedConfig::default()
+        };
+        let mut resp = RespConfig::default();
+        assert_eq!(
+            with_script_limit(&config, &resp).args,
+            [
+                "--busy-reply-threshold",
+                "1000",
+                "--busy-reply-threshold",
+                "3000"
+            ]
+        );
+        resp.script_time_limit = Duration::ZERO;
+        assert_eq!(with_script_limit(&config, &resp), config);
+    }
 }

@@ -13,7 +13,7 @@ use tollgate_lease::LeaseService;
 use tollgate_policy::Admission;
 
 use crate::config::Config;
-use crate::embedded::{EmbeddedError, EmbeddedRedis};
+use crate::embedded::{self, EmbeddedError, EmbeddedRedis};
 use crate::lane_acl::{self, LaneUsers};
 use crate::metrics::Metrics;
 use crate::readiness::Readiness;
@@ -93,7 +93,8 @@ impl Daemon {
             Some(_) => (None, None),
             None => {
                 let admin = tollgate_lanes::Admin::embedded(&runtime_dir)?;
-                let embedded = EmbeddedRedis::start(&config.embedded, &runtime_dir, &admin).await?;
+                let embedded_config = embedded::with_script_limit(&config.embedded, &config.resp);
+                let embedded = EmbeddedRedis::start(&embedded_config, &runtime_dir, &admin).await?;
                 (Some(embedded), Some(admin))
             }
         };
@@ -128,7 +129,7 @@ impl Daemon {
                 // The daemon's own child runs as the daemon's uid; lanes talk to nothing else.
                 lanes_config.server_uid = Some(nix::unistd::geteuid().as_raw());
                 let restart = Restart {
-                    config: config.embedded.clone(),
+                    config: embedded::with_script_limit(&config.embedded, &config.resp),
                     dir: runtime_dir.clone(),
                     users: provisioned.users.clone(),
                     admin: admin.clone(),
@@ -440,6 +441,7 @@ fn settings(config: &Config) -> serde_json::Value {
         "http_header_timeout": duration(config.limits.http_header_timeout),
         "http_idle_timeout": duration(config.limits.http_idle_timeout),
         "command_timeout": duration(config.resp.command_timeout),
+        "script_time_limit": duration(config.resp.script_time_limit),
         "max_pipeline": config.resp.max_pipeline,
         "max_subscriptions": config.resp.max_subscriptions,
         "budget_total_bytes": budgets.total.0,

@@ -185,7 +185,9 @@ pub fn runs_scripts(lane: Lane, grants: &LaneGrants) -> bool {
 /// `SETNAME`) to open, `PING` to probe; on a cluster `ASKING` and the slot map's `CLUSTER SHARDS`
 /// (`SLOTS`, `INFO`); a TRANSACTION connection's `DISCARD`/`UNWATCH` to come back
 /// clean; the shared subscriber connection's unsubscribes when a channel's last local subscriber
-/// leaves.
+/// leaves; SCRIPT's kill connection's `FUNCTION STATS`, `SCRIPT KILL` and `FUNCTION KILL`, which
+/// stop a client's script past `resp.script_time_limit` whether or not the policy lets clients
+/// send them (`script_limit`).
 pub fn plumbing(lane: Lane) -> &'static [&'static str] {
     match lane {
         Lane::Transaction => &["hello", "ping", "asking", "discard", "unwatch"],
@@ -206,7 +208,15 @@ pub fn plumbing(lane: Lane) -> &'static [&'static str] {
             "cluster|slots",
             "cluster|info",
         ],
-        Lane::Blocking | Lane::Script | Lane::Admin => &["hello", "ping", "asking"],
+        Lane::Script => &[
+            "hello",
+            "ping",
+            "asking",
+            "function|stats",
+            "script|kill",
+            "function|kill",
+        ],
+        Lane::Blocking | Lane::Admin => &["hello", "ping", "asking"],
     }
 }
 

@@ -1,12 +1,12 @@
 //! The commands Redis serves while a script is busy (`SCRIPT KILL`, `FUNCTION KILL`, `FUNCTION
 //! STATS`): the SCRIPT lane sends these on its kill connection (`kill.rs`) instead of its own.
 
+pub(crate) const SCRIPT_KILL: &[u8] = b"*2\r\n$6\r\nSCRIPT\r\n$4\r\nKILL\r\n";
+pub(crate) const FUNCTION_KILL: &[u8] = b"*2\r\n$8\r\nFUNCTION\r\n$4\r\nKILL\r\n";
+pub(crate) const FUNCTION_STATS: &[u8] = b"*2\r\n$8\r\nFUNCTION\r\n$5\r\nSTATS\r\n";
+
 /// The commands sent on the kill connection, encoded: each takes no further argument.
-const WHILE_BUSY: [&[u8]; 3] = [
-    b"*2\r\n$6\r\nSCRIPT\r\n$4\r\nKILL\r\n",
-    b"*2\r\n$8\r\nFUNCTION\r\n$4\r\nKILL\r\n",
-    b"*2\r\n$8\r\nFUNCTION\r\n$5\r\nSTATS\r\n",
-];
+const WHILE_BUSY: [&[u8]; 3] = [SCRIPT_KILL, FUNCTION_KILL, FUNCTION_STATS];
 
 /// Whether `command` (encoded as a RESP array of bulk strings, as the lanes send every command) is
 /// `SCRIPT KILL`, `FUNCTION KILL` or `FUNCTION STATS`, compared whole, ignoring case.

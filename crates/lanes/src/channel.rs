@@ -2,10 +2,12 @@
 //! On one server it is one pooled connection's [`NodeChannel`], so a caller's pipeline stays in
 //! order. On a cluster it keeps one such connection per node it has sent to, sends each command to
 //! the master of its [`Route`]'s slot, and follows the cluster's redirects (see `cluster::follow`)
-//! before the caller sees a reply.
+//! before the caller sees a reply. A command of a caller refused `BUSY` while the daemon stopped a
+//! script past its time limit is sent again (`resend`; on one server).
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -19,7 +21,9 @@ use crate::cluster::ClusterChannel;
 use crate::error::CallError;
 use crate::multiplex::{NodeChannel, NodeSend};
 use crate::reply::Reply;
+use crate::resend::{self, Again};
 use crate::route::Route;
+use crate::script_limit::ScriptLimit;
 
 /// A caller's handle on a multiplexed lane; cheap to clone (clones share its connections).
 #[derive(Clone)]
@@ -27,6 +31,9 @@ pub struct Channel {
     way: Way,
     /// The deadline of a command sent without one of its own.
     default_deadline: Option<Duration>,
+    /// How many commands were sent on the channel (and its clones): a command refused `BUSY` is
+    /// sent again only if none was sent after it (`resend`).
+    sent: Arc<AtomicU64>,
 }
 
 #[derive(Clone)]
@@ -40,6 +47,7 @@ impl Channel {
         Channel {
             way: Way::Node(channel),
             default_deadline,
+            sent: Arc::default(),
         }
     }
 
@@ -47,6 +55,7 @@ impl Channel {
         Channel {
             way: Way::Cluster(channel),
             default_deadline,
+            sent: Arc::default(),
         }
     }
 
@@ -62,6 +71,16 @@ impl Channel {
         let way = match self.way {
             Way::Node(channel) => Way::Node(channel.charged_to(budget)),
             Way::Cluster(channel) => Way::Cluster(channel.charged_to(budget)),
+        };
+        Channel { way, ..self }
+    }
+
+    /// Watches the scripts sent on this channel (SCRIPT's): each one still running `limit.after`
+    /// after Redis could start on it is stopped, and fails as [`CallError::ScriptStopped`].
+    pub fn scripts_limited(self, limit: ScriptLimit) -> Channel {
+        let way = match self.way {
+            Way::Node(channel) => Way::Node(channel.scripts_limited(limit)),
+            Way::Cluster(channel) => Way::Cluster(channel.scripts_limited(limit)),
         };
         Channel { way, ..self }
     }
@@ -103,7 +122,20 @@ impl Channel {
         command: Bytes,
         deadline: Option<Duration>,
     ) -> SendFuture {
+        let sequence = self.sent.fetch_add(1, Ordering::Relaxed) + 1;
         match &self.way {
+            // The command is kept to be sent again only while a script runs that may be stopped.
+            Way::Node(channel) if channel.script_watch().is_some_and(|watch| watch.busy()) => {
+                let first = channel.send_within(command.clone(), deadline);
+                let again = Again {
+                    channel: channel.clone(),
+                    command,
+                    deadline,
+                    sequence,
+                    sent: self.sent.clone(),
+                };
+                SendFuture(Sending::Routed(Box::pin(resend::after_stop(first, again))))
+            }
             Way::Node(channel) => SendFuture(Sending::Node(channel.send_within(command, deadline))),
             Way::Cluster(channel) => {
                 SendFuture(Sending::Routed(channel.send_to(route, command, deadline)))
@@ -117,8 +149,9 @@ pub struct SendFuture(Sending);
 
 enum Sending {
     Node(NodeSend),
-    /// A cluster's send, which may be sent again where a redirect says; boxed, as it holds the
-    /// command until its reply is final.
+    /// A send that may be sent again: a cluster's, where a redirect says, or one refused `BUSY`
+    /// while a script is stopped (`resend`); boxed, as it holds the command until its reply is
+    /// final.
     Routed(BoxFuture<'static, Result<Reply, CallError>>),
 }
 

@@ -64,6 +64,13 @@ pub enum CallError {
     /// [`Budget`](crate::Budget).
     #[error("reply dropped (the command ran): {0}")]
     OverBudget(#[from] crate::budget::OverBudget),
+    /// A script ran past its caller's time limit and the daemon stopped it with `kill` (see
+    /// `script_limit`). Redis stops only a script that has not written: it ran, and changed nothing.
+    #[error("script stopped after {limit:?}, its time limit ({kill}); it wrote nothing")]
+    ScriptStopped {
+        limit: Duration,
+        kill: crate::overrun::Kill,
+    },
 }
 
 /// Whether a failed command can have run: what decides whether it may be sent again, and what a
@@ -83,7 +90,7 @@ impl CallError {
         match self {
             CallError::NotSent(_) => Delivery::NotSent,
             CallError::Indeterminate { .. } => Delivery::MaybeRan,
-            CallError::OverBudget(_) => Delivery::Ran,
+            CallError::OverBudget(_) | CallError::ScriptStopped { .. } => Delivery::Ran,
         }
     }
 }

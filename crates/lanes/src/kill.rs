@@ -23,7 +23,7 @@ use crate::config::LaneSettings;
 use crate::connector::Connector;
 use crate::life::Life;
 use crate::metrics::LaneMetrics;
-use crate::multiplex::MultiplexedLane;
+use crate::multiplex::{MultiplexedLane, Scripts};
 
 /// How often the kill connection is pinged: it is opened again this soon after it is lost (a Redis
 /// restart, an idle `timeout`), so that the next kill finds it open.
@@ -55,7 +55,7 @@ pub(crate) fn start(
         connector,
         metrics,
         life.clone(),
-        None,
+        Scripts::default(),
         Outer::default(),
         drivers,
     );

@@ -28,15 +28,19 @@ mod metrics;
 mod multiplex;
 mod node;
 mod others;
+mod overrun;
 mod pubsub;
 mod quiet;
 mod reach;
 mod reply;
+mod resend;
 mod route;
+mod script_limit;
 mod share;
 #[cfg(test)]
 mod spans;
 mod status;
+mod stopper;
 mod stream;
 mod topology;
 
@@ -56,6 +60,7 @@ pub use lanes::{Lanes, PubSub, Shape};
 pub use life::LifeState;
 pub use node::CloseOutcome;
 pub use others::OtherUser;
+pub use overrun::Kill;
 pub use pubsub::{Message, Subscription, SubscriptionEnded, SubscriptionKind};
 pub use quiet::Quiet;
 pub use reach::{
@@ -63,6 +68,7 @@ pub use reach::{
 };
 pub use reply::Reply;
 pub use route::Route;
+pub use script_limit::ScriptLimit;
 pub use status::{LaneStatus, LanesStatus, Rejections, Sharing};
 pub use tollgate_model::{Exclusive, Lane, Multiplexed, Protocol};
 pub use topology::{

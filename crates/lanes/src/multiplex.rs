@@ -12,7 +12,9 @@
 //! a connection whose oldest reply is overdue by [`STALLED_AFTER`] while another one answers.
 //!
 //! SCRIPT's kills (`SCRIPT KILL`, `FUNCTION KILL`) bypass its connections for one of their own
-//! (see `kill`).
+//! (see `kill`). A channel with a script time limit registers each script it sends with the
+//! node's script watch (`script_limit`) until its reply arrives; a command refused `BUSY` while the
+//! watch stops a script is sent again (`resend`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -42,6 +44,7 @@ use crate::life::Life;
 use crate::metrics::{LaneMetrics, Rejection};
 use crate::quiet::Quiet;
 use crate::reply::{reply_limits, Next, Reply, ReplyReader};
+use crate::script_limit::{ScriptLimit, Watch, Watched};
 use crate::stream::Stream;
 
 /// `ASKING`, encoded.
@@ -79,8 +82,17 @@ pub(crate) struct MultiplexedLane {
     command_timeout: Option<Duration>,
     /// The origin of the slots' [`Slot::owed_since`] clocks.
     epoch: Instant,
-    /// Where this lane's kills go instead of its own connections (SCRIPT's).
-    kills: Option<Arc<MultiplexedLane>>,
+    /// Where this lane's kills go, and the node's script watch.
+    scripts: Scripts,
+}
+
+/// What a multiplexed lane knows of scripts: where SCRIPT's kills go instead of its own
+/// connections (its kill connection), and the script watch of the node (the clients' SCRIPT and
+/// REGULAR lanes: REGULAR's commands refused `BUSY` while a script is stopped are sent again).
+#[derive(Clone, Default)]
+pub(crate) struct Scripts {
+    pub(crate) kills: Option<Arc<MultiplexedLane>>,
+    pub(crate) watch: Option<Arc<Watch>>,
 }
 
 /// One pooled connection as callers see it: the queue into its driver and its current load.
@@ -110,6 +122,8 @@ pub(crate) struct NodeChannel {
     lane: Arc<MultiplexedLane>,
     /// What this channel's replies are counted against while they wait for their caller.
     budget: Option<Arc<dyn Budget>>,
+    /// How long this caller's scripts may run (`None`: not watched).
+    limit: Option<ScriptLimit>,
 }
 
 struct Request {
@@ -122,6 +136,8 @@ struct Request {
     /// How long Redis may take to answer it once it is the connection's oldest unanswered command.
     deadline: Option<Duration>,
     ticket: Ticket,
+    /// A script, registered with the script watch until its reply arrives.
+    watched: Option<Watched>,
 }
 
 /// Keeps a command counted as outstanding (lane) and as load (slot) until it is answered or dropped,
@@ -170,6 +186,7 @@ struct InFlight {
     budget: Option<Arc<dyn Budget>>,
     permit: Permit,
     ticket: Ticket,
+    watched: Option<Watched>,
 }
 
 impl InFlight {
@@ -182,9 +199,17 @@ impl InFlight {
             budget,
             permit,
             ticket,
+            watched,
             ..
         } = self;
         drop((permit, ticket));
+        let outcome = match (outcome, &watched) {
+            (Ok(answer), Some(watched)) => watched.outcome(answer),
+            (outcome, _) => outcome,
+        };
+        // Deregistered before the caller hears: a command refused `BUSY` meanwhile goes again
+        // once the stopped script is gone.
+        drop(watched);
         let delivery = match (outcome, budget) {
             (Ok(answer), Some(budget)) => match Held::new(&budget, answer.bytes().len()) {
                 Ok(held) => (Ok(answer), Some(held)),
@@ -235,7 +260,7 @@ impl MultiplexedLane {
         connector: Arc<Connector>,
         metrics: LaneMetrics,
         life: Arc<Life>,
-        kills: Option<Arc<MultiplexedLane>>,
+        scripts: Scripts,
         outer: Outer,
         drivers: &mut tokio::task::JoinSet<()>,
     ) -> Arc<Self> {
@@ -276,7 +301,7 @@ impl MultiplexedLane {
             life,
             command_timeout: settings.command_timeout,
             epoch: Instant::now(),
-            kills,
+            scripts,
         });
         for (connection, (receiver, slot)) in receivers.into_iter().enumerate() {
             // Every line a driver logs names its lane and connection, and, while connected, the
@@ -293,6 +318,7 @@ impl MultiplexedLane {
             slot: self.pick(protocol).clone(),
             lane: self.clone(),
             budget: None,
+            limit: None,
         }
     }
 
@@ -341,6 +367,17 @@ impl NodeChannel {
         self
     }
 
+    /// Watches the scripts sent on this channel: each is stopped once it runs past `limit`.
+    pub(crate) fn scripts_limited(mut self, limit: ScriptLimit) -> NodeChannel {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// The node's script watch (the clients' REGULAR and SCRIPT lanes).
+    pub(crate) fn script_watch(&self) -> Option<&Arc<Watch>> {
+        self.lane.scripts.watch.as_ref()
+    }
+
     /// Moves the channel to the connection a new channel would get. Only for a caller with nothing
     /// in flight on it: commands sent on different connections may be answered out of order.
     pub(crate) fn repick(&mut self) {
@@ -378,11 +415,13 @@ impl NodeChannel {
         preamble: usize,
         deadline: Option<Duration>,
     ) -> NodeSend {
-        if let Some(kills) = self.lane.kills.as_ref().filter(|_| busy::is_kill(&command)) {
+        let scripts = &self.lane.scripts;
+        if let Some(kills) = scripts.kills.as_ref().filter(|_| busy::is_kill(&command)) {
             let on_its_own = NodeChannel {
                 slot: kills.pick(self.slot.protocol).clone(),
                 lane: kills.clone(),
                 budget: self.budget.clone(),
+                limit: None,
             };
             return on_its_own.send_within(command, deadline);
         }
@@ -405,6 +444,14 @@ impl NodeChannel {
                 },
             )))));
         }
+        // Only SCRIPT's scripts are watched: REGULAR's channels share the watch to resend.
+        let watched = match (&self.limit, &scripts.watch) {
+            (Some(limit), Some(watch)) if lane.lane == Lane::Script => {
+                let own = command.slice(preamble * ASKING.len()..);
+                watch.register(&own, limit)
+            }
+            _ => None,
+        };
         let (reply, receiver) = oneshot::channel();
         let request = Request {
             command,
@@ -414,6 +461,7 @@ impl NodeChannel {
             since: Instant::now(),
             deadline,
             ticket,
+            watched,
         };
         match self.slot.queue.send(request) {
             Ok(()) => NodeSend(SendState::Waiting(receiver)),
@@ -632,6 +680,7 @@ fn stage(
         budget: request.budget,
         permit,
         ticket: request.ticket,
+        watched: request.watched,
     });
 }
 
@@ -783,6 +832,10 @@ impl Overdue {
             None => 0,
         };
         slot.owed_since.store(owed_since, Ordering::Relaxed);
+        // A script's time limit runs from here: before, Redis could not have started on it.
+        if let Some(watched) = head.and_then(|head| head.watched.as_ref()) {
+            watched.started();
+        }
         self.due = head
             .and_then(|head| head.deadline)
             .map(|deadline| (Instant::now() + deadline, deadline));

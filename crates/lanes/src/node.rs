@@ -19,9 +19,11 @@ use crate::kill;
 use crate::life::Life;
 use crate::locator::{Locator, Server};
 use crate::metrics::{Families, LaneMetrics, Rejection};
-use crate::multiplex::{MultiplexedLane, NodeChannel};
+use crate::multiplex::{MultiplexedLane, NodeChannel, Scripts};
 use crate::pubsub::{PubSubLane, Rehome};
+use crate::script_limit::Watch;
 use crate::status::{LaneFacts, LaneStatus, LanesStatus, Sharing};
+use crate::stopper;
 
 /// One server's lanes. Cheap to clone; all clones share the same lanes.
 #[derive(Clone)]
@@ -89,6 +91,7 @@ impl Node {
         let mut connectors = Vec::new();
         let mut parts = Vec::new();
         let mut kills = None;
+        let mut watch = None;
         for lane in Lane::ALL {
             let lane_settings = config.settings(lane);
             let credentials = credentials(&lane_settings)?;
@@ -108,13 +111,22 @@ impl Node {
             if lane == Lane::Script && owner == Owner::Clients {
                 let name = format!("tollgate-{}-kill", lane.as_str());
                 let connector = Arc::new(connector(credentials.clone(), &name));
-                kills = Some(kill::start(
+                let kill_lane = kill::start(
                     &lane_settings,
                     connector,
                     metrics.clone(),
                     &life,
                     &mut drivers,
+                );
+                // The clients' scripts past their time limit are stopped on it (`script_limit`).
+                let watching = Watch::new();
+                let span = tracing::info_span!("script_limit");
+                drivers.spawn(tracing::Instrument::instrument(
+                    stopper::watch_over(watching.clone(), kill_lane.clone(), life.clone()),
+                    span,
                 ));
+                kills = Some(kill_lane);
+                watch = Some(watching);
             }
             let name = format!("tollgate-{}", lane.as_str());
             let outer = ceilings.map_or_else(Outer::default, |ceilings| ceilings.of(lane));
@@ -128,10 +140,18 @@ impl Node {
         }
         let mut parts = parts.into_iter();
         let mut next = || parts.next().expect("one part per lane, in Lane::ALL order");
-        let regular = multiplexed(next(), &life, None, &mut drivers);
+        let regular = Scripts {
+            kills: None,
+            watch: watch.clone(),
+        };
+        let regular = multiplexed(next(), &life, regular, &mut drivers);
         let blocking = exclusive(next(), &life);
         let transaction = exclusive(next(), &life);
-        let script = multiplexed(next(), &life, kills.clone(), &mut drivers);
+        let script = Scripts {
+            kills: kills.clone(),
+            watch,
+        };
+        let script = multiplexed(next(), &life, script, &mut drivers);
         let (pubsub_settings, pubsub_connector, pubsub_metrics, _per_node) = next();
         let admin = exclusive(next(), &life);
         connectors.extend([
@@ -357,7 +377,7 @@ pub(crate) struct InCluster<'a> {
 fn multiplexed(
     part: Part,
     life: &Arc<Life>,
-    kills: Option<Arc<MultiplexedLane>>,
+    scripts: Scripts,
     drivers: &mut JoinSet<()>,
 ) -> Arc<MultiplexedLane> {
     let (settings, connector, metrics, outer) = part;
@@ -366,7 +386,7 @@ fn multiplexed(
         Arc::new(connector),
         metrics,
         life.clone(),
-        kills,
+        scripts,
         outer,
         drivers,
     )

@@ -10,7 +10,7 @@ pub struct Reply(Bytes);
 
 impl Reply {
     /// Wraps bytes already measured as exactly one frame under [`reply_limits`].
-    fn new(bytes: Bytes) -> Self {
+    pub(crate) fn new(bytes: Bytes) -> Self {
         Reply(bytes)
     }
 

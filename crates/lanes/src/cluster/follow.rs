@@ -33,6 +33,7 @@ use crate::metrics::Redirected;
 use crate::multiplex::{NodeChannel, NodeSend};
 use crate::reply::Reply;
 use crate::route::Route;
+use crate::script_limit::ScriptLimit;
 use crate::{Endpoint, Exclusive};
 
 /// `MOVED` and `ASK` redirects followed for one command before the last is given up on.
@@ -274,6 +275,8 @@ pub(crate) struct ClusterChannel {
     lane: Multiplexed,
     protocol: Protocol,
     budget: Option<Arc<dyn Budget>>,
+    /// How long this caller's scripts may run (`script_limit`), on every node.
+    limit: Option<ScriptLimit>,
     /// One connection per node, kept while commands are in flight so that their order holds.
     pipes: Arc<Mutex<Vec<(Endpoint, NodeChannel)>>>,
     /// This caller's commands of each slot not yet final (`line`).
@@ -287,6 +290,7 @@ impl ClusterChannel {
             lane,
             protocol,
             budget: None,
+            limit: None,
             pipes: Arc::default(),
             lines: Lines::default(),
         }
@@ -301,6 +305,14 @@ impl ClusterChannel {
             *pipe = pipe.clone().charged_to(budget.clone());
         }
         self.budget = Some(budget);
+        self
+    }
+
+    pub(crate) fn scripts_limited(mut self, limit: ScriptLimit) -> Self {
+        for (_, pipe) in self.pipes.lock().iter_mut() {
+            *pipe = pipe.clone().scripts_limited(limit.clone());
+        }
+        self.limit = Some(limit);
         self
     }
 
@@ -324,6 +336,9 @@ impl ClusterChannel {
             .multiplexed_speaking(self.lane, self.protocol)?;
         if let Some(budget) = &self.budget {
             pipe = pipe.charged_to(budget.clone());
+        }
+        if let Some(limit) = &self.limit {
+            pipe = pipe.scripts_limited(limit.clone());
         }
         pipes.push((node.clone(), pipe.clone()));
         Ok(pipe)

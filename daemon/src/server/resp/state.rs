@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tollgate_lanes::{Channel, LaneError, Route, Shape};
+use tollgate_lanes::{Channel, LaneError, Route, ScriptLimit, Shape};
 use tollgate_model::{Caller, Multiplexed};
 use tollgate_policy::{Decision, DenyCause};
 use tollgate_resp::Command;
@@ -34,6 +34,19 @@ use super::schedule::{InPlace, Step};
 use super::script_refusal::ScriptNote;
 use super::subscriptions::{Caps, Subscriptions};
 use super::transaction::{Borrower, Pinning};
+
+/// How long this session's scripts may run (`resp.script_time_limit`), and who it is for the log
+/// line of a script that cannot be stopped; `None` when the limit is off.
+fn script_limit(front: &FrontDoor, caller: &Caller, id: u64) -> Option<ScriptLimit> {
+    let after = front.config.script_time_limit;
+    (!after.is_zero()).then(|| ScriptLimit {
+        after,
+        who: Arc::from(format!(
+            "client {id} principal {} uid {} pid {}",
+            caller.principal, caller.uid, caller.pid
+        )),
+    })
+}
 
 /// This session's channel on each multiplexed lane, opened on first use.
 #[derive(Default)]
@@ -493,7 +506,15 @@ impl SessionState {
                 .lanes
                 .multiplexed_speaking(lane, self.protocol)
             {
-                Ok(channel) => slot.insert(channel.charged_to(self.budget.clone())),
+                Ok(channel) => {
+                    let channel = channel.charged_to(self.budget.clone());
+                    slot.insert(match script_limit(&self.front, &self.caller, self.id) {
+                        Some(limit) if lane == Multiplexed::Script => {
+                            channel.scripts_limited(limit)
+                        }
+                        _ => channel,
+                    })
+                }
                 Err(error) => return Err(replies::lane_failed(&error)),
             },
         };
