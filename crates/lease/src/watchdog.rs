@@ -137,7 +137,6 @@ impl Watchdogs {
     }
 
     /// Stops the watchdog of a lease its holder released, and tells its watchers.
-
     pub fn stop(&self, key: &WatchKey) {
         let mut state = self.state.lock();
         // Most leases have no watchdog: then the key is not even hashed.
