@@ -1,22 +1,17 @@
 //! `/healthz` (the process answers), `/readyz` (Redis answers and a policy is loaded) and `/metrics`.
 
 use hyper::body::Incoming;
-use hyper::{Method, Request, StatusCode};
+use hyper::{Request, StatusCode};
 
-use super::{reply, text, ApiError, HttpResponse};
+use super::{only_get, reply, text, ApiError, HttpResponse};
 use crate::services::Services;
 
 pub async fn handle(
     request: Request<Incoming>,
     shared: &Services,
 ) -> Result<HttpResponse, ApiError> {
+    only_get(&request)?;
     let path = request.uri().path();
-    if request.method() != Method::GET {
-        return Err(ApiError::MethodNotAllowed {
-            method: request.method().to_string(),
-            path: path.to_owned(),
-        });
-    }
     Ok(match path {
         "/healthz" => reply(StatusCode::OK, serde_json::json!({ "outcome": "ok" })),
         "/readyz" => {

@@ -1,9 +1,9 @@
 //! `GET /v1/lanes`: each lane's ceilings and live figures (the same numbers as `/metrics`) as JSON.
 
 use hyper::body::Incoming;
-use hyper::{Method, Request, StatusCode};
+use hyper::{Request, StatusCode};
 
-use super::{json, ApiError, HttpResponse};
+use super::{json, only_get, ApiError, HttpResponse};
 use crate::services::Services;
 
 #[derive(serde::Serialize)]
@@ -17,12 +17,7 @@ pub async fn handle(
     request: Request<Incoming>,
     shared: &Services,
 ) -> Result<HttpResponse, ApiError> {
-    if request.method() != Method::GET {
-        return Err(ApiError::MethodNotAllowed {
-            method: request.method().to_string(),
-            path: request.uri().path().to_owned(),
-        });
-    }
+    only_get(&request)?;
     let reply = LanesReply {
         outcome: "ok",
         status: shared.lanes.status(),

@@ -152,6 +152,17 @@ fn request_span(
     )
 }
 
+/// 405 for anything but a `GET` (the read-only endpoints).
+fn only_get(request: &Request<Incoming>) -> Result<(), ApiError> {
+    if request.method() != hyper::Method::GET {
+        return Err(ApiError::MethodNotAllowed {
+            method: request.method().to_string(),
+            path: request.uri().path().to_owned(),
+        });
+    }
+    Ok(())
+}
+
 /// The kernel's credentials of the connection this request came on.
 fn peer_of(request: &Request<Incoming>) -> Result<PeerCredentials, ApiError> {
     request

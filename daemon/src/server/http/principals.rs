@@ -6,10 +6,10 @@
 use std::collections::BTreeMap;
 
 use hyper::body::Incoming;
-use hyper::{Method, Request, StatusCode};
+use hyper::{Request, StatusCode};
 use tollgate_lease::UserPlaces;
 
-use super::{json, peer_of, ApiError, HttpResponse};
+use super::{json, only_get, peer_of, ApiError, HttpResponse};
 use crate::server::resp::admission_clock::AdmissionTime;
 use crate::services::Services;
 
@@ -36,12 +36,7 @@ pub async fn handle(
     request: Request<Incoming>,
     shared: &Services,
 ) -> Result<HttpResponse, ApiError> {
-    if request.method() != Method::GET {
-        return Err(ApiError::MethodNotAllowed {
-            method: request.method().to_string(),
-            path: request.uri().path().to_owned(),
-        });
-    }
+    only_get(&request)?;
     shared
         .identities
         .admin(peer_of(&request)?, "listing every user's shares")

@@ -5,23 +5,18 @@
 
 use bytes::BytesMut;
 use hyper::body::Incoming;
-use hyper::{Method, Request, StatusCode};
+use hyper::{Request, StatusCode};
 use tollgate_lanes::{Exclusive, Lanes, Protocol, Route};
 use tollgate_resp::Frame;
 
-use super::{reply, ApiError, HttpResponse};
+use super::{only_get, reply, ApiError, HttpResponse};
 use crate::services::Services;
 
 pub async fn handle(
     request: Request<Incoming>,
     shared: &Services,
 ) -> Result<HttpResponse, ApiError> {
-    if request.method() != Method::GET {
-        return Err(ApiError::MethodNotAllowed {
-            method: request.method().to_string(),
-            path: request.uri().path().to_owned(),
-        });
-    }
+    only_get(&request)?;
     let (reasons, nodes) = tokio::join!(shared.readiness.problems(), nodes(&shared.lease_lanes));
     let generation = shared.admission.generation();
     Ok(reply(

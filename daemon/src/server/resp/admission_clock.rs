@@ -201,12 +201,7 @@ fn wait_for(owed: u64, rate: f64) -> Option<Duration> {
 mod tests {
     use super::*;
 
-    fn tenant(uid: u32) -> Tenant {
-        Tenant {
-            principal: "local".to_owned(),
-            uid,
-        }
-    }
+    use crate::server::resp::tenants::local as tenant;
 
     #[test]
     fn the_workers_are_split_evenly_among_the_tenants_admitting() {

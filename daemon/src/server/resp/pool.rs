@@ -202,12 +202,7 @@ mod tests {
         })
     }
 
-    fn tenant(uid: u32) -> Tenant {
-        Tenant {
-            principal: "local".to_owned(),
-            uid,
-        }
-    }
+    use crate::server::resp::tenants::local as tenant;
 
     #[test]
     fn one_tenant_past_its_share_is_refused_and_another_still_takes_the_rest() {

@@ -92,16 +92,19 @@ impl<T> Drop for Member<T> {
     }
 }
 
+/// The tenant of `uid` under the default policy's one principal, for tests.
+#[cfg(test)]
+pub fn local(uid: u32) -> Tenant {
+    Tenant {
+        principal: "local".to_owned(),
+        uid,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::local as tenant;
     use super::*;
-
-    fn tenant(uid: u32) -> Tenant {
-        Tenant {
-            principal: "local".to_owned(),
-            uid,
-        }
-    }
 
     #[test]
     fn sessions_of_one_tenant_share_its_state_until_the_last_leaves() {
