@@ -196,6 +196,8 @@ impl Daemon {
             systemd.notifier,
             &mut registry,
         );
+        let admission_clocks = AdmissionClocks::new(config.worker_threads());
+        admission_clocks.register(&mut registry);
         let shared = Arc::new(Services {
             readiness: Readiness::new(
                 lanes.clone(),
@@ -212,7 +214,7 @@ impl Daemon {
             redis_mode: redis_mode(&config),
             settings: settings(&config),
             pool: Pool::new(&config.resp.budgets),
-            admission_clocks: AdmissionClocks::new(config.worker_threads()),
+            admission_clocks,
             metrics: Metrics::new(registry),
         });
 

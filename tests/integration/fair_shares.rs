@@ -291,6 +291,14 @@ async fn one_users_spinning_admissions_leave_another_user_the_worker() {
         "the other user's {GETS} GETs were answered only after the attacker's pipelines"
     );
     assert_eq!(refused, 16, "every spinning command refused: {printed}");
+    // The attacker's waits are counted in /metrics (over every user).
+    let metrics = daemon.get("/metrics").await.body;
+    let deferrals = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("tollgate_admission_deferrals_total "))
+        .and_then(|count| count.trim().parse::<u64>().ok())
+        .expect("the deferral counter in /metrics");
+    assert!(deferrals > 0, "{metrics}");
     daemon.stop().await;
 }
 

@@ -17,6 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::registry::Registry;
 use tokio::time::Instant;
 use tollgate_model::Tenant;
 
@@ -109,6 +111,9 @@ pub struct AdmissionClocks {
     debts: Arc<Tenants<Debt>>,
     workers: usize,
     began: Instant,
+    /// Admissions that waited for their user's share, and how long in all (`/metrics`).
+    deferrals: Counter,
+    deferred_seconds: Counter<f64>,
 }
 
 impl AdmissionClocks {
@@ -117,7 +122,25 @@ impl AdmissionClocks {
             debts: Arc::default(),
             workers: workers.max(1),
             began: Instant::now(),
+            deferrals: Counter::default(),
+            deferred_seconds: Counter::default(),
         })
+    }
+
+    /// Shows the waits in `/metrics`: `tollgate_admission_deferrals_total` and
+    /// `tollgate_admission_deferred_seconds_total`, over every user (a label per user would be
+    /// unbounded; `/v1/principals` has them per user).
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "admission_deferrals",
+            "Admissions that waited because their user was past its share of the workers",
+            self.deferrals.clone(),
+        );
+        registry.register(
+            "admission_deferred_seconds",
+            "Time admissions waited for their user's share of the workers",
+            self.deferred_seconds.clone(),
+        );
     }
 
     /// The clock of one more session of `tenant`.
@@ -169,6 +192,10 @@ impl AdmissionClock {
             let at = self.clocks.nanos(Instant::now());
             let admitting = self.clocks.debts.count(|debt| debt.admitting(at));
             let Some(wait) = self.debt.settle(at, share(self.clocks.workers, admitting)) else {
+                if !waited.is_zero() {
+                    self.clocks.deferrals.inc();
+                    self.clocks.deferred_seconds.inc_by(waited.as_secs_f64());
+                }
                 return waited;
             };
             tokio::time::sleep(wait).await;
