@@ -508,11 +508,14 @@ impl SessionState {
             {
                 Ok(channel) => {
                     let channel = channel.charged_to(self.budget.clone());
-                    slot.insert(match script_limit(&self.front, &self.caller, self.id) {
-                        Some(limit) if lane == Multiplexed::Script => {
-                            channel.scripts_limited(limit)
-                        }
-                        _ => channel,
+                    // Only SCRIPT's channel is watched: the limit (and its log line's text) is
+                    // made for it alone.
+                    let limit = (lane == Multiplexed::Script)
+                        .then(|| script_limit(&self.front, &self.caller, self.id))
+                        .flatten();
+                    slot.insert(match limit {
+                        Some(limit) => channel.scripts_limited(limit),
+                        None => channel,
                     })
                 }
                 Err(error) => return Err(replies::lane_failed(&error)),
