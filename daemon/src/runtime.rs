@@ -22,6 +22,7 @@ use crate::server::identity::Identities;
 use crate::server::limits::ConnectionLimits;
 use crate::server::resp::admission_clock::AdmissionClocks;
 use crate::server::resp::pool::Pool;
+use crate::quotas::Quotas;
 use crate::server::resp::{self, FrontDoor};
 use crate::server::{http, socket};
 use crate::services::Services;
@@ -189,9 +190,11 @@ impl Daemon {
         }
         let leases = LeaseService::new(&lease_lanes, config.leases.clone(), &mut registry);
         let identities = Identities::new(admission.clone(), &config.identity, &config.admin);
+        let quotas = Quotas::new(&admission, &mut registry);
         let reloader = Reloader::new(
             admission.clone(),
             lane_users.clone(),
+            quotas.clone(),
             &config.admin,
             systemd.notifier,
             &mut registry,
@@ -215,6 +218,7 @@ impl Daemon {
             settings: settings(&config),
             pool: Pool::new(&config.resp.budgets),
             admission_clocks,
+            quotas,
             metrics: Metrics::new(registry),
         });
 

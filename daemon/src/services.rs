@@ -9,6 +9,7 @@ use tollgate_policy::Admission;
 
 use crate::lane_acl::LaneUsers;
 use crate::metrics::Metrics;
+use crate::quotas::Quotas;
 use crate::readiness::Readiness;
 use crate::reload::Reloader;
 use crate::server::identity::Identities;
@@ -42,4 +43,6 @@ pub struct Services {
     pub pool: Arc<Pool>,
     /// Each user's admission time, against its share of the workers.
     pub admission_clocks: Arc<AdmissionClocks>,
+    /// The policy's quotas' buckets, per quota and principal.
+    pub quotas: Arc<Quotas>,
 }

@@ -54,6 +54,7 @@ mod policy_replay;
 mod policy_sandbox;
 mod policy_snapshots;
 mod policy_support;
+mod quotas;
 mod reload;
 mod reserved;
 mod runtime_dir;

@@ -304,3 +304,26 @@ fn a_policy_past_the_compile_deadline_is_refused_at_the_rule_where_it_stopped() 
         "{error}"
     );
 }
+
+/// A quota's mistakes are errors at their file:line:column, each of them, not the first only.
+#[test]
+fn quota_mistakes_name_file_line_and_column() {
+    let text = "principals:\n  app: { uids: [1000] }\nrules: []\nquotas:\n  - id: q\n    principals: [app, bob]\n    commands_per_second: 10\n  - id: q\n    burst: 5\n    bytes_per_second: 1MiB\n  - id: none\n    principals: [app]\n  - id: zero\n    commands_per_second: 0\n";
+    let error = load_error(text);
+    for expected in [
+        "bad.yaml:6:23: error: unknown principal `bob`",
+        "bad.yaml:8:9: error: quota id `q` is used twice",
+        "bad.yaml:9:12: error: quota `q`: `burst` sizes the commands bucket; give `commands_per_second` too",
+        "bad.yaml:11:7: error: quota `none` sets no rate",
+        "bad.yaml:14:26: error: quota `zero`: `commands_per_second` is 0",
+    ] {
+        assert!(error.contains(expected), "expected `{expected}` in:\n{error}");
+    }
+    // A size with no unit the daemon knows is refused by the YAML reader, at its quota (serde_yaml
+    // gives no position for a value).
+    let error = load_error(
+        "principals:\n  app: { uids: [1000] }\nrules: []\nquotas:\n  - id: size\n    bytes_per_second: 10 parsecs\n",
+    );
+    assert!(error.contains("bad.yaml:5:5:"), "{error}");
+    assert!(error.contains("invalid size `10 parsecs`"), "{error}");
+}

@@ -8,6 +8,9 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 pub mod reserved;
+pub mod size;
+
+pub use size::ByteSize;
 
 /// A pool of Redis connections that carries one kind of traffic (see docs/design.md, "Lanes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

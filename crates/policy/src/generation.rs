@@ -22,6 +22,7 @@ use crate::decision::{Decision, Denial, DenyCause, Descriptor};
 use crate::described::{Described, DescribedCache};
 use crate::error::PolicyError;
 use crate::invariants::Checked;
+use crate::quota::Quota;
 use crate::reserved;
 use crate::sandbox::bindings::{self, Access, Argv, Categories, CommandFlags, KeyAccess, Verdict};
 use crate::sandbox::{
@@ -160,6 +161,7 @@ impl Generation {
                 Err(diagnostics) => errors.extend(diagnostics),
             }
         }
+        errors.extend(quota_ids_shared(&files));
         if !errors.is_empty() {
             return Err(PolicyError::Compile(errors));
         }
@@ -318,6 +320,11 @@ impl Generation {
 
     pub fn files(&self) -> &[CompiledFile] {
         &self.files
+    }
+
+    /// Every file's quotas (their ids are unique across the files).
+    pub fn quotas(&self) -> impl Iterator<Item = &Quota> {
+        self.files.iter().flat_map(|file| file.quotas.iter())
     }
 
     pub fn principals(&self) -> &[Principal] {
@@ -920,4 +927,29 @@ fn step(module: &str, verdict: &Result<Verdict, Fault>) -> Step {
         rule,
         reason,
     }
+}
+
+/// A quota id used by two files: the daemon keeps one set of buckets per id, and metrics and
+/// refusals name quotas by id, so an id names one quota across the whole policy.
+fn quota_ids_shared(files: &[CompiledFile]) -> Vec<compile::Diagnostic> {
+    let mut seen: std::collections::HashMap<&str, &Path> = std::collections::HashMap::new();
+    let mut errors = Vec::new();
+    for file in files {
+        for quota in &file.quotas {
+            if let Some(first) = seen.insert(&quota.id, &file.path) {
+                errors.push(compile::Diagnostic {
+                    file: file.path.clone(),
+                    line: quota.line,
+                    column: 1,
+                    severity: compile::Severity::Error,
+                    message: format!(
+                        "quota id `{}` is also used in {}: quota ids name one quota across the policy",
+                        quota.id,
+                        first.display()
+                    ),
+                });
+            }
+        }
+    }
+    errors
 }

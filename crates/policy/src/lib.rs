@@ -20,6 +20,7 @@ mod metrics;
 pub mod module_tests;
 mod probe;
 mod proven;
+pub mod quota;
 mod reserved;
 pub mod review;
 mod sandbox;

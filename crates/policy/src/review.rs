@@ -23,6 +23,8 @@ pub struct Table {
     pub rows: Vec<Row>,
     /// Each command class's commands, by class label.
     pub commands: Vec<(String, Vec<String>)>,
+    /// Each quota: its id, whom it holds, its limits.
+    pub quotas: Vec<String>,
     pub complete: bool,
 }
 
@@ -53,9 +55,14 @@ pub fn table(generation: &Generation) -> Table {
             (format!("C{c}"), space.members(asks))
         })
         .collect();
+    let quotas = generation
+        .quotas()
+        .map(|quota| format!("{} ({}): {quota}", quota.id, quota.whom()))
+        .collect();
     Table {
         rows,
         commands,
+        quotas,
         complete: space.complete(),
     }
 }
@@ -82,6 +89,13 @@ command classes:"
         )?;
         for (label, members) in &self.commands {
             writeln!(f, "{label}: {}", members.join(" "))?;
+        }
+        // Only when there are any: tables of policies without quotas read as before.
+        if !self.quotas.is_empty() {
+            writeln!(f, "\nquotas (each principal held to its own buckets):")?;
+            for quota in &self.quotas {
+                writeln!(f, "{quota}")?;
+            }
         }
         Ok(())
     }

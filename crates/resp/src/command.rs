@@ -35,6 +35,11 @@ impl Command {
         self.words.len()
     }
 
+    /// The bytes the client sent for it (for an inline command, its words' bytes).
+    pub fn wire_len(&self) -> usize {
+        self.bytes.len()
+    }
+
     /// Never true: empty commands are skipped as they are read.
     pub fn is_empty(&self) -> bool {
         self.words.is_empty()

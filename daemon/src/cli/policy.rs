@@ -446,4 +446,14 @@ fn explain(admission: &Admission, caller: &Caller, argv: &[String]) {
             println!("=> denied ({}): {denial}", denial.cause.as_str())
         }
     }
+    // Admitted or not, the quotas its principal answers to (an administrator is spared those
+    // that name no principal).
+    for quota in admission.current().quotas() {
+        let whom = match &quota.principals {
+            Some(names) if names.contains(&caller.principal) => "",
+            Some(_) => continue,
+            None => " unless an administrator of the daemon",
+        };
+        println!("=> quota {}: {quota}{whom}", quota.id);
+    }
 }

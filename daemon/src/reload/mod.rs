@@ -14,6 +14,7 @@
 
 mod throttle;
 
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use parking_lot::Mutex;
@@ -26,6 +27,7 @@ use tollgate_policy::{Admission, GenerationInfo, PolicyError};
 pub use self::throttle::{Claim, Throttle, Throttled};
 use crate::config::AdminConfig;
 use crate::lane_acl::LaneUsers;
+use crate::quotas::Quotas;
 use crate::systemd::Notifier;
 
 /// Who asked for a reload: named in its log line and metric.
@@ -75,6 +77,7 @@ struct ReloadLabels {
 pub struct Reloader {
     admission: Admission,
     lane_users: LaneUsers,
+    quotas: Arc<Quotas>,
     throttle: Throttle,
     /// Held from the compile to the lane users' update, so two reloads never interleave their
     /// steps (the throttle alone would let one start as soon as the last ended).
@@ -90,6 +93,7 @@ impl Reloader {
     pub fn new(
         admission: Admission,
         lane_users: LaneUsers,
+        quotas: Arc<Quotas>,
         admin: &AdminConfig,
         notifier: Notifier,
         registry: &mut Registry,
@@ -103,6 +107,7 @@ impl Reloader {
         Reloader {
             admission,
             lane_users,
+            quotas,
             throttle: Throttle::new(admin.reload_interval),
             lock: tokio::sync::Mutex::new(()),
             notifier,
@@ -168,6 +173,7 @@ impl Reloader {
                 *self.loaded_at.lock() = SystemTime::now();
                 // Answered once Redis backs the new policy, so a client that saw the reload sees it.
                 self.lane_users.follow(&self.admission).await;
+                self.quotas.follow(&self.admission);
                 Ok(generation)
             }
             Ok(Err(error)) => Err(ReloadError::Rejected(error)),

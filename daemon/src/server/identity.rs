@@ -89,6 +89,11 @@ impl Identities {
         })
     }
 
+    /// Whether a peer of these credentials administers the daemon.
+    pub fn is_admin(&self, uid: u32, gid: u32) -> bool {
+        self.admins.uids.contains(&uid) || self.admins.gids.contains(&gid)
+    }
+
     /// Whether the peer may do `action` (named in the refusal), which only administrators may.
     pub fn admin(&self, peer: PeerCredentials, action: &str) -> Result<(), NotAdmin> {
         self.admins.admit(peer, action)

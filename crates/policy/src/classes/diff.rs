@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use super::{Asks, Space, Verdict, Witness};
 use crate::generation::Generation;
+use crate::quota::QuotaChange;
 
 /// Width past which a row's list of commands is cut short (the full list: `--classes`, `--json`).
 const COMMANDS_WIDTH: usize = 36;
@@ -134,10 +135,14 @@ pub struct Diff {
     pub plan: Vec<Fold>,
     /// Every changed class.
     pub rows: Vec<Row>,
+    /// The quotas added, removed or changed: rows of the plan of their own.
+    pub quotas: Vec<QuotaChange>,
 }
 
 pub fn diff(old: &Generation, new: &Generation) -> Diff {
-    of_space(&Space::new(&[old, new]))
+    let mut diff = of_space(&Space::new(&[old, new]));
+    diff.quotas = QuotaChange::between(old.quotas(), new.quotas());
+    diff
 }
 
 /// The changed classes of a space of two generations.
@@ -188,6 +193,7 @@ pub fn of_space(space: &Space<'_>) -> Diff {
         peers,
         plan,
         rows,
+        quotas: Vec::new(),
     }
 }
 
@@ -377,18 +383,23 @@ fn commands_text(fold: &Fold) -> String {
 
 impl Diff {
     pub fn changed(&self) -> bool {
-        !self.rows.is_empty()
+        !self.rows.is_empty() || !self.quotas.is_empty()
     }
 
     /// The count line: `12 request classes newly allowed, 3 newly denied, 40 decided by another
     /// rule (of 180 classes)`.
     pub fn summary(&self) -> String {
         format!(
-            "{} request classes newly allowed, {} newly denied, {} decided by another rule (of {} classes){}",
+            "{} request classes newly allowed, {} newly denied, {} decided by another rule (of {} classes){}{}",
             self.newly_allowed,
             self.newly_denied,
             self.other_rule,
             self.classes,
+            match self.quotas.len() {
+                0 => String::new(),
+                1 => "; 1 quota changed".to_owned(),
+                n => format!("; {n} quotas changed"),
+            },
             if self.complete {
                 ""
             } else {
@@ -404,6 +415,12 @@ impl Diff {
     pub fn render(&self, replay: &str, every_class: bool) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "{}", self.summary());
+        if !self.quotas.is_empty() {
+            let _ = writeln!(out, "\nquotas:");
+            for change in &self.quotas {
+                let _ = writeln!(out, "  {change}");
+            }
+        }
         if self.rows.is_empty() {
             return out;
         }

@@ -11,9 +11,11 @@ use tollgate_policy_rules::{glob, Action, Category, CategorySet, CompiledPolicy,
 
 use super::shadow::{Shadow, Shadows, BUDGET};
 use super::source::{
-    InvariantSource, PolicyFile, PrincipalSource, RuleSource, ScriptAccess, TestSource,
+    InvariantSource, PolicyFile, PrincipalSource, QuotaSource, RuleSource, ScriptAccess,
+    TestSource,
 };
 use super::spans::Spans;
+use crate::quota::{Quota, Rate};
 use super::{
     CatalogCommand, CatalogIndex, CompiledFile, Diagnostic, Expectation, Invariant, Must,
     Principal, Severity, DEFAULT_DENY,
@@ -108,6 +110,17 @@ impl<'a> Checker<'a> {
             }
             invariants.extend(self.invariant(index, source, &known));
         }
+        let mut quota_ids = HashSet::new();
+        let mut quotas = Vec::new();
+        for (index, source) in file.quotas.iter().enumerate() {
+            if !quota_ids.insert(source.id.as_str()) {
+                self.error(
+                    &format!("quotas.{index}.id"),
+                    format!("quota id `{}` is used twice", source.id),
+                );
+            }
+            quotas.extend(self.quota(index, source, &known));
+        }
         let (errors, warnings): (Vec<_>, Vec<_>) = self
             .diagnostics
             .into_iter()
@@ -124,6 +137,7 @@ impl<'a> Checker<'a> {
             principals,
             tests,
             invariants,
+            quotas,
             warnings,
         })
     }
@@ -213,6 +227,69 @@ impl<'a> Checker<'a> {
             target,
             action,
             reason,
+        })
+    }
+
+    /// The quota at `quotas.{index}`: known principals, at least one rate, no rate of zero.
+    fn quota(
+        &mut self,
+        index: usize,
+        source: &QuotaSource,
+        known: &HashSet<&str>,
+    ) -> Option<Quota> {
+        let at = format!("quotas.{index}");
+        let principals = self.principals(&at, &source.principals, known);
+        if source.commands_per_second.is_none() && source.bytes_per_second.is_none() {
+            self.error(
+                &at,
+                format!(
+                    "quota `{}` sets no rate: give `commands_per_second`, `bytes_per_second` or both",
+                    source.id
+                ),
+            );
+            return None;
+        }
+        let mut positive = |field: &str, value: Option<u64>| {
+            if value == Some(0) {
+                self.error(
+                    &format!("{at}.{field}"),
+                    format!(
+                        "quota `{}`: `{field}` is 0, which would refuse everything; \
+                         deny with a rule instead",
+                        source.id
+                    ),
+                );
+            }
+            value
+        };
+        let per_second = positive("commands_per_second", source.commands_per_second);
+        let burst = positive("burst", source.burst);
+        let bytes = positive(
+            "bytes_per_second",
+            source.bytes_per_second.map(|size| size.0 as u64),
+        );
+        if burst.is_some() && per_second.is_none() {
+            self.error(
+                &format!("{at}.burst"),
+                format!(
+                    "quota `{}`: `burst` sizes the commands bucket; give `commands_per_second` too",
+                    source.id
+                ),
+            );
+        }
+        let (line, _) = self.spans.at(&at);
+        Some(Quota {
+            id: source.id.clone(),
+            principals,
+            commands: per_second.map(|per_second| Rate {
+                per_second,
+                burst: burst.unwrap_or(per_second),
+            }),
+            bytes: bytes.map(|per_second| Rate {
+                per_second,
+                burst: per_second,
+            }),
+            line,
         })
     }
 

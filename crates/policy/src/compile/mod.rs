@@ -16,6 +16,8 @@ use std::time::Instant;
 use serde::Serialize;
 use tollgate_policy_rules::{CategorySet, CompiledPolicy, Rule};
 
+use crate::quota::Quota;
+
 pub use source::Expected;
 
 /// The rule id of a denial because no rule allowed (policies are default-deny); tests may name it.
@@ -144,6 +146,7 @@ pub struct CompiledFile {
     pub principals: Vec<Principal>,
     pub tests: Vec<Expectation>,
     pub invariants: Vec<Invariant>,
+    pub quotas: Vec<Quota>,
     pub warnings: Vec<Diagnostic>,
 }
 

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
+use tollgate_model::ByteSize;
 use tollgate_policy_rules::Mode;
 
 #[derive(Debug, Deserialize)]
@@ -21,6 +22,22 @@ pub struct PolicyFile {
     /// class at each compile and reload.
     #[serde(default)]
     pub invariants: Vec<InvariantSource>,
+    /// Rates each principal is held to: commands and bytes per second.
+    #[serde(default)]
+    pub quotas: Vec<QuotaSource>,
+}
+
+/// One quota: an id, whom it holds (every principal but administrators when absent), and at least
+/// one rate.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaSource {
+    pub id: String,
+    pub principals: Option<Vec<String>>,
+    pub commands_per_second: Option<u64>,
+    /// How many commands a full bucket gives at once; one second's worth when absent.
+    pub burst: Option<u64>,
+    pub bytes_per_second: Option<ByteSize>,
 }
 
 /// One invariant: an id and exactly one of `never` or `always`.

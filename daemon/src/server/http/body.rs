@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::HttpResponse;
+use crate::quotas::Throttled;
 
 /// The largest request body the API reads.
 pub const BODY_LIMIT: usize = 64 * 1024;
@@ -47,6 +48,9 @@ pub enum ApiError {
         reason: String,
         retry_after_secs: u64,
     },
+    /// Past a rate of one of the policy's quotas.
+    #[error("{0}")]
+    Throttled(Throttled),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -59,7 +63,7 @@ impl ApiError {
             ApiError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::Denied { .. } | ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
-            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::RateLimited { .. } | ApiError::Throttled(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -74,6 +78,7 @@ impl ApiError {
             ApiError::Denied { .. } => "denied",
             ApiError::Forbidden { .. } => "forbidden",
             ApiError::RateLimited { .. } => "rate_limited",
+            ApiError::Throttled(_) => "throttled",
             ApiError::Unavailable { .. } => "unavailable",
             ApiError::Internal(_) => "internal_error",
         }
@@ -89,6 +94,11 @@ impl ApiError {
             ApiError::Forbidden { reason } | ApiError::RateLimited { reason, .. } => {
                 body["reason"] = serde_json::Value::from(reason.as_str());
             }
+            ApiError::Throttled(throttled) => {
+                body["quota"] = serde_json::Value::from(&*throttled.quota);
+                body["limit"] = serde_json::Value::from(throttled.limit);
+                body["retry_after_ms"] = serde_json::Value::from(throttled.retry_ms() as u64);
+            }
             _ => {}
         }
         let mut response = json(self.status(), &body);
@@ -102,6 +112,11 @@ impl ApiError {
             response
                 .headers_mut()
                 .insert(RETRY_AFTER, retry_after_secs.into());
+        }
+        if let ApiError::Throttled(throttled) = &self {
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, throttled.retry_after_secs().into());
         }
         response
     }

@@ -13,7 +13,7 @@ use std::convert::Infallible;
 use bytes::Bytes;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
-use hyper::header::{CONTENT_TYPE, RETRY_AFTER};
+use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use hyper::{Method, Request, Response, StatusCode};
 use serde::Serialize;
 use tollgate_lease::api::{AcquireRequest, InspectRequest, ReleaseRequest, RenewRequest};
@@ -47,9 +47,20 @@ pub async fn handle(
             reason: denial.reason,
         });
     }
+    // After the policy: a request it refuses is refused for that, and takes nothing.
+    let admin = shared.identities.is_admin(caller.uid, caller.gid);
+    let mut meters = shared.quotas.meters(&caller.principal, admin);
+    let sent = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|length| length.to_str().ok()?.parse().ok())
+        .unwrap_or(0);
+    meters
+        .admit(&shared.quotas, sent)
+        .map_err(ApiError::Throttled)?;
     let identity = Identity::from(&caller);
     let leases = &shared.leases;
-    match (request.method().clone(), action) {
+    let answered = match (request.method().clone(), action) {
         (Method::POST, "acquire") => {
             let body: AcquireRequest = read_json(request).await?;
             let holder = match body.watchdog {
@@ -97,7 +108,14 @@ pub async fn handle(
             })
         }
         _ => Err(ApiError::NotFound(path)),
+    };
+    // A reply's bytes are owed once it is made (a stream's, line by line, are not counted).
+    if let Ok(response) = &answered {
+        if let Some(bytes) = hyper::body::Body::size_hint(response.body()).exact() {
+            meters.owe(&shared.quotas, bytes as usize);
+        }
     }
+    answered
 }
 
 fn invalid(error: InvalidRequest) -> ApiError {

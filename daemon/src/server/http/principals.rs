@@ -1,7 +1,9 @@
 //! `GET /v1/principals` (administrators only): what each user of each principal (a principal and
 //! one OS uid: the unit every pooled resource is shared by) holds now — RESP sessions, bytes held
 //! against `resp.budgets`, admission time spent and waited for, lease watchdogs and holder
-//! watches. A user appears while it has a RESP session or holds a watchdog or a watch.
+//! watches. A user appears while it has a RESP session or holds a watchdog or a watch. Then, per
+//! principal (quotas hold principals, not users), each policy quota's limits and what it admitted
+//! and refused.
 
 use std::collections::BTreeMap;
 
@@ -10,6 +12,7 @@ use hyper::{Request, StatusCode};
 use tollgate_lease::UserPlaces;
 
 use super::{json, only_get, peer_of, ApiError, HttpResponse};
+use crate::quotas::QuotaState;
 use crate::server::resp::admission_clock::AdmissionTime;
 use crate::services::Services;
 
@@ -30,6 +33,15 @@ struct Row {
 struct PrincipalsReply {
     outcome: &'static str,
     principals: Vec<Row>,
+    quotas: Vec<QuotaRow>,
+}
+
+/// One principal under one quota.
+#[derive(Debug, serde::Serialize)]
+struct QuotaRow {
+    principal: String,
+    #[serde(flatten)]
+    state: QuotaState,
 }
 
 pub async fn handle(
@@ -46,6 +58,7 @@ pub async fn handle(
     let reply = PrincipalsReply {
         outcome: "ok",
         principals: rows(shared),
+        quotas: quota_rows(shared),
     };
     Ok(json(StatusCode::OK, &reply))
 }
@@ -71,6 +84,18 @@ fn rows(shared: &Services) -> Vec<Row> {
         row.watches = watches;
     }
     rows.into_values().collect()
+}
+
+/// Each principal a quota has held, in principal and quota order.
+fn quota_rows(shared: &Services) -> Vec<QuotaRow> {
+    let mut rows: Vec<QuotaRow> = shared
+        .quotas
+        .states()
+        .into_iter()
+        .map(|(principal, state)| QuotaRow { principal, state })
+        .collect();
+    rows.sort_by(|a, b| (&a.principal, &a.state.quota).cmp(&(&b.principal, &b.state.quota)));
+    rows
 }
 
 /// The row of one user, made empty on first sight.

@@ -23,6 +23,7 @@ use tollgate_resp::Frame;
 use super::front::FrontDoor;
 use super::local::Protocol;
 use super::replies;
+use crate::quotas::Meters;
 
 /// The connection's side of its leases: its session-bound leases, ended when it is dropped with
 /// the session, and the resources the policy admitted it to.
@@ -82,6 +83,7 @@ enum Binding {
 pub async fn run(
     front: &FrontDoor,
     caller: &Caller,
+    meters: &mut Meters,
     connection: &mut Connection,
     protocol: Protocol,
     argv: &[&[u8]],
@@ -102,6 +104,10 @@ pub async fn run(
         &mut connection.admitted,
     ) {
         return replies::denied(argv, &denial);
+    }
+    let bytes = argv.iter().map(|word| word.len()).sum();
+    if let Err(throttled) = meters.admit(&front.services.quotas, bytes) {
+        return replies::throttled(&throttled);
     }
     let identity = Identity::from(caller);
     let leases = &front.services.leases;

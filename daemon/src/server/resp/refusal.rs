@@ -3,6 +3,7 @@
 use tollgate_policy::Denial;
 
 use super::slots::CrossSlot;
+use crate::quotas::Throttled;
 
 /// Why a command is refused before it runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +27,8 @@ pub enum Refusal {
     InfoInTransaction,
     /// On a cluster, keys in two slots that no one node serves (or outside the transaction's).
     CrossSlot(CrossSlot),
+    /// Past a rate of one of the policy's quotas: `-THROTTLED`, with when to retry.
+    Throttled(Throttled),
 }
 
 impl Refusal {
@@ -41,7 +44,9 @@ impl Refusal {
             | Refusal::LeaseInTransaction
             | Refusal::InfoInTransaction
             | Refusal::OtherDatabase(_)
-            | Refusal::CrossSlot(_) => true,
+            | Refusal::CrossSlot(_)
+            // Redis fails EXEC after a command it refused to queue; a throttled one is that.
+            | Refusal::Throttled(_) => true,
             Refusal::WhileSubscribed | Refusal::WhileWatching => false,
         }
     }

@@ -9,6 +9,7 @@ use tollgate_resp::{Command, Frame, ProtocolError};
 
 use super::databases;
 use super::refusal::Refusal;
+use crate::quotas::Throttled;
 
 /// The error a command refused before it runs is answered with.
 pub fn refused(refusal: &Refusal, command: &Command) -> Bytes {
@@ -39,7 +40,14 @@ pub fn refused(refusal: &Refusal, command: &Command) -> Bytes {
                 .to_owned(),
         ),
         Refusal::CrossSlot(cross) => error(cross.message()),
+        Refusal::Throttled(throttled) => self::throttled(throttled),
     }
+}
+
+/// `-THROTTLED tollgate: quota acme-rate: over 2000 commands/s; retry in 12 ms`: its own error
+/// code, so a client can tell "wait and retry" from "never" (`-NOPERM`).
+pub fn throttled(throttled: &Throttled) -> Bytes {
+    error(format!("THROTTLED tollgate: {throttled}"))
 }
 
 /// `-ERR wrong number of arguments for '<command>' command`, Redis's text.

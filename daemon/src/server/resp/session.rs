@@ -155,12 +155,16 @@ impl Session {
             };
             tokio::select! {
                 Some(reply) = self.schedule.next(), if !self.schedule.is_empty() => {
+                    let mut read = reply.len();
                     self.out.reply(&reply);
                     // Replies of a pipeline arrive together: take every one already here in this turn.
                     while self.out.len() < outbox::WRITE_AT {
                         let Some(reply) = self.schedule.next_now() else { break };
+                        read += reply.len();
                         self.out.reply(&reply);
                     }
+                    // Replies count against a quota of bytes once read, as they cannot be refused.
+                    self.state.meters.owe(&front.services.quotas, read);
                     if self.blocked && self.schedule.in_flight(Class::Exclusive) == 0 {
                         self.blocked = false;
                         self.state.me.client.set_blocked(false);

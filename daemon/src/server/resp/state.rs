@@ -34,6 +34,7 @@ use super::schedule::{InPlace, Step};
 use super::script_refusal::ScriptNote;
 use super::subscriptions::{Caps, Subscriptions};
 use super::transaction::{Borrower, Pinning};
+use crate::quotas::Meters;
 
 /// How long this session's scripts may run (`resp.script_time_limit`), and who it is for the log
 /// line of a script that cannot be stopped; `None` when the limit is off.
@@ -89,6 +90,8 @@ pub struct SessionState {
     pub budget: Arc<ClientBudget>,
     /// The time admitting this tenant's commands takes, against its share of the workers.
     pub clock: AdmissionClock,
+    /// The caller's buckets under the policy's quotas.
+    pub meters: Meters,
 }
 
 impl SessionState {
@@ -97,6 +100,10 @@ impl SessionState {
             subscriptions: Subscriptions::new(front.config.subscriber_buffer),
             budget: ClientBudget::new(&front.config.budgets, &front.services.pool, &caller, id),
             clock: front.services.admission_clocks.clock(caller.tenant()),
+            meters: Meters::none(
+                &caller.principal,
+                front.services.identities.is_admin(caller.uid, caller.gid),
+            ),
             front,
             caller,
             id,
@@ -184,6 +191,15 @@ impl SessionState {
             Decision::Admitted {
                 lane, descriptor, ..
             } => {
+                // EXEC and DISCARD end a transaction whose commands were each charged as they
+                // were queued: refusing them would leave the client inside MULTI.
+                let ends_transaction = matches!(descriptor.name.as_str(), "EXEC" | "DISCARD");
+                let quotas = &self.front.services.quotas;
+                if !ends_transaction {
+                    if let Err(throttled) = self.meters.admit(quotas, command.wire_len()) {
+                        return Plan::Refuse(Refusal::Throttled(throttled));
+                    }
+                }
                 if matches!(descriptor.name.as_str(), "MOVE" | "COPY" | "MIGRATE") {
                     let argv = command.argv();
                     if let Some(db) = databases::other_database(&descriptor.name, &argv) {
@@ -643,6 +659,7 @@ impl SessionState {
                 lease::run(
                     &self.front,
                     &self.caller,
+                    &mut self.meters,
                     &mut self.leases,
                     self.protocol,
                     &argv,

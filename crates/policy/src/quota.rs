@@ -1,0 +1,237 @@
+//! Per-principal quotas a policy sets (`quotas:`), as compiled: rates of commands and of bytes,
+//! each a token bucket. The daemon keeps the buckets (`daemon/src/quotas`); this is what sizes
+//! them, whom they hold, and how review, diff and explain word them.
+
+use std::fmt;
+
+use serde::Serialize;
+
+/// One entry of a policy's `quotas:` section.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Quota {
+    pub id: String,
+    /// The principals it holds, each to its own buckets. `None`: every principal, administrators
+    /// excepted (a quota that names a principal holds that principal's administrators too).
+    pub principals: Option<Vec<String>>,
+    /// Commands (RESP commands, `LEASE` calls, HTTP lease requests) per second.
+    pub commands: Option<Rate>,
+    /// Request and reply bytes per second; a reply's bytes are owed once it has been read.
+    pub bytes: Option<Rate>,
+    /// Where it is written.
+    pub line: usize,
+}
+
+/// A token bucket's refill rate and depth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Rate {
+    pub per_second: u64,
+    /// How many may be taken at once from a full bucket.
+    pub burst: u64,
+}
+
+/// What a quota limits, as its refusals and metrics name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Limit {
+    Commands,
+    Bytes,
+}
+
+impl Limit {
+    pub const ALL: [Limit; 2] = [Limit::Commands, Limit::Bytes];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Limit::Commands => "commands",
+            Limit::Bytes => "bytes",
+        }
+    }
+}
+
+impl Quota {
+    /// Whether it holds a caller of `principal` (`admin`: an administrator of the daemon).
+    pub fn holds(&self, principal: &str, admin: bool) -> bool {
+        match &self.principals {
+            Some(names) => names.iter().any(|name| name == principal),
+            None => !admin,
+        }
+    }
+
+    /// The rate of `limit`, if it sets one.
+    pub fn rate(&self, limit: Limit) -> Option<Rate> {
+        match limit {
+            Limit::Commands => self.commands,
+            Limit::Bytes => self.bytes,
+        }
+    }
+
+    /// Whether `other` holds the same principals to the same rates (wherever it is written).
+    pub fn same_limits(&self, other: &Quota) -> bool {
+        self.principals == other.principals
+            && self.commands == other.commands
+            && self.bytes == other.bytes
+    }
+
+    /// Whom it holds, as review shows it.
+    pub fn whom(&self) -> String {
+        match &self.principals {
+            Some(names) => names.join(", "),
+            None => "every principal but administrators".to_owned(),
+        }
+    }
+}
+
+/// How a quota differs between two policies: a row of `policy diff`'s plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "change", rename_all = "lowercase")]
+pub enum QuotaChange {
+    Added { new: Quota },
+    Removed { old: Quota },
+    Changed { old: Quota, new: Quota },
+}
+
+impl QuotaChange {
+    /// The quotas whose id, principals or rates differ, by id, in the new policy's order and
+    /// then the removed ones in the old's.
+    pub fn between<'a>(
+        old: impl IntoIterator<Item = &'a Quota>,
+        new: impl IntoIterator<Item = &'a Quota>,
+    ) -> Vec<QuotaChange> {
+        let old: Vec<&Quota> = old.into_iter().collect();
+        let new: Vec<&Quota> = new.into_iter().collect();
+        let mut changes = Vec::new();
+        for quota in &new {
+            match old.iter().find(|o| o.id == quota.id) {
+                None => changes.push(QuotaChange::Added {
+                    new: (*quota).clone(),
+                }),
+                Some(before) if !before.same_limits(quota) => changes.push(QuotaChange::Changed {
+                    old: (*before).clone(),
+                    new: (*quota).clone(),
+                }),
+                Some(_) => {}
+            }
+        }
+        for quota in old {
+            if !new.iter().any(|n| n.id == quota.id) {
+                changes.push(QuotaChange::Removed { old: quota.clone() });
+            }
+        }
+        changes
+    }
+}
+
+/// `+ quota acme-rate (acme): 2000 commands/s (burst 500)`, `- …: was …`, `~ …: old -> new`.
+impl fmt::Display for QuotaChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QuotaChange::Added { new } => {
+                write!(f, "+ quota {} ({}): {new}", new.id, new.whom())
+            }
+            QuotaChange::Removed { old } => {
+                write!(f, "- quota {} ({}): was {old}", old.id, old.whom())
+            }
+            QuotaChange::Changed { old, new } => {
+                let whom = if old.principals == new.principals {
+                    new.whom()
+                } else {
+                    format!("{} -> {}", old.whom(), new.whom())
+                };
+                write!(f, "~ quota {} ({whom}): {old} -> {new}", new.id)
+            }
+        }
+    }
+}
+
+/// `2000 commands/s (burst 500), 10485760 bytes/s (burst 10485760)`.
+impl fmt::Display for Quota {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let limits: Vec<String> = Limit::ALL
+            .into_iter()
+            .filter_map(|limit| {
+                self.rate(limit).map(|rate| {
+                    format!(
+                        "{} {}/s (burst {})",
+                        rate.per_second,
+                        limit.as_str(),
+                        rate.burst
+                    )
+                })
+            })
+            .collect();
+        f.write_str(&limits.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quota(principals: Option<&[&str]>) -> Quota {
+        Quota {
+            id: "q".into(),
+            principals: principals.map(|p| p.iter().map(|s| s.to_string()).collect()),
+            commands: Some(Rate {
+                per_second: 2000,
+                burst: 500,
+            }),
+            bytes: None,
+            line: 1,
+        }
+    }
+
+    #[test]
+    fn a_quota_without_principals_spares_administrators_and_one_naming_them_does_not() {
+        let everyone = quota(None);
+        assert!(everyone.holds("acme", false));
+        assert!(!everyone.holds("acme", true));
+        let acme = quota(Some(&["acme"]));
+        assert!(acme.holds("acme", true));
+        assert!(acme.holds("acme", false));
+        assert!(!acme.holds("globex", false));
+    }
+
+    #[test]
+    fn a_diff_names_added_removed_and_changed_quotas_and_not_moved_ones() {
+        let mut kept = quota(Some(&["acme"]));
+        kept.id = "kept".into();
+        let mut moved = kept.clone();
+        moved.line = 40;
+        let mut gone = quota(None);
+        gone.id = "gone".into();
+        let mut before = quota(Some(&["acme"]));
+        before.id = "rate".into();
+        let mut after = before.clone();
+        after.commands = Some(Rate {
+            per_second: 100,
+            burst: 10,
+        });
+        after.principals = Some(vec!["acme".into(), "globex".into()]);
+        let mut added = quota(None);
+        added.id = "new".into();
+        let changes = QuotaChange::between([&kept, &gone, &before], [&moved, &after, &added]);
+        let lines: Vec<String> = changes.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            lines,
+            [
+                "~ quota rate (acme -> acme, globex): 2000 commands/s (burst 500) -> 100 commands/s (burst 10)",
+                "+ quota new (every principal but administrators): 2000 commands/s (burst 500)",
+                "- quota gone (every principal but administrators): was 2000 commands/s (burst 500)",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_quota_reads_as_its_limits() {
+        let mut q = quota(None);
+        assert_eq!(q.to_string(), "2000 commands/s (burst 500)");
+        q.bytes = Some(Rate {
+            per_second: 1024,
+            burst: 1024,
+        });
+        assert_eq!(
+            q.to_string(),
+            "2000 commands/s (burst 500), 1024 bytes/s (burst 1024)"
+        );
+    }
+}

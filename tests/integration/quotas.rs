@@ -1,0 +1,238 @@
+//! The policy's `quotas:` (issue 28): a principal past a quota's rate gets `-THROTTLED` over RESP
+//! and 429 with `Retry-After` over HTTP, naming the quota and when to retry; it is admitted again
+//! after that time; other principals are not held by its buckets; a quota that names no principal
+//! spares the daemon's administrators; and `/metrics`, `/v1/principals` and `policy diff` show the
+//! quotas. Against a real `redis-server` and a real second OS user.
+
+use std::time::Duration;
+
+use tollgate_policy::classes::diff;
+use tollgate_resp::Frame;
+use tollgate_testkit::RedisServer;
+
+use crate::identity::{daemon_for_all, os_user, redis_cli, USER_B};
+use crate::policy_support::{admission, config};
+use crate::support::daemon::TestDaemon;
+use crate::support::raw::{text, RawClient};
+
+/// Root is `app` (an administrator of the daemon, held all the same because `app-rate` names
+/// it); the second user is `other`, held only by `everyone`, which names no principal.
+fn policy(other_uid: u32) -> String {
+    format!(
+        r#"
+principals:
+  app: {{ uids: [0] }}
+  other: {{ uids: [{other_uid}] }}
+rules:
+  - id: everything
+    commands: ["*"]
+    allow: the quota tests judge rates, not commands
+  - id: leases
+    leases: ["*"]
+    allow: any lease
+quotas:
+  - id: app-rate
+    principals: [app]
+    commands_per_second: 20
+    burst: 5
+  - id: everyone
+    commands_per_second: 1
+    burst: 1
+"#
+    )
+}
+
+async fn quota_daemon(redis: &RedisServer, other_uid: u32) -> TestDaemon {
+    let path = redis.dir().join("quotas.yaml");
+    std::fs::write(&path, policy(other_uid)).expect("write the policy");
+    daemon_for_all(redis, |config| config.policy.files = vec![path]).await
+}
+
+/// The milliseconds a `-THROTTLED … retry in N ms` refusal asks for.
+fn retry_ms(refusal: &str) -> u64 {
+    let (_, rest) = refusal
+        .rsplit_once("retry in ")
+        .unwrap_or_else(|| panic!("no retry time in {refusal}"));
+    rest.trim_end_matches(" ms")
+        .parse()
+        .unwrap_or_else(|_| panic!("no retry time in {refusal}"))
+}
+
+#[tokio::test]
+async fn a_principal_past_its_rate_is_throttled_over_resp_and_admitted_after_the_retry_time() {
+    let Some(b) = os_user(USER_B) else { return };
+    let redis = RedisServer::start();
+    let daemon = quota_daemon(&redis, b.uid).await;
+
+    // Twenty GETs at once, pipelined: the burst of five is admitted, then one every 50 ms.
+    let mut app = RawClient::connect(&daemon.resp_socket()).await;
+    let gets: Vec<[&str; 2]> = (0..20).map(|_| ["GET", "quota:k"]).collect();
+    let argvs: Vec<&[&str]> = gets.iter().map(|argv| argv.as_slice()).collect();
+    app.pipeline(&argvs).await;
+    let mut replies = Vec::new();
+    for _ in 0..20 {
+        replies.push(app.read().await);
+    }
+    let admitted = replies.iter().filter(|r| **r == Frame::Null).count();
+    let refusals: Vec<String> = replies
+        .iter()
+        .filter(|r| matches!(r, Frame::Error(_)))
+        .map(text)
+        .collect();
+    assert!(
+        replies[..5].iter().all(|r| *r == Frame::Null),
+        "the burst is admitted: {replies:?}"
+    );
+    assert_eq!(admitted + refusals.len(), 20, "{replies:?}");
+    assert!(refusals.len() >= 10, "{replies:?}");
+    for refusal in &refusals {
+        assert!(
+            refusal.starts_with("THROTTLED tollgate: quota app-rate: over 20 commands/s; retry in "),
+            "{refusal}"
+        );
+        // `everyone` names no principal: root, an administrator, is not held by it.
+        assert!(!refusal.contains("everyone"), "{refusal}");
+        assert!(retry_ms(refusal) <= 50, "{refusal}");
+    }
+
+    // The other principal has its own buckets: app's empty one does not hold it.
+    let theirs = redis_cli(&b, &daemon, &["GET", "quota:k"]).await;
+    assert!(!theirs.contains("THROTTLED"), "{theirs}");
+
+    // Told when, app is admitted then.
+    let last = app.call(&["GET", "quota:k"]).await;
+    let wait = match &last {
+        Frame::Error(_) => retry_ms(&text(&last)),
+        _ => 0,
+    };
+    tokio::time::sleep(Duration::from_millis(wait)).await;
+    assert_eq!(app.call(&["GET", "quota:k"]).await, Frame::Null);
+
+    // `everyone` holds the other user (not an administrator): one a second, burst one.
+    let repeated = redis_cli(&b, &daemon, &["-r", "3", "GET", "quota:k"]).await;
+    assert!(
+        repeated.contains("THROTTLED tollgate: quota everyone: over 1 commands/s"),
+        "{repeated}"
+    );
+
+    // Counted per quota in /metrics, and per principal in /v1/principals.
+    let metrics = daemon.get("/metrics").await.body;
+    let throttled = metrics
+        .lines()
+        .find(|line| {
+            line.starts_with("tollgate_quota_throttled_total{")
+                && line.contains(r#"quota="app-rate""#)
+                && line.contains(r#"limit="commands""#)
+        })
+        .unwrap_or_else(|| panic!("no app-rate counter in\n{metrics}"));
+    let count: u64 = throttled.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(count >= refusals.len() as u64, "{throttled}");
+    let principals = daemon.get("/v1/principals").await.json();
+    let row = principals["quotas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["principal"] == "app" && row["quota"] == "app-rate")
+        .unwrap_or_else(|| panic!("no app-rate row in {principals}"))
+        .clone();
+    assert!(row["throttled"].as_u64().unwrap() >= refusals.len() as u64, "{row}");
+    assert!(row["admitted"].as_u64().unwrap() >= 6, "{row}");
+    daemon.stop().await;
+}
+
+/// Inside MULTI a throttled command fails EXEC, as Redis fails a transaction with a command it
+/// refused to queue: a transaction is never run with a command missing.
+#[tokio::test]
+async fn a_throttled_command_inside_multi_fails_the_transaction() {
+    let Some(b) = os_user(USER_B) else { return };
+    let redis = RedisServer::start();
+    let daemon = quota_daemon(&redis, b.uid).await;
+    let mut app = RawClient::connect(&daemon.resp_socket()).await;
+    let mut argvs: Vec<Vec<&str>> = vec![vec!["MULTI"]];
+    argvs.extend((0..10).map(|_| vec!["INCR", "quota:n"]));
+    argvs.push(vec!["EXEC"]);
+    let argvs: Vec<&[&str]> = argvs.iter().map(Vec::as_slice).collect();
+    app.pipeline(&argvs).await;
+    let mut replies = Vec::new();
+    for _ in 0..argvs.len() {
+        replies.push(app.read().await);
+    }
+    let exec = text(replies.last().unwrap());
+    assert!(exec.starts_with("EXECABORT"), "{replies:?}");
+    assert!(
+        replies.iter().any(|r| text(r).starts_with("THROTTLED")),
+        "{replies:?}"
+    );
+    // Nothing of it ran (asked once a token is back).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(app.call(&["GET", "quota:n"]).await, Frame::Null);
+    daemon.stop().await;
+}
+
+#[tokio::test]
+async fn a_principal_past_its_rate_gets_429_with_retry_after_over_http_then_is_served() {
+    let Some(b) = os_user(USER_B) else { return };
+    let redis = RedisServer::start();
+    let daemon = quota_daemon(&redis, b.uid).await;
+    let body = |n: usize| {
+        serde_json::json!({"attempt": {"owner": "q", "operation_id": format!("op-{n}")}, "ttl_ms": 1000})
+            .to_string()
+    };
+    let mut statuses = Vec::new();
+    let mut throttled = None;
+    for n in 0..12 {
+        let reply = daemon
+            .post(&format!("/v1/leases/quota:{n}/acquire"), &body(n))
+            .await;
+        statuses.push(reply.status);
+        if reply.status == 429 && throttled.is_none() {
+            throttled = Some(reply);
+        }
+    }
+    assert_eq!(statuses[..5], [200; 5], "{statuses:?}");
+    let throttled = throttled.unwrap_or_else(|| panic!("never throttled: {statuses:?}"));
+    let json = throttled.json();
+    assert_eq!(json["outcome"], "throttled", "{json}");
+    assert_eq!(json["quota"], "app-rate", "{json}");
+    assert_eq!(json["limit"], "commands", "{json}");
+    let retry_ms = json["retry_after_ms"].as_u64().unwrap();
+    assert!((1..=50).contains(&retry_ms), "{json}");
+    let retry_after = throttled
+        .headers
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case("retry-after"))
+        .map(|(_, value)| value.clone());
+    assert_eq!(retry_after.as_deref(), Some("1"), "{:?}", throttled.headers);
+
+    tokio::time::sleep(Duration::from_millis(retry_ms)).await;
+    let again = daemon
+        .post("/v1/leases/quota:again/acquire", &body(99))
+        .await;
+    assert_eq!(again.status, 200, "{}", again.body);
+    daemon.stop().await;
+}
+
+/// A quota change is a row of `policy diff`'s plan, and a diff of quotas alone is a change.
+#[test]
+fn policy_diff_shows_a_changed_quota_as_a_row_of_the_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = dir.path().join("old.yaml");
+    let new = dir.path().join("new.yaml");
+    std::fs::write(&old, policy(4242)).unwrap();
+    std::fs::write(
+        &new,
+        policy(4242).replace("commands_per_second: 20\n    burst: 5", "commands_per_second: 200"),
+    )
+    .unwrap();
+    let old = admission(&config(&[&old], vec![])).current();
+    let new = admission(&config(&[&new], vec![])).current();
+    let diff = diff::diff(&old, &new);
+    assert!(diff.changed());
+    assert_eq!(diff.rows.len(), 0, "no decision changed");
+    let plan = diff.render("replay", false);
+    assert!(
+        plan.contains("~ quota app-rate (app): 20 commands/s (burst 5) -> 200 commands/s (burst 200)"),
+        "{plan}"
+    );
+    assert!(plan.contains("; 1 quota changed"), "{plan}");
+}
