@@ -27,7 +27,11 @@ const OUTPUTS: &[&str] = &[
 ];
 
 fn main() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    // Read when the script runs, not baked in when it is compiled: cargo reuses a compiled build
+    // script across checkouts of the workspace at other paths (worktrees, CI clones), and a baked
+    // path would name a checkout that may be gone.
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let root = PathBuf::from(manifest).join("../..");
     let root = root.canonicalize().expect("the workspace root exists");
     let components = root.join("policies/modules/target/components");
     for input in INPUTS {

@@ -236,3 +236,47 @@ fn policy_diff_shows_a_changed_quota_as_a_row_of_the_plan() {
     );
     assert!(plan.contains("; 1 quota changed"), "{plan}");
 }
+
+/// A quota of bytes counts what is sent and what is read back: a large reply is owed once read,
+/// and the principal's next command waits for it.
+#[tokio::test]
+async fn a_quota_of_bytes_counts_requests_and_the_replies_read_back() {
+    let redis = RedisServer::start();
+    let path = redis.dir().join("bytes.yaml");
+    std::fs::write(
+        &path,
+        r#"
+principals:
+  app: { uids: [0] }
+rules:
+  - id: everything
+    commands: ["*"]
+    allow: the quota tests judge rates, not commands
+quotas:
+  - id: app-bytes
+    principals: [app]
+    bytes_per_second: 64KiB
+"#,
+    )
+    .expect("write the policy");
+    let daemon = daemon_for_all(&redis, |config| config.policy.files = vec![path]).await;
+    let mut app = RawClient::connect(&daemon.resp_socket()).await;
+    let value = "v".repeat(40 * 1024);
+    // 40 KiB sent: within the 64 KiB a full bucket holds.
+    assert_eq!(text(&app.call(&["SET", "quota:big", &value]).await), "OK");
+    // 40 KiB more would be 80: refused, naming the bytes.
+    let refused = text(&app.call(&["SET", "quota:big2", &value]).await);
+    assert!(
+        refused.starts_with("THROTTLED tollgate: quota app-bytes: over 65536 bytes/s; retry in "),
+        "{refused}"
+    );
+    tokio::time::sleep(Duration::from_millis(retry_ms(&refused))).await;
+    // A small GET is admitted, and its 40 KiB reply read back is owed ...
+    let got = app.call(&["GET", "quota:big"]).await;
+    assert_eq!(text(&got).len(), value.len());
+    // ... so the next small command waits for it (40 KiB at 64 KiB/s: over 500 ms).
+    let after = text(&app.call(&["GET", "quota:missing"]).await);
+    assert!(after.starts_with("THROTTLED"), "{after}");
+    assert!(retry_ms(&after) > 300, "{after}");
+    daemon.stop().await;
+}
