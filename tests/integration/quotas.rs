@@ -87,7 +87,8 @@ async fn a_principal_past_its_rate_is_throttled_over_resp_and_admitted_after_the
     assert!(refusals.len() >= 10, "{replies:?}");
     for refusal in &refusals {
         assert!(
-            refusal.starts_with("THROTTLED tollgate: quota app-rate: over 20 commands/s; retry in "),
+            refusal
+                .starts_with("THROTTLED tollgate: quota app-rate: over 20 commands/s; retry in "),
             "{refusal}"
         );
         // `everyone` names no principal: root, an administrator, is not held by it.
@@ -135,7 +136,10 @@ async fn a_principal_past_its_rate_is_throttled_over_resp_and_admitted_after_the
         .find(|row| row["principal"] == "app" && row["quota"] == "app-rate")
         .unwrap_or_else(|| panic!("no app-rate row in {principals}"))
         .clone();
-    assert!(row["throttled"].as_u64().unwrap() >= refusals.len() as u64, "{row}");
+    assert!(
+        row["throttled"].as_u64().unwrap() >= refusals.len() as u64,
+        "{row}"
+    );
     assert!(row["admitted"].as_u64().unwrap() >= 6, "{row}");
     daemon.stop().await;
 }
@@ -221,7 +225,10 @@ fn policy_diff_shows_a_changed_quota_as_a_row_of_the_plan() {
     std::fs::write(&old, policy(4242)).unwrap();
     std::fs::write(
         &new,
-        policy(4242).replace("commands_per_second: 20\n    burst: 5", "commands_per_second: 200"),
+        policy(4242).replace(
+            "commands_per_second: 20\n    burst: 5",
+            "commands_per_second: 200",
+        ),
     )
     .unwrap();
     let old = admission(&config(&[&old], vec![])).current();
@@ -231,7 +238,9 @@ fn policy_diff_shows_a_changed_quota_as_a_row_of_the_plan() {
     assert_eq!(diff.rows.len(), 0, "no decision changed");
     let plan = diff.render("replay", false);
     assert!(
-        plan.contains("~ quota app-rate (app): 20 commands/s (burst 5) -> 200 commands/s (burst 200)"),
+        plan.contains(
+            "~ quota app-rate (app): 20 commands/s (burst 5) -> 200 commands/s (burst 200)"
+        ),
         "{plan}"
     );
     assert!(plan.contains("; 1 quota changed"), "{plan}");
@@ -270,13 +279,14 @@ quotas:
         refused.starts_with("THROTTLED tollgate: quota app-bytes: over 65536 bytes/s; retry in "),
         "{refused}"
     );
-    tokio::time::sleep(Duration::from_millis(retry_ms(&refused))).await;
-    // A small GET is admitted, and its 40 KiB reply read back is owed ...
+    // Some time past the retry: 40 KiB would now fit (about 0.8 s of the 1 s bucket in use).
+    tokio::time::sleep(Duration::from_millis(retry_ms(&refused) + 200)).await;
+    // A small GET is admitted, and the 40 KiB reply it reads back is owed ...
     let got = app.call(&["GET", "quota:big"]).await;
     assert_eq!(text(&got).len(), value.len());
-    // ... so the next small command waits for it (40 KiB at 64 KiB/s: over 500 ms).
-    let after = text(&app.call(&["GET", "quota:missing"]).await);
+    // ... so the 40 KiB SET that would have fit without it waits (about 0.4 s more).
+    let after = text(&app.call(&["SET", "quota:big2", &value]).await);
     assert!(after.starts_with("THROTTLED"), "{after}");
-    assert!(retry_ms(&after) > 300, "{after}");
+    assert!(retry_ms(&after) > 250, "{after}");
     daemon.stop().await;
 }

@@ -105,10 +105,7 @@ mod tests {
             assert_eq!(b.take(1, START), Ok(()));
         }
         assert_eq!(b.take(1, START), Err(Duration::from_millis(1)));
-        assert_eq!(
-            b.take(1, START + MS / 2),
-            Err(Duration::from_nanos(MS / 2))
-        );
+        assert_eq!(b.take(1, START + MS / 2), Err(Duration::from_nanos(MS / 2)));
         assert_eq!(b.take(1, START + MS), Ok(()));
         assert!(b.take(1, START + MS).is_err());
     }

@@ -157,7 +157,10 @@ impl Quotas {
             })
             .collect();
         let changed = next.len() != kept.len()
-            || next.iter().zip(kept.iter()).any(|(a, b)| !Arc::ptr_eq(a, b));
+            || next
+                .iter()
+                .zip(kept.iter())
+                .any(|(a, b)| !Arc::ptr_eq(a, b));
         *kept = next;
         if changed {
             self.version.fetch_add(1, Ordering::Release);

@@ -11,15 +11,14 @@ use tollgate_policy_rules::{glob, Action, Category, CategorySet, CompiledPolicy,
 
 use super::shadow::{Shadow, Shadows, BUDGET};
 use super::source::{
-    InvariantSource, PolicyFile, PrincipalSource, QuotaSource, RuleSource, ScriptAccess,
-    TestSource,
+    InvariantSource, PolicyFile, PrincipalSource, QuotaSource, RuleSource, ScriptAccess, TestSource,
 };
 use super::spans::Spans;
-use crate::quota::{Quota, Rate};
 use super::{
     CatalogCommand, CatalogIndex, CompiledFile, Diagnostic, Expectation, Invariant, Must,
     Principal, Severity, DEFAULT_DENY,
 };
+use crate::quota::{Quota, Rate};
 
 pub struct Checker<'a> {
     path: &'a Path,

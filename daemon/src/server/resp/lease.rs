@@ -20,6 +20,7 @@ use tollgate_model::Caller;
 use tollgate_policy::{Decision, LeaseMemo};
 use tollgate_resp::Frame;
 
+use super::admission_clock::AdmissionClock;
 use super::front::FrontDoor;
 use super::local::Protocol;
 use super::replies;
@@ -83,7 +84,7 @@ enum Binding {
 pub async fn run(
     front: &FrontDoor,
     caller: &Caller,
-    meters: &mut Meters,
+    (clock, meters): (&AdmissionClock, &mut Meters),
     connection: &mut Connection,
     protocol: Protocol,
     argv: &[&[u8]],
@@ -98,11 +99,16 @@ pub async fn run(
         | Call::Release { resource, .. }
         | Call::Inspect { resource, .. } => resource,
     };
-    if let Decision::Denied(denial) = front.services.admission.admit_lease_remembered(
+    // Guard time on the caller's admission clock, as for every other command: a spinning module
+    // reached through LEASE costs its own user's share too.
+    let started = tokio::time::Instant::now();
+    let decision = front.services.admission.admit_lease_remembered(
         caller,
         resource.as_str(),
         &mut connection.admitted,
-    ) {
+    );
+    clock.spent(started);
+    if let Decision::Denied(denial) = decision {
         return replies::denied(argv, &denial);
     }
     let bytes = argv.iter().map(|word| word.len()).sum();

@@ -659,7 +659,7 @@ impl SessionState {
                 lease::run(
                     &self.front,
                     &self.caller,
-                    &mut self.meters,
+                    (&self.clock, &mut self.meters),
                     &mut self.leases,
                     self.protocol,
                     &argv,
