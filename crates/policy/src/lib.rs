@@ -23,6 +23,7 @@ mod proven;
 mod reserved;
 pub mod review;
 mod sandbox;
+pub mod scope;
 
 use std::path::PathBuf;
 
