@@ -57,6 +57,7 @@ mod policy_support;
 mod reload;
 mod reserved;
 mod runtime_dir;
+mod scopes;
 mod script_limit;
 mod script_refusals;
 mod sentinel_failover;

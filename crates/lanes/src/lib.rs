@@ -35,6 +35,7 @@ mod reach;
 mod reply;
 mod resend;
 mod route;
+mod scope_acl;
 mod script_limit;
 mod share;
 #[cfg(test)]
@@ -68,6 +69,7 @@ pub use reach::{
 };
 pub use reply::Reply;
 pub use route::Route;
+pub use scope_acl::{ScopeSelector, ScopeUser};
 pub use script_limit::ScriptLimit;
 pub use status::{LaneStatus, LanesStatus, Rejections, Sharing};
 pub use tollgate_model::{Exclusive, Lane, Multiplexed, Protocol};
