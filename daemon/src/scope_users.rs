@@ -1,8 +1,59 @@
-//! The policy's scopes (`tollgate_policy::scope`) as the lanes' scope users: the one place that
-//! knows both, since the lanes know nothing of policies.
+//! The policy's scopes (`tollgate_policy::scope`) as the lanes' scope users, and the logins of
+//! those the daemon made: the one place that knows both, since the lanes know nothing of
+//! policies. Scope users are made on the embedded Redis only, where the daemon is administrator;
+//! on an external Redis a key-constrained principal's scripts are refused, saying so.
 
-use tollgate_lanes::{ScopeSelector, ScopeUser};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use tollgate_lanes::{Endpoint, ProvisionedUsers, ScopeLogin, ScopeSelector, ScopeUser};
 use tollgate_policy::scope::Scope;
+use tollgate_policy::Generation;
+
+/// The logins of the scope users the daemon made, by user name; cheap to clone.
+#[derive(Clone, Default)]
+pub struct ScopeLogins(Arc<RwLock<HashMap<String, ScopeLogin>>>);
+
+impl ScopeLogins {
+    pub fn of(&self, user: &str) -> Option<ScopeLogin> {
+        self.0.read().get(user).cloned()
+    }
+
+    /// Makes the scope users `generation` needs on `provisioned`'s server (none are made
+    /// without one), and keeps their logins.
+    pub async fn follow(
+        &self,
+        generation: &Generation,
+        provisioned: Option<(&ProvisionedUsers, &Endpoint)>,
+    ) {
+        let scopes = &generation.scopes().scopes;
+        let wanted: Vec<ScopeUser> = scopes.iter().map(scope_user).collect();
+        let Some((users, endpoint)) = provisioned else {
+            if !scopes.is_empty() {
+                tracing::warn!(
+                    scopes = scopes.len(),
+                    "the policy confines some principals' scripts to scopes, which the daemon                      makes on its embedded Redis only: their scripts are refused"
+                );
+            }
+            self.0.write().clear();
+            return;
+        };
+        match users.set_scopes(endpoint, wanted).await {
+            Ok(logins) => {
+                tracing::info!(scopes = logins.len(), "scope users cut to the policy");
+                *self.0.write() = logins
+                    .into_iter()
+                    .map(|login| (login.user.clone(), login))
+                    .collect();
+            }
+            Err(error) => tracing::warn!(
+                %error,
+                "cannot set the scope users for the policy; scoped principals' scripts are refused"
+            ),
+        }
+    }
+}
 
 /// `scope` as the Redis user its principals' scripts run as.
 pub fn scope_user(scope: &Scope) -> ScopeUser {

@@ -58,6 +58,7 @@ mod reload;
 mod reserved;
 mod runtime_dir;
 mod scopes;
+mod scopes_daemon;
 mod script_limit;
 mod script_refusals;
 mod sentinel_failover;

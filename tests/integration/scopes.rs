@@ -143,11 +143,11 @@ fn redis_lets_a_scopes_user_touch_exactly_the_keys_the_policy_admits() {
             .of(principal)
             .unwrap_or_else(|| panic!("{principal} runs EVAL under a keyed rule: scoped"));
         let user = scope_user(scope);
-        let mut setuser = user.setuser("unused");
-        setuser.truncate(4);
-        setuser.push(b"on".to_vec());
-        setuser.push(b"nopass".to_vec());
-        setuser.extend(user.acl_rules());
+        let mut setuser: Vec<Vec<u8>> = ["ACL", "SETUSER", &user.name, "reset", "on", "nopass"]
+            .iter()
+            .map(|word| word.as_bytes().to_vec())
+            .collect();
+        setuser.extend(user.acl_rules().into_iter().map(String::into_bytes));
         let reply = pipeline(&redis, &[setuser]);
         assert_eq!(
             reply,

@@ -41,10 +41,10 @@ const PLUMBING: [&str; 2] = ["hello", "ping"];
 
 impl ScopeUser {
     /// `ACL SETUSER` rules, applied after `reset`.
-    pub fn acl_rules(&self) -> Vec<Vec<u8>> {
-        let mut rules: Vec<Vec<u8>> = complement_patterns(RESERVED_PREFIX)
+    pub fn acl_rules(&self) -> Vec<String> {
+        let mut rules: Vec<String> = complement_patterns(RESERVED_PREFIX)
             .into_iter()
-            .map(|pattern| format!("~{pattern}").into_bytes())
+            .map(|pattern| format!("~{pattern}"))
             .collect();
         let root: BTreeSet<String> = PLUMBING
             .iter()
@@ -52,7 +52,7 @@ impl ScopeUser {
             .chain(self.root.iter().map(|name| name.to_ascii_lowercase()))
             .filter(|name| grantable(name))
             .collect();
-        rules.extend(root.iter().map(|name| format!("+{name}").into_bytes()));
+        rules.extend(root.iter().map(|name| format!("+{name}")));
         for selector in &self.selectors {
             let commands: Vec<String> = selector
                 .commands
@@ -63,29 +63,29 @@ impl ScopeUser {
             if commands.is_empty() || selector.patterns.is_empty() {
                 continue;
             }
-            let mut text = b"(".to_vec();
+            let mut text = String::from("(");
             for pattern in &selector.patterns {
                 let access: &[u8] = if selector.read_only { b"%R~" } else { b"~" };
                 quoted(&mut text, &[access, pattern].concat());
-                text.push(b' ');
+                text.push(' ');
             }
             for name in &commands {
-                text.extend_from_slice(format!("+{name} ").as_bytes());
+                text.push_str(&format!("+{name} "));
             }
             text.pop();
-            text.push(b')');
+            text.push(')');
             rules.push(text);
         }
         rules
     }
 
     /// `ACL SETUSER <name> reset on ><password> <rules…>`, as arguments.
-    pub fn setuser(&self, password: &str) -> Vec<Vec<u8>> {
-        let mut argv: Vec<Vec<u8>> = ["ACL", "SETUSER", &self.name, "reset", "on"]
+    pub fn setuser(&self, password: &str) -> Vec<String> {
+        let mut argv: Vec<String> = ["ACL", "SETUSER", &self.name, "reset", "on"]
             .iter()
-            .map(|word| word.as_bytes().to_vec())
+            .map(|word| (*word).to_owned())
             .collect();
-        argv.push(format!(">{password}").into_bytes());
+        argv.push(format!(">{password}"));
         argv.extend(self.acl_rules());
         argv
     }
@@ -95,17 +95,17 @@ fn grantable(name: &str) -> bool {
     !ALWAYS_REFUSED.contains(&name) && !REFUSED_TO_SCRIPTS.contains(&name)
 }
 
-/// `"…"` as `sdssplitargs` reads it back to exactly `bytes`.
-fn quoted(out: &mut Vec<u8>, bytes: &[u8]) {
-    out.push(b'"');
+/// `"…"` as `sdssplitargs` reads it back to exactly `bytes` (plain ASCII, whatever the bytes).
+fn quoted(out: &mut String, bytes: &[u8]) {
+    out.push('"');
     for &byte in bytes {
         if byte.is_ascii_graphic() && !matches!(byte, b'"' | b'\'' | b'\\') {
-            out.push(byte);
+            out.push(char::from(byte));
         } else {
-            out.extend_from_slice(format!("\\x{byte:02x}").as_bytes());
+            out.push_str(&format!("\\x{byte:02x}"));
         }
     }
-    out.push(b'"');
+    out.push('"');
 }
 
 #[cfg(test)]
@@ -130,11 +130,7 @@ mod tests {
                 },
             ],
         };
-        let rules: Vec<String> = user
-            .acl_rules()
-            .iter()
-            .map(|rule| String::from_utf8_lossy(rule).into_owned())
-            .collect();
+        let rules = user.acl_rules();
         assert!(rules.contains(&"~[^t]*".to_owned()), "{rules:?}");
         assert!(rules.contains(&"+eval".to_owned()) && rules.contains(&"+hello".to_owned()));
         assert!(

@@ -358,9 +358,10 @@ impl Generation {
             .principals
             .iter()
             .map(|reach| {
+                // Everything the principal may send on SCRIPT: its scope's connections carry it.
                 let runs: std::collections::BTreeSet<String> = admissible
                     .of(reach)
-                    .filter(|(_, command)| command.runs_code)
+                    .filter(|(lane, _)| *lane == tollgate_model::Lane::Script)
                     .map(|(_, command)| command.name.clone())
                     .collect();
                 (reach.principal.clone(), runs)

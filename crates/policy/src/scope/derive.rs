@@ -53,7 +53,9 @@ pub struct ScopeInput<'a> {
     pub files: &'a [CompiledFile],
     /// The catalog's commands that Redis runs as named (see `Admissible::commands`).
     pub descriptors: &'a [Descriptor],
-    /// Each principal (`None`: callers no principal names) with the script commands it may run.
+    /// Each principal (`None`: callers no principal names) with the commands it may send on the
+    /// SCRIPT lane (EVAL, SCRIPT LOAD, …): its scope's user runs them. A principal none of whose
+    /// commands runs code is not scoped.
     pub scripts: Vec<(Option<String>, BTreeSet<String>)>,
 }
 
@@ -75,7 +77,13 @@ pub fn derive(input: &ScopeInput<'_>) -> Result<Scopes, Vec<Diagnostic>> {
     let mut errors: Vec<Diagnostic> = Vec::new();
     for (principal, scripts) in &input.scripts {
         let name = principal.as_deref().unwrap_or(&unnamed);
-        if !scoped(input.files, name, scripts) {
+        let runs_code = scripts.iter().any(|script| {
+            input
+                .descriptors
+                .iter()
+                .any(|d| &d.name == script && d.traits.scripting && !d.keys.is_empty())
+        });
+        if !runs_code || !scoped(input.files, name) {
             assigned.push((principal.clone(), None));
             continue;
         }
@@ -113,10 +121,9 @@ pub fn derive(input: &ScopeInput<'_>) -> Result<Scopes, Vec<Diagnostic>> {
 }
 
 /// Whether `principal`'s scripts are confined (the module's header says when).
-fn scoped(files: &[CompiledFile], principal: &str, scripts: &BTreeSet<String>) -> bool {
+fn scoped(files: &[CompiledFile], principal: &str) -> bool {
     let applies = |rule: &Rule| applies(rule, principal);
-    !scripts.is_empty()
-        && files.iter().all(|file| file.policy.mode == Mode::Enforce)
+    files.iter().all(|file| file.policy.mode == Mode::Enforce)
         && files.iter().any(|file| {
             file.policy
                 .rules

@@ -56,8 +56,9 @@ pub struct Scope {
     pub principals: Vec<Option<String>>,
     /// The ids of the allow rules whose key grants make it up, in policy order.
     pub rules: Vec<String>,
-    /// The script commands (`EVAL`, `FCALL_RO`, …) its principals may run: its user runs them on
-    /// any key outside the reserved keyspace (their declared keys were admitted already).
+    /// The commands its principals may send on the SCRIPT lane (`EVAL`, `FCALL_RO`, `SCRIPT
+    /// LOAD`, …): its user runs them on any key outside the reserved keyspace (their declared
+    /// keys were admitted already).
     pub scripts: BTreeSet<String>,
     /// Commands that name no key, that a rule without `keys:` lets its principals run and that
     /// see nothing of other tenants' keys (no `@keyspace`, `@dangerous`, `@admin`, `@pubsub`).

@@ -1,0 +1,167 @@
+//! Scripts in scopes, end to end: two tenants of `policies/examples/tenants.yaml`, each a real OS
+//! user, run scripts through the daemon (its embedded Redis); Redis itself refuses a `redis.call`
+//! on a key the tenant's rules do not grant, however the script builds the key's name, and the
+//! refusal names the rule whose scope it is. The reserved keyspace is out of every scope's reach.
+
+use std::os::unix::fs::PermissionsExt;
+
+use tollgate::config::SocketMode;
+use tollgate_resp::Frame;
+
+use crate::identity::{os_user, redis_cli, repository_policy, OsUser};
+use crate::policy_support::{admission, config};
+use crate::support::daemon::{embedded_admin, TestDaemon};
+
+/// The tenants example with each tenant mapped to a real OS user, and a rule that lets both run
+/// scripts (which name no key: a rule with `keys:` never matches them).
+fn policy(acme: &OsUser, globex: &OsUser) -> String {
+    let text = std::fs::read_to_string(repository_policy("examples/tenants.yaml")).unwrap();
+    let text = text
+        .replace("uids: [2001]", &format!("uids: [{}]", acme.uid))
+        .replace("uids: [2002]", &format!("uids: [{}]", globex.uid));
+    text.replace(
+        "  - id: transactions\n",
+        "  - id: tenant-scripts\n    principals: [acme, globex]\n    commands: [EVAL, EVALSHA, \
+         EVAL_RO, EVALSHA_RO, SCRIPT LOAD, SCRIPT EXISTS]\n    allow: scripts run in their \
+         caller's scope\n  - id: transactions\n",
+    )
+}
+
+/// What `redis-cli` printed for `argv` sent as `user`.
+async fn run(daemon: &TestDaemon, user: &OsUser, argv: Vec<String>) -> String {
+    let args: Vec<&str> = argv.iter().map(String::as_str).collect();
+    redis_cli(user, daemon, &args).await.trim_end().to_owned()
+}
+
+const REFUSED: &str = "can't access at least one of the keys";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_scripts_reach_only_the_keys_its_rules_grant() {
+    let (Some(acme), Some(globex)) = (os_user("tollgate-acme"), os_user("tollgate-globex")) else {
+        return;
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("tollgate-scopes")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.path().join("tenants.yaml");
+    std::fs::write(&path, policy(&acme, &globex)).unwrap();
+    let mut daemon_config = TestDaemon::config(dir.path());
+    daemon_config.runtime_dir = Some(dir.path().join("run"));
+    daemon_config.listen.mode = SocketMode(0o666);
+    daemon_config.policy.files = vec![path.clone()];
+    let daemon = TestDaemon::start_config(dir, daemon_config).await;
+    let eval = |body: &str| vec!["EVAL".to_owned(), body.to_owned(), "0".to_owned()];
+
+    // Its own keys, read and written by a script.
+    let own = run(
+        &daemon,
+        &acme,
+        eval("redis.call('SET', 'acme:1', 'mine') return redis.call('GET', 'acme:1')"),
+    )
+    .await;
+    assert_eq!(own, "mine");
+    // Another tenant's key: Redis refuses the call, and the reply says whose scope it is.
+    let words = "(tollgate: scope of rule acme-keys does not include that key)";
+    for body in [
+        "return redis.call('GET', 'globex:secret')",
+        "local k = 'glo' .. 'bex' .. ':' .. 'secret' return redis.call('GET', k)",
+        "return redis.pcall('SET', string.format('%s:%s', 'globex', 'x'), 'taken')",
+    ] {
+        let refused = run(&daemon, &acme, eval(body)).await;
+        assert!(
+            refused.contains(REFUSED) && refused.ends_with(words),
+            "{body}: {refused}"
+        );
+    }
+    // Shared keys: read, never written.
+    assert_eq!(
+        run(
+            &daemon,
+            &acme,
+            eval("return redis.call('EXISTS', 'shared:motd')")
+        )
+        .await,
+        "0"
+    );
+    let written = run(
+        &daemon,
+        &acme,
+        eval("return redis.call('SET', 'shared:motd', 'x')"),
+    )
+    .await;
+    assert!(
+        written.contains(REFUSED) && written.ends_with(words),
+        "{written}"
+    );
+    // The other tenant is held to its own scope the same way.
+    let across = run(&daemon, &globex, eval("return redis.call('GET', 'acme:1')")).await;
+    assert!(
+        across.contains(REFUSED)
+            && across.ends_with("(tollgate: scope of rule globex-keys does not include that key)"),
+        "{across}"
+    );
+    assert_eq!(
+        run(
+            &daemon,
+            &globex,
+            eval("return redis.call('INCR', 'globex:n')")
+        )
+        .await,
+        "1"
+    );
+
+    // The script cache is the server's: loaded by one session, run by another, and NOSCRIPT
+    // for a script never loaded.
+    let sha = run(
+        &daemon,
+        &acme,
+        vec![
+            "SCRIPT".into(),
+            "LOAD".into(),
+            "return redis.call('GET', 'acme:1')".into(),
+        ],
+    )
+    .await;
+    assert_eq!(sha.len(), 40, "{sha}");
+    assert_eq!(
+        run(
+            &daemon,
+            &acme,
+            vec!["EVALSHA".into(), sha.clone(), "0".into()]
+        )
+        .await,
+        "mine"
+    );
+    let missing = run(
+        &daemon,
+        &acme,
+        vec!["EVALSHA".into(), "0".repeat(40), "0".into()],
+    )
+    .await;
+    assert!(missing.contains("NOSCRIPT"), "{missing}");
+    // The same cached script, run by globex, meets globex's scope.
+    let theirs = run(&daemon, &globex, vec!["EVALSHA".into(), sha, "0".into()]).await;
+    assert!(theirs.contains(REFUSED), "{theirs}");
+
+    // The scope users, as Redis has them: the reserved keyspace is out of reach.
+    let generation = admission(&config(&[&path], Vec::new())).current();
+    let user = &generation.scopes().of("acme").expect("acme is scoped").user;
+    let mut redis = embedded_admin(&daemon.dir().join("run")).await;
+    let dryrun =
+        |command: &'static str, key: &'static str| ["ACL", "DRYRUN", user.as_str(), command, key];
+    assert_eq!(
+        redis.call(&dryrun("GET", "acme:1")).await,
+        Frame::Simple("OK".into())
+    );
+    for key in ["tollgate:lease:1", "tollgate:", "globex:1"] {
+        let reply = redis.call(&dryrun("GET", key)).await;
+        assert_ne!(reply, Frame::Simple("OK".into()), "{user} GET {key}");
+    }
+    let reply = redis
+        .call(&["ACL", "DRYRUN", user, "SET", "shared:motd", "x"])
+        .await;
+    assert_ne!(reply, Frame::Simple("OK".into()));
+    daemon.stop().await;
+}
