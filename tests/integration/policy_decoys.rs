@@ -86,32 +86,27 @@ fn tenants_with_scripting(accept: bool) -> String {
 }
 
 #[test]
-fn a_key_constrained_rule_that_allows_scripts_does_not_compile_unless_accepted() {
+fn a_key_constrained_rule_that_allows_scripts_confines_them_to_a_scope_unless_accepted() {
     let dir = tempdir();
     let path = dir.path().join("tenants.yaml");
     std::fs::write(&path, tenants_with_scripting(false)).unwrap();
     let config = crate::policy_support::config(&[&path], vec![]);
-    let error = match tollgate_policy::Admission::load(
-        &config,
-        &mut prometheus_client::registry::Registry::default(),
-    ) {
-        Ok(_) => panic!("a key-constrained rule allowing @scripting compiled"),
-        Err(error) => error
-            .to_string()
-            .replace(&path.display().to_string(), "tenants.yaml"),
-    };
-    assert!(
-        error.starts_with(
-            "tenants.yaml:21:64: error: rule `acme-keys` allows EVAL (through `@scripting`) and \
-             constrains keys, but a script can reach any key whatever `keys:` says"
-        ),
-        "{error}"
-    );
-    assert!(error.contains("`scripts: unconstrained`"), "{error}");
+    let admission = crate::policy_support::admission(&config);
+    let generation = admission.current();
+    // acme's scripts run as its scope's Redis user, which holds them to acme-keys' globs.
+    let scope = generation.scopes().of("acme").expect("acme's scripts are confined");
+    assert_eq!(scope.rules, ["acme-keys"]);
+    assert!(scope.allows("GET", &[b"shared:motd"]));
+    assert!(!scope.allows("SET", &[b"shared:motd"]));
+    assert!(!scope.allows("GET", &[b"globex:1"]));
+    // globex may run no script: nothing to confine.
+    assert!(generation.scopes().of("globex").is_none());
 
     std::fs::write(&path, tenants_with_scripting(true)).unwrap();
     let admission = crate::policy_support::admission(&config);
-    // Accepted, the rule allows the script as it says: EVAL with an acme key is admitted.
+    // Accepted, acme's scripts reach any key (outside the reserved keyspace), and the rule
+    // allows the script as it says: EVAL with an acme key is admitted.
+    assert!(admission.current().scopes().of("acme").is_none());
     let decision = admission.admit(
         &crate::policy_support::caller("acme"),
         &crate::policy_support::argv("EVAL x 1 acme:x"),
@@ -123,19 +118,21 @@ fn a_key_constrained_rule_that_allows_scripts_does_not_compile_unless_accepted()
 }
 
 #[test]
-fn every_way_a_keyed_allow_rule_can_reach_scripts_is_refused() {
+fn every_way_a_keyed_allow_rule_can_reach_scripts_scopes_them() {
     const HEAD: &str =
         "principals:\n  app: { uids: [1000] }\nrules:\n  - id: r\n    keys: [\"app:*\"]\n";
     let dir = tempdir();
     let path = dir.path().join("scripts.yaml");
-    for (commands, grants) in [
-        ("[GET, EVAL]", "allows EVAL and"),
-        ("[EVALSHA_RO]", "allows EVALSHA_RO and"),
-        ("[FCALL]", "allows FCALL and"),
-        ("[\"*\"]", "allows EVAL (through `*`)"),
-        ("[\"@slow\"]", "allows EVAL (through `@slow`)"),
-        ("[SCRIPT]", "allows SCRIPT DEBUG (through `SCRIPT`)"),
-        ("[FUNCTION LOAD]", "allows FUNCTION LOAD and"),
+    // Every way to a command that runs code scopes app; SCRIPT and FUNCTION LOAD name no key, so a
+    // keyed rule never matches them, and app runs no script at all.
+    for (commands, scoped) in [
+        ("[GET, EVAL]", true),
+        ("[EVALSHA_RO]", true),
+        ("[FCALL]", true),
+        ("[\"*\"]", true),
+        ("[\"@slow\"]", true),
+        ("[SCRIPT]", false),
+        ("[FUNCTION LOAD]", false),
     ] {
         std::fs::write(
             &path,
@@ -143,17 +140,12 @@ fn every_way_a_keyed_allow_rule_can_reach_scripts_is_refused() {
         )
         .unwrap();
         let config = crate::policy_support::config(&[&path], vec![]);
-        let error = match tollgate_policy::Admission::load(
-            &config,
-            &mut prometheus_client::registry::Registry::default(),
-        ) {
-            Ok(_) => panic!("{commands} compiled"),
-            Err(error) => error.to_string(),
-        };
-        assert!(
-            error.contains(":6:") && error.contains(grants),
-            "{commands}: {error}"
-        );
+        let admission = crate::policy_support::admission(&config);
+        let scope = admission.current().scopes().of("app").cloned();
+        assert_eq!(scope.is_some(), scoped, "{commands}: {scope:?}");
+        if let Some(scope) = scope {
+            assert!(!scope.allows("GET", &[b"other:1"]), "{commands}");
+        }
     }
     // A deny rule, or a rule without `keys:`, may name scripts; `@write` reaches FUNCTION LOAD,
     // which names no key, so a keyed rule never matches it.
@@ -182,7 +174,7 @@ fn every_way_a_keyed_allow_rule_can_reach_scripts_is_refused() {
     assert!(
         warnings[0].ends_with(
             ":7:14: warning: rule `r`: `scripts: unconstrained` has no effect: the rule does not \
-             allow scripts under a `keys:` constraint"
+             allow scripts"
         ),
         "{}",
         warnings[0]

@@ -11,6 +11,7 @@ use tollgate_resp::Frame;
 use crate::identity::{os_user, redis_cli, repository_policy, OsUser};
 use crate::policy_support::{admission, config};
 use crate::support::daemon::{embedded_admin, TestDaemon};
+use crate::support::raw::{text, RawClient};
 
 /// The tenants example with each tenant mapped to a real OS user, and a rule that lets both run
 /// scripts (which name no key: a rule with `keys:` never matches them).
@@ -163,5 +164,53 @@ async fn a_tenants_scripts_reach_only_the_keys_its_rules_grant() {
         .call(&["ACL", "DRYRUN", user, "SET", "shared:motd", "x"])
         .await;
     assert_ne!(reply, Frame::Simple("OK".into()));
+    daemon.stop().await;
+}
+
+/// Every local user is `local`; a deny rule with keys makes its scripts scoped, although the
+/// rule that allows them names no key.
+const EVERYTHING_BUT_RO: &str = "principals:\n  local: { any: true }\nrules:\n\
+    \x20 - id: ro-is-read-only\n    commands: [\"@write\"]\n    keys: [\"ro:*\"]\n    deny: read only\n\
+    \x20 - id: all\n    commands: [\"*\"]\n    allow: everything else\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deny_rule_with_keys_confines_scripts_and_a_scopes_pool_closes_when_unheld() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.yaml");
+    std::fs::write(&path, EVERYTHING_BUT_RO).unwrap();
+    let mut daemon_config = TestDaemon::config(dir.path());
+    daemon_config.policy.files = vec![path.clone()];
+    daemon_config.lanes.scopes.idle = std::time::Duration::from_secs(1);
+    let daemon = TestDaemon::start_config(dir, daemon_config).await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    let words = "(tollgate: scope of rule all does not include that key)";
+    for key in ["ro:1", "tollgate:lease:1"] {
+        let body = format!("return redis.call('SET', '{key}', 'x')");
+        let reply = client.call(&["EVAL", &body, "0"]).await;
+        assert!(text(&reply).contains(REFUSED) && text(&reply).ends_with(words), "{key}: {reply:?}");
+    }
+    let reply = client.call(&["EVAL", "return redis.call('SET', 'rw:1', 'x')", "0"]).await;
+    assert_eq!(text(&reply), "OK");
+    let reply = client.call(&["EVAL", "return redis.call('GET', 'ro:1')", "0"]).await;
+    assert_eq!(reply, Frame::Null);
+
+    // In a transaction the script would run as TRANSACTION's user: refused, and EXEC fails.
+    assert_eq!(text(&client.call(&["MULTI"]).await), "OK");
+    let queued = client.call(&["EVAL", "return 1", "0"]).await;
+    assert!(text(&queued).starts_with("NOPERM tollgate: rule scope denies EVAL"), "{queued:?}");
+    assert!(text(&client.call(&["EXEC"]).await).starts_with("EXECABORT"));
+
+    // The scope's pool has a connection while the session holds it, none a while after.
+    let generation = admission(&config(&[&path], Vec::new())).current();
+    let user = generation.scopes().of("local").expect("local is scoped").user.clone();
+    let mut redis = embedded_admin(daemon.dir()).await;
+    let connected = |list: &Frame| text(list).matches(&format!(" user={user} ")).count();
+    assert_eq!(connected(&redis.call(&["CLIENT", "LIST"]).await), 1);
+    drop(client);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while connected(&redis.call(&["CLIENT", "LIST"]).await) > 0 {
+        assert!(std::time::Instant::now() < deadline, "the unheld pool stayed open");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     daemon.stop().await;
 }

@@ -219,7 +219,7 @@ impl Deriver<'_> {
                         }
                     }
                 }
-                if granted && keys.is_some() && !rules.contains(&rule.id) {
+                if granted && !rules.contains(&rule.id) {
                     rules.push(rule.id.clone());
                 }
             }
@@ -590,8 +590,8 @@ mod tests {
         assert!(!app.allows("SET", &[b"tollgate:lease"]));
         assert!(!app.allows("GET", &[b"tollgate:lease"]));
         assert!(app.allows("GET", &[b"tollgate"]));
-        // A rule without keys grants no rule's words: the refusal names none.
-        assert!(app.rules.is_empty());
+        // The refusal names the rule whose grant the scope holds.
+        assert_eq!(app.rules, ["all"]);
         // Unnamed callers share the grants, so they share the user.
         assert_eq!(scopes.of("uid:9").unwrap().user, app.user);
         assert_eq!(scopes.scopes.len(), 1);

@@ -54,7 +54,7 @@ pub struct Scope {
     pub user: String,
     /// The principals whose scripts run in it (`None`: callers no principal names).
     pub principals: Vec<Option<String>>,
-    /// The ids of the allow rules whose key grants make it up, in policy order.
+    /// The ids of the allow rules whose grants make up its selectors, in policy order.
     pub rules: Vec<String>,
     /// The commands its principals may send on the SCRIPT lane (`EVAL`, `FCALL_RO`, `SCRIPT
     /// LOAD`, …): its user runs them on any key outside the reserved keyspace (their declared
