@@ -94,7 +94,10 @@ fn a_key_constrained_rule_that_allows_scripts_confines_them_to_a_scope_unless_ac
     let admission = crate::policy_support::admission(&config);
     let generation = admission.current();
     // acme's scripts run as its scope's Redis user, which holds them to acme-keys' globs.
-    let scope = generation.scopes().of("acme").expect("acme's scripts are confined");
+    let scope = generation
+        .scopes()
+        .of("acme")
+        .expect("acme's scripts are confined");
     assert_eq!(scope.rules, ["acme-keys"]);
     assert!(scope.allows("GET", &[b"shared:motd"]));
     assert!(!scope.allows("SET", &[b"shared:motd"]));

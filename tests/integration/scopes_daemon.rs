@@ -174,7 +174,7 @@ const EVERYTHING_BUT_RO: &str = "principals:\n  local: { any: true }\nrules:\n\
     \x20 - id: all\n    commands: [\"*\"]\n    allow: everything else\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_deny_rule_with_keys_confines_scripts_and_a_scopes_pool_closes_when_unheld() {
+async fn a_deny_rule_with_keys_confines_scripts_a_pool_closes_unheld_and_reloads_move_scopes() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("policy.yaml");
     std::fs::write(&path, EVERYTHING_BUT_RO).unwrap();
@@ -187,30 +187,64 @@ async fn a_deny_rule_with_keys_confines_scripts_and_a_scopes_pool_closes_when_un
     for key in ["ro:1", "tollgate:lease:1"] {
         let body = format!("return redis.call('SET', '{key}', 'x')");
         let reply = client.call(&["EVAL", &body, "0"]).await;
-        assert!(text(&reply).contains(REFUSED) && text(&reply).ends_with(words), "{key}: {reply:?}");
+        assert!(
+            text(&reply).contains(REFUSED) && text(&reply).ends_with(words),
+            "{key}: {reply:?}"
+        );
     }
-    let reply = client.call(&["EVAL", "return redis.call('SET', 'rw:1', 'x')", "0"]).await;
+    let reply = client
+        .call(&["EVAL", "return redis.call('SET', 'rw:1', 'x')", "0"])
+        .await;
     assert_eq!(text(&reply), "OK");
-    let reply = client.call(&["EVAL", "return redis.call('GET', 'ro:1')", "0"]).await;
+    let reply = client
+        .call(&["EVAL", "return redis.call('GET', 'ro:1')", "0"])
+        .await;
     assert_eq!(reply, Frame::Null);
 
     // In a transaction the script would run as TRANSACTION's user: refused, and EXEC fails.
     assert_eq!(text(&client.call(&["MULTI"]).await), "OK");
     let queued = client.call(&["EVAL", "return 1", "0"]).await;
-    assert!(text(&queued).starts_with("NOPERM tollgate: rule scope denies EVAL"), "{queued:?}");
+    assert!(
+        text(&queued).starts_with("NOPERM tollgate: rule scope denies EVAL"),
+        "{queued:?}"
+    );
     assert!(text(&client.call(&["EXEC"]).await).starts_with("EXECABORT"));
 
     // The scope's pool has a connection while the session holds it, none a while after.
     let generation = admission(&config(&[&path], Vec::new())).current();
-    let user = generation.scopes().of("local").expect("local is scoped").user.clone();
+    let user = generation
+        .scopes()
+        .of("local")
+        .expect("local is scoped")
+        .user
+        .clone();
     let mut redis = embedded_admin(daemon.dir()).await;
     let connected = |list: &Frame| text(list).matches(&format!(" user={user} ")).count();
     assert_eq!(connected(&redis.call(&["CLIENT", "LIST"]).await), 1);
     drop(client);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while connected(&redis.call(&["CLIENT", "LIST"]).await) > 0 {
-        assert!(std::time::Instant::now() < deadline, "the unheld pool stayed open");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the unheld pool stayed open"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
+
+    // A reload that moves the deny rule to other keys gives the scope another user and deletes
+    // the old one.
+    std::fs::write(&path, EVERYTHING_BUT_RO.replace("ro:*", "frozen:*")).unwrap();
+    let reloaded = daemon.post("/v1/policy/reload", "{}").await;
+    assert_eq!(reloaded.status, 200, "{reloaded:?}");
+    assert_eq!(redis.call(&["ACL", "GETUSER", &user]).await, Frame::Null);
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    let reply = client
+        .call(&["EVAL", "return redis.call('SET', 'ro:1', 'x')", "0"])
+        .await;
+    assert_eq!(text(&reply), "OK");
+    let reply = client
+        .call(&["EVAL", "return redis.call('SET', 'frozen:1', 'x')", "0"])
+        .await;
+    assert!(text(&reply).contains(REFUSED), "{reply:?}");
     daemon.stop().await;
 }
