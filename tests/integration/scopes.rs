@@ -214,3 +214,96 @@ fn redis_lets_a_scopes_user_touch_exactly_the_keys_the_policy_admits() {
     }
     assert!(checked >= 4 * (count - 1), "{checked}");
 }
+
+/// A scope user for the pool test: PING and GET on `prefix*`.
+fn pool_user(name: &str, prefix: &str) -> tollgate_lanes::ScopeUser {
+    tollgate_lanes::ScopeUser {
+        name: name.to_owned(),
+        root: ["PING".to_owned()].into(),
+        selectors: vec![tollgate_lanes::ScopeSelector {
+            commands: ["GET".to_owned()].into(),
+            patterns: vec![format!("{prefix}*").into_bytes()],
+            read_only: true,
+        }],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scope_pools_log_in_as_their_users_and_past_the_maximum_one_more_is_refused() {
+    use tollgate_lanes::{LaneError, Lanes, Topology};
+
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let endpoint = crate::lanes::endpoint(redis.socket());
+    let mut base = tollgate_lanes::LanesConfig::default();
+    base.scopes.max = 1;
+    let provisioned = tollgate_lanes::provision(
+        std::slice::from_ref(&endpoint),
+        Some(&crate::support::daemon::testkit_admin()),
+        dir.path(),
+        &base,
+        &crate::support::daemon::default_grants(),
+    )
+    .await
+    .unwrap();
+    let logins = provisioned
+        .users
+        .set_scopes(
+            &endpoint,
+            vec![
+                pool_user("tollgate-scope-a", "a:"),
+                pool_user("tollgate-scope-b", "b:"),
+            ],
+        )
+        .await
+        .unwrap();
+    let mut registry = prometheus_client::registry::Registry::default();
+    let lanes = Lanes::open(
+        &Topology::Standalone(endpoint.clone()),
+        &provisioned.config,
+        &mut registry,
+    )
+    .unwrap();
+    let get = |key: &str| crate::lanes::cmd(&["GET", key]);
+
+    // A's pool logs in as A: its key patterns hold.
+    let a = lanes
+        .scoped_speaking(&logins[0], tollgate_model::Protocol::Resp2)
+        .unwrap();
+    let mine = a.send(get("a:1")).await.unwrap();
+    assert!(!mine.is_error(), "{mine:?}");
+    let other = a.send(get("b:1")).await.unwrap();
+    assert!(other.is_error(), "{other:?}");
+    assert_eq!(lanes.scope_pools(), 1);
+
+    // One pool at most: B is refused while A is held, naming the setting.
+    match lanes.scoped_speaking(&logins[1], tollgate_model::Protocol::Resp2) {
+        Err(LaneError::Scope { user, reason }) => {
+            assert_eq!(user, "tollgate-scope-b");
+            assert!(reason.contains("lanes.scopes.max"), "{reason}");
+        }
+        Err(error) => panic!("{error}"),
+        Ok(_) => panic!("a second scope's pool opened past lanes.scopes.max = 1"),
+    }
+    // Once no one holds A, B takes its place.
+    drop(a);
+    let b = lanes
+        .scoped_speaking(&logins[1], tollgate_model::Protocol::Resp2)
+        .unwrap();
+    assert!(!b.send(get("b:1")).await.unwrap().is_error());
+    assert_eq!(lanes.scope_pools(), 1);
+
+    // Scopes set again without A: A's user is gone from Redis.
+    provisioned
+        .users
+        .set_scopes(&endpoint, vec![pool_user("tollgate-scope-b", "b:")])
+        .await
+        .unwrap();
+    let gone = redis.inline("ACL GETUSER tollgate-scope-a");
+    assert!(matches!(gone.trim_end(), "$-1" | "*-1"), "{gone}");
+    assert!(
+        !b.send(get("b:2")).await.unwrap().is_error(),
+        "B kept its password and connection"
+    );
+    lanes.close(std::time::Duration::from_secs(1)).await;
+}
