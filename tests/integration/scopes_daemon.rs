@@ -23,7 +23,7 @@ fn policy(acme: &OsUser, globex: &OsUser) -> String {
     text.replace(
         "  - id: transactions\n",
         "  - id: tenant-scripts\n    principals: [acme, globex]\n    commands: [EVAL, EVALSHA, \
-         EVAL_RO, EVALSHA_RO, SCRIPT LOAD, SCRIPT EXISTS]\n    allow: scripts run in their \
+         EVAL_RO, EVALSHA_RO, SCRIPT LOAD, SCRIPT EXISTS, FUNCTION LOAD, FCALL, FCALL_RO]\n    allow: scripts run in their \
          caller's scope\n  - id: transactions\n",
     )
 }
@@ -145,6 +145,32 @@ async fn a_tenants_scripts_reach_only_the_keys_its_rules_grant() {
     // The same cached script, run by globex, meets globex's scope.
     let theirs = run(&daemon, &globex, vec!["EVALSHA".into(), sha, "0".into()]).await;
     assert!(theirs.contains(REFUSED), "{theirs}");
+
+    // A function runs as its caller's user too: acme's library reads what acme may read.
+    let library = "#!lua name=acmelib\nredis.register_function{function_name='peek', \
+                   callback=function(keys, args) return redis.call('GET', args[1]) end, \
+                   flags={'no-writes'}}";
+    let loaded = run(
+        &daemon,
+        &acme,
+        vec!["FUNCTION".into(), "LOAD".into(), library.into()],
+    )
+    .await;
+    assert_eq!(loaded, "acmelib");
+    let fcall = |key: &str| {
+        vec![
+            "FCALL_RO".to_owned(),
+            "peek".to_owned(),
+            "0".to_owned(),
+            key.to_owned(),
+        ]
+    };
+    assert_eq!(run(&daemon, &acme, fcall("acme:1")).await, "mine");
+    let peeked = run(&daemon, &acme, fcall("globex:secret")).await;
+    assert!(
+        peeked.contains(REFUSED) && peeked.ends_with(words),
+        "{peeked}"
+    );
 
     // The scope users, as Redis has them: the reserved keyspace is out of reach.
     let generation = admission(&config(&[&path], Vec::new())).current();
