@@ -28,7 +28,13 @@ impl ScopeLogins {
         provisioned: Option<(&ProvisionedUsers, &Endpoint)>,
     ) {
         let scopes = &generation.scopes().scopes;
-        let wanted: Vec<ScopeUser> = scopes.iter().map(scope_user).collect();
+        let wanted: Vec<(String, Vec<String>)> = scopes
+            .iter()
+            .map(|scope| {
+                let user = scope_user(scope);
+                (user.name.clone(), user.acl_rules())
+            })
+            .collect();
         let Some((users, endpoint)) = provisioned else {
             if !scopes.is_empty() {
                 tracing::warn!(

@@ -102,8 +102,11 @@ fn a_key_constrained_rule_that_allows_scripts_confines_them_to_a_scope_unless_ac
     assert!(scope.allows("GET", &[b"shared:motd"]));
     assert!(!scope.allows("SET", &[b"shared:motd"]));
     assert!(!scope.allows("GET", &[b"globex:1"]));
-    // globex may run no script: nothing to confine.
-    assert!(generation.scopes().of("globex").is_none());
+    // globex's scripts (allowed by tenant-scripts) are held to globex-keys' globs.
+    assert_eq!(
+        generation.scopes().of("globex").unwrap().rules,
+        ["globex-keys"]
+    );
 
     std::fs::write(&path, tenants_with_scripting(true)).unwrap();
     let admission = crate::policy_support::admission(&config);

@@ -250,10 +250,11 @@ async fn scope_pools_log_in_as_their_users_and_past_the_maximum_one_more_is_refu
         .users
         .set_scopes(
             &endpoint,
-            vec![
-                pool_user("tollgate-scope-a", "a:"),
-                pool_user("tollgate-scope-b", "b:"),
-            ],
+            ["tollgate-scope-a", "tollgate-scope-b"]
+                .iter()
+                .zip(["a:", "b:"])
+                .map(|(name, prefix)| (name.to_string(), pool_user(name, prefix).acl_rules()))
+                .collect(),
         )
         .await
         .unwrap();
@@ -296,7 +297,13 @@ async fn scope_pools_log_in_as_their_users_and_past_the_maximum_one_more_is_refu
     // Scopes set again without A: A's user is gone from Redis.
     provisioned
         .users
-        .set_scopes(&endpoint, vec![pool_user("tollgate-scope-b", "b:")])
+        .set_scopes(
+            &endpoint,
+            vec![(
+                "tollgate-scope-b".to_owned(),
+                pool_user("tollgate-scope-b", "b:").acl_rules(),
+            )],
+        )
         .await
         .unwrap();
     let gone = redis.inline("ACL GETUSER tollgate-scope-a");

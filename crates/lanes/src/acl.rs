@@ -23,7 +23,6 @@ use tollgate_resp::Frame;
 use tollgate_model::reserved::RESERVED_PREFIX;
 
 use crate::grants::LaneGrants;
-use crate::scope_acl::ScopeUser;
 use crate::scope_pools::ScopeLogin;
 use crate::stream::Stream;
 use crate::{Endpoint, LanesConfig};
@@ -56,9 +55,9 @@ pub struct Provisioned {
 #[derive(Clone)]
 pub struct ProvisionedUsers {
     users: Arc<Mutex<Vec<(DaemonUser, String)>>>,
-    /// The scopes' users (`scope_acl`) and their passwords, kept in memory only: the daemon
-    /// makes them again at each start.
-    scopes: Arc<Mutex<Vec<(ScopeUser, String)>>>,
+    /// The scopes' users (`scope_acl`): name, rules and password, kept in memory only (the
+    /// daemon makes them again at each start).
+    scopes: Arc<Mutex<Vec<ScopeAccount>>>,
     /// Who sets them: the server's administrator (`default` is off on the embedded server).
     admin: Option<Admin>,
 }
@@ -72,45 +71,44 @@ impl ProvisionedUsers {
             .map(|(user, password)| (user.name.clone(), user.setuser(password)))
             .collect();
         let scopes = self.scopes.lock().clone();
-        commands.extend(
-            scopes
-                .iter()
-                .map(|(user, password)| (user.name.clone(), user.setuser(password))),
-        );
+        commands.extend(scopes.iter().map(ScopeAccount::setuser));
         run_as_admin(endpoint, self.admin.as_ref(), &commands).await
     }
 
-    /// Makes the scopes' users exactly `wanted` on `endpoint`: each set (with the password it
-    /// had, when it had one), every other scope user deleted (its connections with it). Returns
-    /// each user's login for its pool.
+    /// Makes the scopes' users exactly `wanted` (each a name and its `ACL SETUSER` rules after
+    /// `reset`, `ScopeUser::acl_rules`) on `endpoint`: each set (with the password it had, when
+    /// it had one), every other scope user deleted (its connections with it). Returns each user's
+    /// login for its pool.
     pub async fn set_scopes(
         &self,
         endpoint: &Endpoint,
-        wanted: Vec<ScopeUser>,
+        wanted: Vec<(String, Vec<String>)>,
     ) -> Result<Vec<ScopeLogin>, AclError> {
         let (kept, gone) = {
             let had = self.scopes.lock();
-            let kept: Vec<(ScopeUser, String)> = wanted
+            let kept: Vec<ScopeAccount> = wanted
                 .into_iter()
-                .map(|user| {
+                .map(|(name, rules)| {
                     let password = had
                         .iter()
-                        .find(|(old, _)| old.name == user.name)
-                        .map_or_else(random_password, |(_, password)| password.clone());
-                    (user, password)
+                        .find(|old| old.name == name)
+                        .map_or_else(random_password, |old| old.password.clone());
+                    ScopeAccount {
+                        name,
+                        rules,
+                        password,
+                    }
                 })
                 .collect();
             let gone: Vec<String> = had
                 .iter()
-                .filter(|(old, _)| !kept.iter().any(|(user, _)| user.name == old.name))
-                .map(|(old, _)| old.name.clone())
+                .filter(|old| !kept.iter().any(|user| user.name == old.name))
+                .map(|old| old.name.clone())
                 .collect();
             (kept, gone)
         };
-        let mut commands: Vec<(String, Vec<String>)> = kept
-            .iter()
-            .map(|(user, password)| (user.name.clone(), user.setuser(password)))
-            .collect();
+        let mut commands: Vec<(String, Vec<String>)> =
+            kept.iter().map(ScopeAccount::setuser).collect();
         commands.extend(gone.into_iter().map(|name| {
             let argv = vec!["ACL".to_owned(), "DELUSER".to_owned(), name.clone()];
             (name, argv)
@@ -118,9 +116,9 @@ impl ProvisionedUsers {
         run_as_admin(endpoint, self.admin.as_ref(), &commands).await?;
         let logins = kept
             .iter()
-            .map(|(user, password)| ScopeLogin {
+            .map(|user| ScopeLogin {
                 user: user.name.clone(),
-                password: password.clone(),
+                password: user.password.clone(),
             })
             .collect();
         *self.scopes.lock() = kept;
@@ -134,6 +132,27 @@ impl ProvisionedUsers {
                 user.rules = acl_rules(lane, grants);
             }
         }
+    }
+}
+
+/// A scope's user as made on the server.
+#[derive(Clone)]
+struct ScopeAccount {
+    name: String,
+    rules: Vec<String>,
+    password: String,
+}
+
+impl ScopeAccount {
+    /// `(name, ACL SETUSER <name> reset on ><password> <rules…>)`.
+    fn setuser(&self) -> (String, Vec<String>) {
+        let mut argv: Vec<String> = ["ACL", "SETUSER", &self.name, "reset", "on"]
+            .iter()
+            .map(|word| (*word).to_owned())
+            .collect();
+        argv.push(format!(">{}", self.password));
+        argv.extend(self.rules.iter().cloned());
+        (self.name.clone(), argv)
     }
 }
 

@@ -78,17 +78,6 @@ impl ScopeUser {
         }
         rules
     }
-
-    /// `ACL SETUSER <name> reset on ><password> <rules…>`, as arguments.
-    pub fn setuser(&self, password: &str) -> Vec<String> {
-        let mut argv: Vec<String> = ["ACL", "SETUSER", &self.name, "reset", "on"]
-            .iter()
-            .map(|word| (*word).to_owned())
-            .collect();
-        argv.push(format!(">{password}"));
-        argv.extend(self.acl_rules());
-        argv
-    }
 }
 
 fn grantable(name: &str) -> bool {
