@@ -82,3 +82,35 @@ pub fn scope_user(scope: &Scope) -> ScopeUser {
             .collect(),
     }
 }
+
+/// The scopes of `generation` as `tollgate policy scopes` prints them: for each, its user, whose
+/// scripts it holds and which rules' grants, then its `ACL SETUSER` rules after `reset`, one a
+/// line (the password aside), so that a policy change shows up as a diff of what Redis enforces.
+pub fn render(generation: &Generation) -> String {
+    let scopes = generation.scopes();
+    if scopes.scopes.is_empty() {
+        return "no scopes: no principal's scripts are confined to its keys\n".to_owned();
+    }
+    let mut out = String::new();
+    for scope in &scopes.scopes {
+        let whose: Vec<&str> = scope
+            .principals
+            .iter()
+            .map(|p| p.as_deref().unwrap_or("(unmapped)"))
+            .collect();
+        out.push_str(&format!(
+            "{}: scripts of {} (rules {})\n",
+            scope.user,
+            whose.join(", "),
+            if scope.rules.is_empty() {
+                "none".to_owned()
+            } else {
+                scope.rules.join(", ")
+            }
+        ));
+        for rule in scope_user(scope).acl_rules() {
+            out.push_str(&format!("  {rule}\n"));
+        }
+    }
+    out
+}

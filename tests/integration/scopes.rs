@@ -314,3 +314,15 @@ async fn scope_pools_log_in_as_their_users_and_past_the_maximum_one_more_is_refu
     );
     lanes.close(std::time::Duration::from_secs(1)).await;
 }
+
+/// The scopes of the tenants example, as `tollgate policy scopes` prints them: a change to the
+/// policy that changes what Redis holds scripts to shows up in this snapshot.
+#[test]
+fn the_tenants_scopes_have_a_reviewed_snapshot() {
+    let tenants = crate::policy_support::root().join("policies/examples/tenants.yaml");
+    let generation = admission(&config(&[&tenants], Vec::new())).current();
+    let text = tollgate::scope_users::render(&generation);
+    crate::policy_support::snapshot_settings().bind(|| {
+        insta::assert_snapshot!("scopes__tenants", text);
+    });
+}
