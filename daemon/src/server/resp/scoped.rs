@@ -11,7 +11,7 @@
 use bytes::Bytes;
 use tollgate_lanes::Channel;
 use tollgate_model::{Caller, Protocol};
-use tollgate_policy::{Denial, DenyCause, Generation};
+use tollgate_policy::{Denial, DenyCause};
 
 use super::plan::Plan;
 use super::refusal::Refusal;
@@ -57,12 +57,11 @@ pub fn channel(
 
 /// `plan` for the script command `name`, refused when it would run in a transaction for a
 /// principal whose scripts are confined to a scope.
-pub fn in_transaction(plan: Plan, name: &str, generation: &Generation, caller: &Caller) -> Plan {
+pub fn in_transaction(plan: Plan, name: &str, services: &Services, caller: &Caller) -> Plan {
+    // The policy's generation is only looked at for a script in a transaction: every other
+    // command pays two comparisons.
     let transaction = matches!(plan, Plan::Transaction | Plan::TransactionIn(_));
-    if !transaction
-        || !RUN_SCRIPTS.contains(&name)
-        || generation.scopes().of(&caller.principal).is_none()
-    {
+    if !transaction || !RUN_SCRIPTS.contains(&name) || scope_of(services, caller).is_none() {
         return plan;
     }
     Plan::Refuse(Refusal::Denied(Denial {

@@ -202,9 +202,12 @@ impl SessionState {
                 );
                 let plan = self.info_for_caller(plan, &descriptor.name);
                 let plan = self.scripts_told_why(plan, &descriptor.name, command);
-                let generation = self.front.services.admission.current();
-                let plan =
-                    scoped::in_transaction(plan, &descriptor.name, &generation, &self.caller);
+                let plan = scoped::in_transaction(
+                    plan,
+                    &descriptor.name,
+                    &self.front.services,
+                    &self.caller,
+                );
                 let plan = match self.front.services.lanes.shape() {
                     Shape::Single => plan,
                     Shape::Cluster(splitting) => {
