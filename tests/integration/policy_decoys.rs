@@ -125,49 +125,54 @@ fn a_key_constrained_rule_that_allows_scripts_confines_them_to_a_scope_unless_ac
 
 #[test]
 fn every_way_a_keyed_allow_rule_can_reach_scripts_scopes_them() {
-    const HEAD: &str =
-        "principals:\n  app: { uids: [1000] }\nrules:\n  - id: r\n    keys: [\"app:*\"]\n";
+    // One principal per way of writing a rule (one policy: loading a policy is the slow part).
+    // Every way to a command that runs code scopes its principal; SCRIPT and FUNCTION LOAD name no
+    // key, so a keyed rule never matches them (`@write` reaches FUNCTION LOAD), and neither does a
+    // deny rule: those principals run no script at all. A rule without `keys:` that allows
+    // scripts leaves nothing to confine when no rule with keys applies to its principal.
+    let cases = [
+        ("[GET, EVAL]", "allow", true, true),
+        ("[EVALSHA_RO]", "allow", true, true),
+        ("[FCALL]", "allow", true, true),
+        ("[\"*\"]", "allow", true, true),
+        ("[\"@slow\"]", "allow", true, true),
+        ("[SCRIPT]", "allow", true, false),
+        ("[FUNCTION LOAD]", "allow", true, false),
+        ("[\"@write\"]", "allow", true, false),
+        ("[EVAL]", "deny", true, false),
+        ("[EVAL, SCRIPT]", "allow", false, false),
+    ];
+    let mut policy = String::from("principals:\n");
+    for at in 0..cases.len() {
+        policy.push_str(&format!("  p{at}: {{ uids: [{}] }}\n", 1000 + at));
+    }
+    policy.push_str("rules:\n");
+    for (at, (commands, action, keyed, _)) in cases.iter().enumerate() {
+        let keys = if *keyed {
+            "    keys: [\"app:*\"]\n"
+        } else {
+            ""
+        };
+        policy.push_str(&format!(
+            "  - id: r{at}\n    principals: [p{at}]\n    commands: {commands}\n{keys}    {action}: x\n"
+        ));
+    }
     let dir = tempdir();
     let path = dir.path().join("scripts.yaml");
-    // Every way to a command that runs code scopes app; SCRIPT and FUNCTION LOAD name no key, so a
-    // keyed rule never matches them, and app runs no script at all.
-    for (commands, scoped) in [
-        ("[GET, EVAL]", true),
-        ("[EVALSHA_RO]", true),
-        ("[FCALL]", true),
-        ("[\"*\"]", true),
-        ("[\"@slow\"]", true),
-        ("[SCRIPT]", false),
-        ("[FUNCTION LOAD]", false),
-    ] {
-        std::fs::write(
-            &path,
-            format!("{HEAD}    commands: {commands}\n    allow: x\n"),
-        )
-        .unwrap();
-        let config = crate::policy_support::config(&[&path], vec![]);
-        let admission = crate::policy_support::admission(&config);
-        let scope = admission.current().scopes().of("app").cloned();
-        assert_eq!(scope.is_some(), scoped, "{commands}: {scope:?}");
+    std::fs::write(&path, policy).unwrap();
+    let admission =
+        crate::policy_support::admission(&crate::policy_support::config(&[&path], vec![]));
+    let generation = admission.current();
+    for (at, (commands, action, _, scoped)) in cases.iter().enumerate() {
+        let scope = generation.scopes().of(&format!("p{at}"));
+        assert_eq!(scope.is_some(), *scoped, "{action} {commands}: {scope:?}");
         if let Some(scope) = scope {
+            assert!(scope.allows("GET", &[b"app:1"]) || !commands.contains("GET"));
             assert!(!scope.allows("GET", &[b"other:1"]), "{commands}");
         }
     }
-    // A deny rule, or a rule without `keys:`, may name scripts; `@write` reaches FUNCTION LOAD,
-    // which names no key, so a keyed rule never matches it.
-    for rule in [
-        "  - id: r\n    commands: [EVAL]\n    keys: [\"app:*\"]\n    deny: x\n",
-        "  - id: r\n    commands: [EVAL, SCRIPT]\n    allow: x\n",
-        "  - id: r\n    commands: [\"@write\"]\n    keys: [\"app:*\"]\n    allow: x\n",
-    ] {
-        std::fs::write(
-            &path,
-            format!("principals:\n  app: {{ uids: [1000] }}\nrules:\n{rule}"),
-        )
-        .unwrap();
-        crate::policy_support::admission(&crate::policy_support::config(&[&path], vec![]));
-    }
     // Accepting unconstrained scripts where the rule grants none is a warning at the field.
+    let path = dir.path().join("unconstrained.yaml");
     std::fs::write(
         &path,
         "principals:\n  app: { uids: [1000] }\nrules:\n  - id: r\n    commands: [GET]\n    keys: [\"app:*\"]\n    scripts: unconstrained\n    allow: x\n",
