@@ -11,10 +11,11 @@
 
 use std::sync::Arc;
 
-use tollgate_lanes::{Endpoint, LaneGrants, Lanes, LanesConfig, ProvisionedUsers};
+use tollgate_lanes::{Endpoint, LaneGrants, Lanes, LanesConfig, ProvisionedUsers, ScopeLogin};
 use tollgate_model::Lane;
-use tollgate_policy::{Admissible, Admission, PolicyConfig, PolicyError};
+use tollgate_policy::{Admissible, Admission, Generation, PolicyConfig, PolicyError};
 
+use crate::scope_users::ScopeLogins;
 use crate::server::resp::Route;
 
 /// The grants of the lanes' users under `admissible`.
@@ -61,9 +62,10 @@ pub fn grants_for(config: &PolicyConfig) -> Result<LaneGrants, PolicyError> {
     Ok(grants(&admission.current().admissible()))
 }
 
-/// Keeps the lanes' users in step with the policy; cheap to clone.
+/// Keeps the lanes' users, and the scopes' (`scope_users`), in step with the policy; cheap to
+/// clone.
 #[derive(Clone)]
-pub struct LaneUsers(Arc<Keeper>);
+pub struct LaneUsers(Arc<Keeper>, ScopeLogins);
 
 enum Keeper {
     /// The daemon made the users, and makes them again.
@@ -80,14 +82,20 @@ enum Keeper {
 
 impl LaneUsers {
     pub fn embedded(users: ProvisionedUsers, endpoint: Endpoint) -> LaneUsers {
-        LaneUsers(Arc::new(Keeper::Embedded { users, endpoint }))
+        LaneUsers(
+            Arc::new(Keeper::Embedded { users, endpoint }),
+            ScopeLogins::default(),
+        )
     }
 
     pub fn external(lease_lanes: Lanes, clients: LanesConfig) -> LaneUsers {
-        LaneUsers(Arc::new(Keeper::External {
-            lease_lanes,
-            clients: Box::new(clients),
-        }))
+        LaneUsers(
+            Arc::new(Keeper::External {
+                lease_lanes,
+                clients: Box::new(clients),
+            }),
+            ScopeLogins::default(),
+        )
     }
 
     /// Cuts the users to the policy now active in `admission`: on an embedded Redis they are set
@@ -96,7 +104,9 @@ impl LaneUsers {
     /// stops the daemon: the policy still decides every command, and what would let a client
     /// reach the reserved keyspace was refused at start-up.
     pub async fn follow(&self, admission: &Admission) {
-        let grants = grants(&admission.current().admissible());
+        let generation = admission.current();
+        let grants = grants(&generation.admissible());
+        self.follow_scopes(&generation).await;
         match &*self.0 {
             Keeper::Embedded { users, endpoint } => {
                 users.regrant(&grants);
@@ -113,6 +123,24 @@ impl LaneUsers {
                 clients,
             } => check(lease_lanes, clients, &grants).await,
         }
+    }
+}
+
+impl LaneUsers {
+    /// Makes the scopes' users those of `generation`: on an embedded Redis, set (and the logins
+    /// of their pools kept); on an external one there are none (the daemon cannot create users
+    /// there), which is logged when the policy has scopes.
+    pub async fn follow_scopes(&self, generation: &Generation) {
+        let provisioned = match &*self.0 {
+            Keeper::Embedded { users, endpoint } => Some((users, endpoint)),
+            Keeper::External { .. } => None,
+        };
+        self.1.follow(generation, provisioned).await;
+    }
+
+    /// The login of the scope user `user`, if the daemon made it.
+    pub fn scope_login(&self, user: &str) -> Option<ScopeLogin> {
+        self.1.of(user)
     }
 }
 

@@ -38,6 +38,7 @@ pub mod readiness;
 pub mod reload;
 pub mod runtime;
 pub mod runtime_dir;
+pub mod scope_users;
 pub mod server;
 pub mod services;
 pub mod supervisor;

@@ -178,6 +178,8 @@ impl Daemon {
                 LaneUsers::external(lease_lanes.clone(), lanes_config.clone())
             }
         };
+        // Key-constrained principals' scripts run as their scopes' users (`scope_users`).
+        lane_users.follow_scopes(&admission.current()).await;
         // Leases an earlier daemon took under another key layout would go unseen: refuse to start
         // while any is held (docs/leases.md, "Upgrades").
         if let Err(error) = tollgate_lease::check_layout(&lease_lanes).await {

@@ -18,7 +18,7 @@ use crate::support::daemon::TestDaemon;
 /// The second OS user of these tests.
 pub(crate) const USER_B: &str = "tollgate-test-b";
 /// A user named like a principal of `policies/examples/tenants.yaml`.
-const USER_GLOBEX: &str = "globex";
+pub(crate) const USER_GLOBEX: &str = "globex";
 
 /// One user at a time: two `useradd` at once fail on the password file's lock.
 static USERADD: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -98,7 +98,7 @@ pub(crate) async fn daemon_for_all(
 }
 
 /// A policy file from `policies/` in this repository.
-fn repository_policy(name: &str) -> std::path::PathBuf {
+pub(crate) fn repository_policy(name: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("policies")
         .join(name)

@@ -58,6 +58,8 @@ mod quotas;
 mod reload;
 mod reserved;
 mod runtime_dir;
+mod scopes;
+mod scopes_daemon;
 mod script_limit;
 mod script_refusals;
 mod sentinel_failover;

@@ -86,32 +86,33 @@ fn tenants_with_scripting(accept: bool) -> String {
 }
 
 #[test]
-fn a_key_constrained_rule_that_allows_scripts_does_not_compile_unless_accepted() {
+fn a_key_constrained_rule_that_allows_scripts_confines_them_to_a_scope_unless_accepted() {
     let dir = tempdir();
     let path = dir.path().join("tenants.yaml");
     std::fs::write(&path, tenants_with_scripting(false)).unwrap();
     let config = crate::policy_support::config(&[&path], vec![]);
-    let error = match tollgate_policy::Admission::load(
-        &config,
-        &mut prometheus_client::registry::Registry::default(),
-    ) {
-        Ok(_) => panic!("a key-constrained rule allowing @scripting compiled"),
-        Err(error) => error
-            .to_string()
-            .replace(&path.display().to_string(), "tenants.yaml"),
-    };
-    assert!(
-        error.starts_with(
-            "tenants.yaml:21:64: error: rule `acme-keys` allows EVAL (through `@scripting`) and \
-             constrains keys, but a script can reach any key whatever `keys:` says"
-        ),
-        "{error}"
+    let admission = crate::policy_support::admission(&config);
+    let generation = admission.current();
+    // acme's scripts run as its scope's Redis user, which holds them to acme-keys' globs.
+    let scope = generation
+        .scopes()
+        .of("acme")
+        .expect("acme's scripts are confined");
+    assert_eq!(scope.rules, ["acme-keys"]);
+    assert!(scope.allows("GET", &[b"shared:motd"]));
+    assert!(!scope.allows("SET", &[b"shared:motd"]));
+    assert!(!scope.allows("GET", &[b"globex:1"]));
+    // globex's scripts (allowed by tenant-scripts) are held to globex-keys' globs.
+    assert_eq!(
+        generation.scopes().of("globex").unwrap().rules,
+        ["globex-keys"]
     );
-    assert!(error.contains("`scripts: unconstrained`"), "{error}");
 
     std::fs::write(&path, tenants_with_scripting(true)).unwrap();
     let admission = crate::policy_support::admission(&config);
-    // Accepted, the rule allows the script as it says: EVAL with an acme key is admitted.
+    // Accepted, acme's scripts reach any key (outside the reserved keyspace), and the rule
+    // allows the script as it says: EVAL with an acme key is admitted.
+    assert!(admission.current().scopes().of("acme").is_none());
     let decision = admission.admit(
         &crate::policy_support::caller("acme"),
         &crate::policy_support::argv("EVAL x 1 acme:x"),
@@ -123,53 +124,55 @@ fn a_key_constrained_rule_that_allows_scripts_does_not_compile_unless_accepted()
 }
 
 #[test]
-fn every_way_a_keyed_allow_rule_can_reach_scripts_is_refused() {
-    const HEAD: &str =
-        "principals:\n  app: { uids: [1000] }\nrules:\n  - id: r\n    keys: [\"app:*\"]\n";
+fn every_way_a_keyed_allow_rule_can_reach_scripts_scopes_them() {
+    // One principal per way of writing a rule (one policy: loading a policy is the slow part).
+    // Every way to a command that runs code scopes its principal; SCRIPT and FUNCTION LOAD name no
+    // key, so a keyed rule never matches them (`@write` reaches FUNCTION LOAD), and neither does a
+    // deny rule: those principals run no script at all. A rule without `keys:` that allows
+    // scripts leaves nothing to confine when no rule with keys applies to its principal.
+    let cases = [
+        ("[GET, EVAL]", "allow", true, true),
+        ("[EVALSHA_RO]", "allow", true, true),
+        ("[FCALL]", "allow", true, true),
+        ("[\"*\"]", "allow", true, true),
+        ("[\"@slow\"]", "allow", true, true),
+        ("[SCRIPT]", "allow", true, false),
+        ("[FUNCTION LOAD]", "allow", true, false),
+        ("[\"@write\"]", "allow", true, false),
+        ("[EVAL]", "deny", true, false),
+        ("[EVAL, SCRIPT]", "allow", false, false),
+    ];
+    let mut policy = String::from("principals:\n");
+    for at in 0..cases.len() {
+        policy.push_str(&format!("  p{at}: {{ uids: [{}] }}\n", 1000 + at));
+    }
+    policy.push_str("rules:\n");
+    for (at, (commands, action, keyed, _)) in cases.iter().enumerate() {
+        let keys = if *keyed {
+            "    keys: [\"app:*\"]\n"
+        } else {
+            ""
+        };
+        policy.push_str(&format!(
+            "  - id: r{at}\n    principals: [p{at}]\n    commands: {commands}\n{keys}    {action}: x\n"
+        ));
+    }
     let dir = tempdir();
     let path = dir.path().join("scripts.yaml");
-    for (commands, grants) in [
-        ("[GET, EVAL]", "allows EVAL and"),
-        ("[EVALSHA_RO]", "allows EVALSHA_RO and"),
-        ("[FCALL]", "allows FCALL and"),
-        ("[\"*\"]", "allows EVAL (through `*`)"),
-        ("[\"@slow\"]", "allows EVAL (through `@slow`)"),
-        ("[SCRIPT]", "allows SCRIPT DEBUG (through `SCRIPT`)"),
-        ("[FUNCTION LOAD]", "allows FUNCTION LOAD and"),
-    ] {
-        std::fs::write(
-            &path,
-            format!("{HEAD}    commands: {commands}\n    allow: x\n"),
-        )
-        .unwrap();
-        let config = crate::policy_support::config(&[&path], vec![]);
-        let error = match tollgate_policy::Admission::load(
-            &config,
-            &mut prometheus_client::registry::Registry::default(),
-        ) {
-            Ok(_) => panic!("{commands} compiled"),
-            Err(error) => error.to_string(),
-        };
-        assert!(
-            error.contains(":6:") && error.contains(grants),
-            "{commands}: {error}"
-        );
-    }
-    // A deny rule, or a rule without `keys:`, may name scripts; `@write` reaches FUNCTION LOAD,
-    // which names no key, so a keyed rule never matches it.
-    for rule in [
-        "  - id: r\n    commands: [EVAL]\n    keys: [\"app:*\"]\n    deny: x\n",
-        "  - id: r\n    commands: [EVAL, SCRIPT]\n    allow: x\n",
-        "  - id: r\n    commands: [\"@write\"]\n    keys: [\"app:*\"]\n    allow: x\n",
-    ] {
-        std::fs::write(
-            &path,
-            format!("principals:\n  app: {{ uids: [1000] }}\nrules:\n{rule}"),
-        )
-        .unwrap();
+    std::fs::write(&path, policy).unwrap();
+    let admission =
         crate::policy_support::admission(&crate::policy_support::config(&[&path], vec![]));
+    let generation = admission.current();
+    for (at, (commands, action, _, scoped)) in cases.iter().enumerate() {
+        let scope = generation.scopes().of(&format!("p{at}"));
+        assert_eq!(scope.is_some(), *scoped, "{action} {commands}: {scope:?}");
+        if let Some(scope) = scope {
+            assert!(scope.allows("GET", &[b"app:1"]) || !commands.contains("GET"));
+            assert!(!scope.allows("GET", &[b"other:1"]), "{commands}");
+        }
     }
     // Accepting unconstrained scripts where the rule grants none is a warning at the field.
+    let path = dir.path().join("unconstrained.yaml");
     std::fs::write(
         &path,
         "principals:\n  app: { uids: [1000] }\nrules:\n  - id: r\n    commands: [GET]\n    keys: [\"app:*\"]\n    scripts: unconstrained\n    allow: x\n",
@@ -182,7 +185,7 @@ fn every_way_a_keyed_allow_rule_can_reach_scripts_is_refused() {
     assert!(
         warnings[0].ends_with(
             ":7:14: warning: rule `r`: `scripts: unconstrained` has no effect: the rule does not \
-             allow scripts under a `keys:` constraint"
+             allow scripts"
         ),
         "{}",
         warnings[0]

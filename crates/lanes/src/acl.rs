@@ -23,6 +23,7 @@ use tollgate_resp::Frame;
 use tollgate_model::reserved::RESERVED_PREFIX;
 
 use crate::grants::LaneGrants;
+use crate::scope_pools::ScopeLogin;
 use crate::stream::Stream;
 use crate::{Endpoint, LanesConfig};
 
@@ -54,6 +55,9 @@ pub struct Provisioned {
 #[derive(Clone)]
 pub struct ProvisionedUsers {
     users: Arc<Mutex<Vec<(DaemonUser, String)>>>,
+    /// The scopes' users (`scope_acl`): name, rules and password, kept in memory only (the
+    /// daemon makes them again at each start).
+    scopes: Arc<Mutex<Vec<ScopeAccount>>>,
     /// Who sets them: the server's administrator (`default` is off on the embedded server).
     admin: Option<Admin>,
 }
@@ -62,7 +66,63 @@ impl ProvisionedUsers {
     /// `ACL SETUSER` for each user on `endpoint`, with its password and current rules.
     pub async fn apply(&self, endpoint: &Endpoint) -> Result<(), AclError> {
         let users = self.users.lock().clone();
-        set_users(endpoint, self.admin.as_ref(), &users).await
+        let mut commands: Vec<(String, Vec<String>)> = users
+            .iter()
+            .map(|(user, password)| (user.name.clone(), user.setuser(password)))
+            .collect();
+        let scopes = self.scopes.lock().clone();
+        commands.extend(scopes.iter().map(ScopeAccount::setuser));
+        run_as_admin(endpoint, self.admin.as_ref(), &commands).await
+    }
+
+    /// Makes the scopes' users exactly `wanted` (each a name and its `ACL SETUSER` rules after
+    /// `reset`, `ScopeUser::acl_rules`) on `endpoint`: each set (with the password it had, when
+    /// it had one), every other scope user deleted (its connections with it). Returns each user's
+    /// login for its pool.
+    pub async fn set_scopes(
+        &self,
+        endpoint: &Endpoint,
+        wanted: Vec<(String, Vec<String>)>,
+    ) -> Result<Vec<ScopeLogin>, AclError> {
+        let (kept, gone) = {
+            let had = self.scopes.lock();
+            let kept: Vec<ScopeAccount> = wanted
+                .into_iter()
+                .map(|(name, rules)| {
+                    let password = had
+                        .iter()
+                        .find(|old| old.name == name)
+                        .map_or_else(random_password, |old| old.password.clone());
+                    ScopeAccount {
+                        name,
+                        rules,
+                        password,
+                    }
+                })
+                .collect();
+            let gone: Vec<String> = had
+                .iter()
+                .filter(|old| !kept.iter().any(|user| user.name == old.name))
+                .map(|old| old.name.clone())
+                .collect();
+            (kept, gone)
+        };
+        let mut commands: Vec<(String, Vec<String>)> =
+            kept.iter().map(ScopeAccount::setuser).collect();
+        commands.extend(gone.into_iter().map(|name| {
+            let argv = vec!["ACL".to_owned(), "DELUSER".to_owned(), name.clone()];
+            (name, argv)
+        }));
+        run_as_admin(endpoint, self.admin.as_ref(), &commands).await?;
+        let logins = kept
+            .iter()
+            .map(|user| ScopeLogin {
+                user: user.name.clone(),
+                password: user.password.clone(),
+            })
+            .collect();
+        *self.scopes.lock() = kept;
+        Ok(logins)
     }
 
     /// Cuts the lanes' users to `grants` from now on (the next [`ProvisionedUsers::apply`]).
@@ -72,6 +132,27 @@ impl ProvisionedUsers {
                 user.rules = acl_rules(lane, grants);
             }
         }
+    }
+}
+
+/// A scope's user as made on the server.
+#[derive(Clone)]
+struct ScopeAccount {
+    name: String,
+    rules: Vec<String>,
+    password: String,
+}
+
+impl ScopeAccount {
+    /// `(name, ACL SETUSER <name> reset on ><password> <rules…>)`.
+    fn setuser(&self) -> (String, Vec<String>) {
+        let mut argv: Vec<String> = ["ACL", "SETUSER", &self.name, "reset", "on"]
+            .iter()
+            .map(|word| (*word).to_owned())
+            .collect();
+        argv.push(format!(">{}", self.password));
+        argv.extend(self.rules.iter().cloned());
+        (self.name.clone(), argv)
     }
 }
 
@@ -418,6 +499,7 @@ pub async fn provision(
         config: configured(base, &names),
         users: ProvisionedUsers {
             users: Arc::new(Mutex::new(users)),
+            scopes: Arc::new(Mutex::new(Vec::new())),
             admin: admin.cloned(),
         },
     })
@@ -442,6 +524,20 @@ async fn set_users(
     admin: Option<&Admin>,
     users: &[(DaemonUser, String)],
 ) -> Result<(), AclError> {
+    let commands: Vec<(String, Vec<String>)> = users
+        .iter()
+        .map(|(user, password)| (user.name.clone(), user.setuser(password)))
+        .collect();
+    run_as_admin(endpoint, admin, &commands).await
+}
+
+/// Each `(user, argv)` in turn on one server, logged in as `admin` (else as `default`); a
+/// refusal names the user.
+async fn run_as_admin(
+    endpoint: &Endpoint,
+    admin: Option<&Admin>,
+    commands: &[(String, Vec<String>)],
+) -> Result<(), AclError> {
     let unreachable = |reason: String| AclError::Redis {
         endpoint: endpoint.clone(),
         reason,
@@ -464,8 +560,7 @@ async fn set_users(
             )));
         }
     }
-    for (user, password) in users {
-        let argv = user.setuser(password);
+    for (user, argv) in commands {
         let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
         let mut read = BytesMut::new();
         let reply = stream
@@ -474,7 +569,7 @@ async fn set_users(
             .map_err(|e| unreachable(e.to_string()))?;
         if let Frame::Error(reason) = reply {
             return Err(AclError::Refused {
-                user: user.name.clone(),
+                user: user.clone(),
                 reason: String::from_utf8_lossy(&reason).into_owned(),
             });
         }

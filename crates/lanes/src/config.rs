@@ -20,6 +20,8 @@ pub struct LanesConfig {
     pub admin: LaneOverrides,
     /// The lease service's own connections, apart from every client lane.
     pub leases: LeaseConnections,
+    /// The connections key-constrained principals' scripts run on, one pool per scope.
+    pub scopes: ScopeSettings,
     /// The uid the Redis server must run as, checked (`SO_PEERCRED`) on every new connection before
     /// anything, a password first, is sent on it. The daemon sets its own uid for the embedded
     /// server it starts; the config file cannot set it.
@@ -52,6 +54,29 @@ impl Default for LeaseConnections {
             user: None,
             password_file: None,
             database: DEFAULT_LEASE_DATABASE,
+        }
+    }
+}
+
+/// `lanes.scopes`: the pools of the scopes' Redis users (docs/lanes.md, "Scopes").
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ScopeSettings {
+    /// Most scopes with connections at once; a script of one more scope is refused, naming it.
+    pub max: usize,
+    /// Connections of each scope's pool, per protocol.
+    pub connections: usize,
+    /// How long a pool no session holds stays open.
+    #[serde(with = "humantime_serde")]
+    pub idle: Duration,
+}
+
+impl Default for ScopeSettings {
+    fn default() -> Self {
+        ScopeSettings {
+            max: 64,
+            connections: 1,
+            idle: Duration::from_secs(60),
         }
     }
 }
@@ -151,6 +176,7 @@ impl LanesConfig {
             pubsub: as_lease_user(&self.pubsub),
             admin: as_lease_user(&self.admin),
             leases: self.leases.clone(),
+            scopes: self.scopes.clone(),
             server_uid: self.server_uid,
             command_timeout: self.command_timeout,
         }

@@ -43,6 +43,9 @@ pub enum LaneError {
     Unavailable { reason: String },
     #[error("lanes are closed (daemon shutting down)")]
     Closed,
+    /// A scope's pool cannot be had (too many scopes have connections; no scopes on a cluster).
+    #[error("scope {user}: {reason}")]
+    Scope { user: String, reason: String },
     /// The cluster still redirected the command after this many redirects; Redis ran none of the
     /// attempts (a redirect is a refusal up front).
     #[error(

@@ -21,6 +21,7 @@ use crate::node::{CloseOutcome, Node, Owner};
 use crate::pubsub::{PubSubLane, Subscription, SubscriptionKind};
 use crate::reply::Reply;
 use crate::route::Route;
+use crate::scope_pools::ScopeLogin;
 use crate::status::LanesStatus;
 use crate::{Slot, Splitting, Topology};
 
@@ -158,6 +159,33 @@ impl Lanes {
                 Channel::cluster(ClusterChannel::new(lanes.clone(), lane, protocol), timeout)
             }
         })
+    }
+
+    /// A channel like SCRIPT's on the pool of the scope `login` logs in to (`scope_pools`), for a
+    /// key-constrained principal's script commands. One server only: a cluster has no scopes yet.
+    pub fn scoped_speaking(
+        &self,
+        login: &ScopeLogin,
+        protocol: Protocol,
+    ) -> Result<Channel, LaneError> {
+        match &self.0.nodes {
+            Nodes::One(node) => Ok(Channel::node(
+                node.scoped_speaking(login, protocol)?,
+                self.0.script_timeout,
+            )),
+            Nodes::Cluster { .. } => Err(LaneError::Scope {
+                user: login.user.clone(),
+                reason: "scopes are not available on a Redis Cluster yet".into(),
+            }),
+        }
+    }
+
+    /// How many scope pools are open (on one server; 0 on a cluster).
+    pub fn scope_pools(&self) -> usize {
+        match &self.0.nodes {
+            Nodes::One(node) => node.scope_pools(),
+            Nodes::Cluster { .. } => 0,
+        }
     }
 
     /// Borrows one connection of an exclusive lane (BLOCKING, TRANSACTION or ADMIN) of any master,

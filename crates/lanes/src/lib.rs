@@ -35,6 +35,8 @@ mod reach;
 mod reply;
 mod resend;
 mod route;
+mod scope_acl;
+mod scope_pools;
 mod script_limit;
 mod share;
 #[cfg(test)]
@@ -52,7 +54,9 @@ pub use acl::{
 pub use budget::{Budget, Held, OverBudget};
 pub use channel::{Channel, SendFuture};
 pub use cluster::{Slot, SLOT_COUNT};
-pub use config::{LaneOverrides, LaneSettings, LanesConfig, LeaseConnections, ZeroSetting};
+pub use config::{
+    LaneOverrides, LaneSettings, LanesConfig, LeaseConnections, ScopeSettings, ZeroSetting,
+};
 pub use error::{CallError, Delivery, LaneError, OpenError, Saturation};
 pub use exclusive::Borrowed;
 pub use grants::LaneGrants;
@@ -68,6 +72,8 @@ pub use reach::{
 };
 pub use reply::Reply;
 pub use route::Route;
+pub use scope_acl::{ScopeSelector, ScopeUser};
+pub use scope_pools::ScopeLogin;
 pub use script_limit::ScriptLimit;
 pub use status::{LaneStatus, LanesStatus, Rejections, Sharing};
 pub use tollgate_model::{Exclusive, Lane, Multiplexed, Protocol};

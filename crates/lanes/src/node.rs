@@ -21,6 +21,7 @@ use crate::locator::{Locator, Server};
 use crate::metrics::{Families, LaneMetrics, Rejection};
 use crate::multiplex::{MultiplexedLane, NodeChannel, Scripts};
 use crate::pubsub::{PubSubLane, Rehome};
+use crate::scope_pools::{ScopeLogin, ScopePools};
 use crate::script_limit::Watch;
 use crate::status::{LaneFacts, LaneStatus, LanesStatus, Sharing};
 use crate::stopper;
@@ -44,6 +45,8 @@ struct Inner {
     life: Arc<Life>,
     drivers: Mutex<JoinSet<()>>,
     closed: tokio::sync::Mutex<bool>,
+    /// The scopes' pools (`scope_pools`); `None` for the lease service's lanes.
+    scopes: Option<Arc<ScopePools>>,
 }
 
 impl Drop for Inner {
@@ -151,6 +154,19 @@ impl Node {
             kills: kills.clone(),
             watch,
         };
+        let scopes = (owner == Owner::Clients).then(|| {
+            let pools = Arc::new(ScopePools::new(
+                config.scopes.clone(),
+                &config.settings(Lane::Script),
+                locator.clone(),
+                config.server_uid,
+                families.lane(Lane::Script),
+                script.clone(),
+                life.clone(),
+            ));
+            life.spawn_until_draining(&mut drivers, pools.clone().keep_swept());
+            pools
+        });
         let script = multiplexed(next(), &life, script, &mut drivers);
         let (pubsub_settings, pubsub_connector, pubsub_metrics, _per_node) = next();
         let admin = exclusive(next(), &life);
@@ -186,6 +202,7 @@ impl Node {
             life,
             drivers: Mutex::new(drivers),
             closed: tokio::sync::Mutex::new(false),
+            scopes,
         })))
     }
 
@@ -205,6 +222,29 @@ impl Node {
             return Err(LaneError::Closed);
         }
         Ok(pool.channel(protocol))
+    }
+
+    /// A channel on the pool of the scope `login` logs in to, speaking `protocol`.
+    pub(crate) fn scoped_speaking(
+        &self,
+        login: &ScopeLogin,
+        protocol: Protocol,
+    ) -> Result<NodeChannel, LaneError> {
+        match &self.0.scopes {
+            Some(scopes) => scopes.channel(login, protocol),
+            None => Err(LaneError::Scope {
+                user: login.user.clone(),
+                reason: "the lease service's lanes have no scopes".into(),
+            }),
+        }
+    }
+
+    /// How many scope pools are open.
+    pub(crate) fn scope_pools(&self) -> usize {
+        self.0
+            .scopes
+            .as_ref()
+            .map_or(0, |scopes| scopes.open_pools())
     }
 
     /// One connection of an exclusive lane (BLOCKING, TRANSACTION or ADMIN) speaking `protocol`,
@@ -330,6 +370,9 @@ impl Node {
         }
         for pool in [&inner.blocking, &inner.transaction, &inner.admin] {
             pool.close_idle();
+        }
+        if let Some(scopes) = &inner.scopes {
+            scopes.close_all();
         }
         inner.life.mark_closed();
         if drained {

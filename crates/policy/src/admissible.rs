@@ -122,7 +122,7 @@ fn unnamed(principals: &[&str]) -> String {
 }
 
 /// Whether `name` is a parent listed next to its subcommands (`CLIENT` beside `CLIENT|LIST`).
-fn is_parent(name: &str, descriptors: &[Descriptor]) -> bool {
+pub(crate) fn is_parent(name: &str, descriptors: &[Descriptor]) -> bool {
     !name.contains('|')
         && descriptors.iter().any(|d| {
             d.name
@@ -133,7 +133,7 @@ fn is_parent(name: &str, descriptors: &[Descriptor]) -> bool {
 
 /// Whether Redis runs `descriptor` with no further argument (arity 1 or -1): a parent that does
 /// (`COMMAND`, the only one in Redis 7.0) is a command of its own as well as its subcommands'.
-fn runs_bare(descriptor: &Descriptor) -> bool {
+pub(crate) fn runs_bare(descriptor: &Descriptor) -> bool {
     descriptor.arity.unsigned_abs() == 1
 }
 

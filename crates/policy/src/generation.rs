@@ -28,6 +28,7 @@ use crate::sandbox::bindings::{self, Access, Argv, Categories, CommandFlags, Key
 use crate::sandbox::{
     fits_arity, Allocator, Catalog, Fault, Guard, Lowered, Sandbox, Scaling, Shared,
 };
+use crate::scope::{self, ScopeInput, Scopes};
 
 const BUILTIN_CATALOG: &[u8] =
     include_bytes!(concat!(env!("TOLLGATE_COMPONENTS"), "/catalog.wasm"));
@@ -84,6 +85,8 @@ pub struct Generation {
     pub(crate) invariants: Vec<Checked>,
     /// Its key globs' partition of keys, when its decisions are logged with key classes.
     pub(crate) key_regions: Option<Arc<Atoms>>,
+    /// The Redis users key-constrained principals' scripts run as.
+    scopes: Scopes,
     pub info: GenerationInfo,
 }
 
@@ -227,8 +230,11 @@ impl Generation {
             described: DescribedCache::default(),
             invariants: Vec::new(),
             key_regions: None,
+            scopes: Scopes::default(),
             info,
         };
+        let mut generation = generation;
+        generation.scopes = generation.derive_scopes().map_err(PolicyError::Compile)?;
         generation.self_test()?;
         Ok(generation)
     }
@@ -340,6 +346,39 @@ impl Generation {
         let descriptors: Vec<Descriptor> = self.catalog().collect();
         let modules = !self.judges_by_rules_alone();
         admissible::derive(&policies, modules, &principals, &descriptors)
+    }
+
+    /// The scopes of this generation's key-constrained principals ([`crate::scope`]).
+    pub fn scopes(&self) -> &Scopes {
+        &self.scopes
+    }
+
+    fn derive_scopes(&self) -> Result<Scopes, Vec<compile::Diagnostic>> {
+        let admissible = self.admissible();
+        let descriptors: Vec<Descriptor> = self.catalog().collect();
+        let runnable: Vec<Descriptor> = descriptors
+            .iter()
+            .filter(|d| admissible::runs_bare(d) || !admissible::is_parent(&d.name, &descriptors))
+            .cloned()
+            .collect();
+        let scripts = admissible
+            .principals
+            .iter()
+            .map(|reach| {
+                // Everything the principal may send on SCRIPT: its scope's connections carry it.
+                let runs: std::collections::BTreeSet<String> = admissible
+                    .of(reach)
+                    .filter(|(lane, _)| *lane == tollgate_model::Lane::Script)
+                    .map(|(_, command)| command.name.clone())
+                    .collect();
+                (reach.principal.clone(), runs)
+            })
+            .collect();
+        scope::derive(&ScopeInput {
+            files: &self.files,
+            descriptors: &runnable,
+            scripts,
+        })
     }
 
     /// Every command the catalog knows, in catalog order.

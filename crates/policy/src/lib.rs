@@ -24,6 +24,7 @@ pub mod quota;
 mod reserved;
 pub mod review;
 mod sandbox;
+pub mod scope;
 
 use std::path::PathBuf;
 

@@ -97,6 +97,12 @@ pub enum PolicyCommand {
         #[arg(long)]
         json: bool,
     },
+    /// The scopes of the policy files (loaded together): for each key-constrained principal whose
+    /// scripts Redis holds to its key grants, the Redis ACL user the daemon makes for them.
+    Scopes {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
     /// Show each module's verdict for one command: `explain --principal P -- CMD ARGS...`
     /// (`-- LEASE RESOURCE` for a lease); with `--against`, under a second policy too.
     Explain {
@@ -221,6 +227,10 @@ fn execute(command: PolicyCommand) -> Result<Changed, PolicyError> {
                     generation.invariants().len()
                 );
             }
+        }
+        PolicyCommand::Scopes { files } => {
+            let generation = load_reporting(files, vec![])?.current();
+            print!("{}", crate::scope_users::render(&generation));
         }
         PolicyCommand::Check { files, modules } => {
             let checked = load_reporting(files, modules)?

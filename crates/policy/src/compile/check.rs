@@ -16,7 +16,7 @@ use super::source::{
 use super::spans::Spans;
 use super::{
     CatalogCommand, CatalogIndex, CompiledFile, Diagnostic, Expectation, Invariant, Must,
-    Principal, Severity, DEFAULT_DENY,
+    Principal, RulePlace, Severity, DEFAULT_DENY,
 };
 use crate::quota::{Quota, Rate};
 
@@ -64,6 +64,7 @@ impl<'a> Checker<'a> {
         let known: HashSet<&str> = principals.iter().map(|p| p.name.as_str()).collect();
         let mut ids = HashSet::new();
         let mut rules = Vec::new();
+        let mut places = Vec::new();
         let mut shadows = Shadows::new(self.catalog);
         for (index, source) in file.rules.iter().enumerate() {
             let at = format!("rules.{index}");
@@ -87,6 +88,12 @@ impl<'a> Checker<'a> {
                 );
             }
             if let Some(rule) = self.rule(&at, source, &known) {
+                let (line, column) = self.spans.at(&at);
+                places.push(RulePlace {
+                    line,
+                    column,
+                    unconstrained: source.scripts == Some(ScriptAccess::Unconstrained),
+                });
                 self.shadowed(&at, &rule, &rules, &mut shadows);
                 shadows.add(rules.len(), &rule);
                 rules.push(rule);
@@ -133,6 +140,7 @@ impl<'a> Checker<'a> {
                 mode: file.mode,
                 rules,
             },
+            places,
             principals,
             tests,
             invariants,
@@ -219,7 +227,7 @@ impl<'a> Checker<'a> {
             &source.lanes,
             &source.leases,
         )?;
-        self.scripts(at, source, action, &target);
+        self.scripts(at, source, action);
         Some(Rule {
             id: source.id.clone(),
             principals,
@@ -400,46 +408,23 @@ impl<'a> Checker<'a> {
         })
     }
 
-    /// A rule that constrains keys and allows scripts constrains nothing: a script builds key
-    /// names at run time (`redis.call('GET', 'other:' .. x)`), out of admission's sight, and Redis
-    /// runs it on a lane whose ACL user may touch every key. Such a rule is an error unless it
-    /// says `scripts: unconstrained`.
-    fn scripts(&mut self, at: &str, source: &RuleSource, action: Action, target: &Target) {
-        let constrains_keys =
-            action == Action::Allow && matches!(target, Target::Commands { keys: Some(_), .. });
-        let granted = if constrains_keys {
-            self.script_granted(source)
-        } else {
-            None
-        };
-        match (granted, source.scripts) {
-            (Some((index, entry, script)), None) => {
-                let via = if entry.eq_ignore_ascii_case(&script) {
-                    String::new()
-                } else {
-                    format!(" (through `{entry}`)")
-                };
-                self.error(
-                    &format!("{at}.commands.{index}"),
-                    format!(
-                        "rule `{}` allows {script}{via} and constrains keys, but a script can \
-                         reach any key whatever `keys:` says: the keys it names are not the keys \
-                         it touches. Add `scripts: unconstrained` to the rule to accept that, or \
-                         allow scripts in a rule without `keys:`",
-                        source.id
-                    ),
-                );
-            }
-            (None, Some(ScriptAccess::Unconstrained)) => self.report(
+    /// `scripts: unconstrained` on an allow rule that lets its principals run scripts takes them
+    /// out of their scope (their scripts reach any key); anywhere else it does nothing, which is
+    /// a warning. A key-constrained rule that allows scripts needs no such word: its principals'
+    /// scripts run as their scope's Redis user, which Redis holds to the policy's key grants
+    /// (`crate::scope`).
+    fn scripts(&mut self, at: &str, source: &RuleSource, action: Action) {
+        let granted = action == Action::Allow && self.script_granted(source).is_some();
+        if !granted && source.scripts == Some(ScriptAccess::Unconstrained) {
+            self.report(
                 Severity::Warning,
                 &format!("{at}.scripts"),
                 format!(
                     "rule `{}`: `scripts: unconstrained` has no effect: the rule does not allow \
-                     scripts under a `keys:` constraint",
+                     scripts",
                     source.id
                 ),
-            ),
-            _ => {}
+            );
         }
     }
 

@@ -138,11 +138,21 @@ pub struct Invariant {
     pub column: usize,
 }
 
+/// Where a rule is written, and whether it says `scripts: unconstrained`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RulePlace {
+    pub line: usize,
+    pub column: usize,
+    pub unconstrained: bool,
+}
+
 /// A policy file that compiled, possibly with warnings.
 #[derive(Debug, Clone)]
 pub struct CompiledFile {
     pub path: PathBuf,
     pub policy: CompiledPolicy,
+    /// Where each rule of `policy` is written, and what it says of scripts (same order).
+    pub places: Vec<RulePlace>,
     pub principals: Vec<Principal>,
     pub tests: Vec<Expectation>,
     pub invariants: Vec<Invariant>,

@@ -41,6 +41,7 @@ mod refusal;
 mod replies;
 mod route;
 mod schedule;
+mod scoped;
 mod script_refusal;
 mod session;
 mod slots;

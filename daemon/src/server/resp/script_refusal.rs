@@ -15,6 +15,9 @@ use tollgate_policy::{Decision, DenyCause, Generation};
 
 /// Redis's words for a call its ACL refused inside a script.
 const REFUSED: &[u8] = b"The user executing the script can't run this command or subcommand";
+/// Redis's words for a call on a key the script's user may not touch (a scope's refusal).
+const KEY_REFUSED: &[u8] =
+    b"The user executing the script can't access at least one of the keys mentioned";
 /// Where Redis says which line of an `EVAL` body failed.
 const LINE: &[u8] = b"@user_script:";
 /// The calls a script makes.
@@ -50,13 +53,21 @@ impl PartialEq for ScriptNote {
 impl ScriptNote {
     /// Redis's `reply`, with the note appended when it is a refused call.
     pub fn apply(self, reply: Bytes) -> Bytes {
-        if !reply.starts_with(b"-") || !contains(&reply, REFUSED) {
+        let refused = contains(&reply, REFUSED);
+        if !reply.starts_with(b"-") || !(refused || contains(&reply, KEY_REFUSED)) {
             return reply;
         }
         let Some(line) = reply.strip_suffix(b"\r\n") else {
             return reply;
         };
-        let note = self.note(line);
+        let note = match refused {
+            true => self.note(line),
+            // Only a scope's user is refused keys: the scope says whose grants it holds.
+            false => match self.generation.scopes().of(&self.caller.principal) {
+                Some(scope) => format!("({})", scope.words()),
+                None => return reply,
+            },
+        };
         let mut out = Vec::with_capacity(reply.len() + note.len() + 1);
         out.extend_from_slice(line);
         out.push(b' ');

@@ -31,6 +31,7 @@ use super::placing::{self, Placed};
 use super::plan::{self, Context, Forward, Plan, Refusal};
 use super::replies;
 use super::schedule::{InPlace, Step};
+use super::scoped;
 use super::script_refusal::ScriptNote;
 use super::subscriptions::{Caps, Subscriptions};
 use super::transaction::{Borrower, Pinning};
@@ -54,6 +55,8 @@ fn script_limit(front: &FrontDoor, caller: &Caller, id: u64) -> Option<ScriptLim
 struct Channels {
     regular: Option<Channel>,
     script: Option<Channel>,
+    /// The scope user whose pool `script` is on (`scoped`); `None`: the SCRIPT lane.
+    script_scope: Option<String>,
 }
 
 impl Channels {
@@ -215,6 +218,12 @@ impl SessionState {
                 );
                 let plan = self.info_for_caller(plan, &descriptor.name);
                 let plan = self.scripts_told_why(plan, &descriptor.name, command);
+                let plan = scoped::in_transaction(
+                    plan,
+                    &descriptor.name,
+                    &self.front.services,
+                    &self.caller,
+                );
                 let plan = match self.front.services.lanes.shape() {
                     Shape::Single => plan,
                     Shape::Cluster(splitting) => {
@@ -508,6 +517,27 @@ impl SessionState {
     /// lane's choice of connection is followed (it packs work on few); with commands in flight the
     /// channel stays, so that their replies keep their order. `Err`: the reply to give instead.
     fn channel(&mut self, lane: Multiplexed, idle: bool) -> Result<&Channel, Bytes> {
+        // A key-constrained principal's SCRIPT channel is on its scope's pool; between commands,
+        // a reload that changed its scope moves it.
+        let scope = (lane == Multiplexed::Script)
+            .then(|| scoped::scope_of(&self.front.services, &self.caller))
+            .flatten();
+        if lane == Multiplexed::Script && idle && self.channels.script_scope != scope {
+            self.channels.script = None;
+        }
+        if let (Some(user), None) = (&scope, &self.channels.script) {
+            let channel = scoped::channel(&self.front.services, &self.caller, user, self.protocol)?
+                .charged_to(self.budget.clone());
+            let limit = script_limit(&self.front, &self.caller, self.id);
+            self.channels.script_scope = scope.clone();
+            return Ok(self.channels.script.insert(match limit {
+                Some(limit) => channel.scripts_limited(limit),
+                None => channel,
+            }));
+        }
+        if lane == Multiplexed::Script && self.channels.script.is_none() {
+            self.channels.script_scope = None;
+        }
         let slot = self.channels.slot(lane);
         let channel = match slot {
             Some(channel) => {
