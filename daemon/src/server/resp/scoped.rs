@@ -19,7 +19,7 @@ use super::replies;
 use crate::services::Services;
 
 /// The commands that run a script as the connection's user.
-const RUN_SCRIPTS: [&str; 6] = [
+pub const RUN_SCRIPTS: [&str; 6] = [
     "EVAL",
     "EVAL_RO",
     "EVALSHA",

@@ -283,18 +283,10 @@ impl SessionState {
 
     /// A script's plan, its reply amended to name the rule behind a call Redis refused it.
     fn scripts_told_why(&self, plan: Plan, name: &str, command: &Command) -> Plan {
-        const SCRIPTS: [&str; 6] = [
-            "EVAL",
-            "EVAL_RO",
-            "EVALSHA",
-            "EVALSHA_RO",
-            "FCALL",
-            "FCALL_RO",
-        ];
         let Plan::Forward(forward, None) = plan else {
             return plan;
         };
-        if !SCRIPTS.contains(&name) {
+        if !scoped::RUN_SCRIPTS.contains(&name) {
             return Plan::Forward(forward, None);
         }
         let body = matches!(name, "EVAL" | "EVAL_RO")
