@@ -50,6 +50,7 @@ mod policy_decoys;
 mod policy_guard_cost;
 mod policy_invariants;
 mod policy_keys;
+mod policy_memo;
 mod policy_replay;
 mod policy_sandbox;
 mod policy_snapshots;

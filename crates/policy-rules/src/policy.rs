@@ -105,6 +105,51 @@ impl CompiledPolicy {
         self.rules.iter().any(Rule::matches_keys)
     }
 
+    /// Whether [`CompiledPolicy::evaluate`] gives the same outcome for every command of this
+    /// `principal`, `name`, `categories` and `lane`, whatever its arguments: true when the first
+    /// rule that can match such a command looks at none of its arguments (or no rule can match).
+    /// A host may then reuse one evaluation's answer for all of them. Lease requests depend on
+    /// their resource and are never argument-free.
+    pub fn decided_without_arguments(
+        &self,
+        principal: &str,
+        name: &str,
+        categories: CategorySet,
+        lane: u8,
+    ) -> bool {
+        if name == crate::LEASE_COMMAND {
+            return false;
+        }
+        for rule in &self.rules {
+            if rule
+                .principals
+                .as_ref()
+                .is_some_and(|principals| !principals.iter().any(|p| p == principal))
+            {
+                continue;
+            }
+            let Target::Commands {
+                names,
+                categories: rule_categories,
+                any,
+                keys,
+                lanes,
+            } = &rule.target
+            else {
+                continue;
+            };
+            let may_match =
+                (*any || rule_categories.intersects(categories) || names_cover(names, name))
+                    && lanes.is_none_or(|mask| mask & (1 << lane) != 0);
+            if may_match {
+                // This rule decides every such command unless a condition on the arguments
+                // passes some by; then the answer depends on them.
+                return keys.is_none();
+            }
+        }
+        true
+    }
+
     pub fn evaluate<K: AsRef<[u8]>>(&self, request: &Request<'_, K>) -> Outcome<'_> {
         let Some(rule) = self.rules.iter().find(|rule| rule.matches(request)) else {
             return Outcome::NoMatch;
@@ -434,5 +479,133 @@ mod tests {
             CompiledPolicy::from_bytes(&policy.to_bytes()).unwrap(),
             policy
         );
+    }
+
+    #[test]
+    fn argument_free_decisions_are_known_from_the_rules() {
+        let policy = sample(Mode::Enforce);
+        let read: CategorySet = [Category::Read].into_iter().collect();
+        // acme's reads meet the key rule first: its keys decide.
+        assert!(!policy.decided_without_arguments("acme", "GET", read, 0));
+        // FLUSHALL is denied before any key rule, for everyone.
+        assert!(policy.decided_without_arguments("acme", "FLUSHALL", CategorySet::default(), 5));
+        // Another principal's reads skip the tenant rule and fall through to no match.
+        assert!(policy.decided_without_arguments("globex", "GET", read, 0));
+        assert!(policy.decided_without_arguments(
+            "globex",
+            "CLIENT|LIST",
+            CategorySet::default(),
+            5
+        ));
+        assert!(!policy.decided_without_arguments("acme", LEASE_COMMAND_FOR_TESTS, read, 0));
+    }
+
+    const LEASE_COMMAND_FOR_TESTS: &str = crate::LEASE_COMMAND;
+
+    /// A small deterministic generator (xorshift), so the property below needs no dependency.
+    struct Draw(u64);
+
+    impl Draw {
+        fn next(&mut self, below: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % below as u64) as usize
+        }
+    }
+
+    /// Whenever `decided_without_arguments` says so, every key list gets the outcome of every
+    /// other, over many generated policies: the claim a host's reuse of answers rests on.
+    #[test]
+    fn argument_free_means_every_key_list_gets_one_outcome() {
+        const PRINCIPALS: [&str; 3] = ["acme", "globex", "uid:7"];
+        const NAMES: [&str; 4] = ["GET", "SET", "CLIENT|KILL", "FLUSHALL"];
+        const CATEGORIES: [Category; 3] = [Category::Read, Category::Write, Category::Admin];
+        const GLOBS: [&str; 4] = ["acme:*", "a*", "*", "globex:?"];
+        const KEY_LISTS: [&[&str]; 6] = [
+            &[],
+            &["acme:1"],
+            &["globex:1"],
+            &["acme:1", "globex:x"],
+            &["zzz"],
+            &["a"],
+        ];
+        let mut draw = Draw(0x9e37_79b9_7f4a_7c15);
+        let mut claims = 0;
+        for _ in 0..400 {
+            let rules = (0..1 + draw.next(5))
+                .map(|at| {
+                    let principals = match draw.next(3) {
+                        0 => None,
+                        _ => Some(vec![PRINCIPALS[draw.next(3)].to_owned()]),
+                    };
+                    let target = if draw.next(6) == 0 {
+                        Target::Leases {
+                            resources: vec![GLOBS[draw.next(4)].to_owned()],
+                        }
+                    } else {
+                        Target::Commands {
+                            names: (0..draw.next(2))
+                                .map(|_| ["GET", "CLIENT", "FLUSHALL"][draw.next(3)].to_owned())
+                                .collect(),
+                            categories: (0..draw.next(2))
+                                .map(|_| CATEGORIES[draw.next(3)])
+                                .collect(),
+                            any: draw.next(4) == 0,
+                            keys: (draw.next(2) == 0).then(|| vec![GLOBS[draw.next(4)].to_owned()]),
+                            lanes: (draw.next(3) == 0).then(|| 1 << draw.next(6)),
+                        }
+                    };
+                    let action = [Action::Allow, Action::Deny][draw.next(2)];
+                    rule(&format!("r{at}"), None, target, action).with_principals(principals)
+                })
+                .collect();
+            let policy = CompiledPolicy {
+                mode: [Mode::Enforce, Mode::Audit][draw.next(2)],
+                rules,
+            };
+            for principal in PRINCIPALS {
+                for name in NAMES {
+                    for category in CATEGORIES {
+                        let categories: CategorySet = [category].into_iter().collect();
+                        for lane in 0..6 {
+                            if !policy.decided_without_arguments(principal, name, categories, lane)
+                            {
+                                continue;
+                            }
+                            claims += 1;
+                            let outcome = |keys: &[&str]| {
+                                policy.evaluate(&Request {
+                                    principal,
+                                    subject: Subject::Command {
+                                        name,
+                                        categories,
+                                        lane,
+                                        keys,
+                                    },
+                                })
+                            };
+                            let first = outcome(KEY_LISTS[0]);
+                            for keys in KEY_LISTS {
+                                assert_eq!(
+                                    outcome(keys),
+                                    first,
+                                    "{principal} {name} {categories:?} lane {lane} {keys:?} in {policy:?}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // The generator reaches both answers often, or the property says little.
+        assert!(claims > 10_000, "{claims} argument-free claims");
+    }
+
+    impl Rule {
+        fn with_principals(mut self, principals: Option<Vec<String>>) -> Rule {
+            self.principals = principals;
+            self
+        }
     }
 }

@@ -29,6 +29,7 @@ use crate::sandbox::{
     fits_arity, Allocator, Catalog, Fault, Guard, Lowered, Sandbox, Scaling, Shared,
 };
 use crate::scope::{self, ScopeInput, Scopes};
+use crate::verdict_memo::VerdictMemo;
 
 const BUILTIN_CATALOG: &[u8] =
     include_bytes!(concat!(env!("TOLLGATE_COMPONENTS"), "/catalog.wasm"));
@@ -181,7 +182,8 @@ impl Generation {
                     limits.clone(),
                     Scaling::WithArguments,
                 )
-                .map_err(module_error(&name))?,
+                .map_err(module_error(&name))?
+                .remembering(VerdictMemo::new(file.policy.clone())),
             );
             modules.push(module_info(&name, "guard", YAML_GUARD));
         }
@@ -736,10 +738,18 @@ fn judge_alone<A: AsRef<[u8]>>(
     described: &Described,
     argv: &[A],
 ) -> Result<Verdict, Fault> {
-    Lowered::with(|lowered| {
+    let memo = guard.memo();
+    if let Some(verdict) = memo.and_then(|memo| memo.recall(&caller.principal, described)) {
+        return Ok(verdict);
+    }
+    let verdict = Lowered::with(|lowered| {
         let (who, command) = lowered.for_guard(caller, &described.wit, argv);
         guard.admit(who, command)
-    })
+    });
+    if let (Some(memo), Ok(verdict)) = (memo, &verdict) {
+        memo.remember(&caller.principal, described, verdict);
+    }
+    verdict
 }
 
 /// One guard's verdicts on the commands at `open`, in one `admit-batch` call. After a fault, one
@@ -748,6 +758,45 @@ fn judge_alone<A: AsRef<[u8]>>(
 /// [`Shared`]), so a guard that spins on every command of a pipeline costs the worker two budgets,
 /// not one per command, while the commands it answers quickly are still answered.
 fn judge_batch<A: AsRef<[u8]>>(
+    guard: &Guard,
+    caller: &Caller,
+    commands: &[(&Described, &[A])],
+    open: &[usize],
+) -> Vec<Result<Verdict, Fault>> {
+    let Some(memo) = guard.memo() else {
+        return ask_batch(guard, caller, commands, open);
+    };
+    // Verdicts the guard gave already and no argument can change; the guard hears the rest.
+    let mut verdicts: Vec<Option<Result<Verdict, Fault>>> = open
+        .iter()
+        .map(|&at| memo.recall(&caller.principal, commands[at].0).map(Ok))
+        .collect();
+    let ask: Vec<usize> = open
+        .iter()
+        .zip(&verdicts)
+        .filter(|(_, known)| known.is_none())
+        .map(|(&at, _)| at)
+        .collect();
+    if !ask.is_empty() {
+        let answers = ask_batch(guard, caller, commands, &ask);
+        for (&at, answer) in ask.iter().zip(&answers) {
+            if let Ok(verdict) = answer {
+                memo.remember(&caller.principal, commands[at].0, verdict);
+            }
+        }
+        let mut answers = answers.into_iter();
+        for slot in verdicts.iter_mut().filter(|slot| slot.is_none()) {
+            *slot = answers.next();
+        }
+    }
+    verdicts
+        .into_iter()
+        .map(|verdict| verdict.expect("one answer per command asked"))
+        .collect()
+}
+
+/// One guard's verdicts on the commands at `open`, all asked of the guard ([`judge_batch`]).
+fn ask_batch<A: AsRef<[u8]>>(
     guard: &Guard,
     caller: &Caller,
     commands: &[(&Described, &[A])],

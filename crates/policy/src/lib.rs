@@ -25,6 +25,7 @@ mod reserved;
 pub mod review;
 mod sandbox;
 pub mod scope;
+mod verdict_memo;
 
 use std::path::PathBuf;
 

@@ -8,6 +8,7 @@ use super::engine::{Budget, Sandbox, Scaling};
 use super::module::{Called, CatalogKind, Fault, GuardKind, Module};
 use super::packing::argc;
 use crate::config::SandboxLimits;
+use crate::verdict_memo::VerdictMemo;
 
 /// Longest command name, rule id or reason a module may answer with.
 const MAX_TEXT: usize = 1024;
@@ -104,6 +105,9 @@ fn check_descriptor(descriptor: &Descriptor, argc: Option<usize>) -> Result<(), 
 
 pub struct Guard {
     module: Module<GuardKind>,
+    /// A YAML guard's verdicts that no argument can change ([`VerdictMemo`]); `None` for an
+    /// operator's module.
+    memo: Option<VerdictMemo>,
 }
 
 impl Guard {
@@ -116,7 +120,19 @@ impl Guard {
         scaling: Scaling,
     ) -> wasmtime::Result<Guard> {
         let module = Module::compile(sandbox, name, bytes, config, limits, scaling)?;
-        Ok(Guard { module })
+        Ok(Guard { module, memo: None })
+    }
+
+    /// This guard, keeping its verdicts in `memo` where they cannot depend on the arguments.
+    pub fn remembering(self, memo: VerdictMemo) -> Guard {
+        Guard {
+            memo: Some(memo),
+            ..self
+        }
+    }
+
+    pub fn memo(&self) -> Option<&VerdictMemo> {
+        self.memo.as_ref()
     }
 
     pub fn name(&self) -> &str {
