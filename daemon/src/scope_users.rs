@@ -78,6 +78,7 @@ pub fn scope_user(scope: &Scope) -> ScopeUser {
                 commands: selector.commands.clone(),
                 patterns: selector.patterns.clone(),
                 read_only: selector.read_only,
+                channels: selector.channels,
             })
             .collect(),
     }

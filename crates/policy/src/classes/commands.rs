@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 use tollgate_model::Lane;
-use tollgate_policy_rules::{CategorySet, Request, Rule, Subject, Target};
+use tollgate_policy_rules::{CategorySet, Channels, Request, Rule, Subject, Target};
 
 use crate::decision::{lane_from_wit, Descriptor};
 use crate::generation::Generation;
@@ -74,7 +74,7 @@ impl CommandClass {
 }
 
 /// Every command rule of the generations compared, reduced to what a command alone decides:
-/// principals and keys dropped, so `Rule::matches` — the evaluator's own test — answers for the
+/// principals, keys and channels dropped, so `Rule::matches` — the evaluator's own test — answers for the
 /// command only.
 pub struct CommandRules {
     pub rules: Vec<Rule>,
@@ -97,6 +97,7 @@ impl CommandRules {
                         categories: *categories,
                         any: *any,
                         keys: None,
+                        channels: None,
                         lanes: *lanes,
                     },
                     ..rule.clone()
@@ -117,6 +118,7 @@ impl CommandRules {
                 categories,
                 lane,
                 keys: &none,
+                channels: Channels::none(),
             },
         };
         self.rules

@@ -22,7 +22,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use tollgate_model::reserved::RESERVED_PREFIX;
 use tollgate_model::{Caller, Lane};
-use tollgate_policy_rules::{Action, Request, Rule, Subject, Target};
+use tollgate_policy_rules::{Action, Channels, Request, Rule, Subject, Target};
 
 use crate::decision::{Decision, Descriptor};
 use crate::generation::Generation;
@@ -181,11 +181,22 @@ impl<'g> Space<'g> {
                 let mut closed: BTreeSet<(usize, usize)> = BTreeSet::new();
                 let mut k = 0;
                 for placed in &rules {
-                    let Target::Commands { keys: globs, .. } = &placed.rule.target else {
+                    let Target::Commands {
+                        keys: globs,
+                        channels,
+                        ..
+                    } = &placed.rule.target
+                    else {
                         continue;
                     };
                     let matches = command.matches[k];
                     k += 1;
+                    // Classes split keys, not channels: a rule with only `channels:` neither
+                    // closes the chain nor splits it; the class's witness, decided for real,
+                    // says what it gets.
+                    if globs.is_none() && channels.is_some() {
+                        continue;
+                    }
                     if !matches
                         || !applies(placed)
                         || closed.contains(&(placed.generation, placed.file))
@@ -377,6 +388,7 @@ impl<'g> Space<'g> {
                         categories: native.categories,
                         lane,
                         keys: &class.key_bytes,
+                        channels: Channels::none(),
                     },
                 })
             }

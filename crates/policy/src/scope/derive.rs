@@ -17,9 +17,15 @@
 //! and only when it shows nothing of the keyspace ([`KEYSPACE_WIDE`]): Redis ignores key
 //! patterns for a command without keys (`SCAN` would list every tenant's keys).
 //!
+//! **Channels.** A script may publish (`PUBLISH`, `SPUBLISH`; Redis refuses subscribing in
+//! scripts) on the channels an allow rule with `channels:` grants those commands, less the
+//! channel globs of the deny rules before it (and, for the shard channels, which are keys too,
+//! their key globs) and `tollgate:*`: channel selectors (`&` patterns), derived as the key ones
+//! are. A rule without `channels:` grants scripts no channel: scope users start from
+//! `resetchannels`.
+//!
 //! Not derived (documented in docs/policy.md): operator guard modules (unreadable; they can only
-//! narrow what is admitted, so a scope may grant a script what a module would refuse), and
-//! channels (scope users get none, so scripts cannot `PUBLISH`).
+//! narrow what is admitted, so a scope may grant a script what a module would refuse).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -27,7 +33,7 @@ use sha2::{Digest, Sha256};
 use tollgate_model::reserved::RESERVED_PREFIX;
 use tollgate_model::Lane;
 use tollgate_policy_rules::glob::{self, Piece};
-use tollgate_policy_rules::{Action, Category, Mode, Request, Rule, Subject, Target};
+use tollgate_policy_rules::{Action, Category, Channels, Mode, Request, Rule, Subject, Target};
 
 use super::minus::minus;
 use super::pattern::redis_pattern;
@@ -43,6 +49,10 @@ const KEYSPACE_WIDE: [Category; 5] = [
     Category::Pubsub,
     Category::Scripting,
 ];
+
+/// The commands a script may name a channel with (Redis refuses SUBSCRIBE and its kin in
+/// scripts): what channel selectors grant.
+const PUBLISHING: [&str; 2] = ["PUBLISH", "SPUBLISH"];
 
 /// Commands that never run on a client's connection as named (the front door serves FLUSHDB
 /// key by key; FLUSHALL reaches the lease database).
@@ -128,7 +138,7 @@ fn scoped(files: &[CompiledFile], principal: &str) -> bool {
             file.policy
                 .rules
                 .iter()
-                .any(|r| applies(r) && r.matches_keys())
+                .any(|r| applies(r) && (r.matches_keys() || r.matches_channels()))
         })
         && !files.iter().any(|file| {
             file.policy
@@ -150,21 +160,33 @@ struct Deriver<'a> {
 /// A deny rule that cuts an allow rule: `(file, index)`.
 type Cut = (usize, usize);
 
+/// (patterns, read-only, channel patterns) → commands: the selectors being gathered.
+type Grants = BTreeMap<(Vec<Vec<u8>>, bool, bool), BTreeSet<String>>;
+
 impl Deriver<'_> {
     fn scope(&self, scripts: BTreeSet<String>) -> Result<Scope, Vec<Diagnostic>> {
         let mut errors = Vec::new();
         let mut keyless = BTreeSet::new();
         let mut rules = Vec::new();
-        // (patterns, read-only) → commands
-        let mut selectors: BTreeMap<(Vec<Vec<u8>>, bool), BTreeSet<String>> = BTreeMap::new();
+        let mut selectors: Grants = BTreeMap::new();
         for (f, file) in self.input.files.iter().enumerate() {
             for (r, rule) in file.policy.rules.iter().enumerate() {
                 if rule.action != Action::Allow || !applies(rule, self.principal) {
                     continue;
                 }
-                let Target::Commands { keys, .. } = &rule.target else {
+                let Target::Commands { keys, channels, .. } = &rule.target else {
                     continue;
                 };
+                if let Some(globs) = channels {
+                    self.channel_selectors(f, r, globs, &mut selectors, &mut errors);
+                    if !rules.contains(&rule.id) {
+                        rules.push(rule.id.clone());
+                    }
+                    // A rule with only `channels:` matches no keyed or keyless command.
+                    if keys.is_none() {
+                        continue;
+                    }
+                }
                 let mut groups: BTreeMap<Vec<Cut>, Vec<&Descriptor>> = BTreeMap::new();
                 for descriptor in self.input.descriptors {
                     if descriptor.traits.scripting && !descriptor.keys.is_empty()
@@ -194,7 +216,7 @@ impl Deriver<'_> {
                         Ok(patterns) => {
                             let read_only = !commands.iter().any(|d| d.traits.write);
                             selectors
-                                .entry((patterns, read_only))
+                                .entry((patterns, read_only, false))
                                 .or_default()
                                 .extend(commands.iter().map(|d| d.name.clone()));
                             granted = true;
@@ -229,10 +251,11 @@ impl Deriver<'_> {
         }
         let selectors: Vec<Selector> = selectors
             .into_iter()
-            .map(|((patterns, read_only), commands)| Selector {
+            .map(|((patterns, read_only, channels), commands)| Selector {
                 patterns,
                 read_only,
                 commands,
+                channels,
             })
             .collect();
         let user = user_name(&scripts, &keyless, &selectors);
@@ -244,6 +267,95 @@ impl Deriver<'_> {
             keyless,
             selectors,
         })
+    }
+
+    /// The channel selectors allow rule `r` of file `f`, whose channel globs are `globs`, gives
+    /// the publishing commands it matches; an error at the rule when Redis cannot write them.
+    fn channel_selectors(
+        &self,
+        f: usize,
+        r: usize,
+        globs: &[String],
+        selectors: &mut Grants,
+        errors: &mut Vec<Diagnostic>,
+    ) {
+        let file = &self.input.files[f];
+        let rule = &file.policy.rules[r];
+        for name in PUBLISHING {
+            let Some(descriptor) = self.input.descriptors.iter().find(|d| d.name == name) else {
+                continue;
+            };
+            if !self.every_lane(&self.unkeyed[f][r], descriptor) {
+                continue;
+            }
+            let Some(away) = self.channel_cuts(f, r, descriptor) else {
+                continue;
+            };
+            match self.minus_all(Some(globs), away) {
+                Ok(patterns) if patterns.is_empty() => {}
+                Ok(patterns) => {
+                    selectors
+                        .entry((patterns, false, true))
+                        .or_default()
+                        .insert(name.to_owned());
+                }
+                Err(message) => {
+                    let place = file.places[r];
+                    let error = Diagnostic {
+                        file: file.path.clone(),
+                        line: place.line,
+                        column: place.column,
+                        severity: Severity::Error,
+                        message: format!(
+                            "rule `{}`: {message}, so Redis cannot hold the channels the scripts \
+                             of `{}` publish on to it; narrow the channel globs",
+                            rule.id, self.principal
+                        ),
+                    };
+                    if !errors.contains(&error) {
+                        errors.push(error);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The globs the deny rules before allow rule `r` of file `f` take from its channels for
+    /// the publishing `descriptor` (each with words for an error); `None` when one without
+    /// globs takes the command out.
+    fn channel_cuts(&self, f: usize, r: usize, descriptor: &Descriptor) -> Option<Vec<(String, String)>> {
+        let shard = descriptor.name == "SPUBLISH";
+        let mut away = Vec::new();
+        for (g, file) in self.input.files.iter().enumerate() {
+            let before = if g == f { r } else { file.policy.rules.len() };
+            for (d, rule) in file.policy.rules[..before].iter().enumerate() {
+                if rule.action != Action::Deny {
+                    continue;
+                }
+                let hits = lanes(descriptor)
+                    .iter()
+                    .any(|lane| self.unkeyed[g][d].matches(&self.request(descriptor, *lane)));
+                let Target::Commands { keys, channels, .. } = &rule.target else {
+                    continue;
+                };
+                if !hits {
+                    continue;
+                }
+                let mut globs: Vec<&String> = channels.iter().flatten().collect();
+                if shard {
+                    globs.extend(keys.iter().flatten());
+                }
+                match (keys, channels) {
+                    (None, None) => return None,
+                    _ => away.extend(
+                        globs
+                            .into_iter()
+                            .map(|glob| (glob.clone(), format!("deny rule `{}`'s `{glob}`", rule.id))),
+                    ),
+                }
+            }
+        }
+        Some(away)
     }
 
     /// Whether `rule` (keys set aside) matches `descriptor` on every lane it can take.
@@ -271,6 +383,14 @@ impl Deriver<'_> {
                     continue;
                 }
                 if !rule.matches_keys() {
+                    // Only `channels:`: it matches no keyed command but the shard ones (which
+                    // it then takes out of the key selectors: Redis checks their channels
+                    // against channel patterns anyway).
+                    if rule.matches_channels()
+                        && !matches!(descriptor.name.as_str(), "SPUBLISH" | "SSUBSCRIBE")
+                    {
+                        continue;
+                    }
                     return None;
                 }
                 if !descriptor.keys.is_empty() {
@@ -284,13 +404,6 @@ impl Deriver<'_> {
     /// The allow rule's globs (`None`: every key) minus each cut's globs and the reserved
     /// keyspace, written for Redis; `Err` names what cannot be written.
     fn patterns(&self, keys: Option<&[String]>, cuts: &[Cut]) -> Result<Vec<Vec<u8>>, String> {
-        let everything = ["*".to_owned()];
-        let mut globs: Vec<Vec<Piece>> = keys
-            .unwrap_or(&everything)
-            .iter()
-            .map(|g| glob::pieces(g.as_bytes()))
-            .collect();
-        let reserved = format!("{}*", escape(RESERVED_PREFIX));
         let mut away: Vec<(String, String)> = Vec::new();
         for (g, d) in cuts {
             let rule = &self.input.files[*g].policy.rules[*d];
@@ -304,6 +417,23 @@ impl Deriver<'_> {
                 }
             }
         }
+        self.minus_all(keys, away)
+    }
+
+    /// `keys` (`None`: every name) less each of `away`'s globs and the reserved keyspace,
+    /// written for Redis; `Err` names what cannot be written.
+    fn minus_all(
+        &self,
+        keys: Option<&[String]>,
+        mut away: Vec<(String, String)>,
+    ) -> Result<Vec<Vec<u8>>, String> {
+        let everything = ["*".to_owned()];
+        let mut globs: Vec<Vec<Piece>> = keys
+            .unwrap_or(&everything)
+            .iter()
+            .map(|g| glob::pieces(g.as_bytes()))
+            .collect();
+        let reserved = format!("{}*", escape(RESERVED_PREFIX));
         away.push((reserved, "the daemon's reserved keyspace".to_owned()));
         for (glob, what) in &away {
             let cut = glob::pieces(glob.as_bytes());
@@ -346,6 +476,7 @@ impl Deriver<'_> {
                 // Lanes in WIT order, as the YAML guard numbers them.
                 lane: lane as u8,
                 keys: &[],
+                channels: Channels::none(),
             },
         }
     }
@@ -359,8 +490,9 @@ fn applies(rule: &Rule, principal: &str) -> bool {
 
 fn without_keys(rule: &Rule) -> Rule {
     let mut rule = rule.clone();
-    if let Target::Commands { keys, .. } = &mut rule.target {
+    if let Target::Commands { keys, channels, .. } = &mut rule.target {
         *keys = None;
+        *channels = None;
     }
     rule
 }
@@ -413,7 +545,11 @@ fn user_name(
         hash.update([0]);
     }
     for selector in selectors {
-        hash.update(if selector.read_only { b"(r" } else { b"(w" });
+        hash.update(match (selector.channels, selector.read_only) {
+            (true, _) => b"(c",
+            (false, true) => b"(r",
+            (false, false) => b"(w",
+        });
         for pattern in &selector.patterns {
             hash.update((pattern.len() as u64).to_le_bytes());
             hash.update(pattern);

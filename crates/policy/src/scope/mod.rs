@@ -75,6 +75,9 @@ pub struct Selector {
     pub read_only: bool,
     /// Canonical names, upper case, subcommand after a bar (`OBJECT|ENCODING`).
     pub commands: BTreeSet<String>,
+    /// The patterns are channel patterns (Redis: `&`), for the commands that publish
+    /// (`PUBLISH`, `SPUBLISH`): the channels the principal's rules grant them.
+    pub channels: bool,
 }
 
 impl Scope {
@@ -84,7 +87,8 @@ impl Scope {
     pub fn allows(&self, command: &str, keys: &[&[u8]]) -> bool {
         (self.keyless.contains(command) && keys.is_empty())
             || self.selectors.iter().any(|selector| {
-                selector.commands.contains(command)
+                !selector.channels
+                    && selector.commands.contains(command)
                     && keys.iter().all(|key| {
                         selector
                             .patterns
@@ -92,6 +96,19 @@ impl Scope {
                             .any(|pattern| redis_matches(pattern, key))
                     })
             })
+    }
+
+    /// Whether Redis, as this scope's user, lets a script's `command` (`PUBLISH`, `SPUBLISH`)
+    /// reach `channel`: some channel selector has the command and a pattern for it.
+    pub fn publishes(&self, command: &str, channel: &[u8]) -> bool {
+        self.selectors.iter().any(|selector| {
+            selector.channels
+                && selector.commands.contains(command)
+                && selector
+                    .patterns
+                    .iter()
+                    .any(|pattern| redis_matches(pattern, channel))
+        })
     }
 
     /// The words a refusal of this scope's user gains: which rules' keys the scope holds.
