@@ -314,6 +314,7 @@ mod tests {
                 categories: categories.iter().copied().collect(),
                 any: names == ["*"],
                 keys: keys.map(|k| k.iter().map(|s| (*s).to_owned()).collect()),
+                channels: None,
                 lanes: None,
             },
             action,

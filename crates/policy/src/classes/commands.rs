@@ -5,6 +5,7 @@
 
 use serde::Serialize;
 use tollgate_model::Lane;
+use tollgate_policy_rules::channels::{self, Kind};
 use tollgate_policy_rules::{CategorySet, Channels, Request, Rule, Subject, Target};
 
 use crate::decision::{lane_from_wit, Descriptor};
@@ -129,6 +130,16 @@ impl CommandRules {
     }
 }
 
+/// Where a described command of `argc` arguments names what classes split: its keys, or for a
+/// command naming plain channels or patterns ([`channels::positions`]), those. Shard channels are
+/// keys already.
+fn named_positions(described: &bindings::Descriptor, argc: usize) -> Vec<u32> {
+    match channels::positions(&described.name, argc) {
+        Some((Kind::Plain | Kind::Pattern, at)) => at.map(|i| i as u32).collect(),
+        _ => described.keys.iter().map(|k| k.position).collect(),
+    }
+}
+
 /// The fewest arguments the command takes, its name and subcommand included.
 fn shortest(descriptor: &bindings::Descriptor) -> usize {
     let parts = descriptor.name.split('|').count();
@@ -157,7 +168,7 @@ fn forms(generation: &Generation, descriptor: &bindings::Descriptor) -> Vec<(Lan
             return;
         };
         if described.name == descriptor.name {
-            let keys = described.keys.iter().map(|k| k.position).collect();
+            let keys = named_positions(&described, argv.len());
             out.push((
                 lane_from_wit(described.lane),
                 argv.len(),
@@ -326,7 +337,7 @@ impl Variant {
                 argv[*position as usize] = keys[at.min(keys.len() - 1)].clone();
             }
             let described = generation.describe_any_arity(&argv)?;
-            let positions: Vec<u32> = described.keys.iter().map(|k| k.position).collect();
+            let positions = named_positions(&described, argv.len());
             (described.name == self.name
                 && lane_from_wit(described.lane) == self.lane
                 && positions == form.keys)

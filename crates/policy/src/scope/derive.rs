@@ -620,6 +620,9 @@ mod tests {
                 true,
             ),
             command("EVAL", Lane::Script, &[Scripting], 1, false),
+            command("PUBLISH", Lane::Regular, &[Pubsub], 0, false),
+            command("SPUBLISH", Lane::Regular, &[Pubsub], 1, false),
+            command("SUBSCRIBE", Lane::Pubsub, &[Pubsub], 0, false),
         ]
     }
 
@@ -732,6 +735,33 @@ mod tests {
         assert_eq!(scopes.of("uid:9").unwrap().user, app.user);
         assert_eq!(scopes.scopes.len(), 1);
         assert_eq!(scopes.scopes[0].principals, [Some("app".to_owned()), None]);
+    }
+
+    #[test]
+    fn a_scripts_channels_are_its_rules_channel_globs_less_denied_and_reserved_ones() {
+        let yaml = "principals:\n  acme: { uids: [1] }\n  globex: { uids: [2] }\nrules:\n\
+            - id: secret\n  commands: [PUBLISH]\n  channels: [\"acme:secret:*\"]\n  deny: no\n\
+            - id: acme-keys\n  principals: [acme]\n  commands: [GET]\n  keys: [\"acme:*\"]\n  allow: own\n\
+            - id: acme-channels\n  principals: [acme]\n  commands: [PUBLISH, SUBSCRIBE]\n  channels: [\"acme:*\", \"t*\"]\n  allow: own\n\
+            - id: globex-channels\n  principals: [globex]\n  commands: [PUBLISH]\n  channels: [\"globex:*\"]\n  allow: own\n\
+            - id: scripts\n  commands: [EVAL]\n  allow: scripts\n";
+        let scopes = scopes(yaml, &[("acme", &["EVAL"]), ("globex", &["EVAL"])]).unwrap();
+        let acme = scopes.of("acme").unwrap();
+        assert!(acme.publishes("PUBLISH", b"acme:news"));
+        assert!(acme.publishes("PUBLISH", b"tea"));
+        assert!(!acme.publishes("PUBLISH", b"globex:news"));
+        assert!(!acme.publishes("PUBLISH", b"acme:secret:1"));
+        assert!(!acme.publishes("PUBLISH", b"tollgate:release"));
+        // SPUBLISH is not the rule's; SUBSCRIBE never runs in a script.
+        assert!(!acme.publishes("SPUBLISH", b"acme:news"));
+        assert!(acme.selectors.iter().all(|s| !s.channels || s.commands.len() == 1));
+        // Channel patterns grant no key, and key selectors no channel.
+        assert!(!acme.allows("PUBLISH", &[]) && acme.allows("GET", &[b"acme:1"]));
+        assert!(acme.rules.contains(&"acme-channels".to_owned()));
+        // A principal confined by channels alone is scoped too.
+        let globex = scopes.of("globex").unwrap();
+        assert!(globex.publishes("PUBLISH", b"globex:x") && !globex.publishes("PUBLISH", b"acme:x"));
+        assert_ne!(globex.user, acme.user);
     }
 
     #[test]
