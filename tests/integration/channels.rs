@@ -83,7 +83,7 @@ fn a_key_confined_principal_gets_no_channel_unconfined_by_accident() {
     let error = load_error(&yaml);
     assert!(
         error.contains(
-            "bad.yaml:10:21: error: rule `chat` grants PUBLISH on every channel to `acme`, whose \
+            "bad.yaml:10:22: error: rule `chat` grants PUBLISH on every channel to `acme`, whose \
              keys rule `acme-keys` confines: give it `channels:` globs"
         ),
         "{error}"
@@ -269,8 +269,8 @@ async fn a_tenant_reaches_only_its_own_channels_end_to_end() {
         (&["PSUBSCRIBE", "*"], "PSUBSCRIBE"),
         // `acme*` matches `acmex`, which is not acme's.
         (&["PSUBSCRIBE", "acme*"], "PSUBSCRIBE"),
-        (&["PUBSUB", "CHANNELS"], "PUBSUB|CHANNELS"),
-        (&["PUBSUB", "NUMPAT"], "PUBSUB|NUMPAT"),
+        (&["PUBSUB", "CHANNELS"], "PUBSUB"),
+        (&["PUBSUB", "NUMPAT"], "PUBSUB"),
     ] {
         let refused = run(&daemon, &acme, argv).await;
         assert!(
@@ -315,7 +315,8 @@ async fn a_tenant_reaches_only_its_own_channels_end_to_end() {
     ] {
         let refused = run(&daemon, &acme, &eval(body)).await;
         assert!(
-            refused.contains("can't publish to the channel"),
+            refused.contains("can't publish to the channel")
+                && refused.ends_with("(tollgate: scope of rule acme-channels does not include that channel)"),
             "{body}: {refused}"
         );
     }

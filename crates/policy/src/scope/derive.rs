@@ -168,6 +168,7 @@ impl Deriver<'_> {
         let mut errors = Vec::new();
         let mut keyless = BTreeSet::new();
         let mut rules = Vec::new();
+        let mut channel_rules = Vec::new();
         let mut selectors: Grants = BTreeMap::new();
         for (f, file) in self.input.files.iter().enumerate() {
             for (r, rule) in file.policy.rules.iter().enumerate() {
@@ -179,8 +180,8 @@ impl Deriver<'_> {
                 };
                 if let Some(globs) = channels {
                     self.channel_selectors(f, r, globs, &mut selectors, &mut errors);
-                    if !rules.contains(&rule.id) {
-                        rules.push(rule.id.clone());
+                    if !channel_rules.contains(&rule.id) {
+                        channel_rules.push(rule.id.clone());
                     }
                     // A rule with only `channels:` matches no keyed or keyless command.
                     if keys.is_none() {
@@ -189,7 +190,11 @@ impl Deriver<'_> {
                 }
                 let mut groups: BTreeMap<Vec<Cut>, Vec<&Descriptor>> = BTreeMap::new();
                 for descriptor in self.input.descriptors {
+                    // Pub/sub commands' keys are shard channels, which Redis checks against
+                    // channel patterns: key selectors would grant them nothing (publishing is
+                    // the channel selectors', subscribing never runs in a script).
                     if descriptor.traits.scripting && !descriptor.keys.is_empty()
+                        || descriptor.categories.contains(Category::Pubsub)
                         || NEVER.contains(&descriptor.name.as_str())
                         || !self.every_lane(&self.unkeyed[f][r], descriptor)
                     {
@@ -263,6 +268,7 @@ impl Deriver<'_> {
             user,
             principals: Vec::new(),
             rules,
+            channel_rules,
             scripts,
             keyless,
             selectors,
@@ -757,7 +763,11 @@ mod tests {
         assert!(acme.selectors.iter().all(|s| !s.channels || s.commands.len() == 1));
         // Channel patterns grant no key, and key selectors no channel.
         assert!(!acme.allows("PUBLISH", &[]) && acme.allows("GET", &[b"acme:1"]));
-        assert!(acme.rules.contains(&"acme-channels".to_owned()));
+        assert_eq!(acme.rules, ["acme-keys"]);
+        assert_eq!(
+            acme.channel_words(),
+            "tollgate: scope of rule acme-channels does not include that channel"
+        );
         // A principal confined by channels alone is scoped too.
         let globex = scopes.of("globex").unwrap();
         assert!(globex.publishes("PUBLISH", b"globex:x") && !globex.publishes("PUBLISH", b"acme:x"));

@@ -56,6 +56,8 @@ pub struct Scope {
     pub principals: Vec<Option<String>>,
     /// The ids of the allow rules whose grants make up its selectors, in policy order.
     pub rules: Vec<String>,
+    /// Of those, the rules with `channels:`: whose channel grants the scope holds.
+    pub channel_rules: Vec<String>,
     /// The commands its principals may send on the SCRIPT lane (`EVAL`, `FCALL_RO`, `SCRIPT
     /// LOAD`, …): its user runs them on any key outside the reserved keyspace (their declared
     /// keys were admitted already).
@@ -109,6 +111,18 @@ impl Scope {
                     .iter()
                     .any(|pattern| redis_matches(pattern, channel))
         })
+    }
+
+    /// The words a refused `PUBLISH` of this scope's user gains: which rules' channels it holds.
+    pub fn channel_words(&self) -> String {
+        match self.channel_rules.as_slice() {
+            [] => "tollgate: no rule grants this script's caller channels".to_owned(),
+            [one] => format!("tollgate: scope of rule {one} does not include that channel"),
+            many => format!(
+                "tollgate: scope of rules {} does not include that channel",
+                many.join(", ")
+            ),
+        }
     }
 
     /// The words a refusal of this scope's user gains: which rules' keys the scope holds.
