@@ -69,7 +69,10 @@ fn channel_rules_fail_to_compile_at_file_line_and_column() {
     ];
     for (rules, expected) in cases {
         let error = load_error(&format!("{HEAD}{rules}"));
-        assert!(error.starts_with(expected), "expected {expected}\n got {error}");
+        assert!(
+            error.starts_with(expected),
+            "expected {expected}\n got {error}"
+        );
     }
 }
 
@@ -153,7 +156,10 @@ fn the_tenants_example_confines_each_tenant_to_its_channels() {
         assert!(!admitted("acme", line), "acme: {line}");
     }
     let refused = denial(admission.admit(&caller("acme"), &argv("PUBLISH globex:news hi")));
-    assert_eq!((refused.rule.as_str(), refused.command.as_str()), ("default-deny", "PUBLISH"));
+    assert_eq!(
+        (refused.rule.as_str(), refused.command.as_str()),
+        ("default-deny", "PUBLISH")
+    );
     assert!(admitted("globex", "PUBLISH globex:news hi"));
     assert!(!admitted("globex", "PSUBSCRIBE acme:*"));
     // A channel longer than the prefix of an argument that crosses into the sandbox crosses
@@ -328,7 +334,9 @@ async fn a_tenant_reaches_only_its_own_channels_end_to_end() {
         let refused = run(&daemon, &acme, &eval(body)).await;
         assert!(
             refused.contains("can't publish to the channel")
-                && refused.ends_with("(tollgate: scope of rule acme-channels does not include that channel)"),
+                && refused.ends_with(
+                    "(tollgate: scope of rule acme-channels does not include that channel)"
+                ),
             "{body}: {refused}"
         );
     }

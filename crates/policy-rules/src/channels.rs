@@ -60,8 +60,7 @@ pub fn granted<A: AsRef<[u8]>>(globs: &[String], kind: Kind, names: &[A]) -> boo
         && names.iter().all(|name| match kind {
             Kind::Plain | Kind::Shard => any_matches(globs, name.as_ref()),
             Kind::Pattern => {
-                is_plain(name.as_ref())
-                    && relation(globs, name.as_ref()).is_some_and(|r| r.within)
+                is_plain(name.as_ref()) && relation(globs, name.as_ref()).is_some_and(|r| r.within)
             }
         })
 }
@@ -73,8 +72,7 @@ pub fn hit<A: AsRef<[u8]>>(globs: &[String], kind: Kind, names: &[A]) -> bool {
     names.iter().any(|name| match kind {
         Kind::Plain | Kind::Shard => any_matches(globs, name.as_ref()),
         Kind::Pattern => {
-            !is_plain(name.as_ref())
-                || relation(globs, name.as_ref()).is_none_or(|r| r.overlap)
+            !is_plain(name.as_ref()) || relation(globs, name.as_ref()).is_none_or(|r| r.overlap)
         }
     })
 }
@@ -96,7 +94,8 @@ fn relation(globs: &[String], pattern: &[u8]) -> Option<crate::relation::Relatio
 /// then one or more items, each a printable ASCII byte or two joined by `-` (never `\`, `[`,
 /// `]`, `-` or `^` as an item), then `]`.
 pub fn is_plain(pattern: &[u8]) -> bool {
-    let item = |byte: u8| byte.is_ascii_graphic() && !matches!(byte, b'\\' | b'[' | b']' | b'-' | b'^');
+    let item =
+        |byte: u8| byte.is_ascii_graphic() && !matches!(byte, b'\\' | b'[' | b']' | b'-' | b'^');
     let mut i = 0;
     while i < pattern.len() {
         match pattern[i] {
@@ -148,13 +147,13 @@ mod tests {
         assert_eq!(of("PUBLISH", &argv), Some((Kind::Plain, &argv[1..2])));
         let argv = ["SUBSCRIBE", "a", "b", "c"];
         assert_eq!(of("SUBSCRIBE", &argv), Some((Kind::Plain, &argv[1..])));
-        assert_eq!(
-            of("PSUBSCRIBE", &argv).map(|(k, _)| k),
-            Some(Kind::Pattern)
-        );
+        assert_eq!(of("PSUBSCRIBE", &argv).map(|(k, _)| k), Some(Kind::Pattern));
         assert_eq!(of("SSUBSCRIBE", &argv).map(|(k, _)| k), Some(Kind::Shard));
         let argv = ["PUBSUB", "CHANNELS", "acme:*"];
-        assert_eq!(of("PUBSUB|CHANNELS", &argv), Some((Kind::Pattern, &argv[2..])));
+        assert_eq!(
+            of("PUBSUB|CHANNELS", &argv),
+            Some((Kind::Pattern, &argv[2..]))
+        );
         // Without a pattern PUBSUB CHANNELS names no channel: it lists every one.
         assert_eq!(of("PUBSUB|CHANNELS", &argv[..2]), None);
         let argv = ["PUBSUB", "NUMSUB", "a", "b"];
@@ -223,7 +222,15 @@ mod tests {
     #[test]
     fn a_pattern_the_matchers_read_differently_is_never_granted() {
         let every = globs(&["*"]);
-        for pattern in ["acme:[]]", "acme:[a-]", "acme:[\\a-z]", "acme:\\", "acme:[ab", "x]", "[\u{80}-\u{ff}]"] {
+        for pattern in [
+            "acme:[]]",
+            "acme:[a-]",
+            "acme:[\\a-z]",
+            "acme:\\",
+            "acme:[ab",
+            "x]",
+            "[\u{80}-\u{ff}]",
+        ] {
             assert!(!is_plain(pattern.as_bytes()), "{pattern}");
             assert!(!granted(&every, Kind::Pattern, &[pattern]), "{pattern}");
             // A deny rule cannot tell what it matches: it takes it as protected.

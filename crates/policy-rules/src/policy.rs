@@ -384,17 +384,33 @@ mod tests {
     #[test]
     fn channels_are_judged_by_channel_globs_and_patterns_by_what_they_can_match() {
         let policy = channel_policy();
-        let decided = |principal: &str, argv: &[&str]| decided_by(&policy, &pubsub(principal, argv));
-        assert_eq!(decided("acme", &["PUBLISH", "acme:chan", "hi"]), "allow acme-channels");
+        let decided =
+            |principal: &str, argv: &[&str]| decided_by(&policy, &pubsub(principal, argv));
+        assert_eq!(
+            decided("acme", &["PUBLISH", "acme:chan", "hi"]),
+            "allow acme-channels"
+        );
         assert_eq!(decided("acme", &["PUBLISH", "globex:chan", "hi"]), "none");
-        assert_eq!(decided("acme", &["SUBSCRIBE", "acme:a", "acme:b"]), "allow acme-channels");
-        assert_eq!(decided("acme", &["SUBSCRIBE", "acme:a", "globex:b"]), "none");
+        assert_eq!(
+            decided("acme", &["SUBSCRIBE", "acme:a", "acme:b"]),
+            "allow acme-channels"
+        );
+        assert_eq!(
+            decided("acme", &["SUBSCRIBE", "acme:a", "globex:b"]),
+            "none"
+        );
         assert_eq!(decided("acme", &["PSUBSCRIBE", "acme:*"]), "deny secret");
-        assert_eq!(decided("acme", &["PSUBSCRIBE", "acme:news:*"]), "allow acme-channels");
+        assert_eq!(
+            decided("acme", &["PSUBSCRIBE", "acme:news:*"]),
+            "allow acme-channels"
+        );
         assert_eq!(decided("acme", &["PSUBSCRIBE", "*"]), "deny secret");
         assert_eq!(decided("acme", &["PSUBSCRIBE", "acme*"]), "deny secret");
         assert_eq!(decided("acme", &["PSUBSCRIBE", "acmex*"]), "none");
-        assert_eq!(decided("acme", &["PUBLISH", "acme:secret:x", "hi"]), "deny secret");
+        assert_eq!(
+            decided("acme", &["PUBLISH", "acme:secret:x", "hi"]),
+            "deny secret"
+        );
         assert_eq!(
             decided("acme", &["SUBSCRIBE", "acme:a", "acme:secret:x"]),
             "deny secret"
@@ -405,10 +421,22 @@ mod tests {
         // Key globs never vouch for a plain channel...
         assert_eq!(decided("globex", &["PUBLISH", "globex:chan", "hi"]), "none");
         // ...but shard channels are keys too: either field vouches.
-        assert_eq!(decided("globex", &["SPUBLISH", "globex:chan", "hi"]), "allow globex-keys");
-        assert_eq!(decided("acme", &["SPUBLISH", "acme:chan", "hi"]), "allow acme-channels");
-        assert_eq!(decided("acme", &["SSUBSCRIBE", "acme:a", "globex:b"]), "none");
-        assert_eq!(decided("acme", &["SPUBLISH", "acme:secret:1", "hi"]), "deny secret");
+        assert_eq!(
+            decided("globex", &["SPUBLISH", "globex:chan", "hi"]),
+            "allow globex-keys"
+        );
+        assert_eq!(
+            decided("acme", &["SPUBLISH", "acme:chan", "hi"]),
+            "allow acme-channels"
+        );
+        assert_eq!(
+            decided("acme", &["SSUBSCRIBE", "acme:a", "globex:b"]),
+            "none"
+        );
+        assert_eq!(
+            decided("acme", &["SPUBLISH", "acme:secret:1", "hi"]),
+            "deny secret"
+        );
         // Keyed commands are still judged by keys alone.
         assert_eq!(
             decided_by(&policy, &command("acme", "GET", &["acme:1"])),

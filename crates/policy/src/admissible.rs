@@ -227,8 +227,7 @@ impl Unkeyed {
             // names channels.
             let keyed = named.keys || named.channels;
             if keyed
-                && !(named.keys && !descriptor.keys.is_empty()
-                    || named.channels && names_channels)
+                && !(named.keys && !descriptor.keys.is_empty() || named.channels && names_channels)
             {
                 continue;
             }

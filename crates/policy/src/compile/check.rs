@@ -432,7 +432,13 @@ impl<'a> Checker<'a> {
     /// allow rule with `keys:` and no `channels:` that names a command reaching channels
     /// (`PUBLISH`, `SUBSCRIBE`, `PSUBSCRIBE`, or `@pubsub`) is refused: its author meant to
     /// confine them, and keys never do (the rule would never match them).
-    fn channels(&mut self, at: &str, source: &RuleSource, action: Action, target: Target) -> Target {
+    fn channels(
+        &mut self,
+        at: &str,
+        source: &RuleSource,
+        action: Action,
+        target: Target,
+    ) -> Target {
         let Some(globs) = &source.channels else {
             if action == Action::Allow && source.keys.is_some() {
                 if let Some((index, entry)) = named_channel_command(source) {
@@ -465,7 +471,10 @@ impl<'a> Checker<'a> {
             }
             Target::Leases { .. } => self.error(
                 &format!("{at}.channels"),
-                format!("rule `{}`: `channels` apply to commands, not leases", source.id),
+                format!(
+                    "rule `{}`: `channels` apply to commands, not leases",
+                    source.id
+                ),
             ),
         }
         target
@@ -495,9 +504,10 @@ impl<'a> Checker<'a> {
                     (None, None) => Some("every principal".to_owned()),
                     (None, Some(names)) => names.first().map(|n| format!("`{n}`")),
                     (Some(names), None) => names.first().map(|n| format!("`{n}`")),
-                    (Some(mine), Some(theirs)) => {
-                        mine.iter().find(|n| theirs.contains(n)).map(|n| format!("`{n}`"))
-                    }
+                    (Some(mine), Some(theirs)) => mine
+                        .iter()
+                        .find(|n| theirs.contains(n))
+                        .map(|n| format!("`{n}`")),
                 };
                 both.map(|who| (who, keyed.id.as_str()))
             });

@@ -60,4 +60,3 @@ pub fn matches(pieces: &[Piece], text: &[u8]) -> bool {
     }
     at.contains(&pieces.len())
 }
-

@@ -329,7 +329,12 @@ impl Deriver<'_> {
     /// The globs the deny rules before allow rule `r` of file `f` take from its channels for
     /// the publishing `descriptor` (each with words for an error); `None` when one without
     /// globs takes the command out.
-    fn channel_cuts(&self, f: usize, r: usize, descriptor: &Descriptor) -> Option<Vec<(String, String)>> {
+    fn channel_cuts(
+        &self,
+        f: usize,
+        r: usize,
+        descriptor: &Descriptor,
+    ) -> Option<Vec<(String, String)>> {
         let shard = descriptor.name == "SPUBLISH";
         let mut away = Vec::new();
         for (g, file) in self.input.files.iter().enumerate() {
@@ -353,11 +358,11 @@ impl Deriver<'_> {
                 }
                 match (keys, channels) {
                     (None, None) => return None,
-                    _ => away.extend(
-                        globs
-                            .into_iter()
-                            .map(|glob| (glob.clone(), format!("deny rule `{}`'s `{glob}`", rule.id))),
-                    ),
+                    _ => {
+                        away.extend(globs.into_iter().map(|glob| {
+                            (glob.clone(), format!("deny rule `{}`'s `{glob}`", rule.id))
+                        }))
+                    }
                 }
             }
         }
@@ -760,7 +765,10 @@ mod tests {
         assert!(!acme.publishes("PUBLISH", b"tollgate:release"));
         // SPUBLISH is not the rule's; SUBSCRIBE never runs in a script.
         assert!(!acme.publishes("SPUBLISH", b"acme:news"));
-        assert!(acme.selectors.iter().all(|s| !s.channels || s.commands.len() == 1));
+        assert!(acme
+            .selectors
+            .iter()
+            .all(|s| !s.channels || s.commands.len() == 1));
         // Channel patterns grant no key, and key selectors no channel.
         assert!(!acme.allows("PUBLISH", &[]) && acme.allows("GET", &[b"acme:1"]));
         assert_eq!(acme.rules, ["acme-keys"]);
@@ -770,7 +778,9 @@ mod tests {
         );
         // A principal confined by channels alone is scoped too.
         let globex = scopes.of("globex").unwrap();
-        assert!(globex.publishes("PUBLISH", b"globex:x") && !globex.publishes("PUBLISH", b"acme:x"));
+        assert!(
+            globex.publishes("PUBLISH", b"globex:x") && !globex.publishes("PUBLISH", b"acme:x")
+        );
         assert_ne!(globex.user, acme.user);
     }
 
