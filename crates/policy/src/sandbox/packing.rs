@@ -242,6 +242,40 @@ mod tests {
     }
 
     #[test]
+    fn channels_cross_whole_and_unmarked_as_keys_do() {
+        let channel = vec![b'c'; 100];
+        let message = vec![b'm'; 100];
+        let descriptor = Descriptor {
+            name: "PUBLISH".into(),
+            lane: Lane::Regular,
+            categories: Categories::PUBSUB,
+            traits: CommandFlags::PUBSUB,
+            arity: 3,
+            keys: Vec::new(),
+            reuse: Some(Vec::new()),
+        };
+        let caller = Caller {
+            principal: "app".into(),
+            uid: 7,
+            gid: 8,
+            pid: 9,
+        };
+        Lowered::with(|lowered| {
+            let (_, command) = lowered.for_guard(
+                &caller,
+                &descriptor,
+                &argv(&[b"publish", &channel, &message]),
+            );
+            assert_eq!(
+                crossed(&command.argv),
+                [&b"PUBLISH"[..], &channel[..], &message[..ARG_PREFIX]]
+            );
+            // No access bits: a channel is no key, and the marker stays on the host.
+            assert_eq!(lens_and_uses(&command.argv), [(7, 0), (100, 0), (100, 0)]);
+        });
+    }
+
+    #[test]
     fn guards_see_canonical_names_and_whole_keys_alone_and_in_batches() {
         let key = vec![b'k'; 100];
         let value = vec![b'v'; 100];
