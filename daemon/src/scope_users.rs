@@ -78,6 +78,7 @@ pub fn scope_user(scope: &Scope) -> ScopeUser {
                 commands: selector.commands.clone(),
                 patterns: selector.patterns.clone(),
                 read_only: selector.read_only,
+                channels: selector.channels,
             })
             .collect(),
     }
@@ -98,8 +99,13 @@ pub fn render(generation: &Generation) -> String {
             .iter()
             .map(|p| p.as_deref().unwrap_or("(unmapped)"))
             .collect();
+        let channels = if scope.channel_rules.is_empty() {
+            String::new()
+        } else {
+            format!("; channels of {}", scope.channel_rules.join(", "))
+        };
         out.push_str(&format!(
-            "{}: scripts of {} (rules {})\n",
+            "{}: scripts of {} (rules {}{channels})\n",
             scope.user,
             whose.join(", "),
             if scope.rules.is_empty() {

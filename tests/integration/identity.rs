@@ -23,6 +23,7 @@ pub(crate) const USER_GLOBEX: &str = "globex";
 /// One user at a time: two `useradd` at once fail on the password file's lock.
 static USERADD: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+#[derive(Clone)]
 pub(crate) struct OsUser {
     name: String,
     pub(crate) uid: u32,

@@ -224,6 +224,7 @@ fn pool_user(name: &str, prefix: &str) -> tollgate_lanes::ScopeUser {
             commands: ["GET".to_owned()].into(),
             patterns: vec![format!("{prefix}*").into_bytes()],
             read_only: true,
+            channels: false,
         }],
     }
 }

@@ -34,6 +34,8 @@ pub struct ScopeSelector {
     /// Redis key patterns, never whitespace or NUL (the policy refuses globs that need them).
     pub patterns: Vec<Vec<u8>>,
     pub read_only: bool,
+    /// The patterns are channel patterns (`&`), for the publishing commands.
+    pub channels: bool,
 }
 
 /// What a scope connection sends on its own: `HELLO` (with `AUTH`) to open, `PING` to probe.
@@ -42,9 +44,13 @@ const PLUMBING: [&str; 2] = ["hello", "ping"];
 impl ScopeUser {
     /// `ACL SETUSER` rules, applied after `reset`.
     pub fn acl_rules(&self) -> Vec<String> {
-        let mut rules: Vec<String> = complement_patterns(RESERVED_PREFIX)
-            .into_iter()
-            .map(|pattern| format!("~{pattern}"))
+        // No channel but those a channel selector grants, whatever `acl-pubsub-default` says.
+        let mut rules: Vec<String> = std::iter::once("resetchannels".to_owned())
+            .chain(
+                complement_patterns(RESERVED_PREFIX)
+                    .into_iter()
+                    .map(|pattern| format!("~{pattern}")),
+            )
             .collect();
         let root: BTreeSet<String> = PLUMBING
             .iter()
@@ -63,9 +69,13 @@ impl ScopeUser {
             if commands.is_empty() || selector.patterns.is_empty() {
                 continue;
             }
-            let mut text = String::from("(");
+            let mut text = String::from("(resetchannels ");
             for pattern in &selector.patterns {
-                let access: &[u8] = if selector.read_only { b"%R~" } else { b"~" };
+                let access: &[u8] = match (selector.channels, selector.read_only) {
+                    (true, _) => b"&",
+                    (false, true) => b"%R~",
+                    (false, false) => b"~",
+                };
                 quoted(&mut text, &[access, pattern].concat());
                 text.push(' ');
             }
@@ -111,11 +121,19 @@ mod tests {
                     commands: ["SET".to_owned(), "COPY".to_owned()].into(),
                     patterns: vec![b"acme:*".to_vec(), b"a\"b\\*".to_vec()],
                     read_only: false,
+                    channels: false,
                 },
                 ScopeSelector {
                     commands: ["GET".to_owned()].into(),
                     patterns: vec![b"shared:*".to_vec()],
                     read_only: true,
+                    channels: false,
+                },
+                ScopeSelector {
+                    commands: ["PUBLISH".to_owned()].into(),
+                    patterns: vec![b"acme:*".to_vec()],
+                    read_only: false,
+                    channels: true,
                 },
             ],
         };
@@ -123,13 +141,18 @@ mod tests {
         assert!(rules.contains(&"~[^t]*".to_owned()), "{rules:?}");
         assert!(rules.contains(&"+eval".to_owned()) && rules.contains(&"+hello".to_owned()));
         assert!(
-            rules.contains(&"(\"~acme:*\" \"~a\\x22b\\x5c*\" +set)".to_owned()),
+            rules.contains(&"(resetchannels \"~acme:*\" \"~a\\x22b\\x5c*\" +set)".to_owned()),
             "{rules:?}"
         );
         assert!(
-            rules.contains(&"(\"%R~shared:*\" +get)".to_owned()),
+            rules.contains(&"(resetchannels \"%R~shared:*\" +get)".to_owned()),
             "{rules:?}"
         );
         assert!(!rules.iter().any(|rule| rule.contains("copy")), "{rules:?}");
+        assert_eq!(rules[0], "resetchannels");
+        assert!(
+            rules.contains(&"(resetchannels \"&acme:*\" +publish)".to_owned()),
+            "{rules:?}"
+        );
     }
 }

@@ -4,11 +4,13 @@
 //! natively, so the sandbox's cost is measured against identical logic.
 
 mod category;
+pub mod channels;
 pub mod glob;
 mod policy;
+pub mod relation;
 
 pub use category::{Category, CategorySet};
-pub use policy::{Action, CompiledPolicy, Mode, Outcome, Request, Rule, Subject, Target};
+pub use policy::{Action, Channels, CompiledPolicy, Mode, Outcome, Request, Rule, Subject, Target};
 
 /// The descriptor name of a lease request: guards see `TOLLGATE|LEASE` with the resource as its
 /// only key, so one interface judges both commands and leases.

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::category::CategorySet;
+use crate::channels::{self, Kind};
 use crate::glob;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,6 +38,13 @@ pub enum Target {
         /// Key globs. An allow rule matches when every key of the command matches one, a deny
         /// rule when any key does ([`Action::keys_match`]). `None`: keys do not matter.
         keys: Option<Vec<String>>,
+        /// Channel globs, read as `keys` are for the channels a pub/sub command names
+        /// ([`channels`]): an allow rule matches when every channel (every channel a pattern can
+        /// match) is granted, a deny rule when any may be. A shard channel is also a key: either
+        /// field vouches for it. `None`: channels do not matter. Absent from policies compiled
+        /// before channels were confined, hence the default.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        channels: Option<Vec<String>>,
         /// Bit `i` set: lane `i` in WIT order. `None`: any lane.
         lanes: Option<u8>,
     },
@@ -68,10 +76,37 @@ pub enum Subject<'a, K> {
         categories: CategorySet,
         lane: u8,
         keys: &'a [K],
+        /// The channels it names ([`channels::of`]); empty for a command that names none.
+        channels: Channels<'a, K>,
     },
     Lease {
         resource: &'a [u8],
     },
+}
+
+/// The channels a command names, and how ([`Kind`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Channels<'a, K> {
+    pub kind: Kind,
+    pub names: &'a [K],
+}
+
+impl<'a, K> Channels<'a, K> {
+    /// A command that names no channel.
+    pub fn none() -> Self {
+        Channels {
+            kind: Kind::Plain,
+            names: &[],
+        }
+    }
+
+    /// The channels of `argv` (its name `name`, canonical), none if it names none.
+    pub fn of(name: &str, argv: &'a [K]) -> Self {
+        match channels::of(name, argv) {
+            Some((kind, names)) => Channels { kind, names },
+            None => Channels::none(),
+        }
+    }
 }
 
 pub struct Request<'a, K> {
@@ -109,7 +144,8 @@ impl CompiledPolicy {
     /// `principal`, `name`, `categories` and `lane`, whatever its arguments: true when the first
     /// rule that can match such a command looks at none of its arguments (or no rule can match).
     /// A host may then reuse one evaluation's answer for all of them. Lease requests depend on
-    /// their resource and are never argument-free.
+    /// their resource and are never argument-free, nor are commands that name channels (the
+    /// guard refuses one whose channel did not cross whole, whatever the rules).
     pub fn decided_without_arguments(
         &self,
         principal: &str,
@@ -117,7 +153,7 @@ impl CompiledPolicy {
         categories: CategorySet,
         lane: u8,
     ) -> bool {
-        if name == crate::LEASE_COMMAND {
+        if name == crate::LEASE_COMMAND || channels::positions(name, usize::MAX).is_some() {
             return false;
         }
         for rule in &self.rules {
@@ -133,6 +169,7 @@ impl CompiledPolicy {
                 categories: rule_categories,
                 any,
                 keys,
+                channels,
                 lanes,
             } = &rule.target
             else {
@@ -144,10 +181,15 @@ impl CompiledPolicy {
             if may_match {
                 // This rule decides every such command unless a condition on the arguments
                 // passes some by; then the answer depends on them.
-                return keys.is_none();
+                return keys.is_none() && channels.is_none();
             }
         }
         true
+    }
+
+    /// Whether any command rule matches on channels (as [`CompiledPolicy::matches_keys`]).
+    pub fn matches_channels(&self) -> bool {
+        self.rules.iter().any(Rule::matches_channels)
     }
 
     pub fn evaluate<K: AsRef<[u8]>>(&self, request: &Request<'_, K>) -> Outcome<'_> {
@@ -168,6 +210,17 @@ impl Rule {
         matches!(self.target, Target::Commands { keys: Some(_), .. })
     }
 
+    /// Whether this is a command rule that matches on channels.
+    pub fn matches_channels(&self) -> bool {
+        matches!(
+            self.target,
+            Target::Commands {
+                channels: Some(_),
+                ..
+            }
+        )
+    }
+
     pub fn matches<K: AsRef<[u8]>>(&self, request: &Request<'_, K>) -> bool {
         if let Some(principals) = &self.principals {
             if !principals.iter().any(|p| p == request.principal) {
@@ -181,6 +234,7 @@ impl Rule {
                     categories,
                     any,
                     keys,
+                    channels,
                     lanes,
                 },
                 Subject::Command {
@@ -188,13 +242,17 @@ impl Rule {
                     categories: command_categories,
                     lane,
                     keys: command_keys,
+                    channels: command_channels,
                 },
             ) => {
                 (*any || categories.intersects(*command_categories) || names_cover(names, name))
                     && lanes.is_none_or(|mask| mask & (1 << lane) != 0)
-                    && keys
-                        .as_ref()
-                        .is_none_or(|globs| self.action.keys_match(globs, command_keys))
+                    && self.action.names_match(
+                        keys.as_deref(),
+                        channels.as_deref(),
+                        command_keys,
+                        command_channels,
+                    )
             }
             (Target::Leases { resources }, Subject::Lease { resource }) => {
                 globs_match(resources, resource)
@@ -215,6 +273,48 @@ impl Action {
         match self {
             Action::Allow => !keys.is_empty() && keys.iter().all(matching),
             Action::Deny => keys.iter().any(matching),
+        }
+    }
+}
+
+impl Action {
+    /// Whether a command's keys and channels satisfy a rule's `keys` and `channels` (`None`:
+    /// the rule does not constrain them). A rule that constrains neither matches whatever the
+    /// command names. Otherwise a command that names channels is judged on them: plain channels
+    /// and patterns by `channels` alone (`keys` never vouch for a channel), shard channels (which
+    /// are also its keys) by either field; a command that names none is judged on its keys by
+    /// `keys` ([`Action::keys_match`]), and a rule with only `channels` does not match it.
+    pub fn names_match<K: AsRef<[u8]>>(
+        self,
+        key_globs: Option<&[String]>,
+        channel_globs: Option<&[String]>,
+        keys: &[K],
+        named: &Channels<'_, K>,
+    ) -> bool {
+        if key_globs.is_none() && channel_globs.is_none() {
+            return true;
+        }
+        if named.names.is_empty() {
+            return key_globs.is_some_and(|globs| self.keys_match(globs, keys));
+        }
+        let by_channels = |globs: &[String]| match self {
+            Action::Allow => channels::granted(globs, named.kind, named.names),
+            Action::Deny => channels::hit(globs, named.kind, named.names),
+        };
+        match named.kind {
+            Kind::Plain | Kind::Pattern => channel_globs.is_some_and(by_channels),
+            Kind::Shard => {
+                let empty: &[String] = &[];
+                let (k, c) = (key_globs.unwrap_or(empty), channel_globs.unwrap_or(empty));
+                let by = |channel: &K| {
+                    let one = std::slice::from_ref(channel);
+                    self.keys_match(k, one) || channels::hit(c, Kind::Shard, one)
+                };
+                match self {
+                    Action::Allow => named.names.iter().all(by),
+                    Action::Deny => named.names.iter().any(by),
+                }
+            }
         }
     }
 }
@@ -251,6 +351,7 @@ mod tests {
             categories: categories.iter().copied().collect(),
             any: false,
             keys: keys.map(|k| k.iter().map(|s| s.to_string()).collect()),
+            channels: None,
             lanes: None,
         }
     }
@@ -263,8 +364,147 @@ mod tests {
                 categories: [Category::Read].into_iter().collect(),
                 lane: 0,
                 keys,
+                channels: Channels::none(),
             },
         }
+    }
+
+    fn pubsub<'a>(principal: &'a str, argv: &'a [&'a str]) -> Request<'a, &'a str> {
+        let keys = match argv[0] {
+            "SPUBLISH" => &argv[1..2],
+            "SSUBSCRIBE" => &argv[1..],
+            _ => &[],
+        };
+        Request {
+            principal,
+            subject: Subject::Command {
+                name: argv[0],
+                categories: [Category::Pubsub].into_iter().collect(),
+                lane: 4,
+                keys,
+                channels: Channels::of(argv[0], argv),
+            },
+        }
+    }
+
+    fn with_channels(
+        names: &[&str],
+        categories: &[Category],
+        keys: Option<&[&str]>,
+        channels: &[&str],
+    ) -> Target {
+        let mut target = commands(names, categories, keys);
+        if let Target::Commands { channels: c, .. } = &mut target {
+            *c = Some(channels.iter().map(|s| s.to_string()).collect());
+        }
+        target
+    }
+
+    /// acme may use its own channels; a deny rule protects acme:secret:*; legacy key rules
+    /// still vouch for shard channels.
+    fn channel_policy() -> CompiledPolicy {
+        CompiledPolicy {
+            mode: Mode::Enforce,
+            rules: vec![
+                rule(
+                    "secret",
+                    None,
+                    with_channels(&[], &[Category::Pubsub], None, &["acme:secret:*"]),
+                    Action::Deny,
+                ),
+                rule(
+                    "acme-channels",
+                    Some(&["acme"]),
+                    with_channels(&[], &[Category::Pubsub], Some(&["acme:*"]), &["acme:*"]),
+                    Action::Allow,
+                ),
+                rule(
+                    "globex-keys",
+                    Some(&["globex"]),
+                    commands(&[], &[Category::Pubsub], Some(&["globex:*"])),
+                    Action::Allow,
+                ),
+            ],
+        }
+    }
+
+    #[test]
+    fn channels_are_judged_by_channel_globs_and_patterns_by_what_they_can_match() {
+        let policy = channel_policy();
+        let decided =
+            |principal: &str, argv: &[&str]| decided_by(&policy, &pubsub(principal, argv));
+        assert_eq!(
+            decided("acme", &["PUBLISH", "acme:chan", "hi"]),
+            "allow acme-channels"
+        );
+        assert_eq!(decided("acme", &["PUBLISH", "globex:chan", "hi"]), "none");
+        assert_eq!(
+            decided("acme", &["SUBSCRIBE", "acme:a", "acme:b"]),
+            "allow acme-channels"
+        );
+        assert_eq!(
+            decided("acme", &["SUBSCRIBE", "acme:a", "globex:b"]),
+            "none"
+        );
+        assert_eq!(decided("acme", &["PSUBSCRIBE", "acme:*"]), "deny secret");
+        assert_eq!(
+            decided("acme", &["PSUBSCRIBE", "acme:news:*"]),
+            "allow acme-channels"
+        );
+        assert_eq!(decided("acme", &["PSUBSCRIBE", "*"]), "deny secret");
+        assert_eq!(decided("acme", &["PSUBSCRIBE", "acme*"]), "deny secret");
+        assert_eq!(decided("acme", &["PSUBSCRIBE", "acmex*"]), "none");
+        assert_eq!(
+            decided("acme", &["PUBLISH", "acme:secret:x", "hi"]),
+            "deny secret"
+        );
+        assert_eq!(
+            decided("acme", &["SUBSCRIBE", "acme:a", "acme:secret:x"]),
+            "deny secret"
+        );
+        // A command that names no channel is not a channel rule's to allow.
+        assert_eq!(decided("acme", &["PUBSUB", "NUMPAT"]), "none");
+        assert_eq!(decided("acme", &["UNSUBSCRIBE"]), "none");
+        // Key globs never vouch for a plain channel...
+        assert_eq!(decided("globex", &["PUBLISH", "globex:chan", "hi"]), "none");
+        // ...but shard channels are keys too: either field vouches.
+        assert_eq!(
+            decided("globex", &["SPUBLISH", "globex:chan", "hi"]),
+            "allow globex-keys"
+        );
+        assert_eq!(
+            decided("acme", &["SPUBLISH", "acme:chan", "hi"]),
+            "allow acme-channels"
+        );
+        assert_eq!(
+            decided("acme", &["SSUBSCRIBE", "acme:a", "globex:b"]),
+            "none"
+        );
+        assert_eq!(
+            decided("acme", &["SPUBLISH", "acme:secret:1", "hi"]),
+            "deny secret"
+        );
+        // Keyed commands are still judged by keys alone.
+        assert_eq!(
+            decided_by(&policy, &command("acme", "GET", &["acme:1"])),
+            "none",
+            "GET is not @pubsub"
+        );
+    }
+
+    #[test]
+    fn a_rule_with_only_channels_matches_no_keyed_command() {
+        let policy = CompiledPolicy {
+            mode: Mode::Enforce,
+            rules: vec![rule(
+                "chans",
+                None,
+                with_channels(&[], &[Category::Read], None, &["*"]),
+                Action::Allow,
+            )],
+        };
+        assert_eq!(decided_by(&policy, &command("p", "GET", &["k"])), "none");
+        assert!(policy.matches_channels() && !policy.matches_keys());
     }
 
     fn sample(mode: Mode) -> CompiledPolicy {
@@ -498,6 +738,8 @@ mod tests {
             5
         ));
         assert!(!policy.decided_without_arguments("acme", LEASE_COMMAND_FOR_TESTS, read, 0));
+        // Channel commands always go to the guard, whatever the rules.
+        assert!(!policy.decided_without_arguments("globex", "PUBLISH", read, 4));
     }
 
     const LEASE_COMMAND_FOR_TESTS: &str = crate::LEASE_COMMAND;
@@ -553,6 +795,8 @@ mod tests {
                                 .collect(),
                             any: draw.next(4) == 0,
                             keys: (draw.next(2) == 0).then(|| vec![GLOBS[draw.next(4)].to_owned()]),
+                            channels: (draw.next(4) == 0)
+                                .then(|| vec![GLOBS[draw.next(4)].to_owned()]),
                             lanes: (draw.next(3) == 0).then(|| 1 << draw.next(6)),
                         }
                     };
@@ -582,6 +826,7 @@ mod tests {
                                         categories,
                                         lane,
                                         keys,
+                                        channels: Channels::none(),
                                     },
                                 })
                             };

@@ -18,7 +18,7 @@ use criterion::{BenchmarkId, Criterion, Throughput};
 use prometheus_client::registry::Registry;
 use tollgate_model::{Caller, Lane};
 use tollgate_policy::{Admission, Decision, Descriptor, PolicyConfig};
-use tollgate_policy_rules::{CompiledPolicy, Outcome, Request, Subject};
+use tollgate_policy_rules::{Channels, CompiledPolicy, Outcome, Request, Subject};
 
 const COMMANDS: &[(&str, &[&[u8]])] = &[
     ("GET", &[b"GET", b"user:1000"]),
@@ -69,6 +69,7 @@ impl Native {
                 categories: descriptor.categories,
                 lane,
                 keys: &keys,
+                channels: Channels::none(),
             },
         };
         matches!(

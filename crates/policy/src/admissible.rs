@@ -11,7 +11,9 @@
 use std::collections::BTreeSet;
 
 use tollgate_model::Lane;
-use tollgate_policy_rules::{Action, CompiledPolicy, Mode, Request, Rule, Subject, Target};
+use tollgate_policy_rules::{
+    channels, Action, Channels, CompiledPolicy, Mode, Request, Rule, Subject, Target,
+};
 
 use crate::decision::Descriptor;
 
@@ -160,7 +162,14 @@ struct Possible {
 struct Unkeyed {
     mode: Mode,
     rules: Vec<Rule>,
-    keyed: Vec<bool>,
+    keyed: Vec<Named>,
+}
+
+/// Whether a rule had key globs and channel globs (taken off for [`Unkeyed`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct Named {
+    keys: bool,
+    channels: bool,
 }
 
 impl Unkeyed {
@@ -172,8 +181,15 @@ impl Unkeyed {
             .map(|rule| {
                 let mut rule = rule.clone();
                 let had = match &mut rule.target {
-                    Target::Commands { keys, .. } => keys.take().is_some(),
-                    Target::Leases { .. } => false,
+                    Target::Commands { keys, channels, .. } => {
+                        let keyed = keys.take().is_some();
+                        let channelled = channels.take().is_some();
+                        Named {
+                            keys: keyed,
+                            channels: channelled,
+                        }
+                    }
+                    Target::Leases { .. } => Named::default(),
                 };
                 keyed.push(had);
                 rule
@@ -198,15 +214,21 @@ impl Unkeyed {
                 // Lanes in WIT order, as the YAML guard numbers them.
                 lane: lane as u8,
                 keys: &no_keys,
+                channels: Channels::none(),
             },
         };
+        let names_channels = channels::positions(&descriptor.name, usize::MAX).is_some();
         let mut possible = Possible::default();
-        for (rule, keyed) in self.rules.iter().zip(&self.keyed) {
+        for (rule, named) in self.rules.iter().zip(&self.keyed) {
             if !rule.matches(&request) {
                 continue;
             }
-            // A key glob matches only a command that names keys.
-            if *keyed && descriptor.keys.is_empty() {
+            // A key glob matches only a command that names keys, a channel glob one that
+            // names channels.
+            let keyed = named.keys || named.channels;
+            if keyed
+                && !(named.keys && !descriptor.keys.is_empty() || named.channels && names_channels)
+            {
                 continue;
             }
             match (rule.action, self.mode) {
@@ -291,6 +313,7 @@ mod tests {
                 categories: categories.iter().copied().collect(),
                 any: names == ["*"],
                 keys: keys.map(|k| k.iter().map(|s| (*s).to_owned()).collect()),
+                channels: None,
                 lanes: None,
             },
             action,

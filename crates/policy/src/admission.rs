@@ -141,10 +141,11 @@ impl Admission {
                 (described.as_ref(), described.as_ref().map(|d| d.lane))
             }
         };
-        let all = descriptor.map_or(0, |d| d.keys.len());
-        let keys = descriptor
+        // Keys, or a pub/sub command's channels: what its request classes split.
+        let named = descriptor.map(|d| d.named(argv)).unwrap_or_default();
+        let all = named.len();
+        let keys = named
             .into_iter()
-            .flat_map(|d| d.keys(argv))
             .take(MAX_KEYS)
             .map(|key| Bytes::copy_from_slice(key.as_ref()))
             .collect();

@@ -5,6 +5,7 @@ use std::fmt;
 
 use serde::Serialize;
 use tollgate_model::Lane;
+use tollgate_policy_rules::channels::Kind;
 use tollgate_policy_rules::{Category, CategorySet};
 
 use crate::sandbox::bindings;
@@ -140,6 +141,16 @@ impl Descriptor {
     /// The arguments of `argv` that are keys, in argv order.
     pub fn keys<'a, A>(&'a self, argv: &'a [A]) -> impl Iterator<Item = &'a A> + 'a {
         self.keys.iter().filter_map(|key| argv.get(key.position))
+    }
+
+    /// What request classes split this command by: its channels when it names plain channels
+    /// or patterns (`PUBLISH`, `PSUBSCRIBE`), else its keys. The decision log records these, so
+    /// that a replay finds the class a request was in.
+    pub fn named<'a, A>(&'a self, argv: &'a [A]) -> Vec<&'a A> {
+        match tollgate_policy_rules::channels::of(&self.name, argv) {
+            Some((Kind::Plain | Kind::Pattern, channels)) => channels.iter().collect(),
+            _ => self.keys(argv).collect(),
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 //! module, and a client learns why before Redis (whose ACL refuses the same) is asked.
 
 use tollgate_model::reserved::{is_reserved, RESERVED_PREFIX};
+use tollgate_policy_rules::channels;
 
 use crate::decision::Descriptor;
 
@@ -23,19 +24,15 @@ pub fn refusal<A: AsRef<[u8]>>(descriptor: &Descriptor, argv: &[A]) -> Option<St
             String::from_utf8_lossy(key.as_ref())
         ));
     }
-    let channels = match descriptor.name.as_str() {
-        "PUBLISH" | "SPUBLISH" => argv.get(1..2),
-        "SUBSCRIBE" | "SSUBSCRIBE" | "PSUBSCRIBE" => argv.get(1..),
-        // SWAPDB ignores key patterns: it would trade the lease database for one a client can write.
-        name if REFUSED_BY_NAME.contains(&name) => {
-            return Some(format!(
-                "it reaches every database, the daemon's reserved keyspace {RESERVED_PREFIX}* \
-                 among them"
-            ))
-        }
-        _ => None,
-    };
-    channels?
+    // SWAPDB ignores key patterns: it would trade the lease database for one a client can write.
+    if REFUSED_BY_NAME.contains(&descriptor.name.as_str()) {
+        return Some(format!(
+            "it reaches every database, the daemon's reserved keyspace {RESERVED_PREFIX}* among \
+             them"
+        ));
+    }
+    let (_, channels) = channels::of(&descriptor.name, argv)?;
+    channels
         .iter()
         .find(|channel| is_reserved(channel.as_ref()))
         .map(|channel| {

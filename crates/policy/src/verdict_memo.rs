@@ -136,6 +136,7 @@ mod tests {
                 categories: CategorySet::default(),
                 any: false,
                 keys: keys.map(|k| vec![k.to_owned()]),
+                channels: None,
                 lanes: None,
             },
             action,

@@ -5,7 +5,8 @@
 
 use serde::Serialize;
 use tollgate_model::Lane;
-use tollgate_policy_rules::{CategorySet, Request, Rule, Subject, Target};
+use tollgate_policy_rules::channels::{self, Kind};
+use tollgate_policy_rules::{CategorySet, Channels, Request, Rule, Subject, Target};
 
 use crate::decision::{lane_from_wit, Descriptor};
 use crate::generation::Generation;
@@ -74,7 +75,7 @@ impl CommandClass {
 }
 
 /// Every command rule of the generations compared, reduced to what a command alone decides:
-/// principals and keys dropped, so `Rule::matches` — the evaluator's own test — answers for the
+/// principals, keys and channels dropped, so `Rule::matches` — the evaluator's own test — answers for the
 /// command only.
 pub struct CommandRules {
     pub rules: Vec<Rule>,
@@ -97,6 +98,7 @@ impl CommandRules {
                         categories: *categories,
                         any: *any,
                         keys: None,
+                        channels: None,
                         lanes: *lanes,
                     },
                     ..rule.clone()
@@ -117,6 +119,7 @@ impl CommandRules {
                 categories,
                 lane,
                 keys: &none,
+                channels: Channels::none(),
             },
         };
         self.rules
@@ -124,6 +127,16 @@ impl CommandRules {
             .map(|rule| rule.matches(&request))
             .chain([RESERVED_NAMES.contains(&name)])
             .collect()
+    }
+}
+
+/// Where a described command of `argc` arguments names what classes split: its keys, or for a
+/// command naming plain channels or patterns ([`channels::positions`]), those. Shard channels are
+/// keys already.
+fn named_positions(described: &bindings::Descriptor, argc: usize) -> Vec<u32> {
+    match channels::positions(&described.name, argc) {
+        Some((Kind::Plain | Kind::Pattern, at)) => at.map(|i| i as u32).collect(),
+        _ => described.keys.iter().map(|k| k.position).collect(),
     }
 }
 
@@ -155,7 +168,7 @@ fn forms(generation: &Generation, descriptor: &bindings::Descriptor) -> Vec<(Lan
             return;
         };
         if described.name == descriptor.name {
-            let keys = described.keys.iter().map(|k| k.position).collect();
+            let keys = named_positions(&described, argv.len());
             out.push((
                 lane_from_wit(described.lane),
                 argv.len(),
@@ -324,7 +337,7 @@ impl Variant {
                 argv[*position as usize] = keys[at.min(keys.len() - 1)].clone();
             }
             let described = generation.describe_any_arity(&argv)?;
-            let positions: Vec<u32> = described.keys.iter().map(|k| k.position).collect();
+            let positions = named_positions(&described, argv.len());
             (described.name == self.name
                 && lane_from_wit(described.lane) == self.lane
                 && positions == form.keys)

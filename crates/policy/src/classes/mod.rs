@@ -22,7 +22,8 @@ use std::collections::{BTreeSet, HashMap};
 
 use tollgate_model::reserved::RESERVED_PREFIX;
 use tollgate_model::{Caller, Lane};
-use tollgate_policy_rules::{Action, Request, Rule, Subject, Target};
+use tollgate_policy_rules::channels::{self, Kind};
+use tollgate_policy_rules::{Action, Channels, Request, Rule, Subject, Target};
 
 use crate::decision::{Decision, Descriptor};
 use crate::generation::Generation;
@@ -181,7 +182,12 @@ impl<'g> Space<'g> {
                 let mut closed: BTreeSet<(usize, usize)> = BTreeSet::new();
                 let mut k = 0;
                 for placed in &rules {
-                    let Target::Commands { keys: globs, .. } = &placed.rule.target else {
+                    let Target::Commands {
+                        keys: globs,
+                        channels,
+                        ..
+                    } = &placed.rule.target
+                    else {
                         continue;
                     };
                     let matches = command.matches[k];
@@ -192,6 +198,23 @@ impl<'g> Space<'g> {
                     {
                         continue;
                     }
+                    // What the command's classes split: its keys, or its channels (a command
+                    // naming plain channels or patterns: `channels:` alone judges them; shard
+                    // channels are keys either field vouches for).
+                    let shard_globs: Option<Vec<String>>;
+                    let globs = match channels::positions(&command.members[0].name, usize::MAX) {
+                        Some((Kind::Plain | Kind::Pattern, _)) => match (globs, channels) {
+                            (Some(_), None) => continue,
+                            (_, channels) => channels,
+                        },
+                        Some((Kind::Shard, _)) if channels.is_some() => {
+                            shard_globs =
+                                Some(globs.iter().chain(channels).flatten().cloned().collect());
+                            &shard_globs
+                        }
+                        _ if globs.is_none() && channels.is_some() => continue,
+                        _ => globs,
+                    };
                     match globs {
                         // A selector closes nothing: it is no rule of the chain.
                         None if placed.selector => {}
@@ -370,13 +393,32 @@ impl<'g> Space<'g> {
                     .iter()
                     .position(|l| *l == variant.lane)
                     .unwrap_or(0) as u8;
+                let none: &[Vec<u8>] = &[];
+                let (keys, named) = match channels::positions(&variant.name, usize::MAX) {
+                    Some((kind @ (Kind::Plain | Kind::Pattern), _)) => (
+                        none,
+                        Channels {
+                            kind,
+                            names: class.key_bytes.as_slice(),
+                        },
+                    ),
+                    Some((Kind::Shard, _)) => (
+                        class.key_bytes.as_slice(),
+                        Channels {
+                            kind: Kind::Shard,
+                            names: class.key_bytes.as_slice(),
+                        },
+                    ),
+                    None => (class.key_bytes.as_slice(), Channels::none()),
+                };
                 selector.matches(&Request {
                     principal: &principal,
                     subject: Subject::Command {
                         name: &variant.name,
                         categories: native.categories,
                         lane,
-                        keys: &class.key_bytes,
+                        keys,
+                        channels: named,
                     },
                 })
             }
@@ -466,18 +508,15 @@ fn reserved_glob() -> String {
     format!("{}*", glob_escape(RESERVED_PREFIX))
 }
 
-/// The key globs that partition keys for `rules` (each set a policy file's, say): the reserved
-/// keyspace's and every command rule's, sorted, each once.
+/// The key globs that partition keys (and channels) for `rules` (each set a policy file's, say):
+/// the reserved keyspace's and every command rule's key and channel globs, sorted, each once.
 pub fn key_globs<'r, R: IntoIterator<Item = &'r Rule>>(
     rules: impl IntoIterator<Item = R>,
 ) -> Vec<String> {
     let mut globs = BTreeSet::from([reserved_glob()]);
     for rule in rules.into_iter().flatten() {
-        if let Target::Commands {
-            keys: Some(keys), ..
-        } = &rule.target
-        {
-            globs.extend(keys.iter().cloned());
+        if let Target::Commands { keys, channels, .. } = &rule.target {
+            globs.extend(keys.iter().chain(channels).flatten().cloned());
         }
     }
     globs.into_iter().collect()

@@ -8,7 +8,7 @@ use tollgate_model::Caller;
 use super::diff::{diff, Change, Diff};
 use super::generated::{self, Draw};
 use super::{Space, Verdict, LEASE};
-use crate::decision::{lane_from_wit, Decision};
+use crate::decision::{lane_from_wit, Decision, Descriptor};
 use crate::generation::Generation;
 
 fn generation(yaml: &str) -> Arc<Generation> {
@@ -330,10 +330,10 @@ fn every_request_decides_as_its_class(generations: &[&Generation], seed: u64, dr
                 continue;
             };
             let described = generations[0].describe_any_arity(&argv).unwrap();
-            let found: Vec<Vec<u8>> = described
-                .keys
-                .iter()
-                .map(|k| argv[k.position as usize].clone())
+            let found: Vec<Vec<u8>> = Descriptor::from(&described)
+                .named(&argv)
+                .into_iter()
+                .cloned()
                 .collect();
             (
                 Some(argv),

@@ -20,6 +20,24 @@ use super::{
 };
 use crate::quota::{Quota, Rate};
 
+/// The commands that name plain channels or patterns, which only `channels:` confines (shard
+/// channels are keys too). PUBSUB's subcommands are left out: they only count or list.
+const CHANNEL_COMMANDS: [&str; 3] = ["PUBLISH", "SUBSCRIBE", "PSUBSCRIBE"];
+
+/// The first entry of `source.commands` that names a channel command or `@pubsub` outright.
+fn named_channel_command(source: &RuleSource) -> Option<(usize, &str)> {
+    source
+        .commands
+        .as_ref()?
+        .iter()
+        .enumerate()
+        .find(|(_, entry)| {
+            entry.eq_ignore_ascii_case("@pubsub")
+                || CHANNEL_COMMANDS.contains(&entry.to_ascii_uppercase().as_str())
+        })
+        .map(|(index, entry)| (index, entry.as_str()))
+}
+
 pub struct Checker<'a> {
     path: &'a Path,
     spans: &'a Spans,
@@ -127,6 +145,7 @@ impl<'a> Checker<'a> {
             }
             quotas.extend(self.quota(index, source, &known));
         }
+        self.unconfined_channels(&file.rules, &rules);
         let (errors, warnings): (Vec<_>, Vec<_>) = self
             .diagnostics
             .into_iter()
@@ -227,6 +246,7 @@ impl<'a> Checker<'a> {
             &source.lanes,
             &source.leases,
         )?;
+        let target = self.channels(at, source, action, target);
         self.scripts(at, source, action);
         Some(Rule {
             id: source.id.clone(),
@@ -408,6 +428,126 @@ impl<'a> Checker<'a> {
         })
     }
 
+    /// The rule's `channels:` added to its target: globs checked, only on command rules. An
+    /// allow rule with `keys:` and no `channels:` that names a command reaching channels
+    /// (`PUBLISH`, `SUBSCRIBE`, `PSUBSCRIBE`, or `@pubsub`) is refused: its author meant to
+    /// confine them, and keys never do (the rule would never match them).
+    fn channels(
+        &mut self,
+        at: &str,
+        source: &RuleSource,
+        action: Action,
+        target: Target,
+    ) -> Target {
+        let Some(globs) = &source.channels else {
+            if action == Action::Allow && source.keys.is_some() {
+                if let Some((index, entry)) = named_channel_command(source) {
+                    self.error(
+                        &format!("{at}.commands.{index}"),
+                        format!(
+                            "rule `{}`: `{entry}` reaches commands that name channels (PUBLISH, \
+                             SUBSCRIBE, PSUBSCRIBE), which `keys:` does not confine: the rule \
+                             would never allow them; give the rule `channels:` globs (e.g. the \
+                             keys' own prefixes), or leave `{entry}` out",
+                            source.id
+                        ),
+                    );
+                }
+            }
+            return target;
+        };
+        let mut target = target;
+        match &mut target {
+            Target::Commands { channels, .. } => {
+                if globs.is_empty() {
+                    self.error(
+                        &format!("{at}.channels"),
+                        "`channels` is empty: the rule would never match a command with channels"
+                            .into(),
+                    );
+                }
+                self.globs(&format!("{at}.channels"), globs);
+                *channels = Some(globs.clone());
+            }
+            Target::Leases { .. } => self.error(
+                &format!("{at}.channels"),
+                format!(
+                    "rule `{}`: `channels` apply to commands, not leases",
+                    source.id
+                ),
+            ),
+        }
+        target
+    }
+
+    /// A principal some allow rule confines to keys must not get channels unconfined by another
+    /// rule that says neither `keys:` nor `channels:` (the hole tenants policies had: acme's
+    /// `PUBLISH globex:chan` reached globex). Such a rule is refused at its `commands:` entry;
+    /// `channels: ["*"]` grants every channel on purpose.
+    fn unconfined_channels(&mut self, sources: &[RuleSource], rules: &[Rule]) {
+        let keyed: Vec<&Rule> = rules
+            .iter()
+            .filter(|rule| rule.action == Action::Allow && rule.matches_keys())
+            .collect();
+        for (index, source) in sources.iter().enumerate() {
+            let Some(rule) = rules.iter().find(|rule| rule.id == source.id) else {
+                continue;
+            };
+            if rule.action != Action::Allow || rule.matches_keys() || rule.matches_channels() {
+                continue;
+            }
+            let Some((entry, command)) = self.channel_command_reached(source) else {
+                continue;
+            };
+            let confined = keyed.iter().find_map(|keyed| {
+                let both = match (&rule.principals, &keyed.principals) {
+                    (None, None) => Some("every principal".to_owned()),
+                    (None, Some(names)) => names.first().map(|n| format!("`{n}`")),
+                    (Some(names), None) => names.first().map(|n| format!("`{n}`")),
+                    (Some(mine), Some(theirs)) => mine
+                        .iter()
+                        .find(|n| theirs.contains(n))
+                        .map(|n| format!("`{n}`")),
+                };
+                both.map(|who| (who, keyed.id.as_str()))
+            });
+            let Some((who, keyed)) = confined else {
+                continue;
+            };
+            self.error(
+                &format!("rules.{index}.commands.{entry}"),
+                format!(
+                    "rule `{}` grants {command} on every channel to {who}, whose keys rule \
+                     `{keyed}` confines: give it `channels:` globs (`[\"*\"]` to grant every \
+                     channel on purpose), or leave the pub/sub commands out",
+                    rule.id
+                ),
+            );
+        }
+    }
+
+    /// The first `commands` entry of `source` that reaches a command naming plain channels, and
+    /// that command.
+    fn channel_command_reached(&self, source: &RuleSource) -> Option<(usize, &'static str)> {
+        let commands = source.commands.as_ref()?;
+        commands.iter().enumerate().find_map(|(index, entry)| {
+            CHANNEL_COMMANDS
+                .iter()
+                .find(|name| {
+                    if entry == "*" {
+                        return true;
+                    }
+                    if let Some(category) = entry.strip_prefix('@') {
+                        return Category::from_name(category).is_some_and(|category| {
+                            self.catalog.categories(name).contains(category)
+                        });
+                    }
+                    entry.to_ascii_uppercase().replace(' ', "|") == **name
+                })
+                .map(|name| (index, *name))
+        })
+    }
+
     /// `scripts: unconstrained` on an allow rule that lets its principals run scripts takes them
     /// out of their scope (their scripts reach any key); anywhere else it does nothing, which is
     /// a warning. A key-constrained rule that allows scripts needs no such word: its principals'
@@ -521,6 +661,7 @@ impl<'a> Checker<'a> {
             categories,
             any,
             keys: keys.clone(),
+            channels: None,
             lanes,
         })
     }

@@ -266,6 +266,7 @@ fn covers(earlier: &Rule, later: &Rule, catalog: &CatalogIndex) -> bool {
                     categories: ec,
                     any: eany,
                     keys: ek,
+                    channels: echan,
                     lanes: el,
                 },
                 Target::Commands {
@@ -273,6 +274,7 @@ fn covers(earlier: &Rule, later: &Rule, catalog: &CatalogIndex) -> bool {
                     categories: lc,
                     any: lany,
                     keys: lk,
+                    channels: lchan,
                     lanes: ll,
                 },
             ) => {
@@ -288,6 +290,17 @@ fn covers(earlier: &Rule, later: &Rule, catalog: &CatalogIndex) -> bool {
                     (None, _) => true,
                     (Some(_), None) => false,
                     (Some(e), Some(l)) => keys_cover(earlier.action, e, later.action, l),
+                };
+                // With channels, a missing field no longer means "whatever": a rule with only
+                // `channels:` matches no keyed command. Covered only field for field.
+                let keys = match (echan, lchan) {
+                    (None, None) => keys,
+                    (Some(e), Some(l)) => {
+                        ek.is_some() == lk.is_some()
+                            && keys
+                            && keys_cover(earlier.action, e, later.action, l)
+                    }
+                    _ => false,
                 };
                 let lanes = match (el, ll) {
                     (None, _) => true,
@@ -328,6 +341,7 @@ mod tests {
                 categories: CategorySet::default(),
                 any: false,
                 keys: keys.map(|k| k.iter().map(|s| s.to_string()).collect()),
+                channels: None,
                 lanes: None,
             },
             action,

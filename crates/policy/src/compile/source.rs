@@ -81,6 +81,8 @@ pub struct RuleSource {
     pub principals: Option<Vec<String>>,
     pub commands: Option<Vec<String>>,
     pub keys: Option<Vec<String>>,
+    /// Channel globs for the pub/sub commands that name channels (docs/policy.md, "Channels").
+    pub channels: Option<Vec<String>>,
     pub lanes: Option<Vec<String>>,
     pub leases: Option<Vec<String>>,
     pub allow: Option<String>,

@@ -1,12 +1,13 @@
 //! How a caller and commands cross into the sandbox: arguments packed into the WIT `argv` record
 //! (all bytes in one buffer; where each ends, how long it was and whether it is a key in one list
 //! of numbers), so a call lowers two lists however many arguments and keys there are; a guard's
-//! batch packs several commands the same way, one after another. Keys cross in full (guards match
-//! them); every other argument as a bounded prefix. The buffers are reused per thread.
+//! batch packs several commands the same way, one after another. Keys and channels cross in full
+//! (guards match them); every other argument as a bounded prefix. The buffers are reused per thread.
 
 use std::cell::RefCell;
 
 use tollgate_model::Caller;
+use tollgate_policy_rules::channels;
 
 use super::bindings::{
     self, Access, Argv, Batch, Batched, Categories, Command, CommandFlags, Descriptor, Lane,
@@ -142,6 +143,12 @@ fn pack_command<A: AsRef<[u8]>>(
             *using |= access_bits(key.access);
         }
     }
+    // Channels are no keys (their access stays 0) but guards match them as they do keys.
+    if let Some((_, at)) = channels::positions(&descriptor.name, argv.len()) {
+        for using in &mut uses[at] {
+            *using |= WHOLE;
+        }
+    }
     out.spans.reserve(argv.len().max(1) * SPAN);
     push_arg(out, descriptor.name.as_bytes(), NOT_A_KEY);
     for (arg, &using) in argv.iter().zip(uses.iter()).skip(1) {
@@ -159,6 +166,8 @@ pub fn argc(argv: &Argv) -> usize {
 const SPAN: usize = 3;
 /// The access of an argument that is not a key.
 const NOT_A_KEY: u32 = 0;
+/// In `uses` only, never on the wire: the argument crosses whole (a channel).
+const WHOLE: u32 = 1 << 31;
 
 /// `access` as `argv.spans` carries it: the flags' bits in WIT order (1 read, 2 write).
 fn access_bits(access: Access) -> u32 {
@@ -178,8 +187,11 @@ fn push_arg(out: &mut Argv, arg: &[u8], using: u32) {
         arg.len()
     };
     out.bytes.extend_from_slice(&arg[..crossing]);
-    out.spans
-        .extend_from_slice(&[wire_len(out.bytes.len()), wire_len(arg.len()), using]);
+    out.spans.extend_from_slice(&[
+        wire_len(out.bytes.len()),
+        wire_len(arg.len()),
+        using & !WHOLE,
+    ]);
 }
 
 /// Lengths cross as u32. Frames are far smaller (the front door bounds them), so saturating
@@ -226,6 +238,40 @@ mod tests {
             assert_eq!(crossed(packed), [&b"set"[..], &long[..ARG_PREFIX], b"x"]);
             assert_eq!(lens_and_uses(packed), [(3, 0), (1000, 0), (1, 0)]);
             assert_eq!(packed.bytes.len(), 3 + ARG_PREFIX + 1);
+        });
+    }
+
+    #[test]
+    fn channels_cross_whole_and_unmarked_as_keys_do() {
+        let channel = vec![b'c'; 100];
+        let message = vec![b'm'; 100];
+        let descriptor = Descriptor {
+            name: "PUBLISH".into(),
+            lane: Lane::Regular,
+            categories: Categories::PUBSUB,
+            traits: CommandFlags::PUBSUB,
+            arity: 3,
+            keys: Vec::new(),
+            reuse: Some(Vec::new()),
+        };
+        let caller = Caller {
+            principal: "app".into(),
+            uid: 7,
+            gid: 8,
+            pid: 9,
+        };
+        Lowered::with(|lowered| {
+            let (_, command) = lowered.for_guard(
+                &caller,
+                &descriptor,
+                &argv(&[b"publish", &channel, &message]),
+            );
+            assert_eq!(
+                crossed(&command.argv),
+                [&b"PUBLISH"[..], &channel[..], &message[..ARG_PREFIX]]
+            );
+            // No access bits: a channel is no key, and the marker stays on the host.
+            assert_eq!(lens_and_uses(&command.argv), [(7, 0), (100, 0), (100, 0)]);
         });
     }
 

@@ -8,9 +8,9 @@ pub type ByteSet = [u64; 4];
 
 pub const FULL: ByteSet = [u64::MAX; 4];
 
-pub fn has(set: &ByteSet, byte: u8) -> bool {
-    set[usize::from(byte / 64)] & (1 << (byte % 64)) != 0
-}
+pub use tollgate_policy_rules::relation::has;
+#[cfg(test)]
+use tollgate_policy_rules::relation::{closure, step};
 
 pub fn count(set: &ByteSet) -> u32 {
     set.iter().map(|word| word.count_ones()).sum()
@@ -59,32 +59,4 @@ pub fn matches(pieces: &[Piece], text: &[u8]) -> bool {
         }
     }
     at.contains(&pieces.len())
-}
-
-/// `positions` with every position reachable by letting a star match nothing.
-pub fn closure(pieces: &[Piece], mut positions: Vec<usize>) -> Vec<usize> {
-    let mut i = 0;
-    while i < positions.len() {
-        let p = positions[i];
-        if pieces.get(p) == Some(&Piece::Star) && !positions.contains(&(p + 1)) {
-            positions.push(p + 1);
-        }
-        i += 1;
-    }
-    positions.sort_unstable();
-    positions.dedup();
-    positions
-}
-
-/// The positions after reading `byte` from `positions`.
-pub fn step(pieces: &[Piece], positions: &[usize], byte: u8) -> Vec<usize> {
-    let mut next = Vec::new();
-    for &p in positions {
-        match pieces.get(p) {
-            Some(Piece::Star) => next.push(p),
-            Some(Piece::Byte(set)) if has(set, byte) => next.push(p + 1),
-            _ => {}
-        }
-    }
-    closure(pieces, next)
 }

@@ -17,9 +17,15 @@
 //! and only when it shows nothing of the keyspace ([`KEYSPACE_WIDE`]): Redis ignores key
 //! patterns for a command without keys (`SCAN` would list every tenant's keys).
 //!
+//! **Channels.** A script may publish (`PUBLISH`, `SPUBLISH`; Redis refuses subscribing in
+//! scripts) on the channels an allow rule with `channels:` grants those commands, less the
+//! channel globs of the deny rules before it (and, for the shard channels, which are keys too,
+//! their key globs) and `tollgate:*`: channel selectors (`&` patterns), derived as the key ones
+//! are. A rule without `channels:` grants scripts no channel: scope users start from
+//! `resetchannels`.
+//!
 //! Not derived (documented in docs/policy.md): operator guard modules (unreadable; they can only
-//! narrow what is admitted, so a scope may grant a script what a module would refuse), and
-//! channels (scope users get none, so scripts cannot `PUBLISH`).
+//! narrow what is admitted, so a scope may grant a script what a module would refuse).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -27,7 +33,7 @@ use sha2::{Digest, Sha256};
 use tollgate_model::reserved::RESERVED_PREFIX;
 use tollgate_model::Lane;
 use tollgate_policy_rules::glob::{self, Piece};
-use tollgate_policy_rules::{Action, Category, Mode, Request, Rule, Subject, Target};
+use tollgate_policy_rules::{Action, Category, Channels, Mode, Request, Rule, Subject, Target};
 
 use super::minus::minus;
 use super::pattern::redis_pattern;
@@ -43,6 +49,10 @@ const KEYSPACE_WIDE: [Category; 5] = [
     Category::Pubsub,
     Category::Scripting,
 ];
+
+/// The commands a script may name a channel with (Redis refuses SUBSCRIBE and its kin in
+/// scripts): what channel selectors grant.
+const PUBLISHING: [&str; 2] = ["PUBLISH", "SPUBLISH"];
 
 /// Commands that never run on a client's connection as named (the front door serves FLUSHDB
 /// key by key; FLUSHALL reaches the lease database).
@@ -128,7 +138,7 @@ fn scoped(files: &[CompiledFile], principal: &str) -> bool {
             file.policy
                 .rules
                 .iter()
-                .any(|r| applies(r) && r.matches_keys())
+                .any(|r| applies(r) && (r.matches_keys() || r.matches_channels()))
         })
         && !files.iter().any(|file| {
             file.policy
@@ -150,24 +160,41 @@ struct Deriver<'a> {
 /// A deny rule that cuts an allow rule: `(file, index)`.
 type Cut = (usize, usize);
 
+/// (patterns, read-only, channel patterns) → commands: the selectors being gathered.
+type Grants = BTreeMap<(Vec<Vec<u8>>, bool, bool), BTreeSet<String>>;
+
 impl Deriver<'_> {
     fn scope(&self, scripts: BTreeSet<String>) -> Result<Scope, Vec<Diagnostic>> {
         let mut errors = Vec::new();
         let mut keyless = BTreeSet::new();
         let mut rules = Vec::new();
-        // (patterns, read-only) → commands
-        let mut selectors: BTreeMap<(Vec<Vec<u8>>, bool), BTreeSet<String>> = BTreeMap::new();
+        let mut channel_rules = Vec::new();
+        let mut selectors: Grants = BTreeMap::new();
         for (f, file) in self.input.files.iter().enumerate() {
             for (r, rule) in file.policy.rules.iter().enumerate() {
                 if rule.action != Action::Allow || !applies(rule, self.principal) {
                     continue;
                 }
-                let Target::Commands { keys, .. } = &rule.target else {
+                let Target::Commands { keys, channels, .. } = &rule.target else {
                     continue;
                 };
+                if let Some(globs) = channels {
+                    self.channel_selectors(f, r, globs, &mut selectors, &mut errors);
+                    if !channel_rules.contains(&rule.id) {
+                        channel_rules.push(rule.id.clone());
+                    }
+                    // A rule with only `channels:` matches no keyed or keyless command.
+                    if keys.is_none() {
+                        continue;
+                    }
+                }
                 let mut groups: BTreeMap<Vec<Cut>, Vec<&Descriptor>> = BTreeMap::new();
                 for descriptor in self.input.descriptors {
+                    // Pub/sub commands' keys are shard channels, which Redis checks against
+                    // channel patterns: key selectors would grant them nothing (publishing is
+                    // the channel selectors', subscribing never runs in a script).
                     if descriptor.traits.scripting && !descriptor.keys.is_empty()
+                        || descriptor.categories.contains(Category::Pubsub)
                         || NEVER.contains(&descriptor.name.as_str())
                         || !self.every_lane(&self.unkeyed[f][r], descriptor)
                     {
@@ -194,7 +221,7 @@ impl Deriver<'_> {
                         Ok(patterns) => {
                             let read_only = !commands.iter().any(|d| d.traits.write);
                             selectors
-                                .entry((patterns, read_only))
+                                .entry((patterns, read_only, false))
                                 .or_default()
                                 .extend(commands.iter().map(|d| d.name.clone()));
                             granted = true;
@@ -229,10 +256,11 @@ impl Deriver<'_> {
         }
         let selectors: Vec<Selector> = selectors
             .into_iter()
-            .map(|((patterns, read_only), commands)| Selector {
+            .map(|((patterns, read_only, channels), commands)| Selector {
                 patterns,
                 read_only,
                 commands,
+                channels,
             })
             .collect();
         let user = user_name(&scripts, &keyless, &selectors);
@@ -240,10 +268,105 @@ impl Deriver<'_> {
             user,
             principals: Vec::new(),
             rules,
+            channel_rules,
             scripts,
             keyless,
             selectors,
         })
+    }
+
+    /// The channel selectors allow rule `r` of file `f`, whose channel globs are `globs`, gives
+    /// the publishing commands it matches; an error at the rule when Redis cannot write them.
+    fn channel_selectors(
+        &self,
+        f: usize,
+        r: usize,
+        globs: &[String],
+        selectors: &mut Grants,
+        errors: &mut Vec<Diagnostic>,
+    ) {
+        let file = &self.input.files[f];
+        let rule = &file.policy.rules[r];
+        for name in PUBLISHING {
+            let Some(descriptor) = self.input.descriptors.iter().find(|d| d.name == name) else {
+                continue;
+            };
+            if !self.every_lane(&self.unkeyed[f][r], descriptor) {
+                continue;
+            }
+            let Some(away) = self.channel_cuts(f, r, descriptor) else {
+                continue;
+            };
+            match self.minus_all(Some(globs), away) {
+                Ok(patterns) if patterns.is_empty() => {}
+                Ok(patterns) => {
+                    selectors
+                        .entry((patterns, false, true))
+                        .or_default()
+                        .insert(name.to_owned());
+                }
+                Err(message) => {
+                    let place = file.places[r];
+                    let error = Diagnostic {
+                        file: file.path.clone(),
+                        line: place.line,
+                        column: place.column,
+                        severity: Severity::Error,
+                        message: format!(
+                            "rule `{}`: {message}, so Redis cannot hold the channels the scripts \
+                             of `{}` publish on to it; narrow the channel globs",
+                            rule.id, self.principal
+                        ),
+                    };
+                    if !errors.contains(&error) {
+                        errors.push(error);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The globs the deny rules before allow rule `r` of file `f` take from its channels for
+    /// the publishing `descriptor` (each with words for an error); `None` when one without
+    /// globs takes the command out.
+    fn channel_cuts(
+        &self,
+        f: usize,
+        r: usize,
+        descriptor: &Descriptor,
+    ) -> Option<Vec<(String, String)>> {
+        let shard = descriptor.name == "SPUBLISH";
+        let mut away = Vec::new();
+        for (g, file) in self.input.files.iter().enumerate() {
+            let before = if g == f { r } else { file.policy.rules.len() };
+            for (d, rule) in file.policy.rules[..before].iter().enumerate() {
+                if rule.action != Action::Deny {
+                    continue;
+                }
+                let hits = lanes(descriptor)
+                    .iter()
+                    .any(|lane| self.unkeyed[g][d].matches(&self.request(descriptor, *lane)));
+                let Target::Commands { keys, channels, .. } = &rule.target else {
+                    continue;
+                };
+                if !hits {
+                    continue;
+                }
+                let mut globs: Vec<&String> = channels.iter().flatten().collect();
+                if shard {
+                    globs.extend(keys.iter().flatten());
+                }
+                match (keys, channels) {
+                    (None, None) => return None,
+                    _ => {
+                        away.extend(globs.into_iter().map(|glob| {
+                            (glob.clone(), format!("deny rule `{}`'s `{glob}`", rule.id))
+                        }))
+                    }
+                }
+            }
+        }
+        Some(away)
     }
 
     /// Whether `rule` (keys set aside) matches `descriptor` on every lane it can take.
@@ -271,6 +394,14 @@ impl Deriver<'_> {
                     continue;
                 }
                 if !rule.matches_keys() {
+                    // Only `channels:`: it matches no keyed command but the shard ones (which
+                    // it then takes out of the key selectors: Redis checks their channels
+                    // against channel patterns anyway).
+                    if rule.matches_channels()
+                        && !matches!(descriptor.name.as_str(), "SPUBLISH" | "SSUBSCRIBE")
+                    {
+                        continue;
+                    }
                     return None;
                 }
                 if !descriptor.keys.is_empty() {
@@ -284,13 +415,6 @@ impl Deriver<'_> {
     /// The allow rule's globs (`None`: every key) minus each cut's globs and the reserved
     /// keyspace, written for Redis; `Err` names what cannot be written.
     fn patterns(&self, keys: Option<&[String]>, cuts: &[Cut]) -> Result<Vec<Vec<u8>>, String> {
-        let everything = ["*".to_owned()];
-        let mut globs: Vec<Vec<Piece>> = keys
-            .unwrap_or(&everything)
-            .iter()
-            .map(|g| glob::pieces(g.as_bytes()))
-            .collect();
-        let reserved = format!("{}*", escape(RESERVED_PREFIX));
         let mut away: Vec<(String, String)> = Vec::new();
         for (g, d) in cuts {
             let rule = &self.input.files[*g].policy.rules[*d];
@@ -304,6 +428,23 @@ impl Deriver<'_> {
                 }
             }
         }
+        self.minus_all(keys, away)
+    }
+
+    /// `keys` (`None`: every name) less each of `away`'s globs and the reserved keyspace,
+    /// written for Redis; `Err` names what cannot be written.
+    fn minus_all(
+        &self,
+        keys: Option<&[String]>,
+        mut away: Vec<(String, String)>,
+    ) -> Result<Vec<Vec<u8>>, String> {
+        let everything = ["*".to_owned()];
+        let mut globs: Vec<Vec<Piece>> = keys
+            .unwrap_or(&everything)
+            .iter()
+            .map(|g| glob::pieces(g.as_bytes()))
+            .collect();
+        let reserved = format!("{}*", escape(RESERVED_PREFIX));
         away.push((reserved, "the daemon's reserved keyspace".to_owned()));
         for (glob, what) in &away {
             let cut = glob::pieces(glob.as_bytes());
@@ -346,6 +487,7 @@ impl Deriver<'_> {
                 // Lanes in WIT order, as the YAML guard numbers them.
                 lane: lane as u8,
                 keys: &[],
+                channels: Channels::none(),
             },
         }
     }
@@ -359,8 +501,9 @@ fn applies(rule: &Rule, principal: &str) -> bool {
 
 fn without_keys(rule: &Rule) -> Rule {
     let mut rule = rule.clone();
-    if let Target::Commands { keys, .. } = &mut rule.target {
+    if let Target::Commands { keys, channels, .. } = &mut rule.target {
         *keys = None;
+        *channels = None;
     }
     rule
 }
@@ -413,7 +556,11 @@ fn user_name(
         hash.update([0]);
     }
     for selector in selectors {
-        hash.update(if selector.read_only { b"(r" } else { b"(w" });
+        hash.update(match (selector.channels, selector.read_only) {
+            (true, _) => b"(c",
+            (false, true) => b"(r",
+            (false, false) => b"(w",
+        });
         for pattern in &selector.patterns {
             hash.update((pattern.len() as u64).to_le_bytes());
             hash.update(pattern);
@@ -484,6 +631,9 @@ mod tests {
                 true,
             ),
             command("EVAL", Lane::Script, &[Scripting], 1, false),
+            command("PUBLISH", Lane::Regular, &[Pubsub], 0, false),
+            command("SPUBLISH", Lane::Regular, &[Pubsub], 1, false),
+            command("SUBSCRIBE", Lane::Pubsub, &[Pubsub], 0, false),
         ]
     }
 
@@ -596,6 +746,42 @@ mod tests {
         assert_eq!(scopes.of("uid:9").unwrap().user, app.user);
         assert_eq!(scopes.scopes.len(), 1);
         assert_eq!(scopes.scopes[0].principals, [Some("app".to_owned()), None]);
+    }
+
+    #[test]
+    fn a_scripts_channels_are_its_rules_channel_globs_less_denied_and_reserved_ones() {
+        let yaml = "principals:\n  acme: { uids: [1] }\n  globex: { uids: [2] }\nrules:\n\
+            - id: secret\n  commands: [PUBLISH]\n  channels: [\"acme:secret:*\"]\n  deny: no\n\
+            - id: acme-keys\n  principals: [acme]\n  commands: [GET]\n  keys: [\"acme:*\"]\n  allow: own\n\
+            - id: acme-channels\n  principals: [acme]\n  commands: [PUBLISH, SUBSCRIBE]\n  channels: [\"acme:*\", \"t*\"]\n  allow: own\n\
+            - id: globex-channels\n  principals: [globex]\n  commands: [PUBLISH]\n  channels: [\"globex:*\"]\n  allow: own\n\
+            - id: scripts\n  commands: [EVAL]\n  allow: scripts\n";
+        let scopes = scopes(yaml, &[("acme", &["EVAL"]), ("globex", &["EVAL"])]).unwrap();
+        let acme = scopes.of("acme").unwrap();
+        assert!(acme.publishes("PUBLISH", b"acme:news"));
+        assert!(acme.publishes("PUBLISH", b"tea"));
+        assert!(!acme.publishes("PUBLISH", b"globex:news"));
+        assert!(!acme.publishes("PUBLISH", b"acme:secret:1"));
+        assert!(!acme.publishes("PUBLISH", b"tollgate:release"));
+        // SPUBLISH is not the rule's; SUBSCRIBE never runs in a script.
+        assert!(!acme.publishes("SPUBLISH", b"acme:news"));
+        assert!(acme
+            .selectors
+            .iter()
+            .all(|s| !s.channels || s.commands.len() == 1));
+        // Channel patterns grant no key, and key selectors no channel.
+        assert!(!acme.allows("PUBLISH", &[]) && acme.allows("GET", &[b"acme:1"]));
+        assert_eq!(acme.rules, ["acme-keys"]);
+        assert_eq!(
+            acme.channel_words(),
+            "tollgate: scope of rule acme-channels does not include that channel"
+        );
+        // A principal confined by channels alone is scoped too.
+        let globex = scopes.of("globex").unwrap();
+        assert!(
+            globex.publishes("PUBLISH", b"globex:x") && !globex.publishes("PUBLISH", b"acme:x")
+        );
+        assert_ne!(globex.user, acme.user);
     }
 
     #[test]

@@ -56,6 +56,8 @@ pub struct Scope {
     pub principals: Vec<Option<String>>,
     /// The ids of the allow rules whose grants make up its selectors, in policy order.
     pub rules: Vec<String>,
+    /// Of those, the rules with `channels:`: whose channel grants the scope holds.
+    pub channel_rules: Vec<String>,
     /// The commands its principals may send on the SCRIPT lane (`EVAL`, `FCALL_RO`, `SCRIPT
     /// LOAD`, …): its user runs them on any key outside the reserved keyspace (their declared
     /// keys were admitted already).
@@ -75,6 +77,9 @@ pub struct Selector {
     pub read_only: bool,
     /// Canonical names, upper case, subcommand after a bar (`OBJECT|ENCODING`).
     pub commands: BTreeSet<String>,
+    /// The patterns are channel patterns (Redis: `&`), for the commands that publish
+    /// (`PUBLISH`, `SPUBLISH`): the channels the principal's rules grant them.
+    pub channels: bool,
 }
 
 impl Scope {
@@ -84,7 +89,8 @@ impl Scope {
     pub fn allows(&self, command: &str, keys: &[&[u8]]) -> bool {
         (self.keyless.contains(command) && keys.is_empty())
             || self.selectors.iter().any(|selector| {
-                selector.commands.contains(command)
+                !selector.channels
+                    && selector.commands.contains(command)
                     && keys.iter().all(|key| {
                         selector
                             .patterns
@@ -92,6 +98,31 @@ impl Scope {
                             .any(|pattern| redis_matches(pattern, key))
                     })
             })
+    }
+
+    /// Whether Redis, as this scope's user, lets a script's `command` (`PUBLISH`, `SPUBLISH`)
+    /// reach `channel`: some channel selector has the command and a pattern for it.
+    pub fn publishes(&self, command: &str, channel: &[u8]) -> bool {
+        self.selectors.iter().any(|selector| {
+            selector.channels
+                && selector.commands.contains(command)
+                && selector
+                    .patterns
+                    .iter()
+                    .any(|pattern| redis_matches(pattern, channel))
+        })
+    }
+
+    /// The words a refused `PUBLISH` of this scope's user gains: which rules' channels it holds.
+    pub fn channel_words(&self) -> String {
+        match self.channel_rules.as_slice() {
+            [] => "tollgate: no rule grants this script's caller channels".to_owned(),
+            [one] => format!("tollgate: scope of rule {one} does not include that channel"),
+            many => format!(
+                "tollgate: scope of rules {} does not include that channel",
+                many.join(", ")
+            ),
+        }
     }
 
     /// The words a refusal of this scope's user gains: which rules' keys the scope holds.

@@ -18,6 +18,9 @@ const REFUSED: &[u8] = b"The user executing the script can't run this command or
 /// Redis's words for a call on a key the script's user may not touch (a scope's refusal).
 const KEY_REFUSED: &[u8] =
     b"The user executing the script can't access at least one of the keys mentioned";
+/// Redis's words for a `PUBLISH` on a channel the script's user may not reach (a scope's
+/// refusal: its `&` patterns are the policy's channel grants).
+const CHANNEL_REFUSED: &[u8] = b"The user executing the script can't publish to the channel";
 /// Where Redis says which line of an `EVAL` body failed.
 const LINE: &[u8] = b"@user_script:";
 /// The calls a script makes.
@@ -54,7 +57,8 @@ impl ScriptNote {
     /// Redis's `reply`, with the note appended when it is a refused call.
     pub fn apply(self, reply: Bytes) -> Bytes {
         let refused = contains(&reply, REFUSED);
-        if !reply.starts_with(b"-") || !(refused || contains(&reply, KEY_REFUSED)) {
+        let channel = contains(&reply, CHANNEL_REFUSED);
+        if !reply.starts_with(b"-") || !(refused || channel || contains(&reply, KEY_REFUSED)) {
             return reply;
         }
         let Some(line) = reply.strip_suffix(b"\r\n") else {
@@ -64,6 +68,7 @@ impl ScriptNote {
             true => self.note(line),
             // Only a scope's user is refused keys: the scope says whose grants it holds.
             false => match self.generation.scopes().of(&self.caller.principal) {
+                Some(scope) if channel => format!("({})", scope.channel_words()),
                 Some(scope) => format!("({})", scope.words()),
                 None => return reply,
             },

@@ -13,7 +13,7 @@ use guest_kit::Args;
 use tollgate::policy::config;
 use tollgate::policy::types::{Batch, Caller, Categories, Command, Denial, Lane, Verdict};
 use tollgate_policy_rules::{
-    CategorySet, CompiledPolicy, Outcome, Request, Subject, LEASE_COMMAND,
+    channels, CategorySet, Channels, CompiledPolicy, Outcome, Request, Subject, LEASE_COMMAND,
 };
 
 struct YamlGuard;
@@ -75,6 +75,22 @@ fn judge(who: &Caller, lane: Lane, categories: Categories, args: Args) -> Verdic
     } else {
         Vec::new()
     };
+    // The host packs channels whole, as it does keys; one that was cut cannot be judged.
+    let named: Vec<&[u8]> = match channels::positions(name, args.count()) {
+        Some((_, at)) => {
+            let whole: Option<Vec<&[u8]>> = at.map(|i| args.whole(i)).collect();
+            match whole {
+                Some(whole) => whole,
+                None => {
+                    return Verdict::Deny(Denial {
+                        rule: "yaml-guard".into(),
+                        reason: "a channel did not cross into the sandbox whole".into(),
+                    })
+                }
+            }
+        }
+        None => Vec::new(),
+    };
     let subject = if lease {
         Subject::Lease {
             resource: keys.first().copied().unwrap_or_default(),
@@ -85,6 +101,13 @@ fn judge(who: &Caller, lane: Lane, categories: Categories, args: Args) -> Verdic
             categories: CategorySet(categories.bits()),
             lane: lane_index(lane),
             keys: &keys,
+            channels: match channels::positions(name, args.count()) {
+                Some((kind, _)) => Channels {
+                    kind,
+                    names: &named,
+                },
+                None => Channels::none(),
+            },
         }
     };
     let request = Request {
