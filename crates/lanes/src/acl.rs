@@ -280,11 +280,14 @@ pub fn plumbing(lane: Lane) -> &'static [&'static str] {
             "sunsubscribe",
         ],
         // On a cluster: ASKING before a command redirected to a slot being imported, and the
-        // slot map, which the REGULAR lane's user reads.
+        // slot map, which the REGULAR lane's user reads. The near cache's tracking connection
+        // logs in as this user and turns tracking on (`cache`); clients cannot send it (the front
+        // door answers `CLIENT TRACKING` itself).
         Lane::Regular => &[
             "hello",
             "ping",
             "asking",
+            "client|tracking",
             "cluster|shards",
             "cluster|slots",
             "cluster|info",
