@@ -66,6 +66,19 @@ struct Fill {
 #[derive(Clone)]
 pub struct Cache(Arc<Shared>);
 
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Cache")
+    }
+}
+
+/// The same cache.
+impl PartialEq for Cache {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
 struct Shared {
     store: Mutex<Store>,
     metrics: CacheMetrics,
@@ -104,9 +117,14 @@ impl Cache {
         if !self.0.tracking.load(Ordering::Acquire) {
             return None;
         }
-        let value = self.0.store.lock().get(key, Instant::now());
-        if value.is_some() {
-            self.0.metrics.hits.inc();
+        let mut store = self.0.store.lock();
+        let value = store.get(key, Instant::now());
+        match &value {
+            Some(_) => {
+                self.0.metrics.hits.inc();
+            }
+            // An entry past max_staleness may just have been dropped.
+            None => self.0.metrics.sizes(&store),
         }
         value
     }

@@ -6,7 +6,7 @@
 //! caller whose keys the policy does not constrain).
 
 use bytes::Bytes;
-use tollgate_lanes::{PubSub, SubscriptionKind};
+use tollgate_lanes::{Cache, PubSub, SubscriptionKind};
 use tollgate_policy::glob;
 use tollgate_resp::{Frame, Limits};
 
@@ -48,6 +48,13 @@ pub enum Amend {
     /// A script (`EVAL`, `FCALL` …): a call its lane's user was refused is told the policy's rule
     /// behind it (see [`ScriptNote`]).
     Script(Box<ScriptNote>),
+    /// A write to keys the near cache may hold: they are dropped before the reply goes on (then
+    /// any amendment of its own applies).
+    Written {
+        cache: Cache,
+        keys: Vec<Bytes>,
+        then: Option<Box<Amend>>,
+    },
 }
 
 /// `INFO` sections of server-wide counts per command, which a constrained caller does not see.
@@ -85,6 +92,15 @@ impl Amend {
             Amend::ConfigGet { fallback } if reply.starts_with(b"-") => fallback,
             Amend::ConfigGet { .. } => edit(reply, config_get),
             Amend::Script(note) => note.apply(reply),
+            Amend::Written { cache, keys, then } => {
+                for key in &keys {
+                    cache.written(key);
+                }
+                match then {
+                    Some(amend) => amend.apply(reply, pubsub),
+                    None => reply,
+                }
+            }
             Amend::Info {
                 sees_every_key,
                 clients,

@@ -1,0 +1,196 @@
+//! The near cache at the front door (docs/cache.md): which admitted commands it answers, which it
+//! must drop entries for, and how a cached read is served. Admission has always run first: only a
+//! command the policy admitted reaches [`NearCache::plan`], so a hit never shows a principal what
+//! its policy refuses.
+//!
+//! Served: `GET` of a key matching `cache.keys`. A hit is answered only while nothing of the
+//! session is in flight, and a miss is read through the cache's tracking connection only then
+//! (and holds the session's later commands back until it is answered, as an exclusive borrow
+//! does), so that no cached read overtakes, or is overtaken by, an earlier command of the same
+//! client; otherwise the read is forwarded as if uncached.
+//!
+//! Writes through the daemon to a cacheable key drop its entry when their reply arrives, before
+//! the client sees it (`Amend::Written`), so every local client reads the daemon's writes at once;
+//! a write by anyone else is seen when Redis's invalidation arrives.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use tollgate_lanes::cache::{self, Cache, Cause, Fetched};
+use tollgate_lanes::{Lanes, Route};
+use tollgate_model::{Multiplexed, Protocol};
+use tollgate_policy::{glob, Descriptor};
+
+use super::amend::Amend;
+use super::pending::Pending;
+use super::plan::{CachedRead, Forward, Plan};
+use super::replies;
+
+/// The cache and the globs of the keys it serves.
+pub struct NearCache {
+    pub cache: Cache,
+    keys: Vec<String>,
+}
+
+/// What a session's cached read became.
+pub enum Served {
+    /// Answered now, from the cache.
+    Hit(Bytes),
+    /// Read through the tracking connection; the session's later commands wait for it.
+    Filling(Pending),
+    /// Not for the cache now: send it on REGULAR as if uncached.
+    Forward,
+}
+
+impl NearCache {
+    pub fn new(cache: Cache, keys: Vec<String>) -> Self {
+        NearCache { cache, keys }
+    }
+
+    /// Whether reads of `key` may be answered from the cache.
+    pub fn cacheable(&self, key: &[u8]) -> bool {
+        self.keys
+            .iter()
+            .any(|pattern| glob::matches(pattern.as_bytes(), key))
+    }
+
+    /// What the cache makes of an admitted command's `plan`: a cacheable `GET` forwarded on
+    /// REGULAR becomes [`Plan::Cached`]; a command that writes cacheable keys has its reply drop
+    /// them first. `written` collects the keys a transaction's queued command writes (dropped
+    /// after the transaction's command runs, see `SessionState`).
+    pub fn plan(
+        &self,
+        plan: Plan,
+        descriptor: &Descriptor,
+        argv: &[&[u8]],
+        written: &mut Vec<Bytes>,
+    ) -> Plan {
+        if descriptor.name == "GET" {
+            if let (Plan::Forward(Forward::Multiplexed(Multiplexed::Regular), None), Some(key)) =
+                (&plan, argv.get(1))
+            {
+                if self.cacheable(key) {
+                    return Plan::Cached(CachedRead::Get(Bytes::copy_from_slice(key)));
+                }
+            }
+            return plan;
+        }
+        let keys = self.written_keys(descriptor, argv);
+        if keys.is_empty() {
+            return plan;
+        }
+        match plan {
+            Plan::Forward(forward, amend) => Plan::Forward(forward, Some(self.written(keys, amend))),
+            Plan::Placed(forward, slot, amend) => {
+                Plan::Placed(forward, slot, Some(self.written(keys, amend)))
+            }
+            Plan::Transaction | Plan::TransactionIn(_) => {
+                written.extend(keys);
+                plan
+            }
+            plan => plan,
+        }
+    }
+
+    /// The cacheable keys a command may write: those the catalog marks written, and every key of
+    /// a script (which the catalog cannot see into).
+    fn written_keys(&self, descriptor: &Descriptor, argv: &[&[u8]]) -> Vec<Bytes> {
+        let scripting = descriptor.traits.scripting;
+        if !scripting && !descriptor.traits.write {
+            return Vec::new();
+        }
+        descriptor
+            .keys
+            .iter()
+            .filter(|key| key.write || scripting)
+            .filter_map(|key| argv.get(key.position))
+            .filter(|key| self.cacheable(key))
+            .map(|key| Bytes::copy_from_slice(key))
+            .collect()
+    }
+
+    fn written(&self, keys: Vec<Bytes>, then: Option<Amend>) -> Amend {
+        Amend::Written {
+            cache: self.cache.clone(),
+            keys,
+            then: then.map(Box::new),
+        }
+    }
+
+    /// Drops `keys` (written by a transaction's command that has run).
+    pub fn drop_written(&self, keys: &[Bytes]) {
+        for key in keys {
+            self.cache.written(key);
+        }
+    }
+
+    /// Everything written through the daemon is gone (`FLUSHDB` served over SCAN).
+    pub fn flushed(&self) {
+        self.cache.flush(Cause::Write);
+    }
+
+    /// Serves `read` for a session speaking `protocol`; `quiet`: nothing of the session is in
+    /// flight. A miss waits for its reply at most `deadline`; should the tracking connection be
+    /// lost first, the read is sent on REGULAR after all.
+    pub fn serve(
+        &self,
+        read: &CachedRead,
+        quiet: bool,
+        on: Fallback,
+        deadline: Option<Duration>,
+    ) -> Served {
+        let CachedRead::Get(key) = read;
+        if !quiet {
+            return Served::Forward;
+        }
+        if let Some(value) = self.cache.hit(key) {
+            return Served::Hit(cache::encode_get(&value, on.protocol));
+        }
+        let Some(fill) = self.cache.fill(key.clone()) else {
+            return Served::Forward;
+        };
+        Served::Filling(Pending::Exclusive(Box::pin(async move {
+            let fetched = match deadline {
+                Some(deadline) => match tokio::time::timeout(deadline, fill).await {
+                    Ok(fetched) => fetched,
+                    Err(_) => {
+                        return replies::error(format!(
+                            "IOERR tollgate: no reply from redis within {} on the cache's \
+                             connection",
+                            humantime::format_duration(deadline)
+                        ))
+                    }
+                },
+                None => fill.await,
+            };
+            match fetched {
+                Ok(Fetched::Value(value)) => cache::encode_get(&value, on.protocol),
+                Ok(Fetched::Refused(line)) => line,
+                Err(_lost) => on.forward(deadline).await,
+            }
+        })))
+    }
+}
+
+/// How a cached read is sent as if uncached when the tracking connection is lost under it.
+pub struct Fallback {
+    pub lanes: Lanes,
+    pub protocol: Protocol,
+    pub encoded: Bytes,
+}
+
+impl Fallback {
+    async fn forward(self, deadline: Option<Duration>) -> Bytes {
+        let channel = match self
+            .lanes
+            .multiplexed_speaking(Multiplexed::Regular, self.protocol)
+        {
+            Ok(channel) => channel,
+            Err(error) => return replies::lane_failed(&error),
+        };
+        match channel.send_routed(Route::Any, self.encoded, deadline).await {
+            Ok(reply) => reply.into_bytes(),
+            Err(error) => replies::call_failed(&error),
+        }
+    }
+}
