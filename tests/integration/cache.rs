@@ -211,6 +211,34 @@ async fn a_write_through_the_daemon_is_seen_at_once_by_every_local_client() {
     daemon.stop().await;
 }
 
+/// Redis's invalidation of a write through the daemon may come well after the write's reply
+/// (here it waits behind a large reply on the tracking connection): the entry is dropped all the
+/// same before the writer, or anyone, is answered.
+#[tokio::test]
+async fn a_write_through_the_daemon_does_not_wait_for_redis_s_invalidation() {
+    let redis = RedisServer::start();
+    let daemon = cache_daemon(&redis, NOBODY, cache(1 << 20, 64 << 10)).await;
+    let mut direct = RawClient::to_redis(redis.socket()).await;
+    let mut reader = RawClient::connect(&daemon.resp_socket()).await;
+    let mut writer = RawClient::connect(&daemon.resp_socket()).await;
+    let mut lagger = RawClient::connect(&daemon.resp_socket()).await;
+    let huge = "h".repeat(32 << 20);
+    direct.call(&["SET", "big:lag", &huge]).await;
+    writer.call(&["SET", "user:3", "v0"]).await;
+    until_hit(&daemon, &mut reader, "user:3", &bulk("v0")).await;
+    for round in 1..=10 {
+        // A large fill ahead of the write's invalidation on the tracking connection.
+        lagger.send(&["GET", "big:lag"]).await;
+        let value = format!("v{round}");
+        writer.call(&["SET", "user:3", &value]).await;
+        assert_eq!(reader.call(&["GET", "user:3"]).await, bulk(&value), "round {round}");
+        assert_eq!(lagger.read().await, bulk(&huge));
+        // Kept again for the next round.
+        until_hit(&daemon, &mut reader, "user:3", &bulk(&value)).await;
+    }
+    daemon.stop().await;
+}
+
 #[tokio::test]
 async fn flushall_by_a_direct_client_empties_the_cache() {
     let redis = RedisServer::start();
