@@ -43,7 +43,12 @@ rules:
 
 fn cache(max_bytes: usize, max_entry_bytes: usize) -> CacheConfig {
     CacheConfig {
-        keys: vec!["user:*".into(), "secret:*".into(), "big:*".into(), "hot:*".into()],
+        keys: vec![
+            "user:*".into(),
+            "secret:*".into(),
+            "big:*".into(),
+            "hot:*".into(),
+        ],
         max_bytes: ByteSize(max_bytes),
         max_entry_bytes: ByteSize(max_entry_bytes),
         max_staleness: Duration::from_secs(60),
@@ -96,7 +101,10 @@ async fn until_seen(client: &mut RawClient, key: &str, want: &Frame) {
         if &got == want {
             return;
         }
-        assert!(Instant::now() < deadline, "GET {key} is still {got:?}, not {want:?}");
+        assert!(
+            Instant::now() < deadline,
+            "GET {key} is still {got:?}, not {want:?}"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
@@ -142,7 +150,11 @@ async fn a_hit_is_served_without_redis_and_a_direct_write_is_seen_once_its_inval
     for _ in 0..20 {
         assert_eq!(client.call(&["GET", "user:1"]).await, bulk("first"));
     }
-    assert_eq!(redis_gets(&mut direct).await, before, "hits ran GET on Redis");
+    assert_eq!(
+        redis_gets(&mut direct).await,
+        before,
+        "hits ran GET on Redis"
+    );
 
     // A missing key is cached as missing, and a RESP3 client gets RESP3's null.
     until_hit(&daemon, &mut client, "user:none", &Frame::Null).await;
@@ -159,7 +171,14 @@ async fn a_hit_is_served_without_redis_and_a_direct_write_is_seen_once_its_inval
     until_seen(&mut client, "user:1", &bulk("second")).await;
     direct.call(&["SET", "user:none", "now"]).await;
     until_seen(&mut client, "user:none", &bulk("now")).await;
-    assert!(metric(&daemon, "tollgate_cache_invalidations_total{cause=\"redis\"}").await >= 1.0);
+    assert!(
+        metric(
+            &daemon,
+            "tollgate_cache_invalidations_total{cause=\"redis\"}"
+        )
+        .await
+            >= 1.0
+    );
     // A wrong type is Redis's error, passed on and never kept.
     direct.call(&["LPUSH", "user:list", "x"]).await;
     for _ in 0..2 {
@@ -198,7 +217,11 @@ async fn a_write_through_the_daemon_is_seen_at_once_by_every_local_client() {
         };
         // Read twice: the first may fill, the second may hit; neither is ever the old value.
         for _ in 0..2 {
-            assert_eq!(reader.call(&["GET", "user:2"]).await, bulk(&value), "round {round}");
+            assert_eq!(
+                reader.call(&["GET", "user:2"]).await,
+                bulk(&value),
+                "round {round}"
+            );
         }
     }
     assert!(metric(&daemon, "tollgate_cache_hits_total").await >= 100.0);
@@ -231,7 +254,11 @@ async fn a_write_through_the_daemon_does_not_wait_for_redis_s_invalidation() {
         lagger.send(&["GET", "big:lag"]).await;
         let value = format!("v{round}");
         writer.call(&["SET", "user:3", &value]).await;
-        assert_eq!(reader.call(&["GET", "user:3"]).await, bulk(&value), "round {round}");
+        assert_eq!(
+            reader.call(&["GET", "user:3"]).await,
+            bulk(&value),
+            "round {round}"
+        );
         assert_eq!(lagger.read().await, bulk(&huge));
         // Kept again for the next round.
         until_hit(&daemon, &mut reader, "user:3", &bulk(&value)).await;
@@ -256,9 +283,19 @@ async fn flushall_by_a_direct_client_empties_the_cache() {
     direct.call(&["FLUSHALL"]).await;
     until_metric(&daemon, "tollgate_cache_entries", |entries| entries == 0.0).await;
     for n in 0..10 {
-        assert_eq!(client.call(&["GET", &format!("user:{n}")]).await, Frame::Null);
+        assert_eq!(
+            client.call(&["GET", &format!("user:{n}")]).await,
+            Frame::Null
+        );
     }
-    assert!(metric(&daemon, "tollgate_cache_invalidations_total{cause=\"flush\"}").await >= 10.0);
+    assert!(
+        metric(
+            &daemon,
+            "tollgate_cache_invalidations_total{cause=\"flush\"}"
+        )
+        .await
+            >= 10.0
+    );
     daemon.stop().await;
 }
 
@@ -287,7 +324,12 @@ async fn a_killed_tracking_connection_empties_the_cache_which_then_fills_again()
     direct.call(&["SET", "user:k", "after"]).await;
     until_seen(&mut client, "user:k", &bulk("after")).await;
     assert!(
-        metric(&daemon, "tollgate_cache_invalidations_total{cause=\"connection\"}").await >= 1.0
+        metric(
+            &daemon,
+            "tollgate_cache_invalidations_total{cause=\"connection\"}"
+        )
+        .await
+            >= 1.0
     );
     // A new tracking connection, and the cache serves again, kept correct by it.
     until_hit(&daemon, &mut client, "user:k", &bulk("after")).await;
@@ -314,7 +356,10 @@ async fn a_principal_refused_a_key_is_refused_on_a_hit_too() {
     // The same principal reads what it may, from the cache.
     let open = redis_cli(&other, &daemon, &["GET", "user:x"]).await;
     assert_eq!(open.trim(), "open");
-    assert_eq!(metric(&daemon, "tollgate_cache_hits_total").await, hits + 1.0);
+    assert_eq!(
+        metric(&daemon, "tollgate_cache_hits_total").await,
+        hits + 1.0
+    );
     daemon.stop().await;
 }
 
@@ -344,9 +389,7 @@ async fn max_bytes_holds_under_a_flood_of_distinct_large_values() {
     for _ in 0..2 {
         assert_eq!(client.call(&["GET", "big:huge"]).await, bulk(&huge));
     }
-    assert!(
-        metric(&daemon, "tollgate_cache_fills_total{outcome=\"too_large\"}").await >= 2.0
-    );
+    assert!(metric(&daemon, "tollgate_cache_fills_total{outcome=\"too_large\"}").await >= 2.0);
     daemon.stop().await;
 }
 

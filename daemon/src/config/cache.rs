@@ -53,7 +53,10 @@ impl CacheConfig {
     pub fn validate(&self) -> Result<(), (String, String)> {
         let invalid = |key: &str, message: String| Err((format!("cache.{key}"), message));
         if let Some(at) = self.keys.iter().position(String::is_empty) {
-            return invalid(&format!("keys[{at}]"), "an empty glob matches no key".into());
+            return invalid(
+                &format!("keys[{at}]"),
+                "an empty glob matches no key".into(),
+            );
         }
         // Checked even while the cache is off, so that turning it on needs no second fix.
         let smallest = ENTRY_OVERHEAD + 1;
@@ -117,17 +120,33 @@ mod tests {
     #[test]
     fn bad_values_name_their_key() {
         for (text, key, says) in [
-            ("cache:\n  max_bytes: lots\n", "cache.max_bytes", "invalid size `lots`"),
+            (
+                "cache:\n  max_bytes: lots\n",
+                "cache.max_bytes",
+                "invalid size `lots`",
+            ),
             ("cache:\n  max_staleness: soon\n", "cache.max_staleness", ""),
-            ("cache:\n  max_staleness: 0s\n", "cache.max_staleness", "longer than zero"),
+            (
+                "cache:\n  max_staleness: 0s\n",
+                "cache.max_staleness",
+                "longer than zero",
+            ),
             (
                 "cache:\n  max_bytes: 1KiB\n  max_entry_bytes: 2KiB\n",
                 "cache.max_bytes",
                 "at least max_entry_bytes",
             ),
-            ("cache:\n  max_entry_bytes: 10\n", "cache.max_entry_bytes", "at least"),
+            (
+                "cache:\n  max_entry_bytes: 10\n",
+                "cache.max_entry_bytes",
+                "at least",
+            ),
             ("cache:\n  keys: [\"\"]\n", "cache.keys[0]", "empty glob"),
-            ("cache:\n  keys: user:*\n", "cache.keys", "expected a sequence"),
+            (
+                "cache:\n  keys: user:*\n",
+                "cache.keys",
+                "expected a sequence",
+            ),
             ("cache:\n  size: 1\n", "cache.size", "unknown field"),
         ] {
             let error = parse(text).unwrap_err();

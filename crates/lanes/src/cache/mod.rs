@@ -36,7 +36,9 @@ const FILL_QUEUE: usize = 4096;
 /// Why there is no cache.
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
-    #[error("the near cache needs one Redis server (standalone or Sentinel); a cluster has none yet")]
+    #[error(
+        "the near cache needs one Redis server (standalone or Sentinel); a cluster has none yet"
+    )]
     Cluster,
 }
 
@@ -148,7 +150,10 @@ impl Cache {
         };
         if self.0.fills.try_send(fill).is_err() {
             // Never sent: the ticket is given back.
-            self.0.store.lock().complete(&key, ticket, None, Instant::now());
+            self.0
+                .store
+                .lock()
+                .complete(&key, ticket, None, Instant::now());
             return None;
         }
         self.0.metrics.misses.inc();
@@ -236,7 +241,10 @@ mod tests {
         let value = Value::String(Bytes::from_static(b"hi"));
         assert_eq!(encode_get(&value, Protocol::Resp2), &b"$2\r\nhi\r\n"[..]);
         assert_eq!(encode_get(&value, Protocol::Resp3), &b"$2\r\nhi\r\n"[..]);
-        assert_eq!(encode_get(&Value::Missing, Protocol::Resp2), &b"$-1\r\n"[..]);
+        assert_eq!(
+            encode_get(&Value::Missing, Protocol::Resp2),
+            &b"$-1\r\n"[..]
+        );
         assert_eq!(encode_get(&Value::Missing, Protocol::Resp3), &b"_\r\n"[..]);
     }
 }

@@ -291,7 +291,7 @@ impl Store {
             .iter()
             .map(|(key, entry)| (key.clone(), entry.size))
             .collect();
-        sizes.sort_by(|a, b| b.1.cmp(&a.1));
+        sizes.sort_by_key(|(_, size)| std::cmp::Reverse(*size));
         sizes.truncate(count);
         sizes
     }
@@ -390,7 +390,10 @@ mod tests {
         fill(&mut store, "a", "1", start);
         let limit = bounds().max_staleness;
         assert_eq!(store.get(b"a", start + limit), Some(string("1")));
-        assert_eq!(store.get(b"a", start + limit + Duration::from_millis(1)), None);
+        assert_eq!(
+            store.get(b"a", start + limit + Duration::from_millis(1)),
+            None
+        );
         assert!(store.is_empty());
         // Counted from when the read was sent, not when its reply came.
         let ticket = store.begin(&key("a"), start);

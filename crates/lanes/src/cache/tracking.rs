@@ -33,7 +33,10 @@ enum Lost {
     #[error("{0}")]
     Conn(#[from] ConnError),
     #[error("redis refused `{command}`: {reply}")]
-    Refused { command: &'static str, reply: String },
+    Refused {
+        command: &'static str,
+        reply: String,
+    },
     #[error("{0}")]
     Io(#[from] std::io::Error),
     #[error("{0}")]
@@ -102,7 +105,10 @@ async fn open(connector: &Connector) -> Result<Conn, Lost> {
     let mut conn = connector.connect(Protocol::Resp3).await?;
     let setup: [(&'static str, Bytes); 2] = [
         ("HELLO", hello(None, Some(NAME), Protocol::Resp3)),
-        ("CLIENT TRACKING ON", command(&[b"CLIENT", b"TRACKING", b"ON"])),
+        (
+            "CLIENT TRACKING ON",
+            command(&[b"CLIENT", b"TRACKING", b"ON"]),
+        ),
     ];
     for (name, bytes) in setup {
         let reply = conn.call(&bytes).await?;

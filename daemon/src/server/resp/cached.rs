@@ -80,7 +80,9 @@ impl NearCache {
             return plan;
         }
         match plan {
-            Plan::Forward(forward, amend) => Plan::Forward(forward, Some(self.written(keys, amend))),
+            Plan::Forward(forward, amend) => {
+                Plan::Forward(forward, Some(self.written(keys, amend)))
+            }
             Plan::Placed(forward, slot, amend) => {
                 Plan::Placed(forward, slot, Some(self.written(keys, amend)))
             }
@@ -188,7 +190,10 @@ impl Fallback {
             Ok(channel) => channel,
             Err(error) => return replies::lane_failed(&error),
         };
-        match channel.send_routed(Route::Any, self.encoded, deadline).await {
+        match channel
+            .send_routed(Route::Any, self.encoded, deadline)
+            .await
+        {
             Ok(reply) => reply.into_bytes(),
             Err(error) => replies::call_failed(&error),
         }

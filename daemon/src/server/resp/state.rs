@@ -621,8 +621,13 @@ impl SessionState {
             // Alone, as an exclusive borrow is: the session's later commands wait for it.
             Served::Filling(pending) => (Class::Exclusive, pending),
             Served::Forward => {
-                let sent =
-                    self.send_multiplexed(Multiplexed::Regular, Route::Any, encoded, deadline, quiet);
+                let sent = self.send_multiplexed(
+                    Multiplexed::Regular,
+                    Route::Any,
+                    encoded,
+                    deadline,
+                    quiet,
+                );
                 (regular, sent)
             }
         }
