@@ -381,6 +381,16 @@ async fn max_bytes_holds_under_a_flood_of_distinct_large_values() {
         assert!(bytes <= max_bytes as f64, "{bytes} bytes held");
     }
     assert!(metric(&daemon, "tollgate_cache_evictions_total").await >= 150.0);
+    // `/v1/cache` agrees, and lists the largest entries.
+    let state = daemon.get("/v1/cache").await.json();
+    assert_eq!(state["enabled"], true, "{state}");
+    assert_eq!(state["cache"]["tracking"], true, "{state}");
+    assert_eq!(state["cache"]["max_bytes"], max_bytes, "{state}");
+    let held = state["cache"]["bytes"].as_u64().expect("bytes");
+    assert!(held <= max_bytes as u64, "{state}");
+    let largest = state["cache"]["largest"].as_array().expect("largest");
+    assert!(!largest.is_empty() && largest.len() <= 10, "{state}");
+    assert!(largest[0]["bytes"].as_u64() > Some(10 << 10), "{state}");
     let entries = metric(&daemon, "tollgate_cache_entries").await;
     assert!((20.0..=25.0).contains(&entries), "{entries} entries");
     // Larger than max_entry_bytes: served, never kept.
@@ -390,6 +400,44 @@ async fn max_bytes_holds_under_a_flood_of_distinct_large_values() {
         assert_eq!(client.call(&["GET", "big:huge"]).await, bulk(&huge));
     }
     assert!(metric(&daemon, "tollgate_cache_fills_total{outcome=\"too_large\"}").await >= 2.0);
+    daemon.stop().await;
+}
+
+#[tokio::test]
+async fn an_entry_is_never_served_older_than_max_staleness() {
+    let redis = RedisServer::start();
+    let max_staleness = Duration::from_secs(2);
+    let config = CacheConfig {
+        max_staleness,
+        ..cache(1 << 20, 64 << 10)
+    };
+    let daemon = cache_daemon(&redis, NOBODY, config).await;
+    let mut direct = RawClient::to_redis(redis.socket()).await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    direct.call(&["SET", "user:aged", "v"]).await;
+    until_hit(&daemon, &mut client, "user:aged", &bulk("v")).await;
+    // Time passes (that is what is tested): past max_staleness, the entry is not served, though
+    // no invalidation came; the read goes to Redis and fills again.
+    tokio::time::sleep(max_staleness + Duration::from_millis(100)).await;
+    let before = redis_gets(&mut direct).await;
+    assert_eq!(client.call(&["GET", "user:aged"]).await, bulk("v"));
+    assert_eq!(redis_gets(&mut direct).await, before + 1);
+    assert_eq!(client.call(&["GET", "user:aged"]).await, bulk("v"));
+    assert_eq!(redis_gets(&mut direct).await, before + 1, "filled again");
+    daemon.stop().await;
+}
+
+#[tokio::test]
+async fn the_cache_is_off_by_default_and_says_so() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    let state = daemon.get("/v1/cache").await.json();
+    assert_eq!(state["enabled"], false, "{state}");
+    let metrics = daemon.get("/metrics").await.body;
+    assert!(!metrics.contains("tollgate_cache_"), "{metrics}");
+    // No connection to Redis tracks keys.
+    let list = redis.inline("CLIENT LIST");
+    assert!(!list.contains("tollgate-cache"), "{list}");
     daemon.stop().await;
 }
 

@@ -202,6 +202,9 @@ impl Cache {
             tracking: self.0.tracking.load(Ordering::Acquire),
             entries: store.len(),
             bytes: store.bytes(),
+            bounds: store.bounds(),
+            hits: self.0.metrics.hits.get(),
+            misses: self.0.metrics.misses.get(),
             largest: store.largest(largest),
         }
     }
@@ -213,6 +216,9 @@ pub struct Summary {
     pub tracking: bool,
     pub entries: usize,
     pub bytes: usize,
+    pub bounds: Bounds,
+    pub hits: u64,
+    pub misses: u64,
     /// Keys and their entries' sizes, largest first.
     pub largest: Vec<(Bytes, usize)>,
 }

@@ -266,6 +266,10 @@ impl Store {
         }
     }
 
+    pub fn bounds(&self) -> Bounds {
+        self.bounds
+    }
+
     /// The bytes kept, counted as `max_bytes` counts them.
     pub fn bytes(&self) -> usize {
         self.bytes

@@ -3,7 +3,8 @@
 //! that connection's replies, so a reply that arrives with no invalidation of its key before it is
 //! Redis's value as of that point of the stream; the store's tickets ([`super::store`]) refuse a
 //! fill that an invalidation overtook. A lost connection (or a new one) empties the cache: what the
-//! old one tracked, and what changed while none did, is unknown.
+//! old one tracked, and what changed while none did, is unknown. So does a Sentinel switch: the
+//! connection is closed when the master moves, and opened to the new one.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -45,6 +46,8 @@ enum Lost {
     Eof,
     #[error("a reply arrived that no read asked for")]
     OutOfStep,
+    #[error("the master moved (Sentinel): the old one's values may lag the new one's")]
+    Moved,
 }
 
 /// Keeps the tracking connection open until `stop`: opens it, serves fills on it, and after a loss
@@ -71,7 +74,7 @@ pub(super) async fn drive(
                     tracing::info!("tracking connection open again");
                 }
                 pause = FIRST_PAUSE;
-                let lost = serve(&cache, conn, &mut queue, &stop).await;
+                let lost = serve(&cache, &connector, conn, &mut queue, &stop).await;
                 cache.set_tracking(false);
                 cache.flush(Cause::Connection);
                 lost
@@ -132,10 +135,12 @@ fn command(argv: &[&[u8]]) -> Bytes {
 /// waiting when it ends is told [`FillLost`].
 async fn serve(
     cache: &Cache,
+    connector: &Connector,
     conn: Conn,
     queue: &mut mpsc::Receiver<Fill>,
     stop: &CancellationToken,
 ) -> Result<(), Lost> {
+    let generation = conn.generation();
     let (stream, mut read, _open) = conn.into_parts();
     let (mut reader, mut writer) = tokio::io::split(stream);
     let mut waiting = VecDeque::new();
@@ -152,6 +157,9 @@ async fn serve(
             }
             tokio::select! {
                 () = stop.cancelled() => return Ok(()),
+                // A demoted master still answers reads and tracks, but behind the new one: a
+                // fill there could keep a value older than a write already acknowledged.
+                () = connector.moved(generation) => return Err(Lost::Moved),
                 fill = queue.recv() => {
                     let Some(fill) = fill else { return Ok(()) };
                     // Every fill queued meanwhile goes out in the same write.

@@ -47,6 +47,11 @@ impl NearCache {
         NearCache { cache, keys }
     }
 
+    /// The globs of the keys served (`cache.keys`).
+    pub fn keys(&self) -> &[String] {
+        &self.keys
+    }
+
     /// Whether reads of `key` may be answered from the cache.
     pub fn cacheable(&self, key: &[u8]) -> bool {
         self.keys
