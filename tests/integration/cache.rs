@@ -427,6 +427,38 @@ async fn an_entry_is_never_served_older_than_max_staleness() {
     daemon.stop().await;
 }
 
+/// Redis sends an expired key's invalidation only when it deletes the key, which its active
+/// expiry may do late (here: never, it is turned off); the daemon does not serve the entry past
+/// the expiry `PTTL` gave it when it filled.
+#[tokio::test]
+async fn an_entry_is_not_served_past_its_key_s_expiry() {
+    let redis = RedisServer::builder()
+        .args_of("--enable-debug-command yes")
+        .start();
+    let daemon = cache_daemon(&redis, NOBODY, cache(1 << 20, 64 << 10)).await;
+    let mut direct = RawClient::to_redis(redis.socket()).await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    let reply = direct.call(&["DEBUG", "SET-ACTIVE-EXPIRE", "0"]).await;
+    assert_eq!(reply, Frame::Simple("OK".into()));
+    let ttl = Duration::from_millis(1500);
+    let set = Instant::now();
+    direct
+        .call(&["SET", "user:ttl", "short", "PX", "1500"])
+        .await;
+    until_hit(&daemon, &mut client, "user:ttl", &bulk("short")).await;
+    assert!(
+        set.elapsed() < ttl,
+        "too slow to test within the key's life"
+    );
+    // Time passes (that is what is tested), past the key's expiry.
+    tokio::time::sleep_until(set + ttl + Duration::from_millis(50)).await;
+    assert_eq!(client.call(&["GET", "user:ttl"]).await, Frame::Null);
+    // A key without expiry is kept as before.
+    direct.call(&["SET", "user:forever", "v"]).await;
+    until_hit(&daemon, &mut client, "user:forever", &bulk("v")).await;
+    daemon.stop().await;
+}
+
 #[tokio::test]
 async fn the_cache_is_off_by_default_and_says_so() {
     let redis = RedisServer::start();

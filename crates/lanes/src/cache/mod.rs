@@ -182,10 +182,17 @@ impl Cache {
         }
     }
 
-    /// A fill's reply arrived (or, `None`, never will).
-    fn complete(&self, key: &Bytes, ticket: Ticket, value: Option<Value>) {
+    /// A fill's reply arrived (or, `None`, never will); the key expires in Redis in `expires_in`.
+    fn complete(
+        &self,
+        key: &Bytes,
+        ticket: Ticket,
+        value: Option<Value>,
+        expires_in: Option<std::time::Duration>,
+    ) {
         let mut store = self.0.store.lock();
-        if let Some(filled) = store.complete(key, ticket, value, Instant::now()) {
+        let now = Instant::now();
+        if let Some(filled) = store.complete_expiring(key, ticket, value, expires_in, now) {
             self.0.metrics.filled(filled);
             self.0.metrics.sizes(&store);
         }

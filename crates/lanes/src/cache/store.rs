@@ -95,6 +95,10 @@ struct Entry {
     value: Value,
     /// When the read that filled it was sent: its age is counted from then.
     born: Instant,
+    /// When the key expires in Redis, counted from when the read was sent (so no later than
+    /// Redis's own expiry): Redis's invalidation of an expired key may come late (its active
+    /// expiry samples keys), so the entry is not served past it.
+    expires: Option<Instant>,
     /// Its place in [`Store::recency`].
     used: u64,
     /// The ticket's sequence of the fill, so that an older read never replaces a newer one.
@@ -142,7 +146,8 @@ impl Store {
     /// dropped). A hit makes the entry the most recently used.
     pub fn get(&mut self, key: &[u8], now: Instant) -> Option<Value> {
         let entry = self.entries.get_mut(key)?;
-        if now.saturating_duration_since(entry.born) > self.bounds.max_staleness {
+        let expired = entry.expires.is_some_and(|expires| expires <= now);
+        if expired || now.saturating_duration_since(entry.born) > self.bounds.max_staleness {
             self.remove(key);
             return None;
         }
@@ -173,6 +178,19 @@ impl Store {
         key: &Bytes,
         ticket: Ticket,
         value: Option<Value>,
+        now: Instant,
+    ) -> Option<Filled> {
+        self.complete_expiring(key, ticket, value, None, now)
+    }
+
+    /// [`Store::complete`] of a key that Redis said expires in `expires_in` (its `PTTL` right
+    /// after the read): the entry is not served from then on.
+    pub fn complete_expiring(
+        &mut self,
+        key: &Bytes,
+        ticket: Ticket,
+        value: Option<Value>,
+        expires_in: Option<Duration>,
         now: Instant,
     ) -> Option<Filled> {
         let invalidated = match self.in_flight.get_mut(key) {
@@ -225,6 +243,7 @@ impl Store {
             Entry {
                 value,
                 born: ticket.sent,
+                expires: expires_in.map(|ttl| ticket.sent + ttl),
                 used: self.clock,
                 seq: ticket.seq,
                 size,
@@ -443,6 +462,23 @@ mod tests {
             assert!(store.get(k.as_bytes(), now).is_some(), "{k}");
         }
         assert!(store.bytes() <= bounds.max_bytes);
+    }
+
+    #[test]
+    fn an_entry_is_not_served_past_the_key_s_expiry_in_redis() {
+        let start = Instant::now();
+        let mut store = Store::new(bounds());
+        let ticket = store.begin(&key("a"), start);
+        let ttl = Duration::from_millis(500);
+        let later = start + Duration::from_millis(100);
+        store.complete_expiring(&key("a"), ticket, Some(string("1")), Some(ttl), later);
+        // Counted from when the read was sent: never later than Redis's own expiry.
+        assert_eq!(
+            store.get(b"a", start + ttl - Duration::from_millis(1)),
+            Some(string("1"))
+        );
+        assert_eq!(store.get(b"a", start + ttl), None);
+        assert!(store.is_empty());
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The near cache's one connection to Redis: RESP3, `CLIENT TRACKING ON`, every fill read sent on
-//! it. Redis writes a key's `invalidate` push on the connection that read the key, in order with
+//! it (`GET key` and `PTTL key`, so that an entry is not served past the key's expiry, whose
+//! invalidation Redis's sampling active expiry may send late). Redis writes a key's `invalidate` push on the connection that read the key, in order with
 //! that connection's replies, so a reply that arrives with no invalidation of its key before it is
 //! Redis's value as of that point of the stream; the store's tickets ([`super::store`]) refuse a
 //! fill that an invalidation overtook. A lost connection (or a new one) empties the cache: what the
@@ -11,12 +12,12 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tollgate_model::Protocol;
 use tollgate_resp::{Frame, Limits, ProtocolError};
 
-use super::{Cache, Cause, Fetched, Fill, FillLost, Value};
+use super::{Cache, Cause, Fetched, Fill, FillLost, Ticket, Value};
 use crate::conn::{hello, Conn, ConnError};
 use crate::connector::{Connector, DialError};
 
@@ -83,7 +84,7 @@ pub(super) async fn drive(
         };
         // Reads queued meanwhile are read as if uncached by their sessions.
         while let Ok(fill) = queue.try_recv() {
-            cache.complete(&fill.key, fill.ticket, None);
+            cache.complete(&fill.key, fill.ticket, None, None);
             let _ = fill.reply.send(Err(FillLost));
         }
         if stop.is_cancelled() {
@@ -143,7 +144,7 @@ async fn serve(
     let generation = conn.generation();
     let (stream, mut read, _open) = conn.into_parts();
     let (mut reader, mut writer) = tokio::io::split(stream);
-    let mut waiting = VecDeque::new();
+    let mut waiting: VecDeque<Waiting> = VecDeque::new();
     let ended = async {
         let mut out = BytesMut::new();
         let limits = Limits {
@@ -166,7 +167,8 @@ async fn serve(
                     let mut next = Some(fill);
                     while let Some(fill) = next {
                         tollgate_resp::encode_command(&[b"GET".as_slice(), &fill.key], &mut out);
-                        waiting.push_back(fill);
+                        tollgate_resp::encode_command(&[b"PTTL".as_slice(), &fill.key], &mut out);
+                        waiting.push_back(Waiting::new(fill));
                         next = queue.try_recv().ok();
                     }
                     writer.write_all(&out).await?;
@@ -181,20 +183,71 @@ async fn serve(
         }
     }
     .await;
-    for fill in waiting.drain(..) {
-        cache.complete(&fill.key, fill.ticket, None);
-        let _ = fill.reply.send(Err(FillLost));
+    for waiting in waiting.drain(..) {
+        cache.complete(&waiting.key, waiting.ticket, None, None);
+        if let Some(reply) = waiting.reply {
+            let _ = reply.send(Err(FillLost));
+        }
     }
     ended
 }
 
-/// One frame from the tracking connection: an invalidation, or the reply to the oldest fill.
-fn take(cache: &Cache, frame: Frame, waiting: &mut VecDeque<Fill>) -> Result<(), Lost> {
+/// A fill on the wire: `GET key` then `PTTL key`, answered in that order.
+struct Waiting {
+    key: Bytes,
+    ticket: Ticket,
+    /// Taken when `GET`'s reply is passed on (the session need not wait for `PTTL`'s).
+    reply: Option<oneshot::Sender<Result<Fetched, FillLost>>>,
+    /// `GET`'s reply, once it came: the value to keep, or `None` (an error: nothing kept).
+    got: Option<Option<Value>>,
+}
+
+impl Waiting {
+    fn new(fill: Fill) -> Self {
+        Waiting {
+            key: fill.key,
+            ticket: fill.ticket,
+            reply: Some(fill.reply),
+            got: None,
+        }
+    }
+}
+
+/// One frame from the tracking connection: an invalidation, or a reply to the oldest fill (its
+/// `GET`'s, passed on at once, or its `PTTL`'s, which completes it).
+fn take(cache: &Cache, frame: Frame, waiting: &mut VecDeque<Waiting>) -> Result<(), Lost> {
     if let Frame::Push(items) = frame {
         invalidated(cache, items);
         return Ok(());
     }
-    let fill = waiting.pop_front().ok_or(Lost::OutOfStep)?;
+    let oldest = waiting.front_mut().ok_or(Lost::OutOfStep)?;
+    let Some(got) = oldest.got.take() else {
+        let (fetched, kept) = fetched(frame);
+        oldest.got = Some(kept);
+        if let Some(reply) = oldest.reply.take() {
+            // A session that stopped waiting (its deadline passed) no longer listens.
+            let _ = reply.send(Ok(fetched));
+        }
+        return Ok(());
+    };
+    let done = waiting.pop_front().expect("the oldest fill is there");
+    // An invalidation between the two replies made the ticket stale already.
+    let (kept, expires_in) = match (got, frame) {
+        (Some(value), Frame::Integer(-1)) => (Some(value), None),
+        (Some(value), Frame::Integer(ms)) if ms >= 0 => {
+            (Some(value), Some(Duration::from_millis(ms.unsigned_abs())))
+        }
+        // -2: the key is gone (a missing value stays missing: kept); an error (a user without
+        // PTTL): nothing is known of its expiry, so it is not kept.
+        (Some(Value::Missing), Frame::Integer(-2)) => (Some(Value::Missing), None),
+        _ => (None, None),
+    };
+    cache.complete(&done.key, done.ticket, kept, expires_in);
+    Ok(())
+}
+
+/// `GET`'s reply as the session gets it, and what of it may be kept.
+fn fetched(frame: Frame) -> (Fetched, Option<Value>) {
     let fetched = match frame {
         Frame::Bulk(bytes) => Fetched::Value(Value::String(bytes)),
         Frame::Null | Frame::Null3 => Fetched::Value(Value::Missing),
@@ -207,10 +260,7 @@ fn take(cache: &Cache, frame: Frame, waiting: &mut VecDeque<Fill>) -> Result<(),
         Fetched::Value(value) => Some(value.clone()),
         Fetched::Refused(_) => None,
     };
-    cache.complete(&fill.key, fill.ticket, kept);
-    // A session that stopped waiting (its deadline passed) no longer listens.
-    let _ = fill.reply.send(Ok(fetched));
-    Ok(())
+    (fetched, kept)
 }
 
 /// `invalidate` pushes: `[invalidate, [key …]]`, or `[invalidate, null]` when Redis flushed its
