@@ -191,6 +191,52 @@ async fn a_hit_is_served_without_redis_and_a_direct_write_is_seen_once_its_inval
     daemon.stop().await;
 }
 
+/// `MGET` of cacheable keys is answered key by key: hits from the cache, misses filled; a key of
+/// another type is null, as in Redis.
+#[tokio::test]
+async fn mget_is_answered_key_by_key() {
+    let redis = RedisServer::start();
+    let daemon = cache_daemon(&redis, NOBODY, cache(1 << 20, 64 << 10)).await;
+    let mut direct = RawClient::to_redis(redis.socket()).await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    direct.call(&["SET", "user:a", "1"]).await;
+    direct.call(&["SET", "user:b", "2"]).await;
+    direct.call(&["LPUSH", "user:l", "x"]).await;
+    until_hit(&daemon, &mut client, "user:a", &bulk("1")).await;
+    let mget = ["MGET", "user:a", "user:b", "user:none", "user:l"];
+    let want = |b: &str| Frame::Array(vec![bulk("1"), bulk(b), Frame::Null, Frame::Null]);
+    assert_eq!(client.call(&mget).await, want("2"));
+    // Now user:a, user:b and user:none are kept: only user:l (never kept) is read from Redis.
+    let hits = metric(&daemon, "tollgate_cache_hits_total").await;
+    let gets = redis_gets(&mut direct).await;
+    assert_eq!(client.call(&mget).await, want("2"));
+    assert_eq!(
+        metric(&daemon, "tollgate_cache_hits_total").await,
+        hits + 3.0
+    );
+    assert_eq!(redis_gets(&mut direct).await, gets + 1);
+    // Every key a hit: answered without Redis, in RESP3 too.
+    let mut resp3 = RawClient::connect(&daemon.resp_socket()).await;
+    assert!(matches!(resp3.call(&["HELLO", "3"]).await, Frame::Map(_)));
+    let gets = redis_gets(&mut direct).await;
+    resp3.send(&["MGET", "user:a", "user:none"]).await;
+    assert_eq!(&resp3.read_raw().await[..], b"*2\r\n$1\r\n1\r\n_\r\n");
+    assert_eq!(redis_gets(&mut direct).await, gets);
+    // A direct write is seen once its invalidation arrives; a key outside cache.keys is read
+    // from Redis as before.
+    direct.call(&["SET", "user:b", "3"]).await;
+    let deadline = Instant::now() + PATIENCE;
+    while client.call(&mget).await != want("3") {
+        assert!(Instant::now() < deadline, "MGET still shows the old user:b");
+    }
+    direct.call(&["SET", "plain", "p"]).await;
+    assert_eq!(
+        client.call(&["MGET", "user:a", "plain"]).await,
+        Frame::Array(vec![bulk("1"), bulk("p")])
+    );
+    daemon.stop().await;
+}
+
 #[tokio::test]
 async fn a_write_through_the_daemon_is_seen_at_once_by_every_local_client() {
     let redis = RedisServer::start();

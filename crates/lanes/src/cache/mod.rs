@@ -131,6 +131,22 @@ impl Cache {
         value
     }
 
+    /// [`Cache::hit`] of each of `keys`, looked up together (one moment of the cache).
+    pub fn hits(&self, keys: &[Bytes]) -> Vec<Option<Value>> {
+        if !self.0.tracking.load(Ordering::Acquire) {
+            return vec![None; keys.len()];
+        }
+        let mut store = self.0.store.lock();
+        let now = Instant::now();
+        let values: Vec<_> = keys.iter().map(|key| store.get(key, now)).collect();
+        let hits = values.iter().filter(|value| value.is_some()).count();
+        self.0.metrics.hits.inc_by(hits as u64);
+        if hits < keys.len() {
+            self.0.metrics.sizes(&store);
+        }
+        values
+    }
+
     /// A miss: `key` read through the tracking connection, its reply kept if nothing invalidated
     /// the key meanwhile. `None` when the connection is down or its queue is full: the caller reads
     /// the key as if uncached.

@@ -3,7 +3,7 @@
 //! command the policy admitted reaches [`NearCache::plan`], so a hit never shows a principal what
 //! its policy refuses.
 //!
-//! Served: `GET` of a key matching `cache.keys`. A hit is answered only while nothing of the
+//! Served: `GET` of a key matching `cache.keys`, and `MGET` whose keys all match, key by key. A hit is answered only while nothing of the
 //! session is in flight, and a miss is read through the cache's tracking connection only then
 //! (and holds the session's later commands back until it is answered, as an exclusive borrow
 //! does), so that no cached read overtakes, or is overtaken by, an earlier command of the same
@@ -16,7 +16,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use tollgate_lanes::cache::{self, Cache, Cause, Fetched};
+use tollgate_lanes::cache::{self, Cache, Cause, Fetched, Value};
 use tollgate_lanes::{Lanes, Route};
 use tollgate_model::{Multiplexed, Protocol};
 use tollgate_policy::{glob, Descriptor};
@@ -70,15 +70,29 @@ impl NearCache {
         argv: &[&[u8]],
         written: &mut Vec<Bytes>,
     ) -> Plan {
-        if descriptor.name == "GET" {
-            if let (Plan::Forward(Forward::Multiplexed(Multiplexed::Regular), None), Some(key)) =
-                (&plan, argv.get(1))
-            {
-                if self.cacheable(key) {
-                    return Plan::Cached(CachedRead::Get(Bytes::copy_from_slice(key)));
+        let regular = matches!(
+            plan,
+            Plan::Forward(Forward::Multiplexed(Multiplexed::Regular), None)
+        );
+        match descriptor.name.as_str() {
+            "GET" => {
+                return match argv.get(1) {
+                    Some(key) if regular && self.cacheable(key) => {
+                        Plan::Cached(CachedRead::Get(Bytes::copy_from_slice(key)))
+                    }
+                    _ => plan,
                 }
             }
-            return plan;
+            "MGET" => {
+                let keys = argv.get(1..).unwrap_or_default();
+                return match regular && !keys.is_empty() && keys.iter().all(|k| self.cacheable(k)) {
+                    true => Plan::Cached(CachedRead::MGet(
+                        keys.iter().map(|key| Bytes::copy_from_slice(key)).collect(),
+                    )),
+                    false => plan,
+                };
+            }
+            _ => {}
         }
         let keys = self.written_keys(descriptor, argv);
         if keys.is_empty() {
@@ -146,10 +160,13 @@ impl NearCache {
         on: Fallback,
         deadline: Option<Duration>,
     ) -> Served {
-        let CachedRead::Get(key) = read;
         if !quiet {
             return Served::Forward;
         }
+        let key = match read {
+            CachedRead::Get(key) => key,
+            CachedRead::MGet(keys) => return self.serve_mget(keys, on, deadline),
+        };
         if let Some(value) = self.cache.hit(key) {
             return Served::Hit(cache::encode_get(&value, on.protocol));
         }
@@ -160,13 +177,7 @@ impl NearCache {
             let fetched = match deadline {
                 Some(deadline) => match tokio::time::timeout(deadline, fill).await {
                     Ok(fetched) => fetched,
-                    Err(_) => {
-                        return replies::error(format!(
-                            "IOERR tollgate: no reply from redis within {} on the cache's \
-                             connection",
-                            humantime::format_duration(deadline)
-                        ))
-                    }
+                    Err(_) => return no_reply_within(deadline),
                 },
                 None => fill.await,
             };
@@ -177,6 +188,74 @@ impl NearCache {
             }
         })))
     }
+}
+
+impl NearCache {
+    /// `MGET`, key by key: the hits (looked up together), and the misses filled on the tracking
+    /// connection. Each value is one Redis held for its key, but not necessarily all at one moment
+    /// (docs/cache.md).
+    fn serve_mget(&self, keys: &[Bytes], on: Fallback, deadline: Option<Duration>) -> Served {
+        let hits = self.cache.hits(keys);
+        if hits.iter().all(Option::is_some) {
+            let values: Vec<Value> = hits.into_iter().flatten().collect();
+            return Served::Hit(mget_reply(&values, on.protocol));
+        }
+        let mut fills = Vec::new();
+        for (key, hit) in keys.iter().zip(&hits) {
+            if hit.is_none() {
+                match self.cache.fill(key.clone()) {
+                    Some(fill) => fills.push(fill),
+                    // The fills queued already complete on their own.
+                    None => return Served::Forward,
+                }
+            }
+        }
+        Served::Filling(Pending::Exclusive(Box::pin(async move {
+            let filled = futures::future::join_all(fills);
+            let filled = match deadline {
+                Some(deadline) => match tokio::time::timeout(deadline, filled).await {
+                    Ok(filled) => filled,
+                    Err(_) => return no_reply_within(deadline),
+                },
+                None => filled.await,
+            };
+            let mut filled = filled.into_iter();
+            let mut values = Vec::with_capacity(hits.len());
+            for hit in hits {
+                let value = match hit {
+                    Some(value) => value,
+                    None => match filled.next().expect("one fill per miss") {
+                        Ok(Fetched::Value(value)) => value,
+                        // MGET answers null for a key of another type.
+                        Ok(Fetched::Refused(line)) if line.starts_with(b"-WRONGTYPE") => {
+                            Value::Missing
+                        }
+                        Ok(Fetched::Refused(line)) => return line,
+                        Err(_lost) => return on.forward(deadline).await,
+                    },
+                };
+                values.push(value);
+            }
+            mget_reply(&values, on.protocol)
+        })))
+    }
+}
+
+/// The reply of an `MGET` of these values, as Redis writes it in `protocol`.
+fn mget_reply(values: &[Value], protocol: Protocol) -> Bytes {
+    let mut out = bytes::BytesMut::new();
+    out.extend_from_slice(format!("*{}\r\n", values.len()).as_bytes());
+    for value in values {
+        out.extend_from_slice(&cache::encode_get(value, protocol));
+    }
+    out.freeze()
+}
+
+fn no_reply_within(deadline: Duration) -> Bytes {
+    replies::error(format!(
+        "IOERR tollgate: no reply from redis within {} on the cache's connection",
+        humantime::format_duration(deadline)
+    ))
 }
 
 /// How a cached read is sent as if uncached when the tracking connection is lost under it.

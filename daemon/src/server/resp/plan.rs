@@ -85,6 +85,8 @@ pub enum Plan {
 pub enum CachedRead {
     /// `GET key`.
     Get(Bytes),
+    /// `MGET key …`, every key cacheable: answered key by key.
+    MGet(Vec<Bytes>),
 }
 
 /// Which connection a forwarded command is sent on.
