@@ -566,3 +566,103 @@ async fn readers_never_go_back_in_time_while_a_direct_writer_hammers_a_key() {
     assert!(metric(&daemon, "tollgate_cache_fills_total{outcome=\"kept\"}").await > 1.0);
     daemon.stop().await;
 }
+
+fn sentinel_node(replica_of: Option<u16>) -> (RedisServer, u16) {
+    let port = tollgate_testkit::loopback_port();
+    let mut builder = RedisServer::builder()
+        .arg("--port")
+        .arg(port.to_string())
+        .arg("--bind")
+        .arg("127.0.0.1");
+    if let Some(master) = replica_of {
+        builder = builder
+            .arg("--replicaof")
+            .arg("127.0.0.1")
+            .arg(master.to_string());
+    }
+    (builder.start(), port)
+}
+
+/// Whether `server`'s `CLIENT LIST` shows the daemon's tracking connection.
+fn tracks_on(server: &RedisServer) -> bool {
+    server
+        .inline("CLIENT LIST")
+        .contains(" name=tollgate-cache ")
+}
+
+/// A Sentinel switch: the tracking connection leaves the demoted master for the new one, the
+/// cache is emptied, and it serves (and is kept correct) from the new master.
+#[tokio::test]
+async fn a_sentinel_switch_moves_the_tracking_connection_and_empties_the_cache() {
+    use crate::lanes_sentinel::{wait_until, Sentinel};
+    let (master, master_port) = sentinel_node(None);
+    let (replica, _) = sentinel_node(Some(master_port));
+    assert!(wait_until(Duration::from_secs(10), || replica
+        .inline("INFO replication")
+        .contains("master_link_status:up")));
+    let sentinel = Sentinel::start_with_quorum(master_port, 1, None);
+    assert!(
+        wait_until(Duration::from_secs(20), || sentinel
+            .ask("SENTINEL MASTER mymaster")
+            .is_some_and(|r| r.contains("num-slaves\r\n$1\r\n1\r\n"))),
+        "the sentinel never learnt of the replica"
+    );
+    let daemon = TestDaemon::start_redis_with(
+        tollgate_lanes::RedisConfig::sentinel("mymaster", vec![sentinel.endpoint()]),
+        &[&master, &replica],
+        |config| config.cache = cache(1 << 20, 64 << 10),
+    )
+    .await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    assert_eq!(
+        client.call(&["SET", "user:f", "v1"]).await,
+        Frame::Simple("OK".into())
+    );
+    until_hit(&daemon, &mut client, "user:f", &bulk("v1")).await;
+    assert!(tracks_on(&master) && !tracks_on(&replica));
+
+    assert_eq!(
+        sentinel.ask("SENTINEL FAILOVER mymaster").as_deref(),
+        Some("+OK\r\n")
+    );
+    let role = |server: &RedisServer, role: &str| {
+        server
+            .inline("ROLE")
+            .contains(&format!("${}\r\n{role}\r\n", role.len()))
+    };
+    assert!(
+        wait_until(Duration::from_secs(30), || role(&replica, "master")
+            && role(&master, "slave")),
+        "the failover never completed"
+    );
+    // The daemon follows; so does its tracking connection, and what it kept is gone.
+    let deadline = Instant::now() + PATIENCE;
+    while !(tracks_on(&replica) && !tracks_on(&master)) {
+        assert!(
+            Instant::now() < deadline,
+            "the tracking connection stayed on the old master"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        metric(
+            &daemon,
+            "tollgate_cache_invalidations_total{cause=\"connection\"}"
+        )
+        .await
+            >= 1.0
+    );
+    // Writes through the daemon reach the new master and are read at once, from the cache too.
+    let deadline = Instant::now() + PATIENCE;
+    while client.call(&["SET", "user:f", "v2"]).await != Frame::Simple("OK".into()) {
+        assert!(Instant::now() < deadline, "writes never resumed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    until_hit(&daemon, &mut client, "user:f", &bulk("v2")).await;
+    assert_eq!(
+        client.call(&["SET", "user:f", "v3"]).await,
+        Frame::Simple("OK".into())
+    );
+    assert_eq!(client.call(&["GET", "user:f"]).await, bulk("v3"));
+    daemon.stop().await;
+}
