@@ -637,7 +637,7 @@ async fn a_sentinel_switch_moves_the_tracking_connection_and_empties_the_cache()
     );
     // The daemon follows; so does its tracking connection, and what it kept is gone.
     let deadline = Instant::now() + PATIENCE;
-    while !(tracks_on(&replica) && !tracks_on(&master)) {
+    while !tracks_on(&replica) || tracks_on(&master) {
         assert!(
             Instant::now() < deadline,
             "the tracking connection stayed on the old master"
