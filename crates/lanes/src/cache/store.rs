@@ -621,7 +621,8 @@ mod tests {
                         },
                         Op::Serve(k) => {
                             if let Some(Value::String(bytes)) = store.get(&name(k), now) {
-                                let served: u64 = std::str::from_utf8(&bytes).unwrap().parse().unwrap();
+                                let served: u64 =
+                                    std::str::from_utf8(&bytes).unwrap().parse().unwrap();
                                 prop_assert!(
                                     served >= told[k as usize],
                                     "served v{} after the invalidation of v{} arrived",

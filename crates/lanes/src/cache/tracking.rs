@@ -1,11 +1,12 @@
 //! The near cache's one connection to Redis: RESP3, `CLIENT TRACKING ON`, every fill read sent on
 //! it (`GET key` and `PTTL key`, so that an entry is not served past the key's expiry, whose
-//! invalidation Redis's sampling active expiry may send late). Redis writes a key's `invalidate` push on the connection that read the key, in order with
-//! that connection's replies, so a reply that arrives with no invalidation of its key before it is
-//! Redis's value as of that point of the stream; the store's tickets ([`super::store`]) refuse a
-//! fill that an invalidation overtook. A lost connection (or a new one) empties the cache: what the
-//! old one tracked, and what changed while none did, is unknown. So does a Sentinel switch: the
-//! connection is closed when the master moves, and opened to the new one.
+//! invalidation Redis's sampling active expiry may send late). Redis writes a key's `invalidate`
+//! push on the connection that read the key, in order with that connection's replies, so a reply
+//! that arrives with no invalidation of its key before it is Redis's value as of that point of the
+//! stream; the store's tickets ([`super::store`]) refuse a fill that an invalidation overtook. A
+//! lost connection (or a new one) empties the cache: what the old one tracked, and what changed
+//! while none did, is unknown. So does a Sentinel switch: the connection is closed when the master
+//! moves, and opened to the new one.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -92,7 +93,8 @@ pub(super) async fn drive(
         }
         if let Err(lost) = lost {
             if !failing {
-                tracing::warn!(error = %lost, "near cache off until its tracking connection is open");
+                let what = "near cache off until its tracking connection is open";
+                tracing::warn!(error = %lost, "{what}");
                 failing = true;
             }
         }

@@ -3,11 +3,11 @@
 //! command the policy admitted reaches [`NearCache::plan`], so a hit never shows a principal what
 //! its policy refuses.
 //!
-//! Served: `GET` of a key matching `cache.keys`, and `MGET` whose keys all match, key by key. A hit is answered only while nothing of the
-//! session is in flight, and a miss is read through the cache's tracking connection only then
-//! (and holds the session's later commands back until it is answered, as an exclusive borrow
-//! does), so that no cached read overtakes, or is overtaken by, an earlier command of the same
-//! client; otherwise the read is forwarded as if uncached.
+//! Served: `GET` of a key matching `cache.keys`, and `MGET` whose keys all match (key by key). A
+//! hit is answered only while nothing of the session is in flight, and a miss is read through the
+//! cache's tracking connection only then (and holds the session's later commands back until it is
+//! answered, as an exclusive borrow does), so that no cached read overtakes, or is overtaken by,
+//! an earlier command of the same client; otherwise the read is forwarded as if uncached.
 //!
 //! Writes through the daemon to a cacheable key drop its entry when their reply arrives, before
 //! the client sees it (`Amend::Written`), so every local client reads the daemon's writes at once;
