@@ -312,6 +312,54 @@ async fn a_write_through_the_daemon_does_not_wait_for_redis_s_invalidation() {
     daemon.stop().await;
 }
 
+/// A read that reaches Redis past the cache (here a cacheable GET forwarded because the client
+/// has a command in flight) may see a value newer than the entry while Redis's invalidation is
+/// still on its way (here held behind a large reply): its reply drops the entry, so that the
+/// client never reads the older value after it.
+#[tokio::test]
+async fn a_client_never_reads_an_older_value_after_a_read_past_the_cache() {
+    let redis = RedisServer::start();
+    let daemon = cache_daemon(&redis, NOBODY, cache(1 << 20, 64 << 10)).await;
+    let mut direct = RawClient::to_redis(redis.socket()).await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    let mut lagger = RawClient::connect(&daemon.resp_socket()).await;
+    let huge = "h".repeat(32 << 20);
+    direct.call(&["SET", "big:lag", &huge]).await;
+    direct.call(&["SET", "user:m", "v0"]).await;
+    until_hit(&daemon, &mut client, "user:m", &bulk("v0")).await;
+    for round in 1..=10 {
+        // A large fill ahead of the write's invalidation on the tracking connection.
+        let misses = metric(&daemon, "tollgate_cache_misses_total").await;
+        lagger.send(&["GET", "big:lag"]).await;
+        until_metric(&daemon, "tollgate_cache_misses_total", |now| now > misses).await;
+        let value = format!("v{round}");
+        direct.call(&["SET", "user:m", &value]).await;
+        // With a command in flight, the GET goes to Redis and sees the new value…
+        client
+            .pipeline(&[&["SET", "plain", "x"], &["GET", "user:m"]])
+            .await;
+        assert_eq!(client.read().await, Frame::Simple("OK".into()));
+        assert_eq!(client.read().await, bulk(&value), "round {round}");
+        // … and the next GET, alone, is not the entry's older one.
+        assert_eq!(
+            client.call(&["GET", "user:m"]).await,
+            bulk(&value),
+            "round {round}"
+        );
+        assert_eq!(lagger.read().await, bulk(&huge));
+        until_hit(&daemon, &mut client, "user:m", &bulk(&value)).await;
+    }
+    assert!(
+        metric(
+            &daemon,
+            "tollgate_cache_invalidations_total{cause=\"read\"}"
+        )
+        .await
+            >= 1.0
+    );
+    daemon.stop().await;
+}
+
 #[tokio::test]
 async fn flushall_by_a_direct_client_empties_the_cache() {
     let redis = RedisServer::start();

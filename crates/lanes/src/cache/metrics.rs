@@ -59,7 +59,7 @@ impl CacheMetrics {
         );
         r.register(
             "invalidations",
-            "Entries dropped, by cause (redis, write, flush, connection)",
+            "Entries dropped, by cause (redis, write, read, flush, connection)",
             metrics.invalidations.clone(),
         );
         r.register(

@@ -182,6 +182,13 @@ impl Cache {
         self.invalidate(key, Cause::Write);
     }
 
+    /// `key` was written (`Cause::Write`) or read past the cache (`Cause::Read`) through the
+    /// daemon: as [`Cache::written`], so that no later hit shows an older value than that
+    /// command's reply did.
+    pub fn passed(&self, key: &[u8], cause: Cause) {
+        self.invalidate(key, cause);
+    }
+
     /// Everything is dropped (a `FLUSHDB` or `FLUSHALL` through the daemon, among others).
     pub fn flush(&self, cause: Cause) {
         let mut store = self.0.store.lock();

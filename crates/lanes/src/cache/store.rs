@@ -74,6 +74,9 @@ pub enum Cause {
     Redis,
     /// A write through the daemon.
     Write,
+    /// A read through the daemon that did not come from the cache (an uncached command, or a
+    /// cacheable read forwarded): what it saw may be newer than the entry.
+    Read,
     /// Redis flushed its keys (`FLUSHDB`/`FLUSHALL`: a null invalidation).
     Flush,
     /// The tracking connection was lost or opened again: what it tracked is unknown.
@@ -85,6 +88,7 @@ impl Cause {
         match self {
             Cause::Redis => "redis",
             Cause::Write => "write",
+            Cause::Read => "read",
             Cause::Flush => "flush",
             Cause::Connection => "connection",
         }

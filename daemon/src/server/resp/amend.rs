@@ -6,6 +6,7 @@
 //! caller whose keys the policy does not constrain).
 
 use bytes::Bytes;
+use tollgate_lanes::cache::Cause;
 use tollgate_lanes::{Cache, PubSub, SubscriptionKind};
 use tollgate_policy::glob;
 use tollgate_resp::{Frame, Limits};
@@ -48,11 +49,13 @@ pub enum Amend {
     /// A script (`EVAL`, `FCALL` …): a call its lane's user was refused is told the policy's rule
     /// behind it (see [`ScriptNote`]).
     Script(Box<ScriptNote>),
-    /// A write to keys the near cache may hold: they are dropped before the reply goes on (then
-    /// any amendment of its own applies).
-    Written {
+    /// A command that wrote (or read past the cache) keys the near cache may hold: they are
+    /// dropped before the reply goes on (then any amendment of its own applies), so that no later
+    /// hit shows a value older than this reply's.
+    Passed {
         cache: Cache,
         keys: Vec<Bytes>,
+        cause: Cause,
         then: Option<Box<Amend>>,
     },
 }
@@ -92,9 +95,14 @@ impl Amend {
             Amend::ConfigGet { fallback } if reply.starts_with(b"-") => fallback,
             Amend::ConfigGet { .. } => edit(reply, config_get),
             Amend::Script(note) => note.apply(reply),
-            Amend::Written { cache, keys, then } => {
+            Amend::Passed {
+                cache,
+                keys,
+                cause,
+                then,
+            } => {
                 for key in &keys {
-                    cache.written(key);
+                    cache.passed(key, cause);
                 }
                 match then {
                     Some(amend) => amend.apply(reply, pubsub),

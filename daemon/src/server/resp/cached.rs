@@ -10,8 +10,10 @@
 //! an earlier command of the same client; otherwise the read is forwarded as if uncached.
 //!
 //! Writes through the daemon to a cacheable key drop its entry when their reply arrives, before
-//! the client sees it (`Amend::Written`), so every local client reads the daemon's writes at once;
-//! a write by anyone else is seen when Redis's invalidation arrives.
+//! the client sees it (`Amend::Passed`), so every local client reads the daemon's writes at once;
+//! a write by anyone else is seen when Redis's invalidation arrives. So do reads that reach Redis
+//! past the cache (an uncached command, a cached read forwarded): their reply may be newer than
+//! the entry, and the client must not read the older value after it.
 
 use std::time::Duration;
 
@@ -94,16 +96,16 @@ impl NearCache {
             }
             _ => {}
         }
-        let keys = self.written_keys(descriptor, argv);
+        let (keys, cause) = self.passed_keys(descriptor, argv);
         if keys.is_empty() {
             return plan;
         }
         match plan {
             Plan::Forward(forward, amend) => {
-                Plan::Forward(forward, Some(self.written(keys, amend)))
+                Plan::Forward(forward, Some(self.passed(keys, cause, amend)))
             }
             Plan::Placed(forward, slot, amend) => {
-                Plan::Placed(forward, slot, Some(self.written(keys, amend)))
+                Plan::Placed(forward, slot, Some(self.passed(keys, cause, amend)))
             }
             Plan::Transaction | Plan::TransactionIn(_) => {
                 written.extend(keys);
@@ -113,29 +115,42 @@ impl NearCache {
         }
     }
 
-    /// The cacheable keys a command may write: those the catalog marks written, and every key of
-    /// a script (which the catalog cannot see into).
-    fn written_keys(&self, descriptor: &Descriptor, argv: &[&[u8]]) -> Vec<Bytes> {
-        let scripting = descriptor.traits.scripting;
-        if !scripting && !descriptor.traits.write {
-            return Vec::new();
-        }
-        descriptor
+    /// The cacheable keys a command that is not served from the cache touches in Redis — every
+    /// key it writes or reads, a script's declared keys among them — and whether it writes. A
+    /// write must be seen at once; a read's reply may be newer than the entry (Redis's invalidation
+    /// still on its way), and its client must not see the older value after it.
+    fn passed_keys(&self, descriptor: &Descriptor, argv: &[&[u8]]) -> (Vec<Bytes>, Cause) {
+        let cause = match descriptor.traits.write || descriptor.traits.scripting {
+            true => Cause::Write,
+            false => Cause::Read,
+        };
+        let keys = descriptor
             .keys
             .iter()
-            .filter(|key| key.write || scripting)
             .filter_map(|key| argv.get(key.position))
             .filter(|key| self.cacheable(key))
             .map(|key| Bytes::copy_from_slice(key))
-            .collect()
+            .collect();
+        (keys, cause)
     }
 
-    fn written(&self, keys: Vec<Bytes>, then: Option<Amend>) -> Amend {
-        Amend::Written {
+    fn passed(&self, keys: Vec<Bytes>, cause: Cause, then: Option<Amend>) -> Amend {
+        Amend::Passed {
             cache: self.cache.clone(),
             keys,
+            cause,
             then: then.map(Box::new),
         }
+    }
+
+    /// How a cached read forwarded as if uncached is amended: its keys dropped when its reply
+    /// comes (see [`NearCache::passed_keys`]).
+    pub fn forwarded(&self, read: &CachedRead) -> Amend {
+        let keys = match read {
+            CachedRead::Get(key) => vec![key.clone()],
+            CachedRead::MGet(keys) => keys.clone(),
+        };
+        self.passed(keys, Cause::Read, None)
     }
 
     /// Drops `keys` (written by a transaction's command that has run).

@@ -96,8 +96,8 @@ pub struct SessionState {
     pub clock: AdmissionClock,
     /// The caller's buckets under the policy's quotas.
     pub meters: Meters,
-    /// Cacheable keys written by the commands of the transaction in progress: dropped from the
-    /// near cache once each of its commands has run (EXEC among them).
+    /// Cacheable keys written or read by the commands of the transaction in progress: dropped
+    /// from the near cache once each of its commands has run (EXEC among them).
     cache_writes: Vec<Bytes>,
 }
 
@@ -605,21 +605,25 @@ impl SessionState {
         quiet: bool,
     ) -> (Class, Pending) {
         let regular = Class::Multiplexed(Multiplexed::Regular);
-        let served = match &self.front.services.cache {
+        let front = self.front.clone();
+        let (served, forwarded) = match &front.services.cache {
             Some(near) => {
                 let fallback = Fallback {
-                    lanes: self.front.services.lanes.clone(),
+                    lanes: front.services.lanes.clone(),
                     protocol: self.protocol,
                     encoded: encoded.clone(),
                 };
-                near.serve(&read, quiet, fallback, deadline)
+                let served = near.serve(&read, quiet, fallback, deadline);
+                let forwarded = matches!(served, Served::Forward).then(|| near.forwarded(&read));
+                (served, forwarded)
             }
-            None => Served::Forward,
+            None => (Served::Forward, None),
         };
         match served {
             Served::Hit(reply) => (Class::Local, Pending::Ready(Some((Class::Local, reply)))),
             // Alone, as an exclusive borrow is: the session's later commands wait for it.
             Served::Filling(pending) => (Class::Exclusive, pending),
+            // Its reply drops the entries it read past (`NearCache::forwarded`).
             Served::Forward => {
                 let sent = self.send_multiplexed(
                     Multiplexed::Regular,
@@ -628,7 +632,7 @@ impl SessionState {
                     deadline,
                     quiet,
                 );
-                (regular, sent)
+                (regular, self.amend(sent, forwarded))
             }
         }
     }
