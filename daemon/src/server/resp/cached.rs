@@ -28,10 +28,62 @@ use super::pending::Pending;
 use super::plan::{CachedRead, Forward, Plan};
 use super::replies;
 
-/// The cache and the globs of the keys it serves.
+/// The cache and the keys it serves.
 pub struct NearCache {
     pub cache: Cache,
-    keys: Vec<String>,
+    keys: Cacheable,
+}
+
+/// Which keys the cache serves (`cache.keys`), and what that makes of a command: pure.
+pub struct Cacheable {
+    globs: Vec<String>,
+}
+
+impl Cacheable {
+    pub fn new(globs: Vec<String>) -> Self {
+        Cacheable { globs }
+    }
+
+    /// Whether reads of `key` may be answered from the cache.
+    pub fn matches(&self, key: &[u8]) -> bool {
+        self.globs
+            .iter()
+            .any(|pattern| glob::matches(pattern.as_bytes(), key))
+    }
+
+    /// The read the cache may answer for a command the catalog names `name`: a `GET` of a
+    /// cacheable key, an `MGET` of cacheable keys only.
+    pub fn read(&self, name: &str, argv: &[&[u8]]) -> Option<CachedRead> {
+        let copy = |key: &&[u8]| Bytes::copy_from_slice(key);
+        match (name, argv) {
+            ("GET", [_, key]) if self.matches(key) => Some(CachedRead::Get(copy(key))),
+            ("MGET", [_, keys @ ..])
+                if !keys.is_empty() && keys.iter().all(|k| self.matches(k)) =>
+            {
+                Some(CachedRead::MGet(keys.iter().map(copy).collect()))
+            }
+            _ => None,
+        }
+    }
+
+    /// The cacheable keys a command that is not served from the cache touches in Redis — every
+    /// key it writes or reads, a script's declared keys among them — and whether it writes. A
+    /// write must be seen at once; a read's reply may be newer than the entry (Redis's invalidation
+    /// still on its way), and its client must not see the older value after it.
+    pub fn passed(&self, descriptor: &Descriptor, argv: &[&[u8]]) -> (Vec<Bytes>, Cause) {
+        let cause = match descriptor.traits.write || descriptor.traits.scripting {
+            true => Cause::Write,
+            false => Cause::Read,
+        };
+        let keys = descriptor
+            .keys
+            .iter()
+            .filter_map(|key| argv.get(key.position))
+            .filter(|key| self.matches(key))
+            .map(|key| Bytes::copy_from_slice(key))
+            .collect();
+        (keys, cause)
+    }
 }
 
 /// What a session's cached read became.
@@ -45,20 +97,16 @@ pub enum Served {
 }
 
 impl NearCache {
-    pub fn new(cache: Cache, keys: Vec<String>) -> Self {
-        NearCache { cache, keys }
+    pub fn new(cache: Cache, globs: Vec<String>) -> Self {
+        NearCache {
+            cache,
+            keys: Cacheable::new(globs),
+        }
     }
 
     /// The globs of the keys served (`cache.keys`).
     pub fn keys(&self) -> &[String] {
-        &self.keys
-    }
-
-    /// Whether reads of `key` may be answered from the cache.
-    pub fn cacheable(&self, key: &[u8]) -> bool {
-        self.keys
-            .iter()
-            .any(|pattern| glob::matches(pattern.as_bytes(), key))
+        &self.keys.globs
     }
 
     /// What the cache makes of an admitted command's `plan`: a cacheable `GET` forwarded on
@@ -72,31 +120,13 @@ impl NearCache {
         argv: &[&[u8]],
         written: &mut Vec<Bytes>,
     ) -> Plan {
-        let regular = matches!(
-            plan,
-            Plan::Forward(Forward::Multiplexed(Multiplexed::Regular), None)
-        );
-        match descriptor.name.as_str() {
-            "GET" => {
-                return match argv.get(1) {
-                    Some(key) if regular && self.cacheable(key) => {
-                        Plan::Cached(CachedRead::Get(Bytes::copy_from_slice(key)))
-                    }
-                    _ => plan,
-                }
+        // Only a read sent on REGULAR as it is (not inside a transaction, not amended).
+        if let Plan::Forward(Forward::Multiplexed(Multiplexed::Regular), None) = plan {
+            if let Some(read) = self.keys.read(&descriptor.name, argv) {
+                return Plan::Cached(read);
             }
-            "MGET" => {
-                let keys = argv.get(1..).unwrap_or_default();
-                return match regular && !keys.is_empty() && keys.iter().all(|k| self.cacheable(k)) {
-                    true => Plan::Cached(CachedRead::MGet(
-                        keys.iter().map(|key| Bytes::copy_from_slice(key)).collect(),
-                    )),
-                    false => plan,
-                };
-            }
-            _ => {}
         }
-        let (keys, cause) = self.passed_keys(descriptor, argv);
+        let (keys, cause) = self.keys.passed(descriptor, argv);
         if keys.is_empty() {
             return plan;
         }
@@ -115,25 +145,6 @@ impl NearCache {
         }
     }
 
-    /// The cacheable keys a command that is not served from the cache touches in Redis — every
-    /// key it writes or reads, a script's declared keys among them — and whether it writes. A
-    /// write must be seen at once; a read's reply may be newer than the entry (Redis's invalidation
-    /// still on its way), and its client must not see the older value after it.
-    fn passed_keys(&self, descriptor: &Descriptor, argv: &[&[u8]]) -> (Vec<Bytes>, Cause) {
-        let cause = match descriptor.traits.write || descriptor.traits.scripting {
-            true => Cause::Write,
-            false => Cause::Read,
-        };
-        let keys = descriptor
-            .keys
-            .iter()
-            .filter_map(|key| argv.get(key.position))
-            .filter(|key| self.cacheable(key))
-            .map(|key| Bytes::copy_from_slice(key))
-            .collect();
-        (keys, cause)
-    }
-
     fn passed(&self, keys: Vec<Bytes>, cause: Cause, then: Option<Amend>) -> Amend {
         Amend::Passed {
             cache: self.cache.clone(),
@@ -144,7 +155,7 @@ impl NearCache {
     }
 
     /// How a cached read forwarded as if uncached is amended: its keys dropped when its reply
-    /// comes (see [`NearCache::passed_keys`]).
+    /// comes (see [`Cacheable::passed`]).
     pub fn forwarded(&self, read: &CachedRead) -> Amend {
         let keys = match read {
             CachedRead::Get(key) => vec![key.clone()],
@@ -296,5 +307,120 @@ impl Fallback {
             Ok(reply) => reply.into_bytes(),
             Err(error) => replies::call_failed(&error),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tollgate_model::Lane;
+    use tollgate_policy::{CategorySet, KeyAccess, Traits};
+
+    use super::*;
+
+    fn cacheable() -> Cacheable {
+        Cacheable::new(vec!["user:*".into(), "config:?".into()])
+    }
+
+    fn descriptor(name: &str, traits: Traits, keys: &[(usize, bool)]) -> Descriptor {
+        Descriptor {
+            name: name.into(),
+            lane: Lane::Regular,
+            categories: CategorySet::default(),
+            traits,
+            arity: -1,
+            keys: (keys.iter())
+                .map(|&(position, write)| KeyAccess {
+                    position,
+                    read: !write,
+                    write,
+                })
+                .collect(),
+        }
+    }
+
+    fn bytes(words: &[&str]) -> Vec<Bytes> {
+        words
+            .iter()
+            .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+            .collect()
+    }
+
+    #[test]
+    fn a_get_or_an_mget_of_cacheable_keys_only_is_a_cached_read() {
+        let keys = cacheable();
+        let read = |argv: &[&str]| {
+            let argv: Vec<&[u8]> = argv.iter().map(|w| w.as_bytes()).collect();
+            keys.read(std::str::from_utf8(argv[0]).unwrap(), &argv)
+        };
+        assert_eq!(
+            read(&["GET", "user:1"]),
+            Some(CachedRead::Get(bytes(&["user:1"])[0].clone()))
+        );
+        assert_eq!(
+            read(&["GET", "config:a"]),
+            Some(CachedRead::Get(bytes(&["config:a"])[0].clone()))
+        );
+        assert_eq!(read(&["GET", "config:ab"]), None);
+        assert_eq!(read(&["GET", "session:1"]), None);
+        assert_eq!(read(&["GET", "user:1", "extra"]), None);
+        assert_eq!(
+            read(&["MGET", "user:1", "config:a"]),
+            Some(CachedRead::MGet(bytes(&["user:1", "config:a"])))
+        );
+        assert_eq!(read(&["MGET", "user:1", "session:1"]), None);
+        assert_eq!(read(&["MGET"]), None);
+        assert_eq!(read(&["GETRANGE", "user:1"]), None);
+    }
+
+    #[test]
+    fn writes_and_reads_past_the_cache_name_the_cacheable_keys_they_touch() {
+        let keys = cacheable();
+        let argv: Vec<&[u8]> = vec![b"MSET", b"user:1", b"a", b"other", b"b", b"user:2", b"c"];
+        let write = Traits {
+            write: true,
+            ..Traits::default()
+        };
+        let mset = descriptor("MSET", write, &[(1, true), (3, true), (5, true)]);
+        assert_eq!(
+            keys.passed(&mset, &argv),
+            (bytes(&["user:1", "user:2"]), Cause::Write)
+        );
+        // A script's declared keys, whatever the catalog says of them.
+        let script = Traits {
+            scripting: true,
+            ..Traits::default()
+        };
+        let argv: Vec<&[u8]> = vec![b"EVAL", b"return 1", b"1", b"user:9"];
+        let eval = descriptor("EVAL", script, &[(3, false)]);
+        assert_eq!(
+            keys.passed(&eval, &argv),
+            (bytes(&["user:9"]), Cause::Write)
+        );
+        // A read past the cache.
+        let read = Traits {
+            readonly: true,
+            ..Traits::default()
+        };
+        let argv: Vec<&[u8]> = vec![b"STRLEN", b"user:1"];
+        let strlen = descriptor("STRLEN", read, &[(1, false)]);
+        assert_eq!(
+            keys.passed(&strlen, &argv),
+            (bytes(&["user:1"]), Cause::Read)
+        );
+        let argv: Vec<&[u8]> = vec![b"STRLEN", b"other"];
+        assert_eq!(keys.passed(&strlen, &argv).0, Vec::<Bytes>::new());
+    }
+
+    #[test]
+    fn an_mget_reply_is_written_as_redis_writes_it() {
+        let values = [Value::String(Bytes::from_static(b"1")), Value::Missing];
+        assert_eq!(
+            mget_reply(&values, Protocol::Resp2),
+            &b"*2\r\n$1\r\n1\r\n$-1\r\n"[..]
+        );
+        assert_eq!(
+            mget_reply(&values, Protocol::Resp3),
+            &b"*2\r\n$1\r\n1\r\n_\r\n"[..]
+        );
     }
 }
