@@ -553,6 +553,49 @@ async fn an_entry_is_not_served_past_its_key_s_expiry() {
     daemon.stop().await;
 }
 
+/// A fill unanswered past the command timeout (Redis paused) replaces the tracking connection, as
+/// a lane's would be, emptying the cache; once Redis answers again the cache serves again.
+#[tokio::test]
+async fn a_fill_past_the_command_timeout_replaces_the_tracking_connection() {
+    let redis = RedisServer::start();
+    let path = redis.dir().join("cache-policy.yaml");
+    std::fs::write(&path, policy(NOBODY)).expect("write the policy");
+    let daemon = daemon_for_all(&redis, |config| {
+        config.policy.files = vec![path];
+        config.cache = cache(1 << 20, 64 << 10);
+        config.resp.command_timeout = Duration::from_millis(300);
+    })
+    .await;
+    let mut direct = RawClient::to_redis(redis.socket()).await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    direct.call(&["SET", "user:p", "v"]).await;
+    until_hit(&daemon, &mut client, "user:p", &bulk("v")).await;
+    let before = metric(
+        &daemon,
+        "tollgate_cache_invalidations_total{cause=\"connection\"}",
+    )
+    .await;
+    let paused = Instant::now();
+    assert_eq!(
+        direct.call(&["CLIENT", "PAUSE", "1500", "ALL"]).await,
+        Frame::Simple("OK".into())
+    );
+    // A miss waits on the paused server past its deadline.
+    let reply = client.call(&["GET", "user:other"]).await;
+    let text = crate::support::raw::text(&reply);
+    assert!(text.starts_with("IOERR tollgate: no reply"), "{reply:?}");
+    until_metric(
+        &daemon,
+        "tollgate_cache_invalidations_total{cause=\"connection\"}",
+        |now| now > before,
+    )
+    .await;
+    // Once the pause is over (its end is known), the cache fills and serves again.
+    tokio::time::sleep_until(paused + Duration::from_millis(1600)).await;
+    until_hit(&daemon, &mut client, "user:p", &bulk("v")).await;
+    daemon.stop().await;
+}
+
 #[tokio::test]
 async fn the_cache_is_off_by_default_and_says_so() {
     let redis = RedisServer::start();

@@ -99,6 +99,7 @@ impl Cache {
         stop: CancellationToken,
     ) -> Result<Cache, CacheError> {
         let connector = lanes.regular_connector().ok_or(CacheError::Cluster)?;
+        let timeout = lanes.regular_timeout();
         let (fills, queue) = mpsc::channel(FILL_QUEUE);
         let cache = Cache(Arc::new(Shared {
             store: Mutex::new(Store::new(bounds)),
@@ -108,7 +109,7 @@ impl Cache {
         }));
         let span = tracing::info_span!("cache");
         tokio::spawn(tracing::Instrument::instrument(
-            tracking::drive(cache.clone(), connector, queue, stop),
+            tracking::drive(cache.clone(), connector, timeout, queue, stop),
             span,
         ));
         Ok(cache)

@@ -50,6 +50,8 @@ enum Lost {
     OutOfStep,
     #[error("the master moved (Sentinel): the old one's values may lag the new one's")]
     Moved,
+    #[error("no reply within {0:?}")]
+    Timeout(Duration),
 }
 
 /// Keeps the tracking connection open until `stop`: opens it, serves fills on it, and after a loss
@@ -57,6 +59,7 @@ enum Lost {
 pub(super) async fn drive(
     cache: Cache,
     connector: std::sync::Arc<Connector>,
+    timeout: Option<Duration>,
     mut queue: mpsc::Receiver<Fill>,
     stop: CancellationToken,
 ) {
@@ -76,7 +79,12 @@ pub(super) async fn drive(
                     tracing::info!("tracking connection open again");
                 }
                 pause = FIRST_PAUSE;
-                let lost = serve(&cache, &connector, conn, &mut queue, &stop).await;
+                let on = On {
+                    cache: &cache,
+                    connector: &connector,
+                    timeout,
+                };
+                let lost = serve(on, conn, &mut queue, &stop).await;
                 cache.set_tracking(false);
                 cache.flush(Cause::Connection);
                 lost
@@ -136,13 +144,26 @@ fn command(argv: &[&[u8]]) -> Bytes {
 
 /// Serves fills on `conn` until it is lost (`Err`) or the cache stops (`Ok`). Every fill still
 /// waiting when it ends is told [`FillLost`].
+/// What serving a connection needs besides it.
+struct On<'a> {
+    cache: &'a Cache,
+    connector: &'a Connector,
+    /// REGULAR's command timeout: a fill unanswered for longer replaces the connection (as a
+    /// lane's would be), emptying the cache.
+    timeout: Option<Duration>,
+}
+
 async fn serve(
-    cache: &Cache,
-    connector: &Connector,
+    on: On<'_>,
     conn: Conn,
     queue: &mut mpsc::Receiver<Fill>,
     stop: &CancellationToken,
 ) -> Result<(), Lost> {
+    let On {
+        cache,
+        connector,
+        timeout,
+    } = on;
     let generation = conn.generation();
     let (stream, mut read, _open) = conn.into_parts();
     let (mut reader, mut writer) = tokio::io::split(stream);
@@ -163,6 +184,9 @@ async fn serve(
                 // A demoted master still answers reads and tracks, but behind the new one: a
                 // fill there could keep a value older than a write already acknowledged.
                 () = connector.moved(generation) => return Err(Lost::Moved),
+                () = overdue(waiting.front(), timeout) => {
+                    return Err(Lost::Timeout(timeout.unwrap_or_default()));
+                }
                 fill = queue.recv() => {
                     let Some(fill) = fill else { return Ok(()) };
                     // Every fill queued meanwhile goes out in the same write.
@@ -174,6 +198,10 @@ async fn serve(
                         next = queue.try_recv().ok();
                     }
                     writer.write_all(&out).await?;
+                    let written = tokio::time::Instant::now();
+                    for waiting in waiting.iter_mut().rev().take_while(|w| w.written.is_none()) {
+                        waiting.written = Some(written);
+                    }
                     out.clear();
                 }
                 got = reader.read_buf(&mut read) => {
@@ -202,6 +230,16 @@ struct Waiting {
     reply: Option<oneshot::Sender<Result<Fetched, FillLost>>>,
     /// `GET`'s reply, once it came: the value to keep, or `None` (an error: nothing kept).
     got: Option<Option<Value>>,
+    /// When it was written to Redis.
+    written: Option<tokio::time::Instant>,
+}
+
+/// Resolves once the oldest fill has waited past `timeout` (never without one, or a fill).
+async fn overdue(oldest: Option<&Waiting>, timeout: Option<Duration>) {
+    match (oldest.and_then(|waiting| waiting.written), timeout) {
+        (Some(written), Some(timeout)) => tokio::time::sleep_until(written + timeout).await,
+        _ => std::future::pending().await,
+    }
 }
 
 impl Waiting {
@@ -211,6 +249,7 @@ impl Waiting {
             ticket: fill.ticket,
             reply: Some(fill.reply),
             got: None,
+            written: None,
         }
     }
 }
