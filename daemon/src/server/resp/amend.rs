@@ -51,13 +51,18 @@ pub enum Amend {
     Script(Box<ScriptNote>),
     /// A command that wrote (or read past the cache) keys the near cache may hold: they are
     /// dropped before the reply goes on (then any amendment of its own applies), so that no later
-    /// hit shows a value older than this reply's.
-    Passed {
-        cache: Cache,
-        keys: Vec<Bytes>,
-        cause: Cause,
-        then: Option<Box<Amend>>,
-    },
+    /// hit shows a value older than this reply's. Boxed: only with the cache on, and `Amend`
+    /// stays the size it was without it.
+    Passed(Box<Passed>),
+}
+
+/// See [`Amend::Passed`].
+#[derive(Debug, PartialEq)]
+pub struct Passed {
+    pub cache: Cache,
+    pub keys: Vec<Bytes>,
+    pub cause: Cause,
+    pub then: Option<Amend>,
 }
 
 /// `INFO` sections of server-wide counts per command, which a constrained caller does not see.
@@ -95,12 +100,13 @@ impl Amend {
             Amend::ConfigGet { fallback } if reply.starts_with(b"-") => fallback,
             Amend::ConfigGet { .. } => edit(reply, config_get),
             Amend::Script(note) => note.apply(reply),
-            Amend::Passed {
-                cache,
-                keys,
-                cause,
-                then,
-            } => {
+            Amend::Passed(passed) => {
+                let Passed {
+                    cache,
+                    keys,
+                    cause,
+                    then,
+                } = *passed;
                 for key in &keys {
                     cache.passed(key, cause);
                 }

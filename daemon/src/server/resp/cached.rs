@@ -23,7 +23,7 @@ use tollgate_lanes::{Lanes, Route};
 use tollgate_model::{Multiplexed, Protocol};
 use tollgate_policy::{glob, Descriptor};
 
-use super::amend::Amend;
+use super::amend::{Amend, Passed};
 use super::pending::Pending;
 use super::plan::{CachedRead, Forward, Plan};
 use super::replies;
@@ -146,12 +146,12 @@ impl NearCache {
     }
 
     fn passed(&self, keys: Vec<Bytes>, cause: Cause, then: Option<Amend>) -> Amend {
-        Amend::Passed {
+        Amend::Passed(Box::new(Passed {
             cache: self.cache.clone(),
             keys,
             cause,
-            then: then.map(Box::new),
-        }
+            then,
+        }))
     }
 
     /// How a cached read forwarded as if uncached is amended: its keys dropped when its reply
