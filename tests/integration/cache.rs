@@ -596,6 +596,25 @@ async fn a_fill_past_the_command_timeout_replaces_the_tracking_connection() {
     daemon.stop().await;
 }
 
+/// With the daemon's own embedded Redis (the default deployment), whose users the daemon creates.
+#[tokio::test]
+async fn the_cache_serves_with_the_embedded_redis() {
+    let dir = crate::support::daemon::tempdir();
+    let mut config = TestDaemon::config(dir.path());
+    config.cache = cache(1 << 20, 64 << 10);
+    let daemon = TestDaemon::start_config(dir, config).await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    assert_eq!(
+        client.call(&["SET", "user:e", "embedded"]).await,
+        Frame::Simple("OK".into())
+    );
+    until_hit(&daemon, &mut client, "user:e", &bulk("embedded")).await;
+    let mut admin = crate::support::daemon::embedded_admin(daemon.dir()).await;
+    admin.call(&["SET", "user:e", "changed"]).await;
+    until_seen(&mut client, "user:e", &bulk("changed")).await;
+    daemon.stop().await;
+}
+
 #[tokio::test]
 async fn the_cache_is_off_by_default_and_says_so() {
     let redis = RedisServer::start();
