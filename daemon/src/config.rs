@@ -2,6 +2,7 @@
 //! and errors that name the file, line, column and key.
 
 mod budgets;
+mod cache;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -9,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use budgets::{BudgetsConfig, ByteSize, ClassBudgets, Limit};
+pub use cache::CacheConfig;
 use serde::Deserialize;
 use tollgate_lanes::{LanesConfig, RedisConfig};
 use tollgate_lease::LeaseConfig;
@@ -33,6 +35,8 @@ pub struct Config {
     pub admin: AdminConfig,
     pub logging: LoggingConfig,
     pub shutdown: ShutdownConfig,
+    /// The near cache (docs/cache.md); off by default.
+    pub cache: CacheConfig,
     /// Threads that serve clients and Redis. Default: half the CPUs, at least one, because the
     /// daemon shares its machine with Redis (one busy thread) and with the applications it serves.
     pub worker_threads: Option<usize>,
@@ -386,6 +390,7 @@ impl Config {
         self.leases
             .validate()
             .map_err(|error| ("leases".to_owned(), error.to_string()))?;
+        self.cache.validate()?;
         if self.worker_threads == Some(0) {
             return Err(("worker_threads".to_owned(), "must be at least 1".to_owned()));
         }

@@ -22,6 +22,7 @@ use crate::reload::Reloader;
 use crate::server::identity::Identities;
 use crate::server::limits::ConnectionLimits;
 use crate::server::resp::admission_clock::AdmissionClocks;
+use crate::server::resp::cached::NearCache;
 use crate::server::resp::pool::Pool;
 use crate::server::resp::{self, FrontDoor};
 use crate::server::{http, socket};
@@ -49,6 +50,8 @@ pub enum StartError {
     Inherited(std::io::Error),
     #[error(transparent)]
     LeaseLayout(#[from] tollgate_lease::LayoutError),
+    #[error("cache: {0}")]
+    Cache(#[from] tollgate_lanes::cache::CacheError),
 }
 
 /// A running daemon. Dropping it without [`Daemon::shutdown`] still removes its sockets and kills
@@ -201,6 +204,19 @@ impl Daemon {
             systemd.notifier,
             &mut registry,
         );
+        // Off by default: then nothing of it exists, and the request path asks one `Option`.
+        let cache = match config.cache.enabled() {
+            true => {
+                let cache = tollgate_lanes::Cache::start(
+                    &lanes,
+                    config.cache.bounds(),
+                    &mut registry,
+                    stop.clone(),
+                )?;
+                Some(NearCache::new(cache, config.cache.keys.clone()))
+            }
+            false => None,
+        };
         let admission_clocks = AdmissionClocks::new(config.worker_threads());
         admission_clocks.register(&mut registry);
         let shared = Arc::new(Services {
@@ -221,6 +237,7 @@ impl Daemon {
             pool: Pool::new(&config.resp.budgets),
             admission_clocks,
             quotas,
+            cache,
             metrics: Metrics::new(registry),
         });
 

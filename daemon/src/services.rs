@@ -14,6 +14,7 @@ use crate::readiness::Readiness;
 use crate::reload::Reloader;
 use crate::server::identity::Identities;
 use crate::server::resp::admission_clock::AdmissionClocks;
+use crate::server::resp::cached::NearCache;
 use crate::server::resp::pool::Pool;
 
 /// What every listener shares.
@@ -45,4 +46,6 @@ pub struct Services {
     pub admission_clocks: Arc<AdmissionClocks>,
     /// The policy's quotas' buckets, per quota and principal.
     pub quotas: Arc<Quotas>,
+    /// The near cache (docs/cache.md); `None` when `cache.keys` is empty, the default.
+    pub cache: Option<NearCache>,
 }

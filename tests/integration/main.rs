@@ -2,6 +2,7 @@
 //! on temporary sockets, and the real `tollgate` binary. One test binary keeps links fast.
 
 mod budgets;
+mod cache;
 mod channels;
 mod cluster;
 mod cluster_failover;

@@ -280,11 +280,15 @@ pub fn plumbing(lane: Lane) -> &'static [&'static str] {
             "sunsubscribe",
         ],
         // On a cluster: ASKING before a command redirected to a slot being imported, and the
-        // slot map, which the REGULAR lane's user reads.
+        // slot map, which the REGULAR lane's user reads. The near cache's tracking connection
+        // logs in as this user, turns tracking on and reads a filled key's expiry (`cache`);
+        // clients cannot send CLIENT TRACKING (the front door answers it itself).
         Lane::Regular => &[
             "hello",
             "ping",
             "asking",
+            "client|tracking",
+            "pttl",
             "cluster|shards",
             "cluster|slots",
             "cluster|info",

@@ -128,6 +128,20 @@ impl Lanes {
         })))
     }
 
+    /// How long REGULAR waits for a reply before its connection is replaced (`None`: for ever).
+    pub(crate) fn regular_timeout(&self) -> Option<Duration> {
+        self.0.regular_timeout
+    }
+
+    /// The connector of the one server's REGULAR lane; `None` on a cluster (no near cache there
+    /// yet: it would need a tracking connection per master).
+    pub(crate) fn regular_connector(&self) -> Option<Arc<crate::connector::Connector>> {
+        match &self.0.nodes {
+            Nodes::One(node) => Some(node.regular_connector()),
+            Nodes::Cluster { .. } => None,
+        }
+    }
+
     /// Whether these lanes lead to one server or to a cluster.
     pub fn shape(&self) -> Shape {
         match &self.0.nodes {

@@ -8,6 +8,7 @@
 mod acl;
 mod budget;
 mod busy;
+pub mod cache;
 mod ceilings;
 mod channel;
 mod cluster;
@@ -52,6 +53,7 @@ pub use acl::{
     ProvisionedUsers, ALWAYS_REFUSED, EMBEDDED_ADMIN, LEASE_USER, REFUSED_TO_SCRIPTS,
 };
 pub use budget::{Budget, Held, OverBudget};
+pub use cache::Cache;
 pub use channel::{Channel, SendFuture};
 pub use cluster::{Slot, SLOT_COUNT};
 pub use config::{

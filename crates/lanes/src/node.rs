@@ -208,6 +208,12 @@ impl Node {
 
     /// A channel on a multiplexed lane (REGULAR or SCRIPT) speaking `protocol`, on the connection
     /// the lane picks: the first with room, so work is packed on few connections and batched.
+    /// The REGULAR lane's connector, for the near cache's tracking connection (`cache`): its
+    /// user reads what REGULAR reads, and may turn `CLIENT TRACKING` on (`acl::plumbing`).
+    pub(crate) fn regular_connector(&self) -> Arc<Connector> {
+        self.0.regular.connector.clone()
+    }
+
     pub(crate) fn multiplexed_speaking(
         &self,
         lane: Multiplexed,

@@ -48,10 +48,21 @@ impl TestDaemon {
     /// Starts the daemon with `redis` as its `redis:` section (a Sentinel group, say), with the
     /// lane and lease users set up on every server in `nodes`.
     pub async fn start_redis(redis: RedisConfig, nodes: &[&RedisServer]) -> TestDaemon {
+        Self::start_redis_with(redis, nodes, |_| {}).await
+    }
+
+    /// [`TestDaemon::start_redis`] after `adjust` edits the config (not its policy: the lane
+    /// users are the default policy's).
+    pub async fn start_redis_with(
+        redis: RedisConfig,
+        nodes: &[&RedisServer],
+        adjust: impl FnOnce(&mut Config),
+    ) -> TestDaemon {
         let dir = tempdir();
         let mut config = Self::config(dir.path());
         config.redis = Some(trusting_testkit(redis));
         config.lanes = lane_users(nodes, dir.path()).await;
+        adjust(&mut config);
         Self::start_config(dir, config).await
     }
 

@@ -5,6 +5,7 @@
 //! Each area of the API has its own module with a `handle` function; `route` only dispatches.
 
 mod body;
+mod cache;
 mod health;
 mod lanes;
 mod leases;
@@ -124,6 +125,7 @@ async fn route(request: Request<Incoming>, shared: &Services) -> HttpResponse {
         "/v1/lanes" => lanes::handle(request, shared).await,
         "/v1/status" => status::handle(request, shared).await,
         "/v1/principals" => principals::handle(request, shared).await,
+        "/v1/cache" => cache::handle(request, shared).await,
         leases if leases.starts_with("/v1/leases/") => leases::handle(request, shared).await,
         policy if policy.starts_with("/v1/policy") => policy::handle(request, shared).await,
         _ => Err(ApiError::NotFound(path)),

@@ -6,7 +6,8 @@
 //! caller whose keys the policy does not constrain).
 
 use bytes::Bytes;
-use tollgate_lanes::{PubSub, SubscriptionKind};
+use tollgate_lanes::cache::Cause;
+use tollgate_lanes::{Cache, PubSub, SubscriptionKind};
 use tollgate_policy::glob;
 use tollgate_resp::{Frame, Limits};
 
@@ -48,6 +49,20 @@ pub enum Amend {
     /// A script (`EVAL`, `FCALL` …): a call its lane's user was refused is told the policy's rule
     /// behind it (see [`ScriptNote`]).
     Script(Box<ScriptNote>),
+    /// A command that wrote (or read past the cache) keys the near cache may hold: they are
+    /// dropped before the reply goes on (then any amendment of its own applies), so that no later
+    /// hit shows a value older than this reply's. Boxed: only with the cache on, and `Amend`
+    /// stays the size it was without it.
+    Passed(Box<Passed>),
+}
+
+/// See [`Amend::Passed`].
+#[derive(Debug, PartialEq)]
+pub struct Passed {
+    pub cache: Cache,
+    pub keys: Vec<Bytes>,
+    pub cause: Cause,
+    pub then: Option<Amend>,
 }
 
 /// `INFO` sections of server-wide counts per command, which a constrained caller does not see.
@@ -85,6 +100,21 @@ impl Amend {
             Amend::ConfigGet { fallback } if reply.starts_with(b"-") => fallback,
             Amend::ConfigGet { .. } => edit(reply, config_get),
             Amend::Script(note) => note.apply(reply),
+            Amend::Passed(passed) => {
+                let Passed {
+                    cache,
+                    keys,
+                    cause,
+                    then,
+                } = *passed;
+                for key in &keys {
+                    cache.passed(key, cause);
+                }
+                match then {
+                    Some(amend) => amend.apply(reply, pubsub),
+                    None => reply,
+                }
+            }
             Amend::Info {
                 sees_every_key,
                 clients,

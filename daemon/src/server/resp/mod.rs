@@ -16,6 +16,7 @@ mod ahead;
 mod amend;
 mod answer;
 mod budget;
+pub mod cached;
 mod clients;
 mod coarse;
 mod databases;

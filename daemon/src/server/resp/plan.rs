@@ -4,6 +4,7 @@
 //! transaction connection or forwarded on a lane. The session carries the plan out; nothing after
 //! this asks again what kind of command it is.
 
+use bytes::Bytes;
 use tollgate_lanes::{Slot, SubscriptionKind};
 use tollgate_model::{Lane, Multiplexed};
 
@@ -75,6 +76,17 @@ pub enum Plan {
     Split(Forward, Split),
     /// On a cluster, sent to every master, their replies combined.
     EveryMaster(Forward, Combine),
+    /// A read the near cache may answer (`cached.rs`); otherwise forwarded on REGULAR.
+    Cached(CachedRead),
+}
+
+/// A read the near cache may answer (`cached.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CachedRead {
+    /// `GET key`.
+    Get(Bytes),
+    /// `MGET key …`, every key cacheable: answered key by key.
+    MGet(Vec<Bytes>),
 }
 
 /// Which connection a forwarded command is sent on.

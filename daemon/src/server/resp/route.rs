@@ -44,6 +44,8 @@ impl Route {
             | Plan::Placed(forward, ..)
             | Plan::Split(forward, _)
             | Plan::EveryMaster(forward, _) => Route::Lane(forward.lane()),
+            // Filled on a connection of REGULAR's user, or forwarded on REGULAR.
+            Plan::Cached(_) => Route::Lane(Lane::Regular),
             // Never sent to Redis as it is.
             Plan::Answer(_)
             | Plan::Queue(_)

@@ -17,6 +17,7 @@ use super::deadline;
 use super::keyspace::Whole;
 use super::local::{self, Voice};
 use super::pending::{Class, Gather, InOrder, Lent, Pending};
+use super::plan::CachedRead;
 use super::slots::TransactionSlot;
 
 /// What one planned command becomes.
@@ -37,6 +38,9 @@ pub enum Step {
     InPlace(InPlace),
     /// Write this reply, then close the connection.
     Close(Bytes),
+    /// A read the near cache may answer: else sent on REGULAR as these encoded bytes, with this
+    /// deadline.
+    Cached(CachedRead, Bytes, Option<Duration>),
 }
 
 impl Step {
@@ -45,6 +49,8 @@ impl Step {
         match self {
             Step::Reply(_) | Step::Close(_) => Class::Local,
             Step::Multiplexed(lane, ..) | Step::Gathered(lane, ..) => Class::Multiplexed(*lane),
+            // Waits as a REGULAR command does; served from the cache only with nothing in flight.
+            Step::Cached(..) => Class::Multiplexed(Multiplexed::Regular),
             Step::Exclusive(..) | Step::GatheredLent(..) => Class::Exclusive,
             Step::InPlace(_) => Class::InPlace,
         }
@@ -151,6 +157,11 @@ impl Schedule {
             true => Turn::Wait,
             false => Turn::Go,
         }
+    }
+
+    /// Whether nothing of the session is in flight on any connection to Redis.
+    pub fn quiet(&self) -> bool {
+        self.in_flight == InFlight::default()
     }
 
     /// How many commands are in flight on `class`'s connections.

@@ -290,6 +290,11 @@ impl Session {
                     self.schedule.push(Class::Local, ready, voice);
                 }
                 Step::Close(reply) => return Ok(Some(voice.say(reply))),
+                Step::Cached(read, encoded, deadline) => {
+                    let quiet = self.schedule.quiet();
+                    let (class, sent) = self.state.serve_cached(read, encoded, deadline, quiet);
+                    self.schedule.push(class, sent, voice);
+                }
                 Step::Multiplexed(lane, route, encoded, deadline, amend) => {
                     let class = Class::Multiplexed(lane);
                     let idle = self.schedule.in_flight(class) == 0;

@@ -17,6 +17,7 @@ use super::ahead::Admitting;
 use super::amend::Amend;
 use super::answer::{self, Asking};
 use super::budget::ClientBudget;
+use super::cached::{Fallback, Served};
 use super::clients::Registration;
 use super::databases;
 use super::front::FrontDoor;
@@ -28,7 +29,7 @@ use super::local::{self, Local, Protocol, ReplyMode, Voice};
 use super::monitor::Watch;
 use super::pending::{self, Amended, Class, Gather, Lent, Merge, Pending};
 use super::placing::{self, Placed};
-use super::plan::{self, Context, Forward, Plan, Refusal};
+use super::plan::{self, CachedRead, Context, Forward, Plan, Refusal};
 use super::replies;
 use super::schedule::{InPlace, Step};
 use super::scoped;
@@ -95,6 +96,9 @@ pub struct SessionState {
     pub clock: AdmissionClock,
     /// The caller's buckets under the policy's quotas.
     pub meters: Meters,
+    /// Cacheable keys written or read by the commands of the transaction in progress: dropped
+    /// from the near cache once each of its commands has run (EXEC among them).
+    cache_writes: Vec<Bytes>,
 }
 
 impl SessionState {
@@ -119,6 +123,7 @@ impl SessionState {
             owes_yield: false,
             leases: lease::Connection::new(id),
             watches: Watches::default(),
+            cache_writes: Vec::new(),
         }
     }
 
@@ -237,6 +242,13 @@ impl SessionState {
                         placing::on_cluster(plan, placed, splitting, pinned)
                     }
                 };
+                // The near cache, when on, sees what admission let through (and only that).
+                let plan = match &self.front.services.cache {
+                    Some(near) => {
+                        near.plan(plan, &descriptor, &command.argv(), &mut self.cache_writes)
+                    }
+                    None => plan,
+                };
                 if !matches!(plan, Plan::Keyspace(_) | Plan::Refuse(_)) {
                     // Redis never shows an administrative command (CONFIG SET, ACL SETUSER …).
                     if !descriptor.traits.admin {
@@ -349,6 +361,10 @@ impl SessionState {
             Plan::Transaction => Step::InPlace(InPlace::Transaction(command, None)),
             Plan::TransactionIn(slot) => Step::InPlace(InPlace::Transaction(command, Some(slot))),
             Plan::Forward(forward, amend) => self.sending(forward, Route::Any, command, amend),
+            Plan::Cached(read) => {
+                let deadline = self.front.deadlines.of_command(&command);
+                Step::Cached(read, command.encoded(), deadline)
+            }
             Plan::Placed(forward, slot, amend) => {
                 self.sending(forward, Route::Slot(slot), command, amend)
             }
@@ -579,6 +595,48 @@ impl SessionState {
         }))
     }
 
+    /// A read the near cache may answer (see `cached.rs`); `quiet`: nothing of the session is in
+    /// flight. Where it runs, and its reply to come.
+    pub fn serve_cached(
+        &mut self,
+        read: CachedRead,
+        encoded: Bytes,
+        deadline: Option<Duration>,
+        quiet: bool,
+    ) -> (Class, Pending) {
+        let regular = Class::Multiplexed(Multiplexed::Regular);
+        let front = self.front.clone();
+        let (served, forwarded) = match &front.services.cache {
+            Some(near) => {
+                let fallback = Fallback {
+                    lanes: front.services.lanes.clone(),
+                    protocol: self.protocol,
+                    encoded: encoded.clone(),
+                };
+                let served = near.serve(&read, quiet, fallback, deadline);
+                let forwarded = matches!(served, Served::Forward).then(|| near.forwarded(&read));
+                (served, forwarded)
+            }
+            None => (Served::Forward, None),
+        };
+        match served {
+            Served::Hit(reply) => (Class::Local, Pending::Ready(Some((Class::Local, reply)))),
+            // Alone, as an exclusive borrow is: the session's later commands wait for it.
+            Served::Filling(pending) => (Class::Exclusive, pending),
+            // Its reply drops the entries it read past (`NearCache::forwarded`).
+            Served::Forward => {
+                let sent = self.send_multiplexed(
+                    Multiplexed::Regular,
+                    Route::Any,
+                    encoded,
+                    deadline,
+                    quiet,
+                );
+                (regular, self.amend(sent, forwarded))
+            }
+        }
+    }
+
     /// `pending`, its reply corrected by `amend` when it arrives.
     pub fn amend(&self, pending: Pending, amend: Option<Amend>) -> Pending {
         match amend {
@@ -612,7 +670,16 @@ impl SessionState {
                     protocol: self.protocol,
                     tenant: &self.caller.tenant(),
                 };
-                self.transaction.run(&command, on, slot, deadline).await
+                let reply = self.transaction.run(&command, on, slot, deadline).await;
+                if let Some(near) = &self.front.services.cache {
+                    // What the transaction wrote is dropped once it ran (and again after each
+                    // of its commands, which only queued: harmless); forgotten once it is over.
+                    near.drop_written(&self.cache_writes);
+                    if self.transaction.queued().is_none() {
+                        self.cache_writes.clear();
+                    }
+                }
+                reply
             }
             InPlace::Subscribe(kind, argv) => {
                 let caps = Caps {
@@ -670,7 +737,12 @@ impl SessionState {
                     protocol: self.protocol,
                     servers,
                 };
-                keyspace::serve(whole, &argv, scope).await
+                let flushing = whole == keyspace::Whole::FlushDb;
+                let reply = keyspace::serve(whole, &argv, scope).await;
+                if let (true, Some(near)) = (flushing, &self.front.services.cache) {
+                    near.flushed();
+                }
+                reply
             }
             InPlace::Monitor => {
                 self.monitor = Some(self.front.monitors.watch());

@@ -1,0 +1,287 @@
+//! The near cache (docs/cache.md): `GET` replies of configured keys kept in the daemon, filled only
+//! through one tracking connection (`CLIENT TRACKING ON`, RESP3) whose `invalidate` pushes arrive
+//! in order with the fills' replies, and dropped on every sign that Redis's value may have changed.
+//! [`store`] is the memory and its rules, [`tracking`] the connection, [`metrics`] what `/metrics`
+//! shows. Which commands are cacheable, and when a hit may be served, is the front door's
+//! (`daemon/src/server/resp/cached.rs`): this crate never sees a client.
+//!
+//! One server only (standalone or a Sentinel group's master): a cluster would need a tracking
+//! connection per master, and drops on slot moves.
+
+mod metrics;
+mod store;
+mod tracking;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use prometheus_client::registry::Registry;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tollgate_model::Protocol;
+
+pub use store::{Bounds, Cause, Filled, Store, Ticket, Value, ENTRY_OVERHEAD};
+
+use crate::Lanes;
+use metrics::CacheMetrics;
+
+/// How many fills may wait to be written on the tracking connection; past it a miss is forwarded
+/// as if uncached.
+const FILL_QUEUE: usize = 4096;
+
+/// Why there is no cache.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error(
+        "the near cache needs one Redis server (standalone or Sentinel); a cluster has none yet"
+    )]
+    Cluster,
+}
+
+/// What a fill read got from Redis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fetched {
+    Value(Value),
+    /// Redis refused the read (`WRONGTYPE`, `NOPERM` …): passed on, never kept. The error line as
+    /// Redis wrote it (`-…\r\n`).
+    Refused(Bytes),
+}
+
+/// Why a fill got no reply: the tracking connection was lost (the read may have run; it changed
+/// nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the near cache's tracking connection was lost")]
+pub struct FillLost;
+
+/// A read waiting for the tracking connection.
+struct Fill {
+    key: Bytes,
+    ticket: Ticket,
+    reply: oneshot::Sender<Result<Fetched, FillLost>>,
+}
+
+/// The near cache. Cheap to clone; all clones share it.
+#[derive(Clone)]
+pub struct Cache(Arc<Shared>);
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Cache")
+    }
+}
+
+/// The same cache.
+impl PartialEq for Cache {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+struct Shared {
+    store: Mutex<Store>,
+    metrics: CacheMetrics,
+    fills: mpsc::Sender<Fill>,
+    /// The tracking connection is up and tracking: only then may anything be served or filled.
+    tracking: AtomicBool,
+}
+
+impl Cache {
+    /// Starts the cache on `lanes`' server: its tracking connection opens (and reopens) in the
+    /// background until `stop`. Its metrics go in `registry` as `cache_…`.
+    pub fn start(
+        lanes: &Lanes,
+        bounds: Bounds,
+        registry: &mut Registry,
+        stop: CancellationToken,
+    ) -> Result<Cache, CacheError> {
+        let connector = lanes.regular_connector().ok_or(CacheError::Cluster)?;
+        let timeout = lanes.regular_timeout();
+        let (fills, queue) = mpsc::channel(FILL_QUEUE);
+        let cache = Cache(Arc::new(Shared {
+            store: Mutex::new(Store::new(bounds)),
+            metrics: CacheMetrics::register(registry.sub_registry_with_prefix("cache")),
+            fills,
+            tracking: AtomicBool::new(false),
+        }));
+        let span = tracing::info_span!("cache");
+        tokio::spawn(tracing::Instrument::instrument(
+            tracking::drive(cache.clone(), connector, timeout, queue, stop),
+            span,
+        ));
+        Ok(cache)
+    }
+
+    /// A served hit: `key`'s value, if kept and fresh, while the tracking connection is up.
+    pub fn hit(&self, key: &[u8]) -> Option<Value> {
+        if !self.0.tracking.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut store = self.0.store.lock();
+        let value = store.get(key, Instant::now());
+        match &value {
+            Some(_) => {
+                self.0.metrics.hits.inc();
+            }
+            // An entry past max_staleness may just have been dropped.
+            None => self.0.metrics.sizes(&store),
+        }
+        value
+    }
+
+    /// [`Cache::hit`] of each of `keys`, looked up together (one moment of the cache).
+    pub fn hits(&self, keys: &[Bytes]) -> Vec<Option<Value>> {
+        if !self.0.tracking.load(Ordering::Acquire) {
+            return vec![None; keys.len()];
+        }
+        let mut store = self.0.store.lock();
+        let now = Instant::now();
+        let values: Vec<_> = keys.iter().map(|key| store.get(key, now)).collect();
+        let hits = values.iter().filter(|value| value.is_some()).count();
+        self.0.metrics.hits.inc_by(hits as u64);
+        if hits < keys.len() {
+            self.0.metrics.sizes(&store);
+        }
+        values
+    }
+
+    /// A miss: `key` read through the tracking connection, its reply kept if nothing invalidated
+    /// the key meanwhile. `None` when the connection is down or its queue is full: the caller reads
+    /// the key as if uncached.
+    pub fn fill(
+        &self,
+        key: Bytes,
+    ) -> Option<impl Future<Output = Result<Fetched, FillLost>> + Send + 'static> {
+        if !self.0.tracking.load(Ordering::Acquire) {
+            return None;
+        }
+        let ticket = self.0.store.lock().begin(&key, Instant::now());
+        let (reply, answer) = oneshot::channel();
+        let fill = Fill {
+            key: key.clone(),
+            ticket,
+            reply,
+        };
+        if self.0.fills.try_send(fill).is_err() {
+            // Never sent: the ticket is given back.
+            self.0
+                .store
+                .lock()
+                .complete(&key, ticket, None, Instant::now());
+            return None;
+        }
+        self.0.metrics.misses.inc();
+        Some(async move { answer.await.unwrap_or(Err(FillLost)) })
+    }
+
+    /// `key` was written through the daemon: its entry is dropped, and no read in flight fills it.
+    /// Called before the write's reply reaches its client.
+    pub fn written(&self, key: &[u8]) {
+        self.invalidate(key, Cause::Write);
+    }
+
+    /// `key` was written (`Cause::Write`) or read past the cache (`Cause::Read`) through the
+    /// daemon: as [`Cache::written`], so that no later hit shows an older value than that
+    /// command's reply did.
+    pub fn passed(&self, key: &[u8], cause: Cause) {
+        self.invalidate(key, cause);
+    }
+
+    /// Everything is dropped (a `FLUSHDB` or `FLUSHALL` through the daemon, among others).
+    pub fn flush(&self, cause: Cause) {
+        let mut store = self.0.store.lock();
+        let dropped = store.flush();
+        self.0.metrics.invalidated(cause, dropped as u64);
+        self.0.metrics.sizes(&store);
+    }
+
+    fn invalidate(&self, key: &[u8], cause: Cause) {
+        let mut store = self.0.store.lock();
+        if store.invalidate(key) {
+            self.0.metrics.invalidated(cause, 1);
+            self.0.metrics.sizes(&store);
+        }
+    }
+
+    /// A fill's reply arrived (or, `None`, never will); the key expires in Redis in `expires_in`.
+    fn complete(
+        &self,
+        key: &Bytes,
+        ticket: Ticket,
+        value: Option<Value>,
+        expires_in: Option<std::time::Duration>,
+    ) {
+        let mut store = self.0.store.lock();
+        let now = Instant::now();
+        if let Some(filled) = store.complete_expiring(key, ticket, value, expires_in, now) {
+            self.0.metrics.filled(filled);
+            self.0.metrics.sizes(&store);
+        }
+    }
+
+    fn set_tracking(&self, on: bool) {
+        self.0.tracking.store(on, Ordering::Release);
+    }
+
+    /// What `/v1/cache` shows: the counts and the largest entries.
+    pub fn summary(&self, largest: usize) -> Summary {
+        let store = self.0.store.lock();
+        Summary {
+            tracking: self.0.tracking.load(Ordering::Acquire),
+            entries: store.len(),
+            bytes: store.bytes(),
+            bounds: store.bounds(),
+            hits: self.0.metrics.hits.get(),
+            misses: self.0.metrics.misses.get(),
+            largest: store.largest(largest),
+        }
+    }
+}
+
+/// The cache at a glance.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    pub tracking: bool,
+    pub entries: usize,
+    pub bytes: usize,
+    pub bounds: Bounds,
+    pub hits: u64,
+    pub misses: u64,
+    /// Keys and their entries' sizes, largest first.
+    pub largest: Vec<(Bytes, usize)>,
+}
+
+/// `value` as the reply to a `GET`, in `protocol`.
+pub fn encode_get(value: &Value, protocol: Protocol) -> Bytes {
+    match (value, protocol) {
+        (Value::String(bytes), _) => {
+            let mut out = BytesMut::with_capacity(bytes.len() + 16);
+            out.extend_from_slice(format!("${}\r\n", bytes.len()).as_bytes());
+            out.extend_from_slice(bytes);
+            out.extend_from_slice(b"\r\n");
+            out.freeze()
+        }
+        (Value::Missing, Protocol::Resp2) => Bytes::from_static(b"$-1\r\n"),
+        (Value::Missing, Protocol::Resp3) => Bytes::from_static(b"_\r\n"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_get_reply_is_written_as_redis_writes_it_in_each_protocol() {
+        let value = Value::String(Bytes::from_static(b"hi"));
+        assert_eq!(encode_get(&value, Protocol::Resp2), &b"$2\r\nhi\r\n"[..]);
+        assert_eq!(encode_get(&value, Protocol::Resp3), &b"$2\r\nhi\r\n"[..]);
+        assert_eq!(
+            encode_get(&Value::Missing, Protocol::Resp2),
+            &b"$-1\r\n"[..]
+        );
+        assert_eq!(encode_get(&Value::Missing, Protocol::Resp3), &b"_\r\n"[..]);
+    }
+}

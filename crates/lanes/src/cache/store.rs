@@ -1,0 +1,668 @@
+//! The near cache's memory: keys → the value Redis gave for them, bounded in bytes (evicting the
+//! least recently used), in entry size and in age; and the tickets that keep a read from filling
+//! the cache with a value an invalidation has already made stale. Pure: no I/O, no clock of its
+//! own (every call is told the time), so every rule here is tested without a server.
+//!
+//! **The fill race.** A read sent to Redis takes a [`Ticket`] ([`Store::begin`]); an invalidation
+//! of its key, or a flush of everything, that arrives before the read's reply makes the ticket
+//! stale, and [`Store::complete`] then refuses the fill. Only keys with a read in flight are
+//! remembered for this, so the bookkeeping is bounded by the reads in flight.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+/// What one entry costs beyond its key and value: the map's slot, the recency index's node, the
+/// entry itself. An estimate, on the high side, so that `max_bytes` bounds real memory.
+pub const ENTRY_OVERHEAD: usize = 128;
+
+/// The store's bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// Every entry together (values, keys and [`ENTRY_OVERHEAD`] each).
+    pub max_bytes: usize,
+    /// One entry, counted as in `max_bytes`; a larger value is served but not kept.
+    pub max_entry_bytes: usize,
+    /// The oldest an entry may be when served, counted from when its read was sent.
+    pub max_staleness: Duration,
+}
+
+/// What Redis answered a `GET`: a string, or that the key holds none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    String(Bytes),
+    /// `GET` of a key that does not exist (a null reply): worth keeping too.
+    Missing,
+}
+
+impl Value {
+    fn len(&self) -> usize {
+        match self {
+            Value::String(bytes) => bytes.len(),
+            Value::Missing => 0,
+        }
+    }
+}
+
+/// Taken when a read is sent; shows at its reply whether anything invalidated the key meanwhile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticket {
+    /// The store's invalidation sequence when the read was sent.
+    seq: u64,
+    sent: Instant,
+}
+
+/// What became of a fill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Filled {
+    /// Kept; `evicted` older entries made room for it.
+    Kept { evicted: usize },
+    /// An invalidation of the key (or a flush) arrived while the read was in flight.
+    Raced,
+    /// Larger than `max_entry_bytes` (or than `max_bytes`).
+    TooLarge,
+    /// Already older than `max_staleness` when its reply came.
+    TooOld,
+}
+
+/// Why entries are dropped, as `tollgate_cache_invalidations_total{cause}` counts them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Cause {
+    /// Redis said the key changed (a tracking `invalidate` push).
+    Redis,
+    /// A write through the daemon.
+    Write,
+    /// A read through the daemon that did not come from the cache (an uncached command, or a
+    /// cacheable read forwarded): what it saw may be newer than the entry.
+    Read,
+    /// Redis flushed its keys (`FLUSHDB`/`FLUSHALL`: a null invalidation).
+    Flush,
+    /// The tracking connection was lost or opened again: what it tracked is unknown.
+    Connection,
+}
+
+impl Cause {
+    pub fn label(self) -> &'static str {
+        match self {
+            Cause::Redis => "redis",
+            Cause::Write => "write",
+            Cause::Read => "read",
+            Cause::Flush => "flush",
+            Cause::Connection => "connection",
+        }
+    }
+}
+
+struct Entry {
+    value: Value,
+    /// When the read that filled it was sent: its age is counted from then.
+    born: Instant,
+    /// When the key expires in Redis, counted from when the read was sent (so no later than
+    /// Redis's own expiry): Redis's invalidation of an expired key may come late (its active
+    /// expiry samples keys), so the entry is not served past it.
+    expires: Option<Instant>,
+    /// Its place in [`Store::recency`].
+    used: u64,
+    /// The ticket's sequence of the fill, so that an older read never replaces a newer one.
+    seq: u64,
+    size: usize,
+}
+
+/// A key with reads in flight: how many, and the last invalidation of it seen meanwhile.
+#[derive(Default)]
+struct InFlight {
+    reads: usize,
+    invalidated: u64,
+}
+
+/// The cache's entries and tickets. Not synchronised: the owner locks it.
+pub struct Store {
+    bounds: Bounds,
+    entries: HashMap<Bytes, Entry>,
+    /// Least recently used first: `used` stamp → key.
+    recency: BTreeMap<u64, Bytes>,
+    clock: u64,
+    bytes: usize,
+    /// Bumped by every invalidation and flush.
+    seq: u64,
+    /// The sequence of the last flush of everything.
+    flushed: u64,
+    in_flight: HashMap<Bytes, InFlight>,
+}
+
+impl Store {
+    pub fn new(bounds: Bounds) -> Self {
+        Store {
+            bounds,
+            entries: HashMap::new(),
+            recency: BTreeMap::new(),
+            clock: 0,
+            bytes: 0,
+            seq: 0,
+            flushed: 0,
+            in_flight: HashMap::new(),
+        }
+    }
+
+    /// The value of `key`, if kept and younger than `max_staleness` at `now` (an older one is
+    /// dropped). A hit makes the entry the most recently used.
+    pub fn get(&mut self, key: &[u8], now: Instant) -> Option<Value> {
+        let entry = self.entries.get_mut(key)?;
+        let expired = entry.expires.is_some_and(|expires| expires <= now);
+        if expired || now.saturating_duration_since(entry.born) > self.bounds.max_staleness {
+            self.remove(key);
+            return None;
+        }
+        self.clock += 1;
+        let key = self
+            .recency
+            .remove(&entry.used)
+            .expect("every entry has its place in the recency index");
+        entry.used = self.clock;
+        let value = entry.value.clone();
+        self.recency.insert(self.clock, key);
+        Some(value)
+    }
+
+    /// A read of `key` is being sent now.
+    pub fn begin(&mut self, key: &Bytes, now: Instant) -> Ticket {
+        self.in_flight.entry(key.clone()).or_default().reads += 1;
+        Ticket {
+            seq: self.seq,
+            sent: now,
+        }
+    }
+
+    /// The reply of the read that took `ticket`: kept if nothing invalidated the key since, it fits
+    /// and it is young enough at `now`; `None` when the read failed (nothing is kept).
+    pub fn complete(
+        &mut self,
+        key: &Bytes,
+        ticket: Ticket,
+        value: Option<Value>,
+        now: Instant,
+    ) -> Option<Filled> {
+        self.complete_expiring(key, ticket, value, None, now)
+    }
+
+    /// [`Store::complete`] of a key that Redis said expires in `expires_in` (its `PTTL` right
+    /// after the read): the entry is not served from then on.
+    pub fn complete_expiring(
+        &mut self,
+        key: &Bytes,
+        ticket: Ticket,
+        value: Option<Value>,
+        expires_in: Option<Duration>,
+        now: Instant,
+    ) -> Option<Filled> {
+        let invalidated = match self.in_flight.get_mut(key) {
+            Some(in_flight) => {
+                in_flight.reads -= 1;
+                let invalidated = in_flight.invalidated;
+                if in_flight.reads == 0 {
+                    self.in_flight.remove(key);
+                }
+                invalidated
+            }
+            // A read not begun here: nothing shows what happened meanwhile.
+            None => u64::MAX,
+        };
+        let value = value?;
+        if invalidated > ticket.seq || self.flushed > ticket.seq {
+            return Some(Filled::Raced);
+        }
+        if now.saturating_duration_since(ticket.sent) > self.bounds.max_staleness {
+            return Some(Filled::TooOld);
+        }
+        let size = value.len() + key.len() + ENTRY_OVERHEAD;
+        if size > self.bounds.max_entry_bytes || size > self.bounds.max_bytes {
+            return Some(Filled::TooLarge);
+        }
+        if let Some(kept) = self.entries.get(key) {
+            // A later read's reply is already kept (replies on one connection come in order, so
+            // this is only a guard).
+            if kept.seq > ticket.seq {
+                return Some(Filled::Kept { evicted: 0 });
+            }
+            self.remove(key);
+        }
+        let mut evicted = 0;
+        while self.bytes + size > self.bounds.max_bytes {
+            let Some((_, oldest)) = self.recency.pop_first() else {
+                break;
+            };
+            let entry = self
+                .entries
+                .remove(&oldest)
+                .expect("every place in the recency index has its entry");
+            self.bytes -= entry.size;
+            evicted += 1;
+        }
+        self.clock += 1;
+        self.recency.insert(self.clock, key.clone());
+        self.entries.insert(
+            key.clone(),
+            Entry {
+                value,
+                born: ticket.sent,
+                expires: expires_in.map(|ttl| ticket.sent + ttl),
+                used: self.clock,
+                seq: ticket.seq,
+                size,
+            },
+        );
+        self.bytes += size;
+        Some(Filled::Kept { evicted })
+    }
+
+    /// `key` changed: its entry is dropped and the reads of it in flight will not fill. Whether an
+    /// entry was dropped.
+    pub fn invalidate(&mut self, key: &[u8]) -> bool {
+        self.seq += 1;
+        if let Some(in_flight) = self.in_flight.get_mut(key) {
+            in_flight.invalidated = self.seq;
+        }
+        self.remove(key)
+    }
+
+    /// Everything is dropped, and no read in flight will fill. How many entries were dropped.
+    pub fn flush(&mut self) -> usize {
+        self.seq += 1;
+        self.flushed = self.seq;
+        let dropped = self.entries.len();
+        self.entries.clear();
+        self.recency.clear();
+        self.bytes = 0;
+        dropped
+    }
+
+    fn remove(&mut self, key: &[u8]) -> bool {
+        match self.entries.remove(key) {
+            Some(entry) => {
+                self.recency.remove(&entry.used);
+                self.bytes -= entry.size;
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn bounds(&self) -> Bounds {
+        self.bounds
+    }
+
+    /// The bytes kept, counted as `max_bytes` counts them.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// How many keys have reads in flight (bounded by the reads in flight).
+    pub fn reads_in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// The largest entries' keys and sizes, largest first (for `/v1/cache`).
+    pub fn largest(&self, count: usize) -> Vec<(Bytes, usize)> {
+        let mut sizes: Vec<_> = self
+            .entries
+            .iter()
+            .map(|(key, entry)| (key.clone(), entry.size))
+            .collect();
+        sizes.sort_by_key(|(_, size)| std::cmp::Reverse(*size));
+        sizes.truncate(count);
+        sizes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bounds() -> Bounds {
+        Bounds {
+            max_bytes: 10 * (ENTRY_OVERHEAD + 16),
+            max_entry_bytes: ENTRY_OVERHEAD + 64,
+            max_staleness: Duration::from_secs(60),
+        }
+    }
+
+    fn key(text: &str) -> Bytes {
+        Bytes::copy_from_slice(text.as_bytes())
+    }
+
+    fn string(text: &str) -> Value {
+        Value::String(key(text))
+    }
+
+    fn fill(store: &mut Store, k: &str, v: &str, now: Instant) -> Option<Filled> {
+        let ticket = store.begin(&key(k), now);
+        store.complete(&key(k), ticket, Some(string(v)), now)
+    }
+
+    #[test]
+    fn a_fill_is_served_until_invalidated() {
+        let now = Instant::now();
+        let mut store = Store::new(bounds());
+        assert_eq!(store.get(b"a", now), None);
+        assert_eq!(
+            fill(&mut store, "a", "1", now),
+            Some(Filled::Kept { evicted: 0 })
+        );
+        assert_eq!(store.get(b"a", now), Some(string("1")));
+        assert!(store.invalidate(b"a"));
+        assert_eq!(store.get(b"a", now), None);
+        assert_eq!(store.bytes(), 0);
+        assert_eq!(store.reads_in_flight(), 0);
+    }
+
+    #[test]
+    fn an_invalidation_while_the_read_is_in_flight_refuses_the_fill() {
+        let now = Instant::now();
+        let mut store = Store::new(bounds());
+        let ticket = store.begin(&key("a"), now);
+        store.invalidate(b"a");
+        assert_eq!(
+            store.complete(&key("a"), ticket, Some(string("old")), now),
+            Some(Filled::Raced)
+        );
+        assert_eq!(store.get(b"a", now), None);
+        // Another key's invalidation does not matter.
+        let ticket = store.begin(&key("a"), now);
+        store.invalidate(b"b");
+        assert_eq!(
+            store.complete(&key("a"), ticket, Some(string("new")), now),
+            Some(Filled::Kept { evicted: 0 })
+        );
+        assert_eq!(store.reads_in_flight(), 0);
+    }
+
+    #[test]
+    fn a_flush_while_the_read_is_in_flight_refuses_the_fill() {
+        let now = Instant::now();
+        let mut store = Store::new(bounds());
+        fill(&mut store, "b", "1", now);
+        let ticket = store.begin(&key("a"), now);
+        assert_eq!(store.flush(), 1);
+        assert_eq!(
+            store.complete(&key("a"), ticket, Some(string("1")), now),
+            Some(Filled::Raced)
+        );
+        assert!(store.is_empty());
+    }
+
+    #[test]
+    fn a_failed_read_keeps_nothing_and_forgets_its_ticket() {
+        let now = Instant::now();
+        let mut store = Store::new(bounds());
+        let ticket = store.begin(&key("a"), now);
+        assert_eq!(store.complete(&key("a"), ticket, None, now), None);
+        assert_eq!(store.reads_in_flight(), 0);
+        assert!(store.is_empty());
+    }
+
+    #[test]
+    fn an_entry_is_never_served_older_than_max_staleness() {
+        let start = Instant::now();
+        let mut store = Store::new(bounds());
+        fill(&mut store, "a", "1", start);
+        let limit = bounds().max_staleness;
+        assert_eq!(store.get(b"a", start + limit), Some(string("1")));
+        assert_eq!(
+            store.get(b"a", start + limit + Duration::from_millis(1)),
+            None
+        );
+        assert!(store.is_empty());
+        // Counted from when the read was sent, not when its reply came.
+        let ticket = store.begin(&key("a"), start);
+        let late = start + limit + Duration::from_millis(1);
+        assert_eq!(
+            store.complete(&key("a"), ticket, Some(string("1")), late),
+            Some(Filled::TooOld)
+        );
+    }
+
+    #[test]
+    fn entries_over_max_entry_bytes_are_not_kept() {
+        let now = Instant::now();
+        let mut store = Store::new(bounds());
+        let big = "x".repeat(64);
+        assert_eq!(fill(&mut store, "a", &big, now), Some(Filled::TooLarge));
+        assert!(store.is_empty());
+        let fits = "x".repeat(63);
+        assert_eq!(
+            fill(&mut store, "a", &fits, now),
+            Some(Filled::Kept { evicted: 0 })
+        );
+    }
+
+    #[test]
+    fn the_least_recently_used_entry_is_evicted_first() {
+        let now = Instant::now();
+        let bounds = Bounds {
+            max_bytes: 3 * (ENTRY_OVERHEAD + 2),
+            ..bounds()
+        };
+        let mut store = Store::new(bounds);
+        for k in ["a", "b", "c"] {
+            fill(&mut store, k, "1", now);
+        }
+        assert_eq!(store.get(b"a", now), Some(string("1")));
+        assert_eq!(
+            fill(&mut store, "d", "1", now),
+            Some(Filled::Kept { evicted: 1 })
+        );
+        assert_eq!(store.get(b"b", now), None);
+        for k in ["a", "c", "d"] {
+            assert!(store.get(k.as_bytes(), now).is_some(), "{k}");
+        }
+        assert!(store.bytes() <= bounds.max_bytes);
+    }
+
+    #[test]
+    fn an_entry_is_not_served_past_the_key_s_expiry_in_redis() {
+        let start = Instant::now();
+        let mut store = Store::new(bounds());
+        let ticket = store.begin(&key("a"), start);
+        let ttl = Duration::from_millis(500);
+        let later = start + Duration::from_millis(100);
+        store.complete_expiring(&key("a"), ticket, Some(string("1")), Some(ttl), later);
+        // Counted from when the read was sent: never later than Redis's own expiry.
+        assert_eq!(
+            store.get(b"a", start + ttl - Duration::from_millis(1)),
+            Some(string("1"))
+        );
+        assert_eq!(store.get(b"a", start + ttl), None);
+        assert!(store.is_empty());
+    }
+
+    #[test]
+    fn a_missing_key_is_kept_as_missing() {
+        let now = Instant::now();
+        let mut store = Store::new(bounds());
+        let ticket = store.begin(&key("a"), now);
+        store.complete(&key("a"), ticket, Some(Value::Missing), now);
+        assert_eq!(store.get(b"a", now), Some(Value::Missing));
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// One step of a model run: Redis's value of a key changes (and its invalidation arrives
+        /// at once or later), reads are sent and answered in order, entries are served.
+        #[derive(Debug, Clone)]
+        enum Op {
+            /// A write to key `k` in Redis (its invalidation is queued on the connection).
+            Write(u8),
+            /// A read of `k` is sent.
+            Read(u8),
+            /// Redis runs the oldest read sent and queues its reply on the connection.
+            Run,
+            /// A write to `k` through the daemon, on another connection: the daemon drops the
+            /// entry when its reply comes, before Redis's invalidation arrives.
+            WriteThrough(u8),
+            /// The connection delivers its next frame: an invalidation or a reply, in order.
+            Deliver,
+            /// A null invalidation (FLUSHALL) queued on the connection.
+            FlushAll,
+            /// A client reads `k` from the cache.
+            Serve(u8),
+            /// Time passes.
+            Wait(u16),
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                (0u8..4).prop_map(Op::Write),
+                (0u8..4).prop_map(Op::Read),
+                Just(Op::Run),
+                Just(Op::Run),
+                (0u8..4).prop_map(Op::WriteThrough),
+                Just(Op::Deliver),
+                Just(Op::Deliver),
+                Just(Op::Deliver),
+                Just(Op::FlushAll),
+                (0u8..4).prop_map(Op::Serve),
+                (0u16..2000).prop_map(Op::Wait),
+            ]
+        }
+
+        /// What Redis writes on the tracking connection, in order (with the version at which
+        /// the invalidation's change happened).
+        enum Frame {
+            Invalidate(u8, u64),
+            FlushAll(u64),
+            Reply(u8, Ticket, Option<u64>),
+        }
+
+        fn name(k: u8) -> Bytes {
+            key(&format!("k{k}"))
+        }
+
+        fn value(v: Option<u64>) -> Value {
+            match v {
+                Some(v) => Value::String(key(&v.to_string())),
+                None => Value::Missing,
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            /// Whatever the interleaving of writes, reads, replies and invalidations on the one
+            /// connection, no value is served that an invalidation already delivered made stale,
+            /// nothing is kept past its bounds, and once every frame has been delivered whatever
+            /// is kept is Redis's current value.
+            #[test]
+            fn no_fill_outlives_its_invalidation(ops in proptest::collection::vec(op(), 1..200)) {
+                let bounds = Bounds {
+                    max_bytes: 3 * (ENTRY_OVERHEAD + 24),
+                    max_entry_bytes: ENTRY_OVERHEAD + 24,
+                    max_staleness: Duration::from_secs(1),
+                };
+                let mut store = Store::new(bounds);
+                let mut now = Instant::now();
+                // Redis's values: a version number per key (None: missing).
+                let mut redis: [Option<u64>; 4] = [None; 4];
+                let mut versions = 0u64;
+                let mut wire: std::collections::VecDeque<Frame> = Default::default();
+                // Per key, the version of the last change whose invalidation was delivered.
+                let mut told: [u64; 4] = [0; 4];
+                // Reads sent, not yet run by Redis (it runs them in order, later).
+                let mut sent: std::collections::VecDeque<(u8, Ticket)> = Default::default();
+                for op in ops {
+                    match op {
+                        Op::Write(k) => {
+                            versions += 1;
+                            redis[k as usize] = Some(versions);
+                            wire.push_back(Frame::Invalidate(k, versions));
+                        }
+                        Op::FlushAll => {
+                            versions += 1;
+                            redis = [None; 4];
+                            wire.push_back(Frame::FlushAll(versions));
+                        }
+                        Op::Read(k) => sent.push_back((k, store.begin(&name(k), now))),
+                        Op::Run => {
+                            if let Some((k, ticket)) = sent.pop_front() {
+                                wire.push_back(Frame::Reply(k, ticket, redis[k as usize]));
+                            }
+                        }
+                        Op::WriteThrough(k) => {
+                            // Redis runs it, queues the invalidation, and its reply (on another
+                            // connection) drops the entry at once.
+                            versions += 1;
+                            redis[k as usize] = Some(versions);
+                            wire.push_back(Frame::Invalidate(k, versions));
+                            store.invalidate(&name(k));
+                            told[k as usize] = versions;
+                        }
+                        Op::Deliver => match wire.pop_front() {
+                            Some(Frame::Invalidate(k, version)) => {
+                                store.invalidate(&name(k));
+                                told[k as usize] = told[k as usize].max(version);
+                            }
+                            Some(Frame::FlushAll(version)) => {
+                                store.flush();
+                                for told in &mut told {
+                                    *told = (*told).max(version);
+                                }
+                            }
+                            Some(Frame::Reply(k, ticket, v)) => {
+                                store.complete(&name(k), ticket, Some(value(v)), now);
+                            }
+                            None => {}
+                        },
+                        Op::Serve(k) => {
+                            if let Some(Value::String(bytes)) = store.get(&name(k), now) {
+                                let served: u64 =
+                                    std::str::from_utf8(&bytes).unwrap().parse().unwrap();
+                                prop_assert!(
+                                    served >= told[k as usize],
+                                    "served v{} after the invalidation of v{} arrived",
+                                    served,
+                                    told[k as usize]
+                                );
+                            }
+                        }
+                        Op::Wait(ms) => now += Duration::from_millis(ms.into()),
+                    }
+                    prop_assert!(store.bytes() <= bounds.max_bytes);
+                }
+                while let Some((k, ticket)) = sent.pop_front() {
+                    wire.push_back(Frame::Reply(k, ticket, redis[k as usize]));
+                }
+                while let Some(frame) = wire.pop_front() {
+                    match frame {
+                        Frame::Invalidate(k, _) => {
+                            store.invalidate(&name(k));
+                        }
+                        Frame::FlushAll(_) => {
+                            store.flush();
+                        }
+                        Frame::Reply(k, ticket, v) => {
+                            store.complete(&name(k), ticket, Some(value(v)), now);
+                        }
+                    }
+                }
+                // Quiescent: every kept entry is Redis's value now.
+                for k in 0..4u8 {
+                    if let Some(served) = store.get(&name(k), now) {
+                        prop_assert_eq!(served, value(redis[k as usize]), "k{}", k);
+                    }
+                }
+                prop_assert_eq!(store.reads_in_flight(), 0);
+            }
+        }
+    }
+}

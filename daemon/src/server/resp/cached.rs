@@ -1,0 +1,426 @@
+//! The near cache at the front door (docs/cache.md): which admitted commands it answers, which it
+//! must drop entries for, and how a cached read is served. Admission has always run first: only a
+//! command the policy admitted reaches [`NearCache::plan`], so a hit never shows a principal what
+//! its policy refuses.
+//!
+//! Served: `GET` of a key matching `cache.keys`, and `MGET` whose keys all match (key by key). A
+//! hit is answered only while nothing of the session is in flight, and a miss is read through the
+//! cache's tracking connection only then (and holds the session's later commands back until it is
+//! answered, as an exclusive borrow does), so that no cached read overtakes, or is overtaken by,
+//! an earlier command of the same client; otherwise the read is forwarded as if uncached.
+//!
+//! Writes through the daemon to a cacheable key drop its entry when their reply arrives, before
+//! the client sees it (`Amend::Passed`), so every local client reads the daemon's writes at once;
+//! a write by anyone else is seen when Redis's invalidation arrives. So do reads that reach Redis
+//! past the cache (an uncached command, a cached read forwarded): their reply may be newer than
+//! the entry, and the client must not read the older value after it.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use tollgate_lanes::cache::{self, Cache, Cause, Fetched, Value};
+use tollgate_lanes::{Lanes, Route};
+use tollgate_model::{Multiplexed, Protocol};
+use tollgate_policy::{glob, Descriptor};
+
+use super::amend::{Amend, Passed};
+use super::pending::Pending;
+use super::plan::{CachedRead, Forward, Plan};
+use super::replies;
+
+/// The cache and the keys it serves.
+pub struct NearCache {
+    pub cache: Cache,
+    keys: Cacheable,
+}
+
+/// Which keys the cache serves (`cache.keys`), and what that makes of a command: pure.
+pub struct Cacheable {
+    globs: Vec<String>,
+}
+
+impl Cacheable {
+    pub fn new(globs: Vec<String>) -> Self {
+        Cacheable { globs }
+    }
+
+    /// Whether reads of `key` may be answered from the cache.
+    pub fn matches(&self, key: &[u8]) -> bool {
+        self.globs
+            .iter()
+            .any(|pattern| glob::matches(pattern.as_bytes(), key))
+    }
+
+    /// The read the cache may answer for a command the catalog names `name`: a `GET` of a
+    /// cacheable key, an `MGET` of cacheable keys only.
+    pub fn read(&self, name: &str, argv: &[&[u8]]) -> Option<CachedRead> {
+        let copy = |key: &&[u8]| Bytes::copy_from_slice(key);
+        match (name, argv) {
+            ("GET", [_, key]) if self.matches(key) => Some(CachedRead::Get(copy(key))),
+            ("MGET", [_, keys @ ..])
+                if !keys.is_empty() && keys.iter().all(|k| self.matches(k)) =>
+            {
+                Some(CachedRead::MGet(keys.iter().map(copy).collect()))
+            }
+            _ => None,
+        }
+    }
+
+    /// The cacheable keys a command that is not served from the cache touches in Redis — every
+    /// key it writes or reads, a script's declared keys among them — and whether it writes. A
+    /// write must be seen at once; a read's reply may be newer than the entry (Redis's invalidation
+    /// still on its way), and its client must not see the older value after it.
+    pub fn passed(&self, descriptor: &Descriptor, argv: &[&[u8]]) -> (Vec<Bytes>, Cause) {
+        let cause = match descriptor.traits.write || descriptor.traits.scripting {
+            true => Cause::Write,
+            false => Cause::Read,
+        };
+        let keys = descriptor
+            .keys
+            .iter()
+            .filter_map(|key| argv.get(key.position))
+            .filter(|key| self.matches(key))
+            .map(|key| Bytes::copy_from_slice(key))
+            .collect();
+        (keys, cause)
+    }
+}
+
+/// What a session's cached read became.
+pub enum Served {
+    /// Answered now, from the cache.
+    Hit(Bytes),
+    /// Read through the tracking connection; the session's later commands wait for it.
+    Filling(Pending),
+    /// Not for the cache now: send it on REGULAR as if uncached.
+    Forward,
+}
+
+impl NearCache {
+    pub fn new(cache: Cache, globs: Vec<String>) -> Self {
+        NearCache {
+            cache,
+            keys: Cacheable::new(globs),
+        }
+    }
+
+    /// The globs of the keys served (`cache.keys`).
+    pub fn keys(&self) -> &[String] {
+        &self.keys.globs
+    }
+
+    /// What the cache makes of an admitted command's `plan`: a cacheable `GET` forwarded on
+    /// REGULAR becomes [`Plan::Cached`]; a command that writes cacheable keys has its reply drop
+    /// them first. `written` collects the keys a transaction's queued command writes (dropped
+    /// after the transaction's command runs, see `SessionState`).
+    pub fn plan(
+        &self,
+        plan: Plan,
+        descriptor: &Descriptor,
+        argv: &[&[u8]],
+        written: &mut Vec<Bytes>,
+    ) -> Plan {
+        // Only a read sent on REGULAR as it is (not inside a transaction, not amended).
+        if let Plan::Forward(Forward::Multiplexed(Multiplexed::Regular), None) = plan {
+            if let Some(read) = self.keys.read(&descriptor.name, argv) {
+                return Plan::Cached(read);
+            }
+        }
+        let (keys, cause) = self.keys.passed(descriptor, argv);
+        if keys.is_empty() {
+            return plan;
+        }
+        match plan {
+            Plan::Forward(forward, amend) => {
+                Plan::Forward(forward, Some(self.passed(keys, cause, amend)))
+            }
+            Plan::Placed(forward, slot, amend) => {
+                Plan::Placed(forward, slot, Some(self.passed(keys, cause, amend)))
+            }
+            Plan::Transaction | Plan::TransactionIn(_) => {
+                written.extend(keys);
+                plan
+            }
+            plan => plan,
+        }
+    }
+
+    fn passed(&self, keys: Vec<Bytes>, cause: Cause, then: Option<Amend>) -> Amend {
+        Amend::Passed(Box::new(Passed {
+            cache: self.cache.clone(),
+            keys,
+            cause,
+            then,
+        }))
+    }
+
+    /// How a cached read forwarded as if uncached is amended: its keys dropped when its reply
+    /// comes (see [`Cacheable::passed`]).
+    pub fn forwarded(&self, read: &CachedRead) -> Amend {
+        let keys = match read {
+            CachedRead::Get(key) => vec![key.clone()],
+            CachedRead::MGet(keys) => keys.clone(),
+        };
+        self.passed(keys, Cause::Read, None)
+    }
+
+    /// Drops `keys` (written by a transaction's command that has run).
+    pub fn drop_written(&self, keys: &[Bytes]) {
+        for key in keys {
+            self.cache.written(key);
+        }
+    }
+
+    /// Everything written through the daemon is gone (`FLUSHDB` served over SCAN).
+    pub fn flushed(&self) {
+        self.cache.flush(Cause::Write);
+    }
+
+    /// Serves `read` for a session speaking `protocol`; `quiet`: nothing of the session is in
+    /// flight. A miss waits for its reply at most `deadline`; should the tracking connection be
+    /// lost first, the read is sent on REGULAR after all.
+    pub fn serve(
+        &self,
+        read: &CachedRead,
+        quiet: bool,
+        on: Fallback,
+        deadline: Option<Duration>,
+    ) -> Served {
+        if !quiet {
+            return Served::Forward;
+        }
+        let key = match read {
+            CachedRead::Get(key) => key,
+            CachedRead::MGet(keys) => return self.serve_mget(keys, on, deadline),
+        };
+        if let Some(value) = self.cache.hit(key) {
+            return Served::Hit(cache::encode_get(&value, on.protocol));
+        }
+        let Some(fill) = self.cache.fill(key.clone()) else {
+            return Served::Forward;
+        };
+        Served::Filling(Pending::Exclusive(Box::pin(async move {
+            let fetched = match deadline {
+                Some(deadline) => match tokio::time::timeout(deadline, fill).await {
+                    Ok(fetched) => fetched,
+                    Err(_) => return no_reply_within(deadline),
+                },
+                None => fill.await,
+            };
+            match fetched {
+                Ok(Fetched::Value(value)) => cache::encode_get(&value, on.protocol),
+                Ok(Fetched::Refused(line)) => line,
+                Err(_lost) => on.forward(deadline).await,
+            }
+        })))
+    }
+}
+
+impl NearCache {
+    /// `MGET`, key by key: the hits (looked up together), and the misses filled on the tracking
+    /// connection. Each value is one Redis held for its key, but not necessarily all at one moment
+    /// (docs/cache.md).
+    fn serve_mget(&self, keys: &[Bytes], on: Fallback, deadline: Option<Duration>) -> Served {
+        let hits = self.cache.hits(keys);
+        if hits.iter().all(Option::is_some) {
+            let values: Vec<Value> = hits.into_iter().flatten().collect();
+            return Served::Hit(mget_reply(&values, on.protocol));
+        }
+        let mut fills = Vec::new();
+        for (key, hit) in keys.iter().zip(&hits) {
+            if hit.is_none() {
+                match self.cache.fill(key.clone()) {
+                    Some(fill) => fills.push(fill),
+                    // The fills queued already complete on their own.
+                    None => return Served::Forward,
+                }
+            }
+        }
+        Served::Filling(Pending::Exclusive(Box::pin(async move {
+            let filled = futures::future::join_all(fills);
+            let filled = match deadline {
+                Some(deadline) => match tokio::time::timeout(deadline, filled).await {
+                    Ok(filled) => filled,
+                    Err(_) => return no_reply_within(deadline),
+                },
+                None => filled.await,
+            };
+            let mut filled = filled.into_iter();
+            let mut values = Vec::with_capacity(hits.len());
+            for hit in hits {
+                let value = match hit {
+                    Some(value) => value,
+                    None => match filled.next().expect("one fill per miss") {
+                        Ok(Fetched::Value(value)) => value,
+                        // MGET answers null for a key of another type.
+                        Ok(Fetched::Refused(line)) if line.starts_with(b"-WRONGTYPE") => {
+                            Value::Missing
+                        }
+                        Ok(Fetched::Refused(line)) => return line,
+                        Err(_lost) => return on.forward(deadline).await,
+                    },
+                };
+                values.push(value);
+            }
+            mget_reply(&values, on.protocol)
+        })))
+    }
+}
+
+/// The reply of an `MGET` of these values, as Redis writes it in `protocol`.
+fn mget_reply(values: &[Value], protocol: Protocol) -> Bytes {
+    let mut out = bytes::BytesMut::new();
+    out.extend_from_slice(format!("*{}\r\n", values.len()).as_bytes());
+    for value in values {
+        out.extend_from_slice(&cache::encode_get(value, protocol));
+    }
+    out.freeze()
+}
+
+fn no_reply_within(deadline: Duration) -> Bytes {
+    replies::error(format!(
+        "IOERR tollgate: no reply from redis within {} on the cache's connection",
+        humantime::format_duration(deadline)
+    ))
+}
+
+/// How a cached read is sent as if uncached when the tracking connection is lost under it.
+pub struct Fallback {
+    pub lanes: Lanes,
+    pub protocol: Protocol,
+    pub encoded: Bytes,
+}
+
+impl Fallback {
+    async fn forward(self, deadline: Option<Duration>) -> Bytes {
+        let channel = match self
+            .lanes
+            .multiplexed_speaking(Multiplexed::Regular, self.protocol)
+        {
+            Ok(channel) => channel,
+            Err(error) => return replies::lane_failed(&error),
+        };
+        match channel
+            .send_routed(Route::Any, self.encoded, deadline)
+            .await
+        {
+            Ok(reply) => reply.into_bytes(),
+            Err(error) => replies::call_failed(&error),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tollgate_model::Lane;
+    use tollgate_policy::{CategorySet, KeyAccess, Traits};
+
+    use super::*;
+
+    fn cacheable() -> Cacheable {
+        Cacheable::new(vec!["user:*".into(), "config:?".into()])
+    }
+
+    fn descriptor(name: &str, traits: Traits, keys: &[(usize, bool)]) -> Descriptor {
+        Descriptor {
+            name: name.into(),
+            lane: Lane::Regular,
+            categories: CategorySet::default(),
+            traits,
+            arity: -1,
+            keys: (keys.iter())
+                .map(|&(position, write)| KeyAccess {
+                    position,
+                    read: !write,
+                    write,
+                })
+                .collect(),
+        }
+    }
+
+    fn bytes(words: &[&str]) -> Vec<Bytes> {
+        words
+            .iter()
+            .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+            .collect()
+    }
+
+    #[test]
+    fn a_get_or_an_mget_of_cacheable_keys_only_is_a_cached_read() {
+        let keys = cacheable();
+        let read = |argv: &[&str]| {
+            let argv: Vec<&[u8]> = argv.iter().map(|w| w.as_bytes()).collect();
+            keys.read(std::str::from_utf8(argv[0]).unwrap(), &argv)
+        };
+        assert_eq!(
+            read(&["GET", "user:1"]),
+            Some(CachedRead::Get(bytes(&["user:1"])[0].clone()))
+        );
+        assert_eq!(
+            read(&["GET", "config:a"]),
+            Some(CachedRead::Get(bytes(&["config:a"])[0].clone()))
+        );
+        assert_eq!(read(&["GET", "config:ab"]), None);
+        assert_eq!(read(&["GET", "session:1"]), None);
+        assert_eq!(read(&["GET", "user:1", "extra"]), None);
+        assert_eq!(
+            read(&["MGET", "user:1", "config:a"]),
+            Some(CachedRead::MGet(bytes(&["user:1", "config:a"])))
+        );
+        assert_eq!(read(&["MGET", "user:1", "session:1"]), None);
+        assert_eq!(read(&["MGET"]), None);
+        assert_eq!(read(&["GETRANGE", "user:1"]), None);
+    }
+
+    #[test]
+    fn writes_and_reads_past_the_cache_name_the_cacheable_keys_they_touch() {
+        let keys = cacheable();
+        let argv: Vec<&[u8]> = vec![b"MSET", b"user:1", b"a", b"other", b"b", b"user:2", b"c"];
+        let write = Traits {
+            write: true,
+            ..Traits::default()
+        };
+        let mset = descriptor("MSET", write, &[(1, true), (3, true), (5, true)]);
+        assert_eq!(
+            keys.passed(&mset, &argv),
+            (bytes(&["user:1", "user:2"]), Cause::Write)
+        );
+        // A script's declared keys, whatever the catalog says of them.
+        let script = Traits {
+            scripting: true,
+            ..Traits::default()
+        };
+        let argv: Vec<&[u8]> = vec![b"EVAL", b"return 1", b"1", b"user:9"];
+        let eval = descriptor("EVAL", script, &[(3, false)]);
+        assert_eq!(
+            keys.passed(&eval, &argv),
+            (bytes(&["user:9"]), Cause::Write)
+        );
+        // A read past the cache.
+        let read = Traits {
+            readonly: true,
+            ..Traits::default()
+        };
+        let argv: Vec<&[u8]> = vec![b"STRLEN", b"user:1"];
+        let strlen = descriptor("STRLEN", read, &[(1, false)]);
+        assert_eq!(
+            keys.passed(&strlen, &argv),
+            (bytes(&["user:1"]), Cause::Read)
+        );
+        let argv: Vec<&[u8]> = vec![b"STRLEN", b"other"];
+        assert_eq!(keys.passed(&strlen, &argv).0, Vec::<Bytes>::new());
+    }
+
+    #[test]
+    fn an_mget_reply_is_written_as_redis_writes_it() {
+        let values = [Value::String(Bytes::from_static(b"1")), Value::Missing];
+        assert_eq!(
+            mget_reply(&values, Protocol::Resp2),
+            &b"*2\r\n$1\r\n1\r\n$-1\r\n"[..]
+        );
+        assert_eq!(
+            mget_reply(&values, Protocol::Resp3),
+            &b"*2\r\n$1\r\n1\r\n_\r\n"[..]
+        );
+    }
+}
