@@ -5,7 +5,7 @@
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 
-use super::{json, only_get, peer_of, ApiError, HttpResponse};
+use super::{admin_only, json, only_get, ApiError, HttpResponse};
 use crate::services::Services;
 
 /// How many of the largest entries the reply lists.
@@ -45,12 +45,7 @@ pub async fn handle(
     shared: &Services,
 ) -> Result<HttpResponse, ApiError> {
     only_get(&request)?;
-    shared
-        .identities
-        .admin(peer_of(&request)?, "reading the near cache")
-        .map_err(|not_admin| ApiError::Forbidden {
-            reason: not_admin.to_string(),
-        })?;
+    admin_only(&request, shared, "reading the near cache")?;
     let cache = shared.cache.as_ref().map(|near| {
         let summary = near.cache.summary(LARGEST);
         State {

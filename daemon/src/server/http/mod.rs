@@ -184,6 +184,17 @@ fn caller_of(request: &Request<Incoming>, shared: &Services) -> Result<Caller, A
         })
 }
 
+/// Refuses (403) a request whose peer is not one of the daemon's administrators; `doing` says
+/// what it asked for, in the refusal.
+fn admin_only(request: &Request<Incoming>, shared: &Services, doing: &str) -> Result<(), ApiError> {
+    shared
+        .identities
+        .admin(peer_of(request)?, doing)
+        .map_err(|not_admin| ApiError::Forbidden {
+            reason: not_admin.to_string(),
+        })
+}
+
 /// A JSON reply with the given status.
 pub fn reply(status: StatusCode, body: serde_json::Value) -> HttpResponse {
     json(status, &body)

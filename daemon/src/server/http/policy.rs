@@ -12,7 +12,7 @@ use serde::Deserialize;
 use tollgate_model::Caller;
 use tollgate_policy::{Decision, PolicyError};
 
-use super::{caller_of, peer_of, read_json, reply, ApiError, HttpResponse};
+use super::{admin_only, caller_of, peer_of, read_json, reply, ApiError, HttpResponse};
 use crate::reload::{ReloadError, Trigger};
 use crate::services::Services;
 
@@ -53,12 +53,7 @@ pub async fn handle(
 }
 
 async fn reload(request: Request<Incoming>, shared: &Services) -> Result<HttpResponse, ApiError> {
-    shared
-        .identities
-        .admin(peer_of(&request)?, "reloading the policy")
-        .map_err(|not_admin| ApiError::Forbidden {
-            reason: not_admin.to_string(),
-        })?;
+    admin_only(&request, shared, "reloading the policy")?;
     // The same reload as SIGHUP's: one throttle, one lock, one order of steps (crate::reload).
     Ok(match shared.reloader.reload(Trigger::Http).await {
         Ok(generation) => reply(

@@ -11,7 +11,7 @@ use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 use tollgate_lease::UserPlaces;
 
-use super::{json, only_get, peer_of, ApiError, HttpResponse};
+use super::{admin_only, json, only_get, ApiError, HttpResponse};
 use crate::quotas::QuotaState;
 use crate::server::resp::admission_clock::AdmissionTime;
 use crate::services::Services;
@@ -49,12 +49,7 @@ pub async fn handle(
     shared: &Services,
 ) -> Result<HttpResponse, ApiError> {
     only_get(&request)?;
-    shared
-        .identities
-        .admin(peer_of(&request)?, "listing every user's shares")
-        .map_err(|not_admin| ApiError::Forbidden {
-            reason: not_admin.to_string(),
-        })?;
+    admin_only(&request, shared, "listing every user's shares")?;
     let reply = PrincipalsReply {
         outcome: "ok",
         principals: rows(shared),
