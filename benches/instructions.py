@@ -14,6 +14,11 @@ counts are dumped. The figure is the proxy's instructions (all its threads) divi
 requests. Redis-benchmark's own numbers under valgrind mean nothing and are not reported.
 
     python3 benches/instructions.py [--requests N] [--tests get,set] [--baseline OLD]... [--annotate]
+                                    [--cache GLOB]
+
+--cache GLOB turns the near cache on for the keys GLOB matches (docs/cache.md) in the first
+Tollgate target only: redis-benchmark's GET reads one key (`key:__rand_int__`, no -r), so with
+`--cache 'key:*'` every GET after the first is a hit, and the row is the cost of one.
 
 --annotate keeps the dumps and prints each target's top functions (callgrind_annotate), so a
 difference can be followed to where it is spent.
@@ -80,6 +85,7 @@ def main():
     parser.add_argument("--baseline", action="append", default=[])
     parser.add_argument("--no-twemproxy", action="store_true")
     parser.add_argument("--annotate", action="store_true")
+    parser.add_argument("--cache", help="near-cache glob for the first Tollgate target")
     parser.add_argument("--binary", default=os.path.join(e2e.ROOT, "target", "release", "tollgate"))
     args = parser.parse_args()
     for tool in ("valgrind", "callgrind_control", "redis-server", "redis-benchmark", "nutcracker"):
@@ -113,6 +119,9 @@ def main():
             name = "tollgate" if index == 0 else f"baseline{index if index > 1 else ''}"
             config, sock = e2e.tollgate_config(work, name, redis_sock, lanes_yaml,
                                                None if index == 0 else os.path.abspath(binary))
+            if index == 0 and args.cache:
+                with open(config, "a") as conf:
+                    conf.write(f"cache:\n  keys: [\"{args.cache}\"]\n")
             targets.append((name, [os.path.abspath(binary), "serve", "--config", config], sock))
 
         for name, argv, sock in targets:
