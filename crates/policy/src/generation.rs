@@ -29,7 +29,7 @@ use crate::sandbox::{
     fits_arity, Allocator, Catalog, Fault, Guard, Lowered, Sandbox, Scaling, Shared,
 };
 use crate::scope::{self, ScopeInput, Scopes};
-use crate::verdict_memo::VerdictMemo;
+use crate::verdict_memo::{Recall, VerdictMemo};
 
 const BUILTIN_CATALOG: &[u8] =
     include_bytes!(concat!(env!("TOLLGATE_COMPONENTS"), "/catalog.wasm"));
@@ -739,14 +739,15 @@ fn judge_alone<A: AsRef<[u8]>>(
     argv: &[A],
 ) -> Result<Verdict, Fault> {
     let memo = guard.memo();
-    if let Some(verdict) = memo.and_then(|memo| memo.recall(&caller.principal, described)) {
+    let recalled = memo.map(|memo| memo.recall(&caller.principal, described));
+    if let Some(Recall::Kept(verdict)) = recalled {
         return Ok(verdict);
     }
     let verdict = Lowered::with(|lowered| {
         let (who, command) = lowered.for_guard(caller, &described.wit, argv);
         guard.admit(who, command)
     });
-    if let (Some(memo), Ok(verdict)) = (memo, &verdict) {
+    if let (Some(memo), Some(Recall::Unknown), Ok(verdict)) = (memo, recalled, &verdict) {
         memo.remember(&caller.principal, described, verdict);
     }
     verdict
@@ -766,21 +767,25 @@ fn judge_batch<A: AsRef<[u8]>>(
     let Some(memo) = guard.memo() else {
         return ask_batch(guard, caller, commands, open);
     };
-    // Verdicts the guard gave already and no argument can change; the guard hears the rest.
-    let mut verdicts: Vec<Option<Result<Verdict, Fault>>> = open
-        .iter()
-        .map(|&at| memo.recall(&caller.principal, commands[at].0).map(Ok))
-        .collect();
-    let ask: Vec<usize> = open
-        .iter()
-        .zip(&verdicts)
-        .filter(|(_, known)| known.is_none())
-        .map(|(&at, _)| at)
-        .collect();
+    // Verdicts the guard gave already and no argument can change; the guard hears the rest, and
+    // what it says of a command not seen yet is remembered.
+    let mut verdicts: Vec<Option<Result<Verdict, Fault>>> = Vec::with_capacity(open.len());
+    let mut ask = Vec::new();
+    let mut learn = Vec::new();
+    for &at in open {
+        match memo.recall(&caller.principal, commands[at].0) {
+            Recall::Kept(verdict) => verdicts.push(Some(Ok(verdict))),
+            recall => {
+                verdicts.push(None);
+                ask.push(at);
+                learn.push(matches!(recall, Recall::Unknown));
+            }
+        }
+    }
     if !ask.is_empty() {
         let answers = ask_batch(guard, caller, commands, &ask);
-        for (&at, answer) in ask.iter().zip(&answers) {
-            if let Ok(verdict) = answer {
+        for ((&at, answer), &new) in ask.iter().zip(&answers).zip(&learn) {
+            if let (true, Ok(verdict)) = (new, answer) {
                 memo.remember(&caller.principal, commands[at].0, verdict);
             }
         }

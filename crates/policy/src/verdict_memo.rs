@@ -10,7 +10,9 @@
 //! of that principal, name, lane and categories gets the verdict the guard gave the first one,
 //! and the guard's own answer is the one reused. The guard still decides every other command, and
 //! an operator's module, which may answer otherwise from one call to the next, is always called.
-//! Only answers are kept: a fault (a budget run out) is judged again. One memo per guard of a
+//! That the verdict depends on the arguments is kept too, so that the rules are scanned for it
+//! once per (principal, command), not on every command. Only answers are kept: a fault (a budget
+//! run out) is judged again. One memo per guard of a
 //! generation, so a reload starts empty. Bounded: at [`CAPACITY`] entries it starts over (the
 //! names come from the catalogs and the principals from the policy, but a catalog module's names
 //! are its own, and an unmapped peer's principal is its uid).
@@ -30,7 +32,19 @@ const CAPACITY: usize = 4096;
 /// One YAML guard's reusable verdicts, with the compiled policy that says which are reusable.
 pub struct VerdictMemo {
     policy: CompiledPolicy,
-    verdicts: RwLock<FxHashMap<Box<[u8]>, Verdict>>,
+    /// `None`: the verdict depends on the arguments; the guard is asked every time.
+    verdicts: RwLock<FxHashMap<Box<[u8]>, Option<Verdict>>>,
+}
+
+/// What the memo knows of a (principal, command).
+#[derive(Debug)]
+pub enum Recall {
+    /// The guard's verdict, the same for every such command.
+    Kept(Verdict),
+    /// Its verdict depends on the arguments: ask the guard, and there is nothing to remember.
+    Ask,
+    /// Not seen yet: ask the guard, then [`VerdictMemo::remember`] its answer.
+    Unknown,
 }
 
 thread_local! {
@@ -46,16 +60,20 @@ impl VerdictMemo {
         }
     }
 
-    /// The guard's verdict on a command of `principal` described by `described`, if it was kept.
-    pub fn recall(&self, principal: &str, described: &Described) -> Option<Verdict> {
+    /// What is known of the guard's verdict on a command of `principal` described by `described`.
+    pub fn recall(&self, principal: &str, described: &Described) -> Recall {
         KEY.with_borrow_mut(|key| {
             key_of(key, principal, described);
-            self.verdicts.read().get(key.as_slice()).cloned()
+            match self.verdicts.read().get(key.as_slice()) {
+                Some(Some(verdict)) => Recall::Kept(verdict.clone()),
+                Some(None) => Recall::Ask,
+                None => Recall::Unknown,
+            }
         })
     }
 
     /// Keeps `verdict`, the guard's answer on a command of `principal` described by `described`,
-    /// when the policy proves every such command gets it.
+    /// when the policy proves every such command gets it, and otherwise that it must be asked.
     pub fn remember(&self, principal: &str, described: &Described, verdict: &Verdict) {
         let reusable = self.policy.decided_without_arguments(
             principal,
@@ -63,9 +81,6 @@ impl VerdictMemo {
             described.native.categories,
             lane_index(described.wit.lane),
         );
-        if !reusable {
-            return;
-        }
         let key = KEY.with_borrow_mut(|key| {
             key_of(key, principal, described);
             Box::<[u8]>::from(key.as_slice())
@@ -74,7 +89,7 @@ impl VerdictMemo {
         if verdicts.len() >= CAPACITY {
             verdicts.clear();
         }
-        verdicts.insert(key, verdict.clone());
+        verdicts.insert(key, reusable.then(|| verdict.clone()));
     }
 
     #[cfg(test)]
@@ -156,18 +171,22 @@ mod tests {
         let memo = VerdictMemo::new(policy());
         let get = descriptor("GET", Lane::Regular);
         let allow = Verdict::Allow("all".into());
+        assert!(matches!(memo.recall("acme", &get), Recall::Unknown));
         memo.remember("acme", &get, &Verdict::Allow("acme-keys".into()));
         assert!(
-            memo.recall("acme", &get).is_none(),
+            matches!(memo.recall("acme", &get), Recall::Ask),
             "acme's GETs depend on their keys"
         );
         memo.remember("globex", &get, &allow);
-        assert!(matches!(memo.recall("globex", &get), Some(Verdict::Allow(rule)) if rule == "all"));
+        assert!(
+            matches!(memo.recall("globex", &get), Recall::Kept(Verdict::Allow(rule)) if rule == "all")
+        );
         // Another lane or another principal is another entry.
-        assert!(memo
-            .recall("globex", &descriptor("GET", Lane::Script))
-            .is_none());
-        assert!(memo.recall("globe", &get).is_none());
+        assert!(matches!(
+            memo.recall("globex", &descriptor("GET", Lane::Script)),
+            Recall::Unknown
+        ));
+        assert!(matches!(memo.recall("globe", &get), Recall::Unknown));
         let deny = Verdict::Deny(Denial {
             rule: "r".into(),
             reason: "no".into(),
@@ -175,7 +194,7 @@ mod tests {
         memo.remember("initech", &get, &deny);
         assert!(matches!(
             memo.recall("initech", &get),
-            Some(Verdict::Deny(_))
+            Recall::Kept(Verdict::Deny(_))
         ));
     }
 
@@ -187,8 +206,9 @@ mod tests {
             memo.remember(&format!("uid:{at}"), &get, &Verdict::Abstain);
         }
         assert!(memo.len() <= CAPACITY);
-        assert!(memo
-            .recall(&format!("uid:{}", CAPACITY + 9), &get)
-            .is_some());
+        assert!(matches!(
+            memo.recall(&format!("uid:{}", CAPACITY + 9), &get),
+            Recall::Kept(_)
+        ));
     }
 }
