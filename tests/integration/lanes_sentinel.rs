@@ -134,7 +134,12 @@ impl Sentinel {
 impl Drop for Sentinel {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!("--- sentinel log ---\n{}", self.log());
+            // Its last lines only: CI shows a failure's tail, and a whole log pushed the panic's
+            // own message out of it once.
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(12)..].join("\n");
+            eprintln!("--- the sentinel log's last lines ---\n{tail}");
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
