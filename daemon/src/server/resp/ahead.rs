@@ -52,6 +52,9 @@ impl Ahead {
     pub fn next(&mut self, input: &mut BytesMut, admitting: Admitting<'_>) -> Option<Read> {
         match self.queue.pop_front() {
             Some(next) => Some(next),
+            // Nothing left and nothing read: most turns of an unpipelined session (a reply came,
+            // the socket took what was owed) end here, so this costs a check, not a parse.
+            None if input.is_empty() => None,
             None => self.read(input, admitting),
         }
     }
@@ -102,11 +105,12 @@ impl Ahead {
             let decided = run.into_iter().zip(decisions);
             self.queue
                 .extend(decided.map(|(command, decision)| Read::Decided(command, decision)));
-        } else {
-            self.queue
-                .extend(run.pop().map(|command| Read::Parsed(command, Kind::Redis)));
+        } else if let Some(command) = run.pop() {
+            self.queue.push_back(Read::Parsed(command, Kind::Redis));
         }
-        self.queue.extend(ended);
+        if let Some(ended) = ended {
+            self.queue.push_back(ended);
+        }
         self.queue.pop_front()
     }
 }

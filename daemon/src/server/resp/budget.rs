@@ -19,10 +19,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{BufMut, BytesMut};
+use bytes::BytesMut;
 use parking_lot::Mutex;
-use tokio::io::AsyncReadExt;
-use tokio::net::unix::OwnedReadHalf;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tollgate_lanes::{Budget, OverBudget};
@@ -498,19 +496,6 @@ impl Drop for ClientBudget {
             self.pool.give_back(left);
         }
     }
-}
-
-/// Reads at most `room` bytes into `input` (all that is ready when `room` is larger than what
-/// `input` has space for, as a plain read does).
-pub async fn read(
-    reader: &mut OwnedReadHalf,
-    input: &mut BytesMut,
-    room: usize,
-) -> std::io::Result<usize> {
-    if input.capacity() - input.len() <= room {
-        return reader.read_buf(input).await;
-    }
-    reader.read_buf(&mut input.limit(room)).await
 }
 
 /// Gives back an empty buffer's memory when one big reply or command left it large.

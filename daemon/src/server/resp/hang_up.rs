@@ -20,8 +20,8 @@ use tokio::time::{Interval, MissedTickBehavior};
 pub const CHECK_EVERY: Duration = Duration::from_millis(250);
 
 /// A paused session's look-out on its client's socket. It keeps the descriptor, not a borrow of
-/// the reader (which the session's reads borrow mutably in the same `select!`): the session owns
-/// the reader for as long as it holds this.
+/// the reader (which the session's reads borrow mutably in the same wait, `sources.rs`): the
+/// session owns the reader for as long as it holds this.
 pub struct HangUp {
     fd: RawFd,
     /// Made the first time the session pauses (most never do).
@@ -38,7 +38,7 @@ impl HangUp {
     }
 
     /// Resolves once the client is gone. Cancel-safe: a session polls it only while it reads
-    /// nothing, from a `select!` that turns per reply.
+    /// nothing, from a wait that turns per reply.
     pub async fn gone(&mut self) {
         let every = self.every.get_or_insert_with(|| {
             let mut every = tokio::time::interval(CHECK_EVERY);

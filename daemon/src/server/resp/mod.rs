@@ -46,6 +46,7 @@ mod scoped;
 mod script_refusal;
 mod session;
 mod slots;
+mod sources;
 mod state;
 mod subscriptions;
 mod tenants;

@@ -4,6 +4,7 @@
 //! until everything before it is answered, so that a client's commands still run in the order sent.
 //! Knows nothing of sockets: the session's loop asks it what may start and feeds it what starts.
 
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -202,15 +203,18 @@ impl Schedule {
     }
 
     /// The next reply owed, once it has arrived (as the client is to read it: nothing for a
-    /// silenced one). Cancel-safe: a reply is taken only when it is returned.
-    pub async fn next(&mut self) -> Option<Bytes> {
-        let (class, reply) = self.pending.next().await?;
+    /// silenced one). A poll, for the session's hand-written wait (`sources.rs`); a reply is taken
+    /// only when it is returned.
+    pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        let Some((class, reply)) = std::task::ready!(self.pending.poll_next_unpin(cx)) else {
+            return Poll::Ready(None);
+        };
         self.settle(class);
-        Some(reply)
+        Poll::Ready(Some(reply))
     }
 
     /// The next reply owed if it has arrived already. Polling without a waker is safe: the caller
-    /// awaits [`Schedule::next`] again when this says nothing.
+    /// polls [`Schedule::poll_next`] again when this says nothing.
     pub fn next_now(&mut self) -> Option<Bytes> {
         let (class, reply) = self.pending.next().now_or_never()??;
         self.settle(class);
@@ -259,6 +263,11 @@ mod tests {
 
     const REGULAR: Class = Class::Multiplexed(Multiplexed::Regular);
     const SCRIPT: Class = Class::Multiplexed(Multiplexed::Script);
+
+    /// The next reply owed, awaited as the session's wait polls it.
+    async fn next(schedule: &mut Schedule) -> Option<Bytes> {
+        std::future::poll_fn(|cx| schedule.poll_next(cx)).await
+    }
 
     fn reply(text: &'static str) -> Pending {
         Pending::Ready(Some((Class::Local, Bytes::from_static(text.as_bytes()))))
@@ -329,10 +338,13 @@ mod tests {
         schedule.push(REGULAR, arrived(REGULAR, "$1\r\na\r\n"), Voice::Heard);
         schedule.push(Class::Local, reply("+OK\r\n"), Voice::Silent);
         schedule.push(REGULAR, arrived(REGULAR, "$1\r\nb\r\n"), Voice::Heard);
-        assert_eq!(schedule.next().await.as_deref(), Some(&b"$1\r\na\r\n"[..]));
-        assert_eq!(schedule.next().await.as_deref(), Some(&b""[..]));
+        assert_eq!(
+            next(&mut schedule).await.as_deref(),
+            Some(&b"$1\r\na\r\n"[..])
+        );
+        assert_eq!(next(&mut schedule).await.as_deref(), Some(&b""[..]));
         assert_eq!(schedule.next_now().as_deref(), Some(&b"$1\r\nb\r\n"[..]));
-        assert_eq!(schedule.next().await, None);
+        assert_eq!(next(&mut schedule).await, None);
         assert!(schedule.is_empty());
     }
 
@@ -341,7 +353,7 @@ mod tests {
         let mut schedule = Schedule::default();
         schedule.push(REGULAR, arrived(REGULAR, "+OK\r\n"), Voice::Heard);
         assert_eq!(schedule.turn(Class::Exclusive), Turn::Wait);
-        schedule.next().await;
+        next(&mut schedule).await;
         assert_eq!(schedule.in_flight(REGULAR), 0);
         assert_eq!(schedule.turn(Class::Exclusive), Turn::Go);
     }
@@ -365,13 +377,13 @@ mod tests {
         let mut schedule = Schedule::default();
         schedule.push(REGULAR, arrived(REGULAR, "+OK\r\n"), Voice::Heard);
         schedule.push(REGULAR, owed_on(Multiplexed::Regular), Voice::Heard);
-        schedule.next().await;
+        next(&mut schedule).await;
         // The next reply of the same run comes with it: the one here may wait for it.
         assert!(schedule.continues_run());
         let mut schedule = Schedule::default();
         schedule.push(REGULAR, arrived(REGULAR, "+OK\r\n"), Voice::Heard);
         schedule.push(Class::Exclusive, owed(), Voice::Heard);
-        schedule.next().await;
+        next(&mut schedule).await;
         // A blocking command may take as long as it likes: the reply is written without it.
         assert!(!schedule.continues_run());
         let mut schedule = Schedule::default();
@@ -381,13 +393,13 @@ mod tests {
             Voice::Heard,
         );
         schedule.push(REGULAR, owed_on(Multiplexed::Regular), Voice::Heard);
-        schedule.next().await;
+        next(&mut schedule).await;
         assert!(!schedule.continues_run());
         // Another lane's reply is not of the run either.
         let mut schedule = Schedule::default();
         schedule.push(REGULAR, arrived(REGULAR, "+OK\r\n"), Voice::Heard);
         schedule.push(SCRIPT, owed_on(Multiplexed::Script), Voice::Heard);
-        schedule.next().await;
+        next(&mut schedule).await;
         assert!(!schedule.continues_run());
         assert!(!Schedule::default().continues_run());
     }

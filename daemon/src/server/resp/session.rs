@@ -12,7 +12,9 @@
 //! is still read: neither direction waits for the other.
 
 use std::future::Future;
+use std::pin::{pin, Pin};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -20,7 +22,6 @@ use tokio::io::AsyncReadExt;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
-use tollgate_lanes::Quiet;
 
 use super::ahead::{Ahead, Read};
 use super::budget::{self, Room};
@@ -36,6 +37,7 @@ use super::outbox::{self, Outbox};
 use super::pending::{Class, Lent, Pending};
 use super::replies;
 use super::schedule::{Schedule, Step, Turn};
+use super::sources::{self, End, Woke};
 use super::state::SessionState;
 use super::subscriptions::{self, Eviction};
 
@@ -104,14 +106,16 @@ impl Session {
         let mut ending = Ending::No;
         let mut last_words = Bytes::new();
         // Made once, not per turn of the loop (which turns per reply): each new wait on a token
-        // locks it to register and again to deregister. Quiet: polled only when they fire.
+        // locks it to register and again to deregister. One `Quiet`: polled only when one fires.
         let eviction = self.state.subscriptions.eviction();
-        let mut evicted = Quiet::new(eviction.cancelled());
-        let mut stopped = Quiet::new(stop.cancelled());
         let killed = self.state.me.client.killed();
-        let mut killed = Quiet::new(killed.cancelled());
         let budget = self.state.budget.clone();
-        let mut breached = Quiet::new(budget.clone().breached());
+        let mut ends = sources::ends(
+            eviction.clone(),
+            killed.clone(),
+            budget.clone(),
+            Some(stop.clone()),
+        );
         let front = self.state.front.clone();
         let mut hang_up = HangUp::new(&reader);
         loop {
@@ -153,13 +157,74 @@ impl Session {
                 true => budget.room(input.len()),
                 false => Room::Paused,
             };
-            tokio::select! {
-                // Biased: polled in this order, with no random start (its draw was ~220
-                // instructions a turn). The ends come first, so that a session kept busy by its
-                // replies and input is still killed, evicted, stopped or cut off at once; they are
-                // `Quiet`, and cost nothing until they fire. Then replies before more input.
-                biased;
-                _ = &mut evicted => {
+            // The sources, in the biased order (see `sources.rs`): the ends first, so that a
+            // session kept busy by its replies and input is still killed, evicted, stopped or cut
+            // off at once (one `Quiet`, which costs a check until one fires); then replies before
+            // more input. A rare source's future is made only when it is live.
+            let woke = {
+                let protocol = self.state.protocol;
+                let state = &mut self.state;
+                let mut unblocked = pin!(self.blocked.then(|| state.me.client.unblocked()));
+                let mut gone = pin!((room.bytes() == 0).then(|| hang_up.gone()));
+                let mut message =
+                    pin!((subscribed && draining).then(|| state.subscriptions.next()));
+                let mut watched =
+                    pin!((watching && draining).then(|| state.watches.next(protocol)));
+                let mut monitor = pin!((state.monitor.is_some() && draining)
+                    .then(|| monitored(&mut state.monitor, &state.me.client)));
+                let mut pool_room = pin!((room == Room::PoolFull).then(|| budget.pool_room()));
+                let schedule = &mut self.schedule;
+                let mut replies = !schedule.is_empty();
+                let room = room.bytes();
+                std::future::poll_fn(|cx| {
+                    if let Poll::Ready(end) = Pin::new(&mut ends).poll(cx) {
+                        return Poll::Ready(Woke::End(end));
+                    }
+                    if replies {
+                        match schedule.poll_next(cx) {
+                            Poll::Ready(Some(reply)) => return Poll::Ready(Woke::Reply(reply)),
+                            Poll::Ready(None) => replies = false,
+                            Poll::Pending => {}
+                        }
+                    }
+                    if let Poll::Ready(mode) = sources::poll_slot(unblocked.as_mut(), cx) {
+                        return Poll::Ready(Woke::Unblocked(mode));
+                    }
+                    if writing {
+                        if let Poll::Ready(ready) = sources::poll_writable(&writer, cx) {
+                            return Poll::Ready(Woke::Writable(ready));
+                        }
+                    }
+                    if room > 0 {
+                        if let Poll::Ready(read) =
+                            sources::poll_read(&mut reader, &mut input, room, cx)
+                        {
+                            return Poll::Ready(Woke::Read(read));
+                        }
+                    }
+                    if sources::poll_slot(gone.as_mut(), cx).is_ready() {
+                        return Poll::Ready(Woke::HungUp);
+                    }
+                    if let Poll::Ready(Some((message, held))) =
+                        sources::poll_slot(message.as_mut(), cx)
+                    {
+                        return Poll::Ready(Woke::Message(message, held));
+                    }
+                    if let Poll::Ready(frame) = sources::poll_slot(watched.as_mut(), cx) {
+                        return Poll::Ready(Woke::Watched(frame));
+                    }
+                    if let Poll::Ready(Some(line)) = sources::poll_slot(monitor.as_mut(), cx) {
+                        return Poll::Ready(Woke::Monitored(line));
+                    }
+                    if sources::poll_slot(pool_room.as_mut(), cx).is_ready() {
+                        return Poll::Ready(Woke::PoolRoom);
+                    }
+                    Poll::Pending
+                })
+                .await
+            };
+            match woke {
+                Woke::End(End::Evicted) => {
                     let eviction = self.state.subscriptions.eviction_reason();
                     if let Eviction::TooSlow(why) = &eviction {
                         // A subscriber too slow for its messages will not read those still
@@ -172,7 +237,7 @@ impl Session {
                     tracing::info!(%eviction, "subscriber disconnected");
                     return Err(Ended::Evicted(eviction));
                 }
-                _ = &mut killed => {
+                Woke::End(End::Killed) => {
                     // A kill of this session by itself answers first, as Redis closes after the reply.
                     while let Some(reply) = self.schedule.next_now() {
                         self.out.reply(&reply);
@@ -180,7 +245,7 @@ impl Session {
                     let _ = self.out.last_words(&writer, LAST_WORDS).await;
                     return Err(Ended::Killed);
                 }
-                breach = &mut breached => {
+                Woke::End(End::Breached(breach)) => {
                     // What is buffered was not read and will not be: only the reason is sent
                     // (after the end of a frame already partly sent, so that it stays a frame).
                     self.out.discard_unsent();
@@ -188,13 +253,21 @@ impl Session {
                     let _ = self.out.last_words(&writer, LAST_WORDS).await;
                     return Err(Ended::OverBudget(breach));
                 }
-                _ = &mut stopped, if ending == Ending::No => ending = Ending::Stopping,
-                Some(reply) = self.schedule.next(), if !self.schedule.is_empty() => {
+                Woke::End(End::Stopped) => {
+                    // What was read is answered; a client already closing keeps its last words.
+                    if ending == Ending::No {
+                        ending = Ending::Stopping;
+                    }
+                    ends = sources::ends(eviction.clone(), killed.clone(), budget.clone(), None);
+                }
+                Woke::Reply(reply) => {
                     let mut read = reply.len();
                     self.out.reply(&reply);
                     // Replies of a pipeline arrive together: take every one already here in this turn.
                     while self.out.len() < outbox::WRITE_AT {
-                        let Some(reply) = self.schedule.next_now() else { break };
+                        let Some(reply) = self.schedule.next_now() else {
+                            break;
+                        };
                         read += reply.len();
                         self.out.reply(&reply);
                     }
@@ -205,38 +278,30 @@ impl Session {
                         self.state.me.client.set_blocked(false);
                     }
                 }
-                mode = self.state.me.client.unblocked(), if self.blocked => {
+                Woke::Unblocked(mode) => {
                     self.schedule.unblock(unblocked(mode, self.state.protocol));
                 }
-                ready = writer.writable(), if writing => {
+                Woke::Writable(ready) => {
                     ready.map_err(Ended::WriteFailed)?;
                     self.out.write_ready(&writer).map_err(Ended::WriteFailed)?;
                 }
-                read = budget::read(&mut reader, &mut input, room.bytes()), if room.bytes() > 0 => {
-                    match read {
-                        Ok(0) => return Err(Ended::Closed),
-                        Ok(_) => {}
-                        Err(error) => return Err(Ended::ReadFailed(error)),
-                    }
-                }
+                Woke::Read(read) => match read {
+                    Ok(0) => return Err(Ended::Closed),
+                    Ok(_) => {}
+                    Err(error) => return Err(Ended::ReadFailed(error)),
+                },
                 // Reading nothing (at a budget, the pipeline cap or parked input): a client gone
                 // meanwhile is noticed all the same, and gives its held bytes back now.
-                () = hang_up.gone(), if room.bytes() == 0 => {
-                    return Err(Ended::Closed);
-                }
-                // The message counts against the budget (`_held`) until it is in `out`.
-                Some((message, _held)) = self.state.subscriptions.next(), if subscribed && draining => {
+                Woke::HungUp => return Err(Ended::Closed),
+                // The message counted against the budget (`_held`) until it is in `out`.
+                Woke::Message(message, _held) => {
                     // Delivered whatever `CLIENT REPLY` says, as Redis 7 delivers them.
                     let frame = subscriptions::message_frame(message, self.state.protocol);
                     tollgate_resp::encode(&frame, self.out.buffer());
                 }
-                frame = self.state.watches.next(self.state.protocol), if watching && draining => {
-                    tollgate_resp::encode(&frame, self.out.buffer());
-                }
-                Some(line) = monitored(&mut self.state.monitor, &self.state.me.client), if self.state.monitor.is_some() && draining => {
-                    self.out.message(&line);
-                }
-                () = budget.pool_room(), if room == Room::PoolFull => {}
+                Woke::Watched(frame) => tollgate_resp::encode(&frame, self.out.buffer()),
+                Woke::Monitored(line) => self.out.message(&line),
+                Woke::PoolRoom => {}
             }
         }
     }
