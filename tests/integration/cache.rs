@@ -85,10 +85,16 @@ async fn metric(daemon: &TestDaemon, name: &str) -> f64 {
 
 /// How many GETs Redis has run (`INFO commandstats`).
 async fn redis_gets(direct: &mut RawClient) -> u64 {
+    redis_calls(direct, "get").await
+}
+
+/// How many times Redis has run `command` (lower case, as `INFO commandstats` names it).
+async fn redis_calls(direct: &mut RawClient, command: &str) -> u64 {
     let info = direct.call(&["INFO", "commandstats"]).await;
     let info = crate::support::raw::text(&info);
+    let prefix = format!("cmdstat_{command}:calls=");
     info.lines()
-        .find_map(|line| line.strip_prefix("cmdstat_get:calls="))
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
         .and_then(|rest| rest.split(',').next())
         .map_or(0, |calls| calls.parse().expect("a count"))
 }
@@ -187,6 +193,76 @@ async fn a_hit_is_served_without_redis_and_a_direct_write_is_seen_once_its_inval
             crate::support::raw::text(&reply).starts_with("WRONGTYPE"),
             "{reply:?}"
         );
+    }
+    daemon.stop().await;
+}
+
+/// `STRLEN` and `EXISTS` of cacheable keys are answered from the entries `GET`s filled, without
+/// Redis; a key without an entry goes to Redis and fills nothing; a direct write is seen once its
+/// invalidation arrives.
+#[tokio::test]
+async fn strlen_and_exists_are_answered_from_the_entries_gets_filled() {
+    let redis = RedisServer::start();
+    let daemon = cache_daemon(&redis, NOBODY, cache(1 << 20, 64 << 10)).await;
+    let mut direct = RawClient::to_redis(redis.socket()).await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    direct.call(&["SET", "user:1", "hello"]).await;
+    direct.call(&["SET", "user:2", "never read by GET"]).await;
+    until_hit(&daemon, &mut client, "user:1", &bulk("hello")).await;
+    until_hit(&daemon, &mut client, "user:none", &Frame::Null).await;
+
+    let hits = metric(&daemon, "tollgate_cache_hits_total").await;
+    assert_eq!(client.call(&["STRLEN", "user:1"]).await, Frame::Integer(5));
+    assert_eq!(
+        client.call(&["STRLEN", "user:none"]).await,
+        Frame::Integer(0)
+    );
+    assert_eq!(
+        client
+            .call(&["EXISTS", "user:1", "user:none", "user:1"])
+            .await,
+        Frame::Integer(2),
+        "each key counted as often as it is named"
+    );
+    assert_eq!(
+        redis_calls(&mut direct, "strlen").await,
+        0,
+        "hits ran STRLEN"
+    );
+    assert_eq!(
+        redis_calls(&mut direct, "exists").await,
+        0,
+        "hits ran EXISTS"
+    );
+    assert_eq!(
+        metric(&daemon, "tollgate_cache_hits_total").await,
+        hits + 5.0
+    );
+
+    // A key without an entry: Redis answers, every time (nothing is filled for it).
+    for round in 1..=2 {
+        assert_eq!(client.call(&["STRLEN", "user:2"]).await, Frame::Integer(17));
+        assert_eq!(
+            client.call(&["EXISTS", "user:1", "user:2"]).await,
+            Frame::Integer(2)
+        );
+        assert_eq!(redis_calls(&mut direct, "strlen").await, round);
+        assert_eq!(redis_calls(&mut direct, "exists").await, round);
+    }
+
+    // Another client's write and delete, straight to Redis: never answered from the old entry
+    // once its invalidation arrived.
+    direct.call(&["SET", "user:1", "hi"]).await;
+    let deadline = Instant::now() + PATIENCE;
+    while client.call(&["STRLEN", "user:1"]).await != Frame::Integer(2) {
+        assert!(Instant::now() < deadline, "STRLEN user:1 stayed stale");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    direct.call(&["DEL", "user:1"]).await;
+    let deadline = Instant::now() + PATIENCE;
+    while client.call(&["EXISTS", "user:1"]).await != Frame::Integer(0) {
+        assert!(Instant::now() < deadline, "EXISTS user:1 stayed stale");
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
     daemon.stop().await;
 }
@@ -447,6 +523,11 @@ async fn a_principal_refused_a_key_is_refused_on_a_hit_too() {
     let refused = redis_cli(&other, &daemon, &["GET", "secret:x"]).await;
     assert!(refused.contains("NOPERM"), "{refused}");
     assert!(!refused.contains("hidden"), "{refused}");
+    // Its siblings answered from the same entry: refused too, and they tell nothing of it.
+    for read in [["STRLEN", "secret:x"], ["EXISTS", "secret:x"]] {
+        let refused = redis_cli(&other, &daemon, &read).await;
+        assert!(refused.contains("NOPERM"), "{read:?}: {refused}");
+    }
     // The same principal reads what it may, from the cache.
     let open = redis_cli(&other, &daemon, &["GET", "user:x"]).await;
     assert_eq!(open.trim(), "open");

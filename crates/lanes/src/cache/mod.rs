@@ -148,6 +148,30 @@ impl Cache {
         values
     }
 
+    /// Every one of `keys`' entries, looked up together, for a read answered only when all are
+    /// here and that fills nothing on a miss (`EXISTS`, `STRLEN`): counted as hits then, and as
+    /// one miss otherwise.
+    pub fn all_hit(&self, keys: &[Bytes]) -> Option<Vec<Value>> {
+        if !self.0.tracking.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut store = self.0.store.lock();
+        let now = Instant::now();
+        let mut values = Vec::with_capacity(keys.len());
+        for key in keys {
+            match store.get(key, now) {
+                Some(value) => values.push(value),
+                None => {
+                    self.0.metrics.misses.inc();
+                    self.0.metrics.sizes(&store);
+                    return None;
+                }
+            }
+        }
+        self.0.metrics.hits.inc_by(keys.len() as u64);
+        Some(values)
+    }
+
     /// A miss: `key` read through the tracking connection, its reply kept if nothing invalidated
     /// the key meanwhile. `None` when the connection is down or its queue is full: the caller reads
     /// the key as if uncached.

@@ -3,7 +3,8 @@
 //! command the policy admitted reaches [`NearCache::plan`], so a hit never shows a principal what
 //! its policy refuses.
 //!
-//! Served: `GET` of a key matching `cache.keys`, and `MGET` whose keys all match (key by key). A
+//! Served: `GET` of a key matching `cache.keys`, and `MGET` whose keys all match (key by key);
+//! `STRLEN` and `EXISTS` from the entries `GET`s filled, when all are there (they fill nothing). A
 //! hit is answered only while nothing of the session is in flight, and a miss is read through the
 //! cache's tracking connection only then (and holds the session's later commands back until it is
 //! answered, as an exclusive borrow does), so that no cached read overtakes, or is overtaken by,
@@ -51,8 +52,8 @@ impl Cacheable {
             .any(|pattern| glob::matches(pattern.as_bytes(), key))
     }
 
-    /// The read the cache may answer for a command the catalog names `name`: a `GET` of a
-    /// cacheable key, an `MGET` of cacheable keys only.
+    /// The read the cache may answer for a command the catalog names `name`: a `GET` or a
+    /// `STRLEN` of a cacheable key, an `MGET` or an `EXISTS` of cacheable keys only.
     pub fn read(&self, name: &str, argv: &[&[u8]]) -> Option<CachedRead> {
         let copy = |key: &&[u8]| Bytes::copy_from_slice(key);
         match (name, argv) {
@@ -61,6 +62,12 @@ impl Cacheable {
                 if !keys.is_empty() && keys.iter().all(|k| self.matches(k)) =>
             {
                 Some(CachedRead::MGet(keys.iter().map(copy).collect()))
+            }
+            ("STRLEN", [_, key]) if self.matches(key) => Some(CachedRead::Strlen(copy(key))),
+            ("EXISTS", [_, keys @ ..])
+                if !keys.is_empty() && keys.iter().all(|k| self.matches(k)) =>
+            {
+                Some(CachedRead::Exists(keys.iter().map(copy).collect()))
             }
             _ => None,
         }
@@ -158,8 +165,8 @@ impl NearCache {
     /// comes (see [`Cacheable::passed`]).
     pub fn forwarded(&self, read: &CachedRead) -> Amend {
         let keys = match read {
-            CachedRead::Get(key) => vec![key.clone()],
-            CachedRead::MGet(keys) => keys.clone(),
+            CachedRead::Get(key) | CachedRead::Strlen(key) => vec![key.clone()],
+            CachedRead::MGet(keys) | CachedRead::Exists(keys) => keys.clone(),
         };
         self.passed(keys, Cause::Read, None)
     }
@@ -192,6 +199,8 @@ impl NearCache {
         let key = match read {
             CachedRead::Get(key) => key,
             CachedRead::MGet(keys) => return self.serve_mget(keys, on, deadline),
+            CachedRead::Strlen(key) => return self.answer_from(std::slice::from_ref(key), strlen),
+            CachedRead::Exists(keys) => return self.answer_from(keys, exists),
         };
         if let Some(value) = self.cache.hit(key) {
             return Served::Hit(cache::encode_get(&value, on.protocol));
@@ -217,6 +226,16 @@ impl NearCache {
 }
 
 impl NearCache {
+    /// A read answered from the entries `GET`s filled, when every one of `keys` has one; on a
+    /// miss it goes to Redis as if uncached and fills nothing, so that a `STRLEN` never pulls a
+    /// large value into the daemon to measure it.
+    fn answer_from(&self, keys: &[Bytes], reply: fn(&[Value]) -> Bytes) -> Served {
+        match self.cache.all_hit(keys) {
+            Some(values) => Served::Hit(reply(&values)),
+            None => Served::Forward,
+        }
+    }
+
     /// `MGET`, key by key: the hits (looked up together), and the misses filled on the tracking
     /// connection. Each value is one Redis held for its key, but not necessarily all at one moment
     /// (docs/cache.md).
@@ -275,6 +294,26 @@ fn mget_reply(values: &[Value], protocol: Protocol) -> Bytes {
         out.extend_from_slice(&cache::encode_get(value, protocol));
     }
     out.freeze()
+}
+
+/// `STRLEN`'s reply from its key's entry: a cached value's length, 0 for a key cached as missing.
+/// (A key of another type is never cached: `GET` answered it `WRONGTYPE`.)
+fn strlen(values: &[Value]) -> Bytes {
+    let length = match values {
+        [Value::String(value)] => value.len(),
+        _ => 0,
+    };
+    Bytes::from(format!(":{length}\r\n"))
+}
+
+/// `EXISTS`'s reply from its keys' entries: how many hold a value, each key counted as often as
+/// it is named, as Redis counts it.
+fn exists(values: &[Value]) -> Bytes {
+    let count = values
+        .iter()
+        .filter(|value| matches!(value, Value::String(_)))
+        .count();
+    Bytes::from(format!(":{count}\r\n"))
 }
 
 fn no_reply_within(deadline: Duration) -> Bytes {
@@ -370,6 +409,17 @@ mod tests {
         assert_eq!(read(&["MGET", "user:1", "session:1"]), None);
         assert_eq!(read(&["MGET"]), None);
         assert_eq!(read(&["GETRANGE", "user:1"]), None);
+        assert_eq!(
+            read(&["STRLEN", "user:1"]),
+            Some(CachedRead::Strlen(bytes(&["user:1"])[0].clone()))
+        );
+        assert_eq!(read(&["STRLEN", "session:1"]), None);
+        assert_eq!(
+            read(&["EXISTS", "user:1", "config:a", "user:1"]),
+            Some(CachedRead::Exists(bytes(&["user:1", "config:a", "user:1"])))
+        );
+        assert_eq!(read(&["EXISTS", "user:1", "session:1"]), None);
+        assert_eq!(read(&["EXISTS"]), None);
     }
 
     #[test]
@@ -409,6 +459,18 @@ mod tests {
         );
         let argv: Vec<&[u8]> = vec![b"STRLEN", b"other"];
         assert_eq!(keys.passed(&strlen, &argv).0, Vec::<Bytes>::new());
+    }
+
+    #[test]
+    fn strlen_and_exists_are_answered_from_entries_as_redis_answers_them() {
+        let hello = Value::String(Bytes::from_static(b"hello"));
+        let empty = Value::String(Bytes::new());
+        assert_eq!(strlen(std::slice::from_ref(&hello)), &b":5\r\n"[..]);
+        assert_eq!(strlen(&[Value::Missing]), &b":0\r\n"[..]);
+        // An empty string exists; a missing key does not; a key named twice counts twice.
+        assert_eq!(exists(&[empty, Value::Missing]), &b":1\r\n"[..]);
+        assert_eq!(exists(&[hello.clone(), hello]), &b":2\r\n"[..]);
+        assert_eq!(exists(&[Value::Missing]), &b":0\r\n"[..]);
     }
 
     #[test]

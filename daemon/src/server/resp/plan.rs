@@ -87,6 +87,10 @@ pub enum CachedRead {
     Get(Bytes),
     /// `MGET key …`, every key cacheable: answered key by key.
     MGet(Vec<Bytes>),
+    /// `STRLEN key`: answered from the entry a `GET` filled, if there is one.
+    Strlen(Bytes),
+    /// `EXISTS key …`, every key cacheable: answered when every key has an entry.
+    Exists(Vec<Bytes>),
 }
 
 /// Which connection a forwarded command is sent on.
