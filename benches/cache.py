@@ -76,21 +76,13 @@ def main():
     procs = []
     try:
         redis_sock = os.path.join(work, "redis.sock")
-        redis = subprocess.Popen(
-            ["redis-server", "--port", "0", "--unixsocket", redis_sock, "--save", "", "--appendonly", "no",
-             "--dir", work, "--logfile", os.path.join(work, "redis.log")])
+        redis = subprocess.Popen(e2e.redis_argv(work, redis_sock))
         procs.append(redis)
         e2e.wait_for_socket(redis_sock)
         fill(redis_sock)
 
-        nut_sock = os.path.join(work, "nutcracker.sock")
-        with open(os.path.join(work, "nutcracker.yml"), "w") as conf:
-            conf.write(f"pool:\n  listen: {nut_sock} 0600\n  redis: true\n  hash: fnv1a_64\n"
-                       f"  distribution: ketama\n  servers:\n   - {redis_sock}:1\n")
-        nutcracker = subprocess.Popen(
-            ["nutcracker", "-c", os.path.join(work, "nutcracker.yml"), "-o", os.path.join(work, "nutcracker.log"),
-             "-a", "127.0.0.1", "-s", str(e2e.free_port()), "-p", os.path.join(work, "nutcracker.pid")],
-            preexec_fn=e2e.raise_nofile)
+        nut_argv, nut_sock = e2e.nutcracker_argv(work, redis_sock)
+        nutcracker = subprocess.Popen(nut_argv, preexec_fn=e2e.raise_nofile)
         procs.append(nutcracker)
         e2e.wait_for_socket(nut_sock)
 

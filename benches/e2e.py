@@ -85,6 +85,24 @@ def free_port():
         return s.getsockname()[1]
 
 
+def redis_argv(work, redis_sock):
+    """A redis-server private to the run, on a Unix socket only, persisting nothing."""
+    return ["redis-server", "--port", "0", "--unixsocket", redis_sock, "--save", "", "--appendonly", "no",
+            "--dir", work, "--logfile", os.path.join(work, "redis.log")]
+
+
+def nutcracker_argv(work, redis_sock):
+    """twemproxy's command line in front of `redis_sock` (its config written to `work`), and the
+    socket it listens on."""
+    nut_sock = os.path.join(work, "nutcracker.sock")
+    with open(os.path.join(work, "nutcracker.yml"), "w") as conf:
+        conf.write(f"pool:\n  listen: {nut_sock} 0600\n  redis: true\n  hash: fnv1a_64\n"
+                   f"  distribution: ketama\n  servers:\n   - {redis_sock}:1\n")
+    argv = ["nutcracker", "-c", os.path.join(work, "nutcracker.yml"), "-o", os.path.join(work, "nutcracker.log"),
+            "-a", "127.0.0.1", "-s", str(free_port()), "-p", os.path.join(work, "nutcracker.pid")]
+    return argv, nut_sock
+
+
 def private_acl(acl):
     """`tollgate redis-acl`'s lines for a redis-server private to this run: the lane and lease
     users, without the last two (an administrator, and `default` turned off). redis-benchmark's
@@ -217,18 +235,11 @@ def main():
     procs = []
     try:
         redis_sock = os.path.join(work, "redis.sock")
-        procs.append(subprocess.Popen(
-            ["redis-server", "--port", "0", "--unixsocket", redis_sock, "--save", "", "--appendonly", "no",
-             "--dir", work, "--logfile", os.path.join(work, "redis.log")]))
+        procs.append(subprocess.Popen(redis_argv(work, redis_sock)))
         wait_for_socket(redis_sock)
 
-        nut_sock = os.path.join(work, "nutcracker.sock")
-        with open(os.path.join(work, "nutcracker.yml"), "w") as conf:
-            conf.write(f"pool:\n  listen: {nut_sock} 0600\n  redis: true\n  hash: fnv1a_64\n"
-                       f"  distribution: ketama\n  servers:\n   - {redis_sock}:1\n")
-        nutcracker = subprocess.Popen(
-            ["nutcracker", "-c", os.path.join(work, "nutcracker.yml"), "-o", os.path.join(work, "nutcracker.log"),
-             "-a", "127.0.0.1", "-s", str(free_port()), "-p", os.path.join(work, "nutcracker.pid")], preexec_fn=raise_nofile)
+        nut_argv, nut_sock = nutcracker_argv(work, redis_sock)
+        nutcracker = subprocess.Popen(nut_argv, preexec_fn=raise_nofile)
         procs.append(nutcracker)
         wait_for_socket(nut_sock)
 

@@ -99,21 +99,13 @@ def main():
     rows = {}
     try:
         redis_sock = os.path.join(work, "redis.sock")
-        procs.append(subprocess.Popen(
-            ["redis-server", "--port", "0", "--unixsocket", redis_sock, "--save", "", "--appendonly", "no",
-             "--dir", work, "--logfile", os.path.join(work, "redis.log")]))
+        procs.append(subprocess.Popen(e2e.redis_argv(work, redis_sock)))
         e2e.wait_for_socket(redis_sock)
         lanes_yaml = e2e.provision_lanes(args.binary, redis_sock, work)
 
         targets = []
         if not args.no_twemproxy:
-            nut_sock = os.path.join(work, "nutcracker.sock")
-            with open(os.path.join(work, "nutcracker.yml"), "w") as conf:
-                conf.write(f"pool:\n  listen: {nut_sock} 0600\n  redis: true\n  hash: fnv1a_64\n"
-                           f"  distribution: ketama\n  servers:\n   - {redis_sock}:1\n")
-            argv = ["nutcracker", "-c", os.path.join(work, "nutcracker.yml"), "-o",
-                    os.path.join(work, "nutcracker.log"), "-a", "127.0.0.1", "-s", str(e2e.free_port()),
-                    "-p", os.path.join(work, "nutcracker.pid")]
+            argv, nut_sock = e2e.nutcracker_argv(work, redis_sock)
             targets.append(("twemproxy", argv, nut_sock))
         for index, binary in enumerate([args.binary] + args.baseline):
             name = "tollgate" if index == 0 else f"baseline{index if index > 1 else ''}"
