@@ -24,7 +24,40 @@ use crate::quota::{Quota, Rate};
 /// channels are keys too). PUBSUB's subcommands are left out: they only count or list.
 const CHANNEL_COMMANDS: [&str; 3] = ["PUBLISH", "SUBSCRIBE", "PSUBSCRIBE"];
 
+/// The script and function commands that reach Redis's one namespace of scripts and libraries,
+/// which every tenant shares and a scope does not divide: they flush, kill, list, dump, restore,
+/// load or delete whatever any tenant has there (`FUNCTION STATS` names the running script and
+/// its arguments, whoever runs it).
+const SHARED_SCRIPT_COMMANDS: [&str; 10] = [
+    "SCRIPT|FLUSH",
+    "SCRIPT|KILL",
+    "FUNCTION|LOAD",
+    "FUNCTION|DELETE",
+    "FUNCTION|FLUSH",
+    "FUNCTION|KILL",
+    "FUNCTION|LIST",
+    "FUNCTION|DUMP",
+    "FUNCTION|RESTORE",
+    "FUNCTION|STATS",
+];
+
 /// The first entry of `source.commands` that names a channel command or `@pubsub` outright.
+/// Who of `rule`'s principals one of the `keyed` allow rules confines to keys, and that rule's id.
+fn confined_by<'r>(rule: &Rule, keyed: &[&'r Rule]) -> Option<(String, &'r str)> {
+    keyed.iter().find_map(|keyed| {
+        let both = match (&rule.principals, &keyed.principals) {
+            (None, None) => Some("every principal".to_owned()),
+            (None, Some(names)) => names.first().map(|n| format!("`{n}`")),
+            (Some(names), None) => names.first().map(|n| format!("`{n}`")),
+            (Some(mine), Some(theirs)) => mine
+                .iter()
+                .find(|n| theirs.contains(n))
+                .map(|n| format!("`{n}`")),
+        };
+        both.map(|who| (who, keyed.id.as_str()))
+    })
+}
+
 fn named_channel_command(source: &RuleSource) -> Option<(usize, &str)> {
     source
         .commands
@@ -146,6 +179,7 @@ impl<'a> Checker<'a> {
             quotas.extend(self.quota(index, source, &known));
         }
         self.unconfined_channels(&file.rules, &rules);
+        self.shared_script_namespace(&file.rules, &rules);
         let (errors, warnings): (Vec<_>, Vec<_>) = self
             .diagnostics
             .into_iter()
@@ -496,22 +530,10 @@ impl<'a> Checker<'a> {
             if rule.action != Action::Allow || rule.matches_keys() || rule.matches_channels() {
                 continue;
             }
-            let Some((entry, command)) = self.channel_command_reached(source) else {
+            let Some((entry, command)) = self.command_reached(source, &CHANNEL_COMMANDS) else {
                 continue;
             };
-            let confined = keyed.iter().find_map(|keyed| {
-                let both = match (&rule.principals, &keyed.principals) {
-                    (None, None) => Some("every principal".to_owned()),
-                    (None, Some(names)) => names.first().map(|n| format!("`{n}`")),
-                    (Some(names), None) => names.first().map(|n| format!("`{n}`")),
-                    (Some(mine), Some(theirs)) => mine
-                        .iter()
-                        .find(|n| theirs.contains(n))
-                        .map(|n| format!("`{n}`")),
-                };
-                both.map(|who| (who, keyed.id.as_str()))
-            });
-            let Some((who, keyed)) = confined else {
+            let Some((who, keyed)) = confined_by(rule, &keyed) else {
                 continue;
             };
             self.error(
@@ -526,12 +548,59 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// The first `commands` entry of `source` that reaches a command naming plain channels, and
-    /// that command.
-    fn channel_command_reached(&self, source: &RuleSource) -> Option<(usize, &'static str)> {
+    /// A principal some allow rule confines to keys runs its scripts in a scope, which confines
+    /// keys but not Redis's one namespace of scripts and function libraries: another rule that
+    /// grants it `SCRIPT FLUSH`, `SCRIPT KILL` or a `FUNCTION` command that loads, lists, dumps,
+    /// restores, deletes, flushes, kills or reports (what `@scripting` and `*` reach) would let it
+    /// wipe, stop or read every tenant's. Refused at the `commands:` entry, until the namespace is
+    /// divided between scopes; `scripts: unconstrained` on that rule grants them on purpose.
+    fn shared_script_namespace(&mut self, sources: &[RuleSource], rules: &[Rule]) {
+        let keyed: Vec<&Rule> = rules
+            .iter()
+            .filter(|rule| rule.action == Action::Allow && rule.matches_keys())
+            .collect();
+        for (index, source) in sources.iter().enumerate() {
+            let Some(rule) = rules.iter().find(|rule| rule.id == source.id) else {
+                continue;
+            };
+            if rule.action != Action::Allow
+                || rule.matches_keys()
+                || source.scripts == Some(ScriptAccess::Unconstrained)
+            {
+                continue;
+            }
+            let Some((entry, command)) = self.command_reached(source, &SHARED_SCRIPT_COMMANDS)
+            else {
+                continue;
+            };
+            let Some((who, keyed)) = confined_by(rule, &keyed) else {
+                continue;
+            };
+            self.error(
+                &format!("rules.{index}.commands.{entry}"),
+                format!(
+                    "rule `{}` grants {} to {who}, whose keys rule `{keyed}` confines: scripts \
+                     and function libraries are one namespace that every tenant shares, which a \
+                     scope does not divide; name the script commands it may run (EVAL, EVALSHA, \
+                     SCRIPT LOAD, …), or say `scripts: unconstrained` to grant it on purpose",
+                    rule.id,
+                    command.replace('|', " ")
+                ),
+            );
+        }
+    }
+
+    /// The first `commands` entry of `source` that reaches one of `names` (catalog names,
+    /// `PARENT|SUB` for a subcommand), and that name: `*`, a category of it, the command itself,
+    /// or its parent command (`FUNCTION` reaches every `FUNCTION` subcommand).
+    fn command_reached(
+        &self,
+        source: &RuleSource,
+        names: &[&'static str],
+    ) -> Option<(usize, &'static str)> {
         let commands = source.commands.as_ref()?;
         commands.iter().enumerate().find_map(|(index, entry)| {
-            CHANNEL_COMMANDS
+            names
                 .iter()
                 .find(|name| {
                     if entry == "*" {
@@ -542,7 +611,11 @@ impl<'a> Checker<'a> {
                             self.catalog.categories(name).contains(category)
                         });
                     }
-                    entry.to_ascii_uppercase().replace(' ', "|") == **name
+                    let entry = entry.to_ascii_uppercase().replace(' ', "|");
+                    entry == **name
+                        || name
+                            .split_once('|')
+                            .is_some_and(|(parent, _)| parent == entry)
                 })
                 .map(|name| (index, *name))
         })
