@@ -42,6 +42,15 @@ const SHARED_SCRIPT_COMMANDS: [&str; 10] = [
 ];
 
 /// The first entry of `source.commands` that names a channel command or `@pubsub` outright.
+/// A rule's grant of `command` (at `at`) to `who`, whom the allow rule `keyed` confines to keys.
+struct ConfinedGrant {
+    at: String,
+    rule: String,
+    command: &'static str,
+    who: String,
+    keyed: String,
+}
+
 /// Who of `rule`'s principals one of the `keyed` allow rules confines to keys, and that rule's id.
 fn confined_by<'r>(rule: &Rule, keyed: &[&'r Rule]) -> Option<(String, &'r str)> {
     keyed.iter().find_map(|keyed| {
@@ -519,30 +528,17 @@ impl<'a> Checker<'a> {
     /// `PUBLISH globex:chan` reached globex). Such a rule is refused at its `commands:` entry;
     /// `channels: ["*"]` grants every channel on purpose.
     fn unconfined_channels(&mut self, sources: &[RuleSource], rules: &[Rule]) {
-        let keyed: Vec<&Rule> = rules
-            .iter()
-            .filter(|rule| rule.action == Action::Allow && rule.matches_keys())
-            .collect();
-        for (index, source) in sources.iter().enumerate() {
-            let Some(rule) = rules.iter().find(|rule| rule.id == source.id) else {
-                continue;
-            };
-            if rule.action != Action::Allow || rule.matches_keys() || rule.matches_channels() {
-                continue;
-            }
-            let Some((entry, command)) = self.command_reached(source, &CHANNEL_COMMANDS) else {
-                continue;
-            };
-            let Some((who, keyed)) = confined_by(rule, &keyed) else {
-                continue;
-            };
+        let found = self.granted_to_confined(sources, rules, &CHANNEL_COMMANDS, |_, rule| {
+            rule.matches_channels()
+        });
+        for grant in found {
             self.error(
-                &format!("rules.{index}.commands.{entry}"),
+                &grant.at,
                 format!(
-                    "rule `{}` grants {command} on every channel to {who}, whose keys rule \
-                     `{keyed}` confines: give it `channels:` globs (`[\"*\"]` to grant every \
-                     channel on purpose), or leave the pub/sub commands out",
-                    rule.id
+                    "rule `{}` grants {} on every channel to {}, whose keys rule `{}` \
+                     confines: give it `channels:` globs (`[\"*\"]` to grant every channel on \
+                     purpose), or leave the pub/sub commands out",
+                    grant.rule, grant.command, grant.who, grant.keyed
                 ),
             );
         }
@@ -555,39 +551,63 @@ impl<'a> Checker<'a> {
     /// wipe, stop or read every tenant's. Refused at the `commands:` entry, until the namespace is
     /// divided between scopes; `scripts: unconstrained` on that rule grants them on purpose.
     fn shared_script_namespace(&mut self, sources: &[RuleSource], rules: &[Rule]) {
+        let found =
+            self.granted_to_confined(sources, rules, &SHARED_SCRIPT_COMMANDS, |source, _| {
+                source.scripts == Some(ScriptAccess::Unconstrained)
+            });
+        for grant in found {
+            self.error(
+                &grant.at,
+                format!(
+                    "rule `{}` grants {} to {}, whose keys rule `{}` confines: scripts and \
+                     function libraries are one namespace that every tenant shares, which a \
+                     scope does not divide; name the script commands it may run (EVAL, EVALSHA, \
+                     SCRIPT LOAD, …), or say `scripts: unconstrained` to grant it on purpose",
+                    grant.rule,
+                    grant.command.replace('|', " "),
+                    grant.who,
+                    grant.keyed
+                ),
+            );
+        }
+    }
+
+    /// Every allow rule without `keys:` (and not `exempt`) whose `commands:` reach one of `names`
+    /// for a principal that another allow rule confines to keys: what the two checks above refuse.
+    fn granted_to_confined(
+        &self,
+        sources: &[RuleSource],
+        rules: &[Rule],
+        names: &[&'static str],
+        exempt: impl Fn(&RuleSource, &Rule) -> bool,
+    ) -> Vec<ConfinedGrant> {
         let keyed: Vec<&Rule> = rules
             .iter()
             .filter(|rule| rule.action == Action::Allow && rule.matches_keys())
             .collect();
+        let mut found = Vec::new();
         for (index, source) in sources.iter().enumerate() {
             let Some(rule) = rules.iter().find(|rule| rule.id == source.id) else {
                 continue;
             };
-            if rule.action != Action::Allow
-                || rule.matches_keys()
-                || source.scripts == Some(ScriptAccess::Unconstrained)
-            {
+            if rule.action != Action::Allow || rule.matches_keys() || exempt(source, rule) {
                 continue;
             }
-            let Some((entry, command)) = self.command_reached(source, &SHARED_SCRIPT_COMMANDS)
-            else {
+            let Some((entry, command)) = self.command_reached(source, names) else {
                 continue;
             };
             let Some((who, keyed)) = confined_by(rule, &keyed) else {
                 continue;
             };
-            self.error(
-                &format!("rules.{index}.commands.{entry}"),
-                format!(
-                    "rule `{}` grants {} to {who}, whose keys rule `{keyed}` confines: scripts \
-                     and function libraries are one namespace that every tenant shares, which a \
-                     scope does not divide; name the script commands it may run (EVAL, EVALSHA, \
-                     SCRIPT LOAD, …), or say `scripts: unconstrained` to grant it on purpose",
-                    rule.id,
-                    command.replace('|', " ")
-                ),
-            );
+            found.push(ConfinedGrant {
+                at: format!("rules.{index}.commands.{entry}"),
+                rule: rule.id.clone(),
+                command,
+                who,
+                keyed: keyed.to_owned(),
+            });
         }
+        found
     }
 
     /// The first `commands` entry of `source` that reaches one of `names` (catalog names,
