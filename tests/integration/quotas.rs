@@ -295,3 +295,171 @@ quotas:
     assert!(retry_ms(&after) > 250, "{after}");
     daemon.stop().await;
 }
+
+/// `leases:` counts what a principal holds at once (issue 28's `leases: 100`). Root is `app`,
+/// held to two; the second user is `other`, under no lease quota.
+fn lease_policy(other_uid: u32) -> String {
+    format!(
+        r#"
+principals:
+  app: {{ uids: [0] }}
+  other: {{ uids: [{other_uid}] }}
+rules:
+  - id: leases
+    leases: ["*"]
+    allow: any lease
+quotas:
+  - id: app-leases
+    principals: [app]
+    leases: 2
+"#
+    )
+}
+
+fn acquire<'a>(resource: &'a str, ttl: &'a str, op: &'a str) -> [&'a str; 8] {
+    ["LEASE", "ACQUIRE", resource, ttl, "OWNER", "app", "OP", op]
+}
+
+/// A principal holding as many leases as its quota allows is refused another, over RESP and
+/// HTTP, with when the first of them expires; replaying one it holds is not another; a release,
+/// an expiry and the end of a watchdog each give a place back; a lease a watchdog keeps alive
+/// holds its place past its TTL (then no time can be promised); another principal is not held.
+#[tokio::test]
+async fn a_principal_holding_its_quota_of_leases_is_refused_another_until_one_is_given_up() {
+    use crate::lease_resp::{integer, outcome};
+    let Some(b) = os_user(USER_B) else { return };
+    let redis = RedisServer::start();
+    let path = redis.dir().join("leases.yaml");
+    std::fs::write(&path, lease_policy(b.uid)).expect("write the policy");
+    let daemon = daemon_for_all(&redis, |config| config.policy.files = vec![path]).await;
+    let mut app = RawClient::connect(&daemon.resp_socket()).await;
+
+    let long = app.call(&acquire("held:a", "60000", "op-a")).await;
+    assert_eq!(outcome(&long), "acquired", "{long:?}");
+    let short = app.call(&acquire("held:b", "1500", "op-b")).await;
+    assert_eq!(outcome(&short), "acquired", "{short:?}");
+    let refused = text(&app.call(&acquire("held:c", "60000", "op-c")).await);
+    assert!(
+        refused.starts_with("THROTTLED tollgate: quota app-leases: holds 2 leases at once; retry in "),
+        "{refused}"
+    );
+    // The retry is when `held:b` expires, not `held:a`.
+    assert!(retry_ms(&refused) <= 1500, "{refused}");
+    // Its own lease again (a replay after a lost reply) is not a third.
+    let replayed = app.call(&acquire("held:a", "60000", "op-a")).await;
+    assert_eq!(outcome(&replayed), "replayed", "{replayed:?}");
+
+    // Over HTTP: 429, the limit named, Retry-After.
+    let body = r#"{"attempt": {"owner": "app", "operation_id": "op-h"}, "ttl_ms": 60000}"#;
+    let http = daemon.post("/v1/leases/held:h/acquire", body).await;
+    assert_eq!(http.status, 429, "{}", http.body);
+    let json = http.json();
+    assert_eq!(
+        (json["quota"].as_str(), json["limit"].as_str()),
+        (Some("app-leases"), Some("leases")),
+        "{json}"
+    );
+    assert!(json["retry_after_ms"].as_u64().unwrap() <= 1500, "{json}");
+    assert!(
+        http.headers
+            .iter()
+            .any(|(name, _)| name.eq_ignore_ascii_case("retry-after")),
+        "{:?}",
+        http.headers
+    );
+
+    // Another principal is not held by app's count.
+    for n in 0..3 {
+        let theirs = redis_cli(
+            &b,
+            &daemon,
+            &["LEASE", "ACQUIRE", &format!("held:other{n}"), "60000"],
+        )
+        .await;
+        assert!(theirs.contains("acquired"), "{theirs}");
+    }
+
+    // A release gives a place back at once.
+    let released = app
+        .call(&["LEASE", "RELEASE", "held:a", "OWNER", "app", "OP", "op-a"])
+        .await;
+    assert_eq!(outcome(&released), "released", "{released:?}");
+    let c = app.call(&acquire("held:c", "60000", "op-c")).await;
+    assert_eq!(outcome(&c), "acquired", "{c:?}");
+    // An expiry does too: `held:b` ends within its 1.5 s.
+    let mut d = app.call(&acquire("held:d", "60000", "op-d")).await;
+    if let Frame::Error(_) = d {
+        tokio::time::sleep(Duration::from_millis(retry_ms(&text(&d)))).await;
+        d = app.call(&acquire("held:d", "60000", "op-d")).await;
+    }
+    assert_eq!(outcome(&d), "acquired", "{d:?}");
+
+    // Leases a watchdog keeps alive hold their places past their TTL.
+    for (resource, op) in [("held:c", "op-c"), ("held:d", "op-d")] {
+        let released = app
+            .call(&["LEASE", "RELEASE", resource, "OWNER", "app", "OP", op])
+            .await;
+        assert_eq!(outcome(&released), "released", "{released:?}");
+    }
+    let mut session = RawClient::connect(&daemon.resp_socket()).await;
+    for (resource, op) in [("held:s1", "op-s1"), ("held:s2", "op-s2")] {
+        let mut argv = acquire(resource, "600", op).to_vec();
+        argv.push("SESSION");
+        let kept = session.call(&argv).await;
+        assert_eq!(outcome(&kept), "acquired", "{kept:?}");
+        assert!(integer(&kept, "valid_for_ms") <= 600);
+    }
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let refused = text(&app.call(&acquire("held:e", "60000", "op-e")).await);
+    assert_eq!(
+        refused,
+        "THROTTLED tollgate: quota app-leases: holds 2 leases at once; release one first"
+    );
+    let http = daemon.post("/v1/leases/held:h/acquire", body).await;
+    assert_eq!(http.status, 429, "{}", http.body);
+    assert!(http.json()["retry_after_ms"].is_null(), "{}", http.body);
+    assert!(
+        !http
+            .headers
+            .iter()
+            .any(|(name, _)| name.eq_ignore_ascii_case("retry-after")),
+        "no time can be promised: {:?}",
+        http.headers
+    );
+    let principals = daemon.get("/v1/principals").await.json();
+    let row = principals["quotas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["quota"] == "app-leases")
+        .unwrap_or_else(|| panic!("no app-leases row in {principals}"))
+        .clone();
+    assert_eq!(row["leases_held"], 2, "{row}");
+
+    // The session ends: its watchdogs release, and the places come back.
+    drop(session);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let e = app.call(&acquire("held:e", "60000", "op-e")).await;
+        if matches!(e, Frame::Array(_) | Frame::Map(_)) {
+            assert_eq!(outcome(&e), "acquired", "{e:?}");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the session's leases still hold their places: {e:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let metrics = daemon.get("/metrics").await.body;
+    assert!(
+        metrics.lines().any(|line| line
+            .starts_with("tollgate_quota_throttled_total{")
+            && line.contains(r#"quota="app-leases""#)
+            && line.contains(r#"limit="leases""#)
+            && !line.ends_with(" 0")),
+        "{metrics}"
+    );
+    daemon.stop().await;
+}

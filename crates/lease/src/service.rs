@@ -75,6 +75,13 @@ impl LeaseService {
         users
     }
 
+    /// Whether a watchdog keeps `identity`'s lease of `resource` under `attempt` alive (the
+    /// daemon's count of leases held under a quota asks).
+    pub fn keeps(&self, identity: &Identity, resource: &Resource, attempt: &Attempt) -> bool {
+        let key = (LeaseKeys::of(resource).lease, bind(identity, attempt));
+        self.watchdogs.guards(&key)
+    }
+
     pub fn census(&self) -> LeaseCensus {
         LeaseCensus {
             kept: self.watchdogs.running(),

@@ -126,6 +126,11 @@ impl Watchdogs {
         });
     }
 
+    /// Whether a watchdog guards `key`.
+    pub fn guards(&self, key: &WatchKey) -> bool {
+        self.state.lock().entries.contains_key(key)
+    }
+
     /// How many watchdogs run.
     pub fn running(&self) -> usize {
         self.state.lock().entries.len()

@@ -1,6 +1,7 @@
 //! Per-principal quotas a policy sets (`quotas:`), as compiled: rates of commands and of bytes,
-//! each a token bucket. The daemon keeps the buckets (`daemon/src/quotas`); this is what sizes
-//! them, whom they hold, and how review, diff and explain word them.
+//! each a token bucket, and how many leases a principal may hold at once. The daemon keeps the
+//! buckets and the held leases (`daemon/src/quotas`); this is what sizes them, whom they hold, and
+//! how review, diff and explain word them.
 
 use std::fmt;
 
@@ -17,6 +18,8 @@ pub struct Quota {
     pub commands: Option<Rate>,
     /// Request and reply bytes per second; a reply's bytes are owed once it has been read.
     pub bytes: Option<Rate>,
+    /// Leases (exclusive, semaphore permits taken at once, read/write) held at once.
+    pub leases: Option<u64>,
     /// Where it is written.
     pub line: usize,
 }
@@ -35,15 +38,19 @@ pub struct Rate {
 pub enum Limit {
     Commands,
     Bytes,
+    Leases,
 }
 
 impl Limit {
-    pub const ALL: [Limit; 2] = [Limit::Commands, Limit::Bytes];
+    pub const ALL: [Limit; 3] = [Limit::Commands, Limit::Bytes, Limit::Leases];
+    /// The limits that are rates (token buckets).
+    pub const RATES: [Limit; 2] = [Limit::Commands, Limit::Bytes];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Limit::Commands => "commands",
             Limit::Bytes => "bytes",
+            Limit::Leases => "leases",
         }
     }
 }
@@ -57,19 +64,21 @@ impl Quota {
         }
     }
 
-    /// The rate of `limit`, if it sets one.
+    /// The rate of `limit`, if it sets one (`Leases` is a count, never a rate).
     pub fn rate(&self, limit: Limit) -> Option<Rate> {
         match limit {
             Limit::Commands => self.commands,
             Limit::Bytes => self.bytes,
+            Limit::Leases => None,
         }
     }
 
-    /// Whether `other` holds the same principals to the same rates (wherever it is written).
+    /// Whether `other` holds the same principals to the same limits (wherever it is written).
     pub fn same_limits(&self, other: &Quota) -> bool {
         self.principals == other.principals
             && self.commands == other.commands
             && self.bytes == other.bytes
+            && self.leases == other.leases
     }
 
     /// Whom it holds, as review shows it.
@@ -143,10 +152,10 @@ impl fmt::Display for QuotaChange {
     }
 }
 
-/// `2000 commands/s (burst 500), 10485760 bytes/s (burst 10485760)`.
+/// `2000 commands/s (burst 500), 10485760 bytes/s (burst 10485760), 100 leases held at once`.
 impl fmt::Display for Quota {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let limits: Vec<String> = Limit::ALL
+        let limits: Vec<String> = Limit::RATES
             .into_iter()
             .filter_map(|limit| {
                 self.rate(limit).map(|rate| {
@@ -158,6 +167,10 @@ impl fmt::Display for Quota {
                     )
                 })
             })
+            .chain(
+                self.leases
+                    .map(|leases| format!("{leases} leases held at once")),
+            )
             .collect();
         f.write_str(&limits.join(", "))
     }
@@ -176,6 +189,7 @@ mod tests {
                 burst: 500,
             }),
             bytes: None,
+            leases: None,
             line: 1,
         }
     }
@@ -232,6 +246,26 @@ mod tests {
         assert_eq!(
             q.to_string(),
             "2000 commands/s (burst 500), 1024 bytes/s (burst 1024)"
+        );
+        q.leases = Some(100);
+        assert_eq!(
+            q.to_string(),
+            "2000 commands/s (burst 500), 1024 bytes/s (burst 1024), 100 leases held at once"
+        );
+        q.commands = None;
+        q.bytes = None;
+        assert_eq!(q.to_string(), "100 leases held at once");
+    }
+
+    #[test]
+    fn a_changed_lease_count_is_a_changed_quota() {
+        let before = quota(Some(&["acme"]));
+        let mut after = before.clone();
+        after.leases = Some(3);
+        assert!(!before.same_limits(&after));
+        assert_eq!(
+            QuotaChange::between([&before], [&after])[0].to_string(),
+            "~ quota q (acme): 2000 commands/s (burst 500) -> 2000 commands/s (burst 500), 3 leases held at once"
         );
     }
 }

@@ -1,6 +1,8 @@
 //! The policy's `quotas:` at work: a token bucket per quota and principal (commands per second,
-//! bytes per second), taken from before an admitted command is sent and refused with a typed
-//! [`Throttled`] (`-THROTTLED` over RESP, 429 with `Retry-After` over HTTP).
+//! bytes per second), taken from before an admitted command is sent, and a count of the leases
+//! each principal holds at once (`held`), reserved before an acquire is sent; past either, the
+//! command is refused with a typed [`Throttled`] (`-THROTTLED` over RESP, 429 with `Retry-After`
+//! over HTTP).
 //!
 //! The buckets outlive sessions (reconnecting buys nothing) and policy reloads (a quota whose id
 //! and rates are unchanged keeps its buckets; a changed one starts full). A session holds its
@@ -8,6 +10,7 @@
 //! command under no quota costs one atomic load.
 
 mod bucket;
+mod held;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,22 +24,45 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 use tollgate_policy::quota::{Limit, Quota};
+use tollgate_lease::{AcquireOutcome, LeaseService, ReleaseOutcome, RenewOutcome};
 use tollgate_policy::Admission;
 
 use bucket::Bucket;
+use held::{Full, Held};
+pub use held::{Acquired, LeaseKey};
 
-/// A command refused because its principal is past a quota's rate.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "quota {quota}: over {per_second} {limit}/s; retry in {} ms",
-    retry_ms(*.retry)
-)]
+/// A command refused because its principal is past a quota's rate, or an acquire because its
+/// principal holds the quota's leases.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Throttled {
     pub quota: Arc<str>,
-    pub limit: &'static str,
-    pub per_second: u64,
-    /// When the command would be admitted, if nothing else takes from the bucket meanwhile.
-    pub retry: Duration,
+    pub limit: Limit,
+    /// The rate per second, or the leases held at once.
+    pub allowed: u64,
+    /// When the command would be admitted, if nothing else takes from the bucket meanwhile (or
+    /// when the first held lease expires unless renewed); `None` when no time can be promised
+    /// (every held lease is kept by a watchdog, or still being acquired).
+    pub retry: Option<Duration>,
+}
+
+impl std::error::Error for Throttled {}
+
+/// `quota acme-rate: over 2000 commands/s; retry in 12 ms`, `quota acme-rate: holds 100 leases
+/// at once; retry in 3000 ms` (or `; release one first`).
+impl std::fmt::Display for Throttled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (quota, allowed, limit) = (&self.quota, self.allowed, self.limit.as_str());
+        match self.limit {
+            Limit::Leases => write!(f, "quota {quota}: holds {allowed} {limit} at once")?,
+            Limit::Commands | Limit::Bytes => {
+                write!(f, "quota {quota}: over {allowed} {limit}/s")?
+            }
+        }
+        match self.retry {
+            Some(retry) => write!(f, "; retry in {} ms", retry_ms(retry)),
+            None => f.write_str("; release one first"),
+        }
+    }
 }
 
 /// Whole milliseconds, rounded up: a client that waits what it is told is admitted.
@@ -45,13 +71,14 @@ fn retry_ms(retry: Duration) -> u128 {
 }
 
 impl Throttled {
-    /// Whole seconds, rounded up, for `Retry-After`.
-    pub fn retry_after_secs(&self) -> u64 {
-        self.retry.as_nanos().div_ceil(1_000_000_000).max(1) as u64
+    /// Whole seconds, rounded up, for `Retry-After`; `None` when no time can be promised.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry
+            .map(|retry| retry.as_nanos().div_ceil(1_000_000_000).max(1) as u64)
     }
 
-    pub fn retry_ms(&self) -> u128 {
-        retry_ms(self.retry)
+    pub fn retry_ms(&self) -> Option<u128> {
+        self.retry.map(retry_ms)
     }
 }
 
@@ -84,14 +111,15 @@ struct Kept {
     meters: Mutex<HashMap<String, Arc<Meter>>>,
 }
 
-/// One principal's buckets under one quota.
+/// One principal's buckets and held leases under one quota.
 #[derive(Debug)]
 pub struct Meter {
     quota: Arc<str>,
     commands: Option<Bucket>,
     bytes: Option<Bucket>,
+    held: Option<Held>,
     admitted: Counter,
-    throttled: [Counter; 2],
+    throttled: [Counter; 3],
 }
 
 /// A caller's meters under the quotas of one version.
@@ -110,6 +138,9 @@ pub struct QuotaState {
     pub limits: String,
     pub admitted: u64,
     pub throttled: u64,
+    /// Leases held at once, under a quota that counts them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leases_held: Option<usize>,
 }
 
 impl Quotas {
@@ -207,6 +238,7 @@ impl Quotas {
             quota: quota.id.as_str().into(),
             commands: quota.commands.map(Bucket::new),
             bytes: quota.bytes.map(Bucket::new),
+            held: quota.leases.map(Held::new),
             admitted: self.admitted.get_or_create(&labels).clone(),
             throttled,
         }
@@ -217,8 +249,10 @@ impl Quotas {
     }
 
     /// Each principal's state under each quota (`/v1/principals`).
-    pub fn states(&self) -> Vec<(String, QuotaState)> {
+    pub fn states(&self, leases: &LeaseService) -> Vec<(String, QuotaState)> {
+        let kept_alive = kept_by(leases);
         let kept = self.kept.lock();
+        let now = Instant::now();
         let mut states = Vec::new();
         for kept in kept.iter() {
             for (principal, meter) in kept.meters.lock().iter() {
@@ -229,6 +263,10 @@ impl Quotas {
                         limits: kept.quota.to_string(),
                         admitted: meter.admitted.get(),
                         throttled: meter.throttled.iter().map(Counter::get).sum(),
+                        leases_held: meter
+                            .held
+                            .as_ref()
+                            .map(|held| held.count(now, &kept_alive)),
                     },
                 ));
             }
@@ -287,6 +325,129 @@ impl Meters {
     }
 }
 
+/// Whether a watchdog of `leases` keeps a counted lease alive.
+fn kept_by(leases: &LeaseService) -> impl Fn(&LeaseKey) -> bool + '_ {
+    |key| leases.keeps(&key.identity, &key.resource, &key.attempt)
+}
+
+/// The places an acquire reserved under each quota that counts its caller's leases; settled with
+/// the acquire's outcome. Dropped unsettled (its caller hung up while it waited, say), each place
+/// is kept for the TTL asked for: the lease may have been granted.
+pub struct LeaseHold {
+    key: LeaseKey,
+    ttl: Duration,
+    /// Each meter counting leases, and whether this acquire reserved its place there.
+    places: Vec<(Arc<Meter>, bool)>,
+}
+
+impl Meters {
+    /// Reserves a place for `key`'s acquire (of `ttl`) under every quota that counts the
+    /// caller's leases, or refuses it with the first quota whose leases it holds (reserving
+    /// nothing). `leases` says which leases a watchdog still keeps.
+    pub fn hold_lease(
+        &mut self,
+        (quotas, leases): (&Quotas, &LeaseService),
+        key: LeaseKey,
+        ttl: Duration,
+    ) -> Result<LeaseHold, Throttled> {
+        if quotas.version.load(Ordering::Acquire) != self.version {
+            *self = quotas.meters(&self.principal, self.admin);
+        }
+        let kept = kept_by(leases);
+        let now = Instant::now();
+        let mut places = Vec::new();
+        for meter in self.meters.iter() {
+            let Some(held) = &meter.held else { continue };
+            match held.reserve(&key, now, &kept) {
+                Ok(new) => places.push((meter.clone(), new)),
+                Err(Full { limit, retry }) => {
+                    for (meter, new) in &places {
+                        if let Some(held) = &meter.held {
+                            held.settle(&key, *new, Acquired::NotHeld, now);
+                        }
+                    }
+                    places.clear();
+                    meter.throttled[Limit::Leases as usize].inc();
+                    return Err(Throttled {
+                        quota: meter.quota.clone(),
+                        limit: Limit::Leases,
+                        allowed: limit,
+                        retry,
+                    });
+                }
+            }
+        }
+        Ok(LeaseHold { key, ttl, places })
+    }
+
+    /// A renewal of `key`'s lease came back: a renewed lease keeps its place for as long as it
+    /// is now valid, a lost one gives it up.
+    pub fn lease_renewed(&self, key: &LeaseKey, outcome: &RenewOutcome) {
+        let now = Instant::now();
+        for held in self.meters.iter().filter_map(|meter| meter.held.as_ref()) {
+            match outcome {
+                RenewOutcome::Renewed { valid_for } => held.renewed(key, *valid_for, now),
+                RenewOutcome::Lost { .. } => held.gone(key),
+                RenewOutcome::Unavailable { .. } | RenewOutcome::Indeterminate { .. } => {}
+            }
+        }
+    }
+
+    /// A release of `key`'s lease came back: released, already gone or someone else's, it no
+    /// longer holds a place.
+    pub fn lease_released(&self, key: &LeaseKey, outcome: &ReleaseOutcome) {
+        if let ReleaseOutcome::Released
+        | ReleaseOutcome::AlreadyAbsent
+        | ReleaseOutcome::NotOwner = outcome
+        {
+            for held in self.meters.iter().filter_map(|meter| meter.held.as_ref()) {
+                held.gone(key);
+            }
+        }
+    }
+}
+
+impl LeaseHold {
+    /// Settles the places with what the acquire came to; `kept`: a watchdog keeps the lease.
+    pub fn settle(mut self, outcome: &AcquireOutcome, kept: bool) {
+        let acquired = match outcome {
+            AcquireOutcome::Acquired { valid_for, .. }
+            | AcquireOutcome::Replayed { valid_for, .. } => Acquired::Held {
+                valid_for: *valid_for,
+                kept,
+            },
+            AcquireOutcome::Indeterminate { .. } => Acquired::Unknown { ttl: self.ttl },
+            AcquireOutcome::Contended { .. }
+            | AcquireOutcome::Conflict
+            | AcquireOutcome::TooManyWatchdogs { .. }
+            | AcquireOutcome::ShapeConflict { .. }
+            | AcquireOutcome::Unavailable { .. } => Acquired::NotHeld,
+        };
+        self.finish(acquired);
+    }
+
+    /// The acquire was never sent (its request was invalid).
+    pub fn unsent(mut self) {
+        self.finish(Acquired::NotHeld);
+    }
+
+    fn finish(&mut self, acquired: Acquired) {
+        let now = Instant::now();
+        for (meter, new) in self.places.drain(..) {
+            if let Some(held) = &meter.held {
+                held.settle(&self.key, new, acquired, now);
+            }
+        }
+    }
+}
+
+impl Drop for LeaseHold {
+    fn drop(&mut self) {
+        let ttl = self.ttl;
+        self.finish(Acquired::Unknown { ttl });
+    }
+}
+
 impl Meter {
     /// One command of `bytes`: both buckets, or neither.
     fn take(&self, bytes: u64, now: u64) -> Result<(), Throttled> {
@@ -319,9 +480,9 @@ impl Meter {
         self.throttled[limit as usize].inc();
         Throttled {
             quota: self.quota.clone(),
-            limit: limit.as_str(),
-            per_second: bucket.rate().per_second,
-            retry,
+            limit,
+            allowed: bucket.rate().per_second,
+            retry: Some(retry),
         }
     }
 }
@@ -334,19 +495,37 @@ mod tests {
     fn a_refusal_says_the_quota_the_rate_and_when_to_retry_rounded_up() {
         let throttled = Throttled {
             quota: "acme-rate".into(),
-            limit: "commands",
-            per_second: 2000,
-            retry: Duration::from_micros(11_200),
+            limit: Limit::Commands,
+            allowed: 2000,
+            retry: Some(Duration::from_micros(11_200)),
         };
         assert_eq!(
             throttled.to_string(),
             "quota acme-rate: over 2000 commands/s; retry in 12 ms"
         );
-        assert_eq!(throttled.retry_after_secs(), 1);
+        assert_eq!(throttled.retry_after_secs(), Some(1));
         let later = Throttled {
-            retry: Duration::from_millis(2_001),
-            ..throttled
+            retry: Some(Duration::from_millis(2_001)),
+            ..throttled.clone()
         };
-        assert_eq!(later.retry_after_secs(), 3);
+        assert_eq!(later.retry_after_secs(), Some(3));
+        let held = Throttled {
+            limit: Limit::Leases,
+            allowed: 100,
+            ..later
+        };
+        assert_eq!(
+            held.to_string(),
+            "quota acme-rate: holds 100 leases at once; retry in 2001 ms"
+        );
+        let kept = Throttled {
+            retry: None,
+            ..held
+        };
+        assert_eq!(
+            kept.to_string(),
+            "quota acme-rate: holds 100 leases at once; release one first"
+        );
+        assert_eq!(kept.retry_after_secs(), None);
     }
 }

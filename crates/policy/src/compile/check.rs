@@ -300,7 +300,7 @@ impl<'a> Checker<'a> {
         })
     }
 
-    /// The quota at `quotas.{index}`: known principals, at least one rate, no rate of zero.
+    /// The quota at `quotas.{index}`: known principals, at least one limit, no limit of zero.
     fn quota(
         &mut self,
         index: usize,
@@ -309,11 +309,15 @@ impl<'a> Checker<'a> {
     ) -> Option<Quota> {
         let at = format!("quotas.{index}");
         let principals = self.principals(&at, &source.principals, known);
-        if source.commands_per_second.is_none() && source.bytes_per_second.is_none() {
+        if source.commands_per_second.is_none()
+            && source.bytes_per_second.is_none()
+            && source.leases.is_none()
+        {
             self.error(
                 &at,
                 format!(
-                    "quota `{}` sets no rate: give `commands_per_second`, `bytes_per_second` or both",
+                    "quota `{}` sets no limit: give `commands_per_second`, `bytes_per_second`, \
+                     `leases` or several",
                     source.id
                 ),
             );
@@ -338,6 +342,7 @@ impl<'a> Checker<'a> {
             "bytes_per_second",
             source.bytes_per_second.map(|size| size.0 as u64),
         );
+        let leases = positive("leases", source.leases);
         if burst.is_some() && per_second.is_none() {
             self.error(
                 &format!("{at}.burst"),
@@ -359,6 +364,7 @@ impl<'a> Checker<'a> {
                 per_second,
                 burst: per_second,
             }),
+            leases,
             line,
         })
     }

@@ -22,13 +22,13 @@ pub struct PolicyFile {
     /// class at each compile and reload.
     #[serde(default)]
     pub invariants: Vec<InvariantSource>,
-    /// Rates each principal is held to: commands and bytes per second.
+    /// Limits each principal is held to: commands and bytes per second, leases held at once.
     #[serde(default)]
     pub quotas: Vec<QuotaSource>,
 }
 
 /// One quota: an id, whom it holds (every principal but administrators when absent), and at least
-/// one rate.
+/// one limit.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QuotaSource {
@@ -38,6 +38,8 @@ pub struct QuotaSource {
     /// How many commands a full bucket gives at once; one second's worth when absent.
     pub burst: Option<u64>,
     pub bytes_per_second: Option<ByteSize>,
+    /// Leases held at once.
+    pub leases: Option<u64>,
 }
 
 /// One invariant: an id and exactly one of `never` or `always`.

@@ -96,8 +96,9 @@ impl ApiError {
             }
             ApiError::Throttled(throttled) => {
                 body["quota"] = serde_json::Value::from(&*throttled.quota);
-                body["limit"] = serde_json::Value::from(throttled.limit);
-                body["retry_after_ms"] = serde_json::Value::from(throttled.retry_ms() as u64);
+                body["limit"] = serde_json::Value::from(throttled.limit.as_str());
+                body["retry_after_ms"] =
+                    serde_json::Value::from(throttled.retry_ms().map(|ms| ms as u64));
             }
             _ => {}
         }
@@ -113,10 +114,12 @@ impl ApiError {
                 .headers_mut()
                 .insert(RETRY_AFTER, retry_after_secs.into());
         }
-        if let ApiError::Throttled(throttled) = &self {
-            response
-                .headers_mut()
-                .insert(RETRY_AFTER, throttled.retry_after_secs().into());
+        // No `Retry-After` when no time can be promised (every held lease is kept alive).
+        if let Some(secs) = match &self {
+            ApiError::Throttled(throttled) => throttled.retry_after_secs(),
+            _ => None,
+        } {
+            response.headers_mut().insert(RETRY_AFTER, secs.into());
         }
         response
     }

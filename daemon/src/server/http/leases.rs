@@ -24,6 +24,7 @@ use tollgate_lease::{
 use tollgate_policy::Decision;
 
 use super::{caller_of, json, read_json, ApiError, HttpResponse};
+use crate::quotas::LeaseKey;
 use crate::services::Services;
 
 /// Seconds a caller is told to wait after `unavailable` (Redis unreachable, nothing sent).
@@ -69,11 +70,17 @@ pub async fn handle(
                 })?),
                 false => None,
             };
-            let outcome = leases
-                .acquire(&identity, &resource, &body, holder)
-                .await
-                .map_err(invalid)?;
-            Ok(respond(&outcome))
+            let key = LeaseKey::new(&identity, &resource, &body.attempt);
+            let hold = meters
+                .hold_lease((&shared.quotas, leases), key, body.ttl)
+                .map_err(ApiError::Throttled)?;
+            let kept = holder.is_some();
+            let acquired = leases.acquire(&identity, &resource, &body, holder).await;
+            match &acquired {
+                Ok(outcome) => hold.settle(outcome, kept),
+                Err(_) => hold.unsent(),
+            }
+            Ok(respond(&acquired.map_err(invalid)?))
         }
         (Method::POST, "renew") => {
             let body: RenewRequest = read_json(request).await?;
@@ -81,6 +88,8 @@ pub async fn handle(
                 .renew(&identity, &resource, &body)
                 .await
                 .map_err(invalid)?;
+            let key = LeaseKey::new(&identity, &resource, &body.attempt);
+            meters.lease_renewed(&key, &outcome);
             Ok(respond(&outcome))
         }
         (Method::POST, "release") => {
@@ -89,6 +98,8 @@ pub async fn handle(
                 .release(&identity, &resource, &body)
                 .await
                 .map_err(invalid)?;
+            let key = LeaseKey::new(&identity, &resource, &body.attempt);
+            meters.lease_released(&key, &outcome);
             Ok(respond(&outcome))
         }
         (Method::POST, "inspect") => {

@@ -85,7 +85,7 @@ fn rows(shared: &Services) -> Vec<Row> {
 fn quota_rows(shared: &Services) -> Vec<QuotaRow> {
     let mut rows: Vec<QuotaRow> = shared
         .quotas
-        .states()
+        .states(&shared.leases)
         .into_iter()
         .map(|(principal, state)| QuotaRow { principal, state })
         .collect();

@@ -24,7 +24,7 @@ use super::admission_clock::AdmissionClock;
 use super::front::FrontDoor;
 use super::local::Protocol;
 use super::replies;
-use crate::quotas::Meters;
+use crate::quotas::{LeaseKey, Meters};
 
 /// The connection's side of its leases: its session-bound leases, ended when it is dropped with
 /// the session, and the resources the policy admitted it to.
@@ -117,6 +117,7 @@ pub async fn run(
     }
     let identity = Identity::from(caller);
     let leases = &front.services.leases;
+    let quotas = &front.services.quotas;
     let answered = match &call {
         Call::Acquire {
             resource,
@@ -138,19 +139,35 @@ pub async fn run(
                     }
                 },
             };
-            leases
-                .acquire(&identity, resource, request, holder)
-                .await
-                .map(|outcome| with_attempt(value(&outcome), &request.attempt))
+            let key = LeaseKey::new(&identity, resource, &request.attempt);
+            let hold = match meters.hold_lease((quotas, leases), key, request.ttl) {
+                Ok(hold) => hold,
+                Err(throttled) => return replies::throttled(&throttled),
+            };
+            let kept = holder.is_some();
+            let acquired = leases.acquire(&identity, resource, request, holder).await;
+            match &acquired {
+                Ok(outcome) => hold.settle(outcome, kept),
+                Err(_) => hold.unsent(),
+            }
+            acquired.map(|outcome| with_attempt(value(&outcome), &request.attempt))
         }
-        Call::Renew { resource, request } => leases
-            .renew(&identity, resource, request)
-            .await
-            .map(|outcome| value(&outcome)),
-        Call::Release { resource, request } => leases
-            .release(&identity, resource, request)
-            .await
-            .map(|outcome| value(&outcome)),
+        Call::Renew { resource, request } => {
+            let renewed = leases.renew(&identity, resource, request).await;
+            if let Ok(outcome) = &renewed {
+                let key = LeaseKey::new(&identity, resource, &request.attempt);
+                meters.lease_renewed(&key, outcome);
+            }
+            renewed.map(|outcome| value(&outcome))
+        }
+        Call::Release { resource, request } => {
+            let released = leases.release(&identity, resource, request).await;
+            if let Ok(outcome) = &released {
+                let key = LeaseKey::new(&identity, resource, &request.attempt);
+                meters.lease_released(&key, outcome);
+            }
+            released.map(|outcome| value(&outcome))
+        }
         Call::Inspect { resource, attempt } => leases
             .inspect(&identity, resource, attempt.as_ref())
             .await
