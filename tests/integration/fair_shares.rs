@@ -157,6 +157,83 @@ async fn one_users_holder_watches_leave_another_user_of_the_principal_its_own() 
     daemon.stop().await;
 }
 
+/// The HTTP holders streams the issue left uncounted (500 never-read streams from one user took
+/// the daemon from 53 to 348 MB): each watch now holds the most it may buffer for a reader that
+/// never reads in its user's byte share, from the moment it starts until it ends. One user past
+/// its share is refused another, over HTTP (429) and RESP (`BUSY`), naming the share; another user
+/// still watches; and a stream that ends gives its room back.
+#[tokio::test]
+async fn one_users_holder_streams_count_in_its_byte_share_and_leave_another_user_its_own() {
+    use tollgate_lease_client::LeaseClient;
+    let Some(b) = os_user(USER_B) else { return };
+    let redis = RedisServer::start();
+    let watch_bytes = tollgate_lease::watch::MOST_BUFFERED;
+    let daemon = daemon_for_all(&redis, |config| {
+        config.resp.budgets.total = ByteSize::mib(64);
+        // Room for three watches and a little more, not four.
+        config.resp.budgets.per_uid = Some(ByteSize(3 * watch_bytes + watch_bytes / 2));
+    })
+    .await;
+    let http = LeaseClient::new(&daemon.http_socket());
+    let resource = |n: usize| tollgate_lease::Resource::parse(&format!("jobs:s{n}")).unwrap();
+    let mut streams = Vec::new();
+    for n in 0..3 {
+        streams.push(http.holders(&resource(n)).await.expect("within the share"));
+    }
+    let refused = match http.holders(&resource(3)).await {
+        Ok(_) => panic!("a fourth stream fit in a share of three"),
+        Err(error) => error.to_string(),
+    };
+    assert!(
+        refused.contains("429") && refused.contains("over resp.budgets.per_uid"),
+        "{refused}"
+    );
+    let mut resp = RawClient::connect(&daemon.resp_socket()).await;
+    let busy = resp.call(&["LEASE", "WATCH", "jobs:r"]).await;
+    assert!(
+        busy.is_error() && text(&busy).contains("over resp.budgets.per_uid"),
+        "{busy:?}"
+    );
+
+    // Another user of the same principal watches in its own share.
+    let socket = daemon.resp_socket();
+    let socket = socket.to_str().expect("a UTF-8 socket path");
+    let output = crate::identity::run_as(
+        &b,
+        "timeout",
+        &["3", "redis-cli", "-s", socket, "LEASE", "WATCH", "jobs:b"],
+    )
+    .await;
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        printed.contains("watch") && !printed.contains("BUSY"),
+        "{printed}"
+    );
+
+    // One stream ends: once the daemon sees its connection close, the room is back.
+    drop(streams.pop());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match http.holders(&resource(3)).await {
+            Ok(stream) => {
+                streams.push(stream);
+                break;
+            }
+            Err(error) => assert!(
+                Instant::now() < deadline,
+                "a closed stream's room never came back: {error}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(streams);
+    daemon.stop().await;
+}
+
 /// uid 2002's byte-total attack, scaled down: sixteen connections of one user each start a 30 MiB
 /// `SET` and never finish it. Before shares, they were read until all clients together held
 /// `resp.budgets.total`; then another user's 100 KiB `GET` was refused (its client disconnected)

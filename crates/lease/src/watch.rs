@@ -29,6 +29,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tollgate_lanes::{PubSub, Subscription, SubscriptionKind};
 
+use crate::api::MAX_VALUE_LEN;
 use crate::calls::Calls;
 use crate::keys::LeaseKeys;
 use crate::outcome::InspectOutcome;
@@ -38,6 +39,12 @@ use crate::places::Place;
 const MESSAGE_BUFFER: usize = 64;
 /// Events one watch may buffer for a consumer that does not read.
 const EVENT_BUFFER: usize = 64;
+/// What one buffered message or event costs besides its value: its fence, TTL, names and framing.
+const ITEM_OVERHEAD: usize = 256;
+/// The most one watch holds for a consumer that does not read: its undelivered messages and its
+/// unread events, each at most a value (`MAX_VALUE_LEN`) and its framing. The daemon reserves this
+/// much of the clients' byte budget for as long as a watch lives.
+pub const MOST_BUFFERED: usize = (MESSAGE_BUFFER + EVENT_BUFFER) * (MAX_VALUE_LEN + ITEM_OVERHEAD);
 /// Read again this long after a holder's TTL should have run out, so that Redis has expired it.
 const EXPIRY_SLACK: Duration = Duration::from_millis(1);
 /// How often a watch of a free resource wakes with nothing to do (it only waits for messages).

@@ -21,10 +21,12 @@ use tollgate_lease::watch::WatchRefused;
 use tollgate_lease::{
     Attempt, Holder, Identity, InvalidRequest, LeaseService, Outcome, OutcomeClass, Resource,
 };
+use tollgate_model::Caller;
 use tollgate_policy::Decision;
 
 use super::{caller_of, json, read_json, ApiError, HttpResponse};
 use crate::quotas::LeaseKey;
+use crate::server::resp::lease_watch;
 use crate::services::Services;
 
 /// Seconds a caller is told to wait after `unavailable` (Redis unreachable, nothing sent).
@@ -111,7 +113,7 @@ pub async fn handle(
             Ok(respond(&outcome))
         }
         (Method::GET, "events") => events(leases, &identity, &resource, request.uri().query()),
-        (Method::GET, "holders") => holders(leases, &identity, &resource).await,
+        (Method::GET, "holders") => holders(shared, &caller, &identity, &resource).await,
         (method, "acquire" | "renew" | "release" | "inspect" | "events" | "holders") => {
             Err(ApiError::MethodNotAllowed {
                 method: method.to_string(),
@@ -187,11 +189,21 @@ fn events(
 
 /// The resource's holder changes as JSON lines, until the watch is interrupted or the client goes.
 async fn holders(
-    leases: &LeaseService,
+    shared: &Services,
+    caller: &Caller,
     identity: &Identity,
     resource: &Resource,
 ) -> Result<HttpResponse, ApiError> {
-    let receiver = leases
+    // The most the watch may buffer for a reader that does not read, held in the byte budget
+    // until the stream is dropped.
+    let reserved = lease_watch::reserve(&shared.pool, caller).map_err(|reason| {
+        ApiError::RateLimited {
+            reason,
+            retry_after_secs: 1,
+        }
+    })?;
+    let receiver = shared
+        .leases
         .watch(identity, resource)
         .await
         .map_err(|refused| match refused {
@@ -207,8 +219,11 @@ async fn holders(
                 retry_after_secs: UNAVAILABLE_RETRY_SECS,
             },
         })?;
-    let lines = futures::stream::unfold(receiver, |mut receiver| async move {
-        receiver.recv().await.map(|event| (event, receiver))
+    let lines = futures::stream::unfold((receiver, reserved), |(mut receiver, reserved)| async move {
+        receiver
+            .recv()
+            .await
+            .map(|event| (event, (receiver, reserved)))
     });
     Ok(json_lines(lines))
 }

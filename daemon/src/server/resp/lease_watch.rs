@@ -8,10 +8,11 @@
 //! the connection's close, or after an `interrupted` event (the daemon lost track; watch again).
 //! Watching is admitted by the policy's `leases:` rules for the resource, like `INSPECT`.
 
+use std::sync::Arc;
 use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
-use tollgate_lease::watch::{HolderEvent, Watch, WatchRefused};
+use tollgate_lease::watch::{HolderEvent, Watch, WatchRefused, MOST_BUFFERED};
 use tollgate_lease::{Identity, Resource};
 use tollgate_model::Caller;
 use tollgate_policy::Decision;
@@ -20,6 +21,7 @@ use tollgate_resp::Frame;
 use super::front::FrontDoor;
 use super::lease::{frame, resource};
 use super::local::Protocol;
+use super::pool::{Pool, Reservation};
 use super::replies;
 use super::subscriptions::{confirmation, out_of_band};
 
@@ -29,7 +31,8 @@ pub const MAX_WATCHES: usize = 64;
 /// The connection's watches, in the order they were made.
 #[derive(Default)]
 pub struct Watches {
-    watching: Vec<(Resource, Watch)>,
+    /// Each watch with the bytes its buffers may come to, held in the byte budget while it lives.
+    watching: Vec<(Resource, Watch, Reservation)>,
 }
 
 impl Watches {
@@ -93,19 +96,25 @@ pub async fn run(
     {
         return replies::denied(argv, &denial);
     }
-    if !watches.watching.iter().any(|(r, _)| *r == resource) {
+    if !watches.watching.iter().any(|(r, ..)| *r == resource) {
         if watches.watching.len() >= MAX_WATCHES {
             return replies::error(format!(
                 "ERR tollgate: a connection may watch at most {MAX_WATCHES} resources"
             ));
         }
+        let reserved = match reserve(&front.services.pool, caller) {
+            Ok(reserved) => reserved,
+            Err(refused) => return replies::error(format!("BUSY tollgate: {refused}")),
+        };
         match front
             .services
             .leases
             .watch(&Identity::from(caller), &resource)
             .await
         {
-            Ok(events) => watches.watching.push((resource.clone(), events)),
+            Ok(events) => watches
+                .watching
+                .push((resource.clone(), events, reserved)),
             Err(WatchRefused::TooMany { limit }) => {
                 return replies::error(format!(
                     "BUSY tollgate: this user of the principal already has {limit} holder \
@@ -127,13 +136,24 @@ pub async fn run(
     ))
 }
 
+/// Room in the byte budget for the most a watch may buffer for a reader that does not read, held
+/// until the watch ends (RESP's `LEASE WATCH` and HTTP's `…/holders` alike); refused with why.
+pub(crate) fn reserve(pool: &Arc<Pool>, caller: &Caller) -> Result<Reservation, String> {
+    pool.reserve(caller.tenant(), MOST_BUFFERED).map_err(|over| {
+        format!(
+            "a holder watch may hold {MOST_BUFFERED} bytes for a reader that does not read, \
+             which would take {over}"
+        )
+    })
+}
+
 /// Ends the named watches (all without names), confirming each as `UNSUBSCRIBE` does.
 fn unwatch(watches: &mut Watches, names: &[&[u8]], protocol: Protocol) -> Bytes {
     let named: Vec<Bytes> = match names {
         [] => watches
             .watching
             .iter()
-            .map(|(resource, _)| Bytes::from(resource.as_str().to_owned()))
+            .map(|(resource, ..)| Bytes::from(resource.as_str().to_owned()))
             .collect(),
         names => names
             .iter()
@@ -147,7 +167,7 @@ fn unwatch(watches: &mut Watches, names: &[&[u8]], protocol: Protocol) -> Bytes 
     for name in named {
         watches
             .watching
-            .retain(|(resource, _)| resource.as_str().as_bytes() != name);
+            .retain(|(resource, ..)| resource.as_str().as_bytes() != name);
         let left = watches.watching.len();
         tollgate_resp::encode(
             &confirmation("unwatch", Some(name), left, protocol),

@@ -28,7 +28,7 @@ mod hang_up;
 mod keyspace;
 mod kind;
 mod lease;
-mod lease_watch;
+pub(crate) mod lease_watch;
 mod listener;
 mod local;
 mod monitor;

@@ -5,7 +5,10 @@
 //! still find the rest of the total (issue 28).
 //!
 //! A client counts through its [`Account`]: every byte it holds goes to the total and to its
-//! tenant's share at once, and leaves both at once.
+//! tenant's share at once, and leaves both at once. Memory a client can make the daemon hold
+//! without passing through its account — a lease watch's buffers, filled for a reader that does
+//! not read, over RESP or HTTP — is counted as a [`Reservation`] of the most it can come to, taken
+//! when the watch starts and given back when it ends.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -20,11 +23,15 @@ use crate::config::BudgetsConfig;
 pub const LEAST_READ: usize = 16 * 1024;
 
 /// Which bound a take would have broken, and the bytes it would have held then.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Over {
     /// All clients together, past `resp.budgets.total`.
+    #[error("all clients' held bytes to {held} bytes, over resp.budgets.total ({allowed} bytes)")]
     Total { held: usize, allowed: usize },
     /// The client's tenant, past `resp.budgets.per_uid`.
+    #[error(
+        "this user's clients' held bytes to {held} bytes, over resp.budgets.per_uid ({allowed} bytes)"
+    )]
     Share { held: usize, allowed: usize },
 }
 
@@ -113,6 +120,18 @@ impl Pool {
         }
     }
 
+    /// Holds `bytes` aside for `tenant` until the reservation is dropped; refused (nothing held)
+    /// past the tenant's share or the total.
+    pub fn reserve(self: &Arc<Self>, tenant: Tenant, bytes: usize) -> Result<Reservation, Over> {
+        // Not a session: `/v1/principals` counts sessions from the members.
+        let account = Account {
+            pool: self.clone(),
+            share: self.shares.hold(tenant, || Counter::new(self.per_uid)),
+        };
+        account.take(bytes)?;
+        Ok(Reservation { account, bytes })
+    }
+
     /// Whether a total is set (a share without one is still a limit: see [`Account::limited`]).
     fn limited(&self) -> bool {
         self.total.limit > 0 || self.per_uid > 0
@@ -128,6 +147,18 @@ impl Pool {
     #[cfg(test)]
     pub fn used(&self) -> usize {
         self.total.used.load(Ordering::Acquire)
+    }
+}
+
+/// Bytes held aside in the [`Pool`] for as long as this lives.
+pub struct Reservation {
+    account: Account,
+    bytes: usize,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.account.give_back(self.bytes);
     }
 }
 
@@ -193,6 +224,27 @@ impl Account {
 mod tests {
     use super::*;
     use crate::config::ByteSize;
+
+    #[test]
+    fn a_reservation_counts_against_the_share_until_it_is_dropped() {
+        let pool = pool(1000, 400);
+        let first = pool.reserve(tenant(1), 300).expect("within the share");
+        assert_eq!(
+            pool.reserve(tenant(1), 200).err(),
+            Some(Over::Share {
+                held: 500,
+                allowed: 400
+            })
+        );
+        // Another user's share is its own.
+        let other = pool.reserve(tenant(2), 300).expect("another user's share");
+        assert_eq!(pool.used(), 600);
+        drop(first);
+        drop(other);
+        assert_eq!(pool.used(), 0);
+        assert!(pool.reserve(tenant(1), 400).is_ok());
+        assert_eq!(pool.used(), 0, "given back as the reservation dropped");
+    }
 
     fn pool(total: usize, per_uid: usize) -> Arc<Pool> {
         Pool::new(&BudgetsConfig {

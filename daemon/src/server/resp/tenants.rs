@@ -10,9 +10,17 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tollgate_model::Tenant;
 
-/// Each connected tenant's `T`, and how many sessions hold it.
+/// Each connected tenant's `T`, and how many sessions and other holders (a lease watch's
+/// reservation of bytes, say) hold it.
 pub struct Tenants<T> {
-    map: Mutex<HashMap<Tenant, (Arc<T>, usize)>>,
+    map: Mutex<HashMap<Tenant, (Arc<T>, Holders)>>,
+}
+
+/// Who holds a tenant's `T`: it is dropped when both are none.
+#[derive(Default, Clone, Copy)]
+struct Holders {
+    sessions: usize,
+    others: usize,
 }
 
 impl<T> Default for Tenants<T> {
@@ -26,18 +34,31 @@ impl<T> Default for Tenants<T> {
 impl<T> Tenants<T> {
     /// One more session of `tenant`: its `T`, made by `new` if it is the first.
     pub fn join(self: &Arc<Self>, tenant: Tenant, new: impl FnOnce() -> T) -> Member<T> {
+        self.enter(tenant, new, true)
+    }
+
+    /// A hold on `tenant`'s `T` that is not a session (not counted in the census's sessions).
+    pub fn hold(self: &Arc<Self>, tenant: Tenant, new: impl FnOnce() -> T) -> Member<T> {
+        self.enter(tenant, new, false)
+    }
+
+    fn enter(self: &Arc<Self>, tenant: Tenant, new: impl FnOnce() -> T, session: bool) -> Member<T> {
         let state = {
             let mut map = self.map.lock();
-            let (state, sessions) = map
+            let (state, holders) = map
                 .entry(tenant.clone())
-                .or_insert_with(|| (Arc::new(new()), 0));
-            *sessions += 1;
+                .or_insert_with(|| (Arc::new(new()), Holders::default()));
+            match session {
+                true => holders.sessions += 1,
+                false => holders.others += 1,
+            }
             state.clone()
         };
         Member {
             tenants: self.clone(),
             state,
             tenant,
+            session,
         }
     }
 
@@ -55,7 +76,7 @@ impl<T> Tenants<T> {
         self.map
             .lock()
             .iter()
-            .map(|(tenant, (state, sessions))| (tenant.clone(), *sessions, look(state)))
+            .map(|(tenant, (state, holders))| (tenant.clone(), holders.sessions, look(state)))
             .collect()
     }
 
@@ -65,11 +86,12 @@ impl<T> Tenants<T> {
     }
 }
 
-/// A session's hold on its tenant's `T`.
+/// A session's (or another holder's) hold on its tenant's `T`.
 pub struct Member<T> {
     tenants: Arc<Tenants<T>>,
     state: Arc<T>,
     tenant: Tenant,
+    session: bool,
 }
 
 impl<T> Deref for Member<T> {
@@ -83,9 +105,12 @@ impl<T> Deref for Member<T> {
 impl<T> Drop for Member<T> {
     fn drop(&mut self) {
         let mut map = self.tenants.map.lock();
-        if let Some((_, sessions)) = map.get_mut(&self.tenant) {
-            *sessions -= 1;
-            if *sessions == 0 {
+        if let Some((_, holders)) = map.get_mut(&self.tenant) {
+            match self.session {
+                true => holders.sessions -= 1,
+                false => holders.others -= 1,
+            }
+            if holders.sessions == 0 && holders.others == 0 {
                 map.remove(&self.tenant);
             }
         }
@@ -127,6 +152,24 @@ mod tests {
         drop(second);
         assert_eq!(tenants.len(), 1);
         drop(other);
+        assert_eq!(tenants.len(), 0);
+    }
+
+    #[test]
+    fn a_hold_that_is_not_a_session_keeps_the_state_but_is_not_counted_as_one() {
+        let tenants = Arc::new(Tenants::<std::sync::atomic::AtomicUsize>::default());
+        let session = tenants.join(tenant(1), Default::default);
+        let held = tenants.hold(tenant(1), || unreachable!("made once"));
+        held.fetch_add(7, std::sync::atomic::Ordering::Relaxed);
+        let census = tenants.census(|n| n.load(std::sync::atomic::Ordering::Relaxed));
+        assert_eq!(census, [(tenant(1), 1, 7)]);
+        drop(session);
+        // The hold alone keeps the tenant's state, and what it counts.
+        let census = tenants.census(|n| n.load(std::sync::atomic::Ordering::Relaxed));
+        assert_eq!(census, [(tenant(1), 0, 7)]);
+        let again = tenants.join(tenant(1), || unreachable!("still there"));
+        assert_eq!(again.load(std::sync::atomic::Ordering::Relaxed), 7);
+        drop((held, again));
         assert_eq!(tenants.len(), 0);
     }
 }
