@@ -19,6 +19,7 @@ use crate::metrics::Metrics;
 use crate::quotas::Quotas;
 use crate::readiness::Readiness;
 use crate::reload::Reloader;
+use crate::server::http::principals::PrincipalGauges;
 use crate::server::identity::Identities;
 use crate::server::limits::ConnectionLimits;
 use crate::server::resp::admission_clock::AdmissionClocks;
@@ -219,6 +220,7 @@ impl Daemon {
         };
         let admission_clocks = AdmissionClocks::new(config.worker_threads());
         admission_clocks.register(&mut registry);
+        let principal_gauges = PrincipalGauges::register(&mut registry);
         let shared = Arc::new(Services {
             readiness: Readiness::new(
                 lanes.clone(),
@@ -238,6 +240,7 @@ impl Daemon {
             admission_clocks,
             quotas,
             cache,
+            principal_gauges,
             metrics: Metrics::new(registry),
         });
 

@@ -12,6 +12,7 @@ use crate::metrics::Metrics;
 use crate::quotas::Quotas;
 use crate::readiness::Readiness;
 use crate::reload::Reloader;
+use crate::server::http::principals::PrincipalGauges;
 use crate::server::identity::Identities;
 use crate::server::resp::admission_clock::AdmissionClocks;
 use crate::server::resp::cached::NearCache;
@@ -48,4 +49,6 @@ pub struct Services {
     pub quotas: Arc<Quotas>,
     /// The near cache (docs/cache.md); `None` when `cache.keys` is empty, the default.
     pub cache: Option<NearCache>,
+    /// `/v1/principals`' census per principal in `/metrics`, set at each scrape.
+    pub principal_gauges: PrincipalGauges,
 }

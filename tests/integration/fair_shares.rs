@@ -440,6 +440,25 @@ async fn principals_shows_each_users_shares_to_administrators_only() {
     assert_eq!(row["watches"], 0, "{row}");
     assert_eq!(row["watchdogs"], 0, "{row}");
 
+    // /metrics: the same per principal, both users summed, and no label per uid.
+    let metrics = daemon.get("/metrics").await.body;
+    let gauge = |name: &str| {
+        metrics
+            .lines()
+            .find(|line| line.starts_with(&format!("tollgate_{name}{{principal=\"local\"}} ")))
+            .and_then(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {name} for local in\n{metrics}"))
+    };
+    assert_eq!(gauge("principal_resp_sessions"), 3.0);
+    assert_eq!(gauge("principal_watches"), 1.0);
+    assert!(gauge("principal_admission_seconds") > 0.0);
+    assert!(
+        !metrics
+            .lines()
+            .any(|line| line.starts_with("tollgate_principal") && line.contains("uid")),
+        "{metrics}"
+    );
+
     let refused = crate::identity::curl(&b, &daemon, "GET", "/v1/principals", "").await;
     assert_eq!(refused.status, 403, "{:?}", refused.body);
     client.abort();

@@ -340,7 +340,8 @@ async fn a_principal_holding_its_quota_of_leases_is_refused_another_until_one_is
     assert_eq!(outcome(&short), "acquired", "{short:?}");
     let refused = text(&app.call(&acquire("held:c", "60000", "op-c")).await);
     assert!(
-        refused.starts_with("THROTTLED tollgate: quota app-leases: holds 2 leases at once; retry in "),
+        refused
+            .starts_with("THROTTLED tollgate: quota app-leases: holds 2 leases at once; retry in "),
         "{refused}"
     );
     // The retry is when `held:b` expires, not `held:a`.
@@ -435,6 +436,14 @@ async fn a_principal_holding_its_quota_of_leases_is_refused_another_until_one_is
         .unwrap_or_else(|| panic!("no app-leases row in {principals}"))
         .clone();
     assert_eq!(row["leases_held"], 2, "{row}");
+    let metrics = daemon.get("/metrics").await.body;
+    assert!(
+        metrics
+            .lines()
+            .any(|line| line
+                == r#"tollgate_quota_leases_held{quota="app-leases",principal="app"} 2"#),
+        "{metrics}"
+    );
 
     // The session ends: its watchdogs release, and the places come back.
     drop(session);
@@ -454,11 +463,12 @@ async fn a_principal_holding_its_quota_of_leases_is_refused_another_until_one_is
 
     let metrics = daemon.get("/metrics").await.body;
     assert!(
-        metrics.lines().any(|line| line
-            .starts_with("tollgate_quota_throttled_total{")
-            && line.contains(r#"quota="app-leases""#)
-            && line.contains(r#"limit="leases""#)
-            && !line.ends_with(" 0")),
+        metrics
+            .lines()
+            .any(|line| line.starts_with("tollgate_quota_throttled_total{")
+                && line.contains(r#"quota="app-leases""#)
+                && line.contains(r#"limit="leases""#)
+                && !line.ends_with(" 0")),
         "{metrics}"
     );
     daemon.stop().await;

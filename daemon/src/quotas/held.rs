@@ -270,12 +270,7 @@ mod tests {
         let now = Instant::now();
         let held_leases = Held::new(1);
         assert_eq!(held_leases.reserve(&key("a"), now, &never_kept), Ok(true));
-        held_leases.settle(
-            &key("a"),
-            true,
-            Acquired::Unknown { ttl: 5 * SECOND },
-            now,
-        );
+        held_leases.settle(&key("a"), true, Acquired::Unknown { ttl: 5 * SECOND }, now);
         assert_eq!(
             held_leases.reserve(&key("b"), now, &never_kept),
             Err(Full {

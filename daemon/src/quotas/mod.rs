@@ -23,13 +23,13 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
-use tollgate_policy::quota::{Limit, Quota};
 use tollgate_lease::{AcquireOutcome, LeaseService, ReleaseOutcome, RenewOutcome};
+use tollgate_policy::quota::{Limit, Quota};
 use tollgate_policy::Admission;
 
 use bucket::Bucket;
-use held::{Full, Held};
 pub use held::{Acquired, LeaseKey};
+use held::{Full, Held};
 
 /// A command refused because its principal is past a quota's rate, or an acquire because its
 /// principal holds the quota's leases.
@@ -54,9 +54,7 @@ impl std::fmt::Display for Throttled {
         let (quota, allowed, limit) = (&self.quota, self.allowed, self.limit.as_str());
         match self.limit {
             Limit::Leases => write!(f, "quota {quota}: holds {allowed} {limit} at once")?,
-            Limit::Commands | Limit::Bytes => {
-                write!(f, "quota {quota}: over {allowed} {limit}/s")?
-            }
+            Limit::Commands | Limit::Bytes => write!(f, "quota {quota}: over {allowed} {limit}/s")?,
         }
         match self.retry {
             Some(retry) => write!(f, "; retry in {} ms", retry_ms(retry)),
@@ -263,10 +261,7 @@ impl Quotas {
                         limits: kept.quota.to_string(),
                         admitted: meter.admitted.get(),
                         throttled: meter.throttled.iter().map(Counter::get).sum(),
-                        leases_held: meter
-                            .held
-                            .as_ref()
-                            .map(|held| held.count(now, &kept_alive)),
+                        leases_held: meter.held.as_ref().map(|held| held.count(now, &kept_alive)),
                     },
                 ));
             }
@@ -396,9 +391,8 @@ impl Meters {
     /// A release of `key`'s lease came back: released, already gone or someone else's, it no
     /// longer holds a place.
     pub fn lease_released(&self, key: &LeaseKey, outcome: &ReleaseOutcome) {
-        if let ReleaseOutcome::Released
-        | ReleaseOutcome::AlreadyAbsent
-        | ReleaseOutcome::NotOwner = outcome
+        if let ReleaseOutcome::Released | ReleaseOutcome::AlreadyAbsent | ReleaseOutcome::NotOwner =
+            outcome
         {
             for held in self.meters.iter().filter_map(|meter| meter.held.as_ref()) {
                 held.gone(key);

@@ -29,10 +29,13 @@ pub async fn handle(
                 response
             }
         }
-        _ => text(
-            StatusCode::OK,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            shared.metrics.encode(),
-        ),
+        _ => {
+            shared.principal_gauges.refresh(shared);
+            text(
+                StatusCode::OK,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                shared.metrics.encode(),
+            )
+        }
     })
 }

@@ -196,35 +196,38 @@ async fn holders(
 ) -> Result<HttpResponse, ApiError> {
     // The most the watch may buffer for a reader that does not read, held in the byte budget
     // until the stream is dropped.
-    let reserved = lease_watch::reserve(&shared.pool, caller).map_err(|reason| {
-        ApiError::RateLimited {
+    let reserved =
+        lease_watch::reserve(&shared.pool, caller).map_err(|reason| ApiError::RateLimited {
             reason,
             retry_after_secs: 1,
-        }
-    })?;
-    let receiver = shared
-        .leases
-        .watch(identity, resource)
-        .await
-        .map_err(|refused| match refused {
-            WatchRefused::TooMany { limit } => ApiError::RateLimited {
-                reason: format!(
-                    "this user of the principal already has {limit} holder watches open \
-                     (leases.max_watches_per_uid), or the daemon has (leases.max_watches)"
-                ),
-                retry_after_secs: 1,
-            },
-            WatchRefused::Unavailable(error) => ApiError::Unavailable {
-                reason: error.to_string(),
-                retry_after_secs: UNAVAILABLE_RETRY_SECS,
-            },
         })?;
-    let lines = futures::stream::unfold((receiver, reserved), |(mut receiver, reserved)| async move {
-        receiver
-            .recv()
+    let receiver =
+        shared
+            .leases
+            .watch(identity, resource)
             .await
-            .map(|event| (event, (receiver, reserved)))
-    });
+            .map_err(|refused| match refused {
+                WatchRefused::TooMany { limit } => ApiError::RateLimited {
+                    reason: format!(
+                        "this user of the principal already has {limit} holder watches open \
+                     (leases.max_watches_per_uid), or the daemon has (leases.max_watches)"
+                    ),
+                    retry_after_secs: 1,
+                },
+                WatchRefused::Unavailable(error) => ApiError::Unavailable {
+                    reason: error.to_string(),
+                    retry_after_secs: UNAVAILABLE_RETRY_SECS,
+                },
+            })?;
+    let lines = futures::stream::unfold(
+        (receiver, reserved),
+        |(mut receiver, reserved)| async move {
+            receiver
+                .recv()
+                .await
+                .map(|event| (event, (receiver, reserved)))
+        },
+    );
     Ok(json_lines(lines))
 }
 

@@ -10,7 +10,7 @@ mod health;
 mod lanes;
 mod leases;
 mod policy;
-mod principals;
+pub mod principals;
 mod status;
 mod waits;
 

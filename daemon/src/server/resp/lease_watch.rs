@@ -112,9 +112,7 @@ pub async fn run(
             .watch(&Identity::from(caller), &resource)
             .await
         {
-            Ok(events) => watches
-                .watching
-                .push((resource.clone(), events, reserved)),
+            Ok(events) => watches.watching.push((resource.clone(), events, reserved)),
             Err(WatchRefused::TooMany { limit }) => {
                 return replies::error(format!(
                     "BUSY tollgate: this user of the principal already has {limit} holder \
@@ -139,12 +137,13 @@ pub async fn run(
 /// Room in the byte budget for the most a watch may buffer for a reader that does not read, held
 /// until the watch ends (RESP's `LEASE WATCH` and HTTP's `…/holders` alike); refused with why.
 pub(crate) fn reserve(pool: &Arc<Pool>, caller: &Caller) -> Result<Reservation, String> {
-    pool.reserve(caller.tenant(), MOST_BUFFERED).map_err(|over| {
-        format!(
-            "a holder watch may hold {MOST_BUFFERED} bytes for a reader that does not read, \
+    pool.reserve(caller.tenant(), MOST_BUFFERED)
+        .map_err(|over| {
+            format!(
+                "a holder watch may hold {MOST_BUFFERED} bytes for a reader that does not read, \
              which would take {over}"
-        )
-    })
+            )
+        })
 }
 
 /// Ends the named watches (all without names), confirming each as `UNSUBSCRIBE` does.

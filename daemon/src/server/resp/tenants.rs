@@ -42,7 +42,12 @@ impl<T> Tenants<T> {
         self.enter(tenant, new, false)
     }
 
-    fn enter(self: &Arc<Self>, tenant: Tenant, new: impl FnOnce() -> T, session: bool) -> Member<T> {
+    fn enter(
+        self: &Arc<Self>,
+        tenant: Tenant,
+        new: impl FnOnce() -> T,
+        session: bool,
+    ) -> Member<T> {
         let state = {
             let mut map = self.map.lock();
             let (state, holders) = map
