@@ -117,6 +117,9 @@ pub struct RespConfig {
     pub script_time_limit: Duration,
     /// Most subscriptions (channels, patterns and shard channels together) one client may hold.
     pub max_subscriptions: usize,
+    /// Most subscriptions all clients of one OS user of a principal may hold together (each holds
+    /// a forwarding task and buffers on the PUBSUB lane); `0`: no cap past `max_subscriptions`.
+    pub max_subscriptions_per_uid: usize,
     /// Bytes held for clients: replies not yet read, input not yet parsed.
     pub budgets: BudgetsConfig,
     /// Deadlines of commands known to run longer than `command_timeout`, by name (`SAVE`) or name
@@ -148,6 +151,7 @@ impl Default for RespConfig {
             script_time_limit: Duration::from_secs(1),
             command_deadlines: BTreeMap::new(),
             max_subscriptions: 10_000,
+            max_subscriptions_per_uid: 100_000,
             budgets: BudgetsConfig::default(),
         }
     }

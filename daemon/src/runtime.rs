@@ -472,6 +472,7 @@ fn settings(config: &Config) -> serde_json::Value {
         "script_time_limit": duration(config.resp.script_time_limit),
         "max_pipeline": config.resp.max_pipeline,
         "max_subscriptions": config.resp.max_subscriptions,
+        "max_subscriptions_per_uid": config.resp.max_subscriptions_per_uid,
         "budget_total_bytes": budgets.total.0,
         "budget_per_uid_bytes": budgets.per_uid().0,
         "budget_client_output_bytes": budgets.normal.output.hard.0,

@@ -234,6 +234,84 @@ async fn one_users_holder_streams_count_in_its_byte_share_and_leave_another_user
     daemon.stop().await;
 }
 
+/// Subscriptions are a pooled resource too (each a forwarding task and buffers on the PUBSUB
+/// lane), and `resp.max_subscriptions` bounded only one client: one user's many clients could hold
+/// any number. Now a user's clients together stop at `resp.max_subscriptions_per_uid`, the
+/// refusal says so and makes none of the names, another user of the same principal still
+/// subscribes, and a client that goes gives its subscriptions back.
+#[tokio::test]
+async fn one_users_subscriptions_leave_another_user_of_the_principal_its_own() {
+    let Some(b) = os_user(USER_B) else { return };
+    let redis = RedisServer::start();
+    let daemon = daemon_for_all(&redis, |config| {
+        config.resp.max_subscriptions = 3;
+        config.resp.max_subscriptions_per_uid = 4;
+    })
+    .await;
+    let mut first = RawClient::connect(&daemon.resp_socket()).await;
+    first.send(&["SUBSCRIBE", "a1", "a2", "a3"]).await;
+    for _ in 0..3 {
+        let confirmed = first.read().await;
+        assert!(!confirmed.is_error(), "{confirmed:?}");
+    }
+    let mut second = RawClient::connect(&daemon.resp_socket()).await;
+    let refused = second.call(&["SUBSCRIBE", "b1", "b2"]).await;
+    assert_eq!(
+        text(&refused),
+        "ERR tollgate: 2 more subscriptions would take this user's clients past \
+         resp.max_subscriptions_per_uid (4); none were made"
+    );
+    // Within the share: one more.
+    let one = second.call(&["SUBSCRIBE", "b1"]).await;
+    assert!(!one.is_error(), "{one:?}");
+
+    // The other user's client subscribes to three in its own share.
+    let socket = daemon.resp_socket();
+    let socket = socket.to_str().expect("a UTF-8 socket path");
+    let output = crate::identity::run_as(
+        &b,
+        "timeout",
+        &[
+            "2",
+            "redis-cli",
+            "-s",
+            socket,
+            "SUBSCRIBE",
+            "c1",
+            "c2",
+            "c3",
+        ],
+    )
+    .await;
+    let printed = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        printed.contains("c3") && !printed.contains("max_subscriptions"),
+        "{printed}"
+    );
+
+    // The first client goes: its three come back to its user.
+    drop(first);
+    let mut third = RawClient::connect(&daemon.resp_socket()).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        third.send(&["SUBSCRIBE", "d1", "d2", "d3"]).await;
+        let reply = third.read().await;
+        if !reply.is_error() {
+            for _ in 0..2 {
+                assert!(!third.read().await.is_error());
+            }
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a closed client's subscriptions were never given back: {reply:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop((second, third));
+    daemon.stop().await;
+}
+
 /// uid 2002's byte-total attack, scaled down: sixteen connections of one user each start a 30 MiB
 /// `SET` and never finish it. Before shares, they were read until all clients together held
 /// `resp.budgets.total`; then another user's 100 KiB `GET` was refused (its client disconnected)

@@ -10,6 +10,7 @@ use tollgate_resp::Limits;
 use super::clients::Clients;
 use super::deadline;
 use super::monitor::Monitors;
+use super::subscriptions::SubscriptionShares;
 use crate::config::RespConfig;
 use crate::server::limits::ConnectionLimits;
 use crate::services::Services;
@@ -30,6 +31,8 @@ pub struct FrontDoor {
     pub(super) monitors: Arc<Monitors>,
     /// The socket's path, which `CLIENT LIST` shows as each session's address.
     pub(super) socket: String,
+    /// Each user's subscriptions together, against `resp.max_subscriptions_per_uid`.
+    pub(super) subscription_shares: Arc<SubscriptionShares>,
 }
 
 impl FrontDoor {
@@ -39,6 +42,7 @@ impl FrontDoor {
         connections: ConnectionLimits,
         socket: String,
     ) -> Self {
+        let config_subscriptions_per_uid = config.max_subscriptions_per_uid;
         Self {
             services,
             connections,
@@ -49,6 +53,7 @@ impl FrontDoor {
             clients: Arc::default(),
             monitors: Arc::default(),
             socket,
+            subscription_shares: Arc::new(SubscriptionShares::new(config_subscriptions_per_uid)),
         }
     }
 }

@@ -83,6 +83,13 @@ pub fn too_many_subscriptions(fresh: usize, cap: usize) -> Bytes {
     ))
 }
 
+/// A `SUBSCRIBE` of `fresh` new names past `resp.max_subscriptions_per_uid`.
+pub fn too_many_user_subscriptions(fresh: usize, cap: usize) -> Bytes {
+    error(format!(
+        "ERR tollgate: {fresh} more subscriptions would take this user's clients past resp.max_subscriptions_per_uid ({cap}); none were made"
+    ))
+}
+
 /// `SELECT` of a database other than 0.
 pub fn other_database(db: &[u8]) -> Bytes {
     error(databases::refusal("SELECT", db))

@@ -104,7 +104,11 @@ pub struct SessionState {
 impl SessionState {
     pub fn new(front: Arc<FrontDoor>, caller: Caller, id: u64, me: Registration) -> Self {
         SessionState {
-            subscriptions: Subscriptions::new(front.config.subscriber_buffer),
+            subscriptions: Subscriptions::new(
+                front.config.subscriber_buffer,
+                front.subscription_shares.clone(),
+                caller.tenant(),
+            ),
             budget: ClientBudget::new(&front.config.budgets, &front.services.pool, &caller, id),
             clock: front.services.admission_clocks.clock(caller.tenant()),
             meters: Meters::none(

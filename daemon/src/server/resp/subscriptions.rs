@@ -2,9 +2,12 @@
 //! by a small forwarder into this session's bounded queue. A client that does not keep up — its
 //! queue is full, or the lane dropped its subscription as lagging or over its budget — is evicted
 //! rather than buffered. A message counts against the client's budget from the lane's fan-out until
-//! the session has written it into its own buffer ([`Held`]).
+//! the session has written it into its own buffer ([`Held`]). A client holds at most
+//! `resp.max_subscriptions`, and all clients of one user (a principal and one OS user of it) at
+//! most `resp.max_subscriptions_per_uid` together ([`SubscriptionShares`]).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -15,11 +18,38 @@ use tokio_util::sync::CancellationToken;
 use tollgate_lanes::{
     Budget, Held, LaneError, Message, PubSub, Subscription, SubscriptionEnded, SubscriptionKind,
 };
+use tollgate_model::Tenant;
 use tollgate_resp::Frame;
 
 use super::clients::Subscribed;
 use super::local::Protocol;
 use super::replies;
+use super::tenants::{Member, Tenants};
+
+/// Each user's subscriptions together, against `resp.max_subscriptions_per_uid`: under the default
+/// policy every local user is the one principal, and one user's many clients must not hold every
+/// subscription (each a forwarding task, buffers on the PUBSUB lane) the daemon can carry.
+pub struct SubscriptionShares {
+    /// `0`: no cap.
+    cap: usize,
+    tenants: Arc<Tenants<AtomicUsize>>,
+}
+
+impl SubscriptionShares {
+    pub fn new(cap: usize) -> SubscriptionShares {
+        SubscriptionShares {
+            cap,
+            tenants: Arc::default(),
+        }
+    }
+}
+
+/// One session's part in its user's count: joined at its first subscription, and what it has
+/// added to the count (given back as its subscriptions end).
+struct Share {
+    count: Member<AtomicUsize>,
+    counted: usize,
+}
 
 /// How many subscriptions a client may hold, and how many messages each may buffer.
 #[derive(Debug, Clone, Copy)]
@@ -30,6 +60,9 @@ pub struct Caps {
 
 pub struct Subscriptions {
     active: HashMap<(SubscriptionKind, Bytes), JoinHandle<()>>,
+    shares: Arc<SubscriptionShares>,
+    tenant: Tenant,
+    share: Option<Share>,
     sender: mpsc::Sender<(Message, Option<Held>)>,
     receiver: mpsc::Receiver<(Message, Option<Held>)>,
     /// Cancelled when this client must be disconnected; `why` says for what.
@@ -58,10 +91,13 @@ impl std::fmt::Display for Eviction {
 }
 
 impl Subscriptions {
-    pub fn new(buffer: usize) -> Self {
+    pub fn new(buffer: usize, shares: Arc<SubscriptionShares>, tenant: Tenant) -> Self {
         let (sender, receiver) = mpsc::channel(buffer.max(1));
         Self {
             active: HashMap::new(),
+            shares,
+            tenant,
+            share: None,
             sender,
             receiver,
             evicted: CancellationToken::new(),
@@ -161,6 +197,9 @@ impl Subscriptions {
         if self.len() + fresh > caps.subscriptions {
             return replies::too_many_subscriptions(fresh, caps.subscriptions);
         }
+        if !self.reserve(fresh) {
+            return replies::too_many_user_subscriptions(fresh, self.shares.cap);
+        }
         let mut out = BytesMut::new();
         for name in argv.into_iter().skip(1) {
             let subscribed = self
@@ -174,7 +213,51 @@ impl Subscriptions {
             let frame = confirmation(word, Some(name), self.count(kind), protocol);
             tollgate_resp::encode(&frame, &mut out);
         }
+        // What the lane refused gives back its reserved place.
+        self.recount();
         out.freeze()
+    }
+
+    /// Counts `fresh` more subscriptions in this user's share, or says no (counting nothing).
+    fn reserve(&mut self, fresh: usize) -> bool {
+        let cap = self.shares.cap;
+        if cap == 0 || fresh == 0 {
+            return true;
+        }
+        let share = self.share.get_or_insert_with(|| Share {
+            count: self
+                .shares
+                .tenants
+                .join(self.tenant.clone(), AtomicUsize::default),
+            counted: 0,
+        });
+        let now = share.count.fetch_add(fresh, Ordering::AcqRel) + fresh;
+        if now > cap {
+            share.count.fetch_sub(fresh, Ordering::AcqRel);
+            return false;
+        }
+        share.counted += fresh;
+        true
+    }
+
+    /// Brings this session's part of its user's count to the subscriptions it holds.
+    fn recount(&mut self) {
+        let Some(share) = &mut self.share else { return };
+        let held = self.active.len();
+        match held.cmp(&share.counted) {
+            std::cmp::Ordering::Greater => {
+                share
+                    .count
+                    .fetch_add(held - share.counted, Ordering::AcqRel);
+            }
+            std::cmp::Ordering::Less => {
+                share
+                    .count
+                    .fetch_sub(share.counted - held, Ordering::AcqRel);
+            }
+            std::cmp::Ordering::Equal => {}
+        }
+        share.counted = held;
     }
 
     /// `UNSUBSCRIBE`/`PUNSUBSCRIBE`/`SUNSUBSCRIBE` (`argv`): the names given, or all of the kind;
@@ -201,6 +284,7 @@ impl Subscriptions {
             let frame = confirmation(word, Some(name), self.count(kind), protocol);
             tollgate_resp::encode(&frame, &mut out);
         }
+        self.recount();
         out.freeze()
     }
 
@@ -220,6 +304,7 @@ impl Subscriptions {
         for (_, forwarder) in self.active.drain() {
             forwarder.abort();
         }
+        self.recount();
     }
 
     /// The next message for this client, counted against its budget until the guard drops.
