@@ -259,11 +259,16 @@ impl Daemon {
                 leases.close();
             }
         });
+        let share = |lane| config.lanes.settings(lane).per_principal;
         let front_door = Arc::new(FrontDoor::new(
             shared.clone(),
             config.resp.clone(),
             ConnectionLimits::new(&config.limits, "resp"),
             resp_socket.path.display().to_string(),
+            resp::Flights::new(
+                share(tollgate_model::Lane::Regular),
+                share(tollgate_model::Lane::Script),
+            ),
         ));
         tasks.spawn(resp::serve(resp_listener, front_door, stop.clone()));
 

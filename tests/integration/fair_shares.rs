@@ -312,6 +312,57 @@ async fn one_users_subscriptions_leave_another_user_of_the_principal_its_own() {
     daemon.stop().await;
 }
 
+/// A multiplexed lane refuses every command past its `in_flight + queue_length` at once, whoever
+/// sends it: one user's pipelining clients could fill REGULAR and have another user's `GET`
+/// refused `lane REGULAR saturated`. Each user now has a share of the lane's commands (a quarter
+/// unless set); past it the user's clients are paused, not refused, and another user of the same
+/// principal is answered every time. Scaled down: a lane of 16, four clients pipelining 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_users_pipelines_leave_another_user_of_the_principal_room_on_the_lane() {
+    let Some(b) = os_user(USER_B) else { return };
+    let redis = RedisServer::start();
+    let daemon = daemon_for_all(&redis, |config| {
+        config.lanes.regular.in_flight = Some(4);
+        config.lanes.regular.queue_length = Some(12);
+    })
+    .await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let refused = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut attackers = Vec::new();
+    for _ in 0..4 {
+        let mut client = RawClient::connect(&daemon.resp_socket()).await;
+        let (stop, refused) = (stop.clone(), refused.clone());
+        attackers.push(tokio::spawn(async move {
+            let gets: Vec<[&str; 2]> = (0..200).map(|_| ["GET", "attack"]).collect();
+            let argvs: Vec<&[&str]> = gets.iter().map(|argv| argv.as_slice()).collect();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                client.pipeline(&argvs).await;
+                for _ in 0..200 {
+                    if client.read().await.is_error() {
+                        refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let theirs = redis_cli_within(&b, &daemon, "redis-cli -s SOCKET -r 300 GET victim").await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for attacker in attackers {
+        attacker.await.expect("the attacker's client");
+    }
+    let answers: Vec<&str> = theirs.lines().collect();
+    assert_eq!(answers.len(), 300, "{theirs}");
+    assert!(
+        answers.iter().all(|line| line.is_empty()),
+        "the other user's GETs were refused: {:?}",
+        answers.iter().find(|line| !line.is_empty())
+    );
+    // The attacker was paused, not refused.
+    assert_eq!(refused.load(std::sync::atomic::Ordering::Relaxed), 0);
+    daemon.stop().await;
+}
+
 /// uid 2002's byte-total attack, scaled down: sixteen connections of one user each start a 30 MiB
 /// `SET` and never finish it. Before shares, they were read until all clients together held
 /// `resp.budgets.total`; then another user's 100 KiB `GET` was refused (its client disconnected)

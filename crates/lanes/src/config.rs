@@ -98,7 +98,8 @@ pub struct LaneOverrides {
     pub acquire_timeout: Option<Duration>,
     /// How many borrowers may wait at once before new ones are refused at once.
     pub queue_length: Option<usize>,
-    /// Most connections of an exclusive lane lent to one principal at once.
+    /// Most connections of an exclusive lane lent to one user of a principal at once; on a
+    /// multiplexed lane, most commands of one user outstanding on it (in flight or queued).
     pub per_principal: Option<usize>,
 }
 
@@ -112,7 +113,8 @@ pub struct LaneSettings {
     pub in_flight: usize,
     pub acquire_timeout: Duration,
     pub queue_length: usize,
-    /// Most connections one principal may borrow at once (exclusive lanes).
+    /// Most connections one user of a principal may borrow at once (exclusive lanes), or most
+    /// commands it may have outstanding (multiplexed lanes: the daemon's sessions hold back past it).
     pub per_principal: usize,
     /// See [`LanesConfig::command_timeout`].
     pub command_timeout: Option<Duration>,
@@ -145,17 +147,28 @@ impl LanesConfig {
     pub fn settings(&self, lane: Lane) -> LaneSettings {
         let written = self.overrides(lane);
         let (connections, in_flight) = default_ceiling(lane);
+        let connections = written.connections.unwrap_or(connections);
+        let in_flight = written.in_flight.unwrap_or(in_flight);
+        let queue_length = written.queue_length.unwrap_or(1024);
+        // An exclusive lane's share is of its connections; a multiplexed lane's, of the commands
+        // it accepts, a quarter of them: every session of a user past its share may still send
+        // one, so what the user holds is its share plus one per session, and a quarter of
+        // REGULAR's 2,048 plus `limits.max_clients_per_uid` (1,000) still leaves the others room.
+        let share = match lane {
+            Lane::Regular | Lane::Script => (in_flight.saturating_add(queue_length) / 4).max(1),
+            Lane::Blocking | Lane::Transaction | Lane::Pubsub | Lane::Admin => {
+                default_share(connections)
+            }
+        };
         LaneSettings {
             lane,
             user: written.user.clone(),
             password_file: written.password_file.clone(),
-            connections: written.connections.unwrap_or(connections),
-            per_principal: written
-                .per_principal
-                .unwrap_or_else(|| default_share(written.connections.unwrap_or(connections))),
-            in_flight: written.in_flight.unwrap_or(in_flight),
+            connections,
+            per_principal: written.per_principal.unwrap_or(share),
+            in_flight,
             acquire_timeout: written.acquire_timeout.unwrap_or(Duration::from_secs(2)),
-            queue_length: written.queue_length.unwrap_or(1024),
+            queue_length,
             command_timeout: self.command_timeout,
         }
     }
@@ -209,8 +222,8 @@ pub struct ZeroSetting {
     pub setting: &'static str,
 }
 
-/// Three quarters of an exclusive lane's connections (at least one): no principal holds every
-/// connection of a lane that has more than one.
+/// Three quarters of an exclusive lane's connections (at least one): no user of a principal holds
+/// every connection of a lane that has more than one.
 fn default_share(connections: usize) -> usize {
     (connections.saturating_mul(3) / 4).max(1)
 }

@@ -9,6 +9,7 @@ use tollgate_resp::Limits;
 
 use super::clients::Clients;
 use super::deadline;
+use super::flights::Flights;
 use super::monitor::Monitors;
 use super::subscriptions::SubscriptionShares;
 use crate::config::RespConfig;
@@ -33,6 +34,8 @@ pub struct FrontDoor {
     pub(super) socket: String,
     /// Each user's subscriptions together, against `resp.max_subscriptions_per_uid`.
     pub(super) subscription_shares: Arc<SubscriptionShares>,
+    /// Each user's commands in flight on the multiplexed lanes, against its share of each.
+    pub(super) flights: Flights,
 }
 
 impl FrontDoor {
@@ -41,8 +44,9 @@ impl FrontDoor {
         config: RespConfig,
         connections: ConnectionLimits,
         socket: String,
+        flights: Flights,
     ) -> Self {
-        let config_subscriptions_per_uid = config.max_subscriptions_per_uid;
+        let subscriptions_per_uid = config.max_subscriptions_per_uid;
         Self {
             services,
             connections,
@@ -53,7 +57,8 @@ impl FrontDoor {
             clients: Arc::default(),
             monitors: Arc::default(),
             socket,
-            subscription_shares: Arc::new(SubscriptionShares::new(config_subscriptions_per_uid)),
+            subscription_shares: Arc::new(SubscriptionShares::new(subscriptions_per_uid)),
+            flights,
         }
     }
 }

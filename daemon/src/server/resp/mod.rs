@@ -23,6 +23,7 @@ mod databases;
 mod deadline;
 mod door;
 mod ended;
+mod flights;
 mod front;
 mod hang_up;
 mod keyspace;
@@ -54,6 +55,7 @@ mod transaction;
 #[cfg(test)]
 mod words;
 
+pub use self::flights::Flights;
 pub use self::front::FrontDoor;
 pub use self::listener::serve;
 pub use self::route::Route;

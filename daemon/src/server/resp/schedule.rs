@@ -15,6 +15,7 @@ use tollgate_resp::Command;
 
 use super::amend::Amend;
 use super::deadline;
+use super::flights::Flight;
 use super::keyspace::Whole;
 use super::local::{self, Voice};
 use super::pending::{Class, Gather, InOrder, Lent, Pending};
@@ -126,6 +127,9 @@ pub struct Schedule {
     /// The multiplexed lane of the last reply handed out, unless a reply from an exclusive
     /// connection or work in place came after it (see [`Schedule::continues_run`]).
     run: Option<Multiplexed>,
+    /// This session's part in its user's commands in flight on the multiplexed lanes, against the
+    /// user's share of each (`flights.rs`); `None` counts nothing.
+    flight: Option<Flight>,
 }
 
 /// What the schedule says of a step that is ready to start.
@@ -138,9 +142,18 @@ pub enum Turn {
 }
 
 impl Schedule {
+    /// A schedule that counts its commands in flight in its user's `flight`.
+    pub fn counted(flight: Flight) -> Schedule {
+        Schedule {
+            flight: Some(flight),
+            ..Schedule::default()
+        }
+    }
+
     /// Whether a step of `class` may start beside what is in flight: a multiplexed lane pipelines
-    /// behind itself only; an exclusive connection is borrowed alone; work in place waits for every
-    /// reply owed, the daemon's own included (it writes its reply straight to the client).
+    /// behind itself only (while its user is within its share of the lane); an exclusive
+    /// connection is borrowed alone; work in place waits for every reply owed, the daemon's own
+    /// included (it writes its reply straight to the client).
     pub fn turn(&self, class: Class) -> Turn {
         let InFlight {
             regular,
@@ -149,8 +162,12 @@ impl Schedule {
         } = self.in_flight;
         let busy = match class {
             Class::Local => false,
-            Class::Multiplexed(Multiplexed::Regular) => script + exclusive > 0,
-            Class::Multiplexed(Multiplexed::Script) => regular + exclusive > 0,
+            Class::Multiplexed(Multiplexed::Regular) => {
+                script + exclusive > 0 || self.at_share(Multiplexed::Regular)
+            }
+            Class::Multiplexed(Multiplexed::Script) => {
+                regular + exclusive > 0 || self.at_share(Multiplexed::Script)
+            }
             Class::Exclusive => regular + script + exclusive > 0,
             Class::InPlace => !self.pending.is_empty(),
         };
@@ -158,6 +175,12 @@ impl Schedule {
             true => Turn::Wait,
             false => Turn::Go,
         }
+    }
+
+    fn at_share(&self, lane: Multiplexed) -> bool {
+        self.flight
+            .as_ref()
+            .is_some_and(|flight| flight.must_wait(lane))
     }
 
     /// Whether nothing of the session is in flight on any connection to Redis.
@@ -175,6 +198,9 @@ impl Schedule {
     pub fn push(&mut self, class: Class, pending: Pending, voice: Voice) {
         if let Some(count) = self.in_flight.count(class) {
             *count += 1;
+        }
+        if let (Class::Multiplexed(lane), Some(flight)) = (class, &mut self.flight) {
+            flight.sent(lane);
         }
         self.pending.push_back(pending, voice);
     }
@@ -240,12 +266,22 @@ impl Schedule {
 
     /// Drops every reply owed (the client is gone).
     pub fn clear(&mut self) {
-        *self = Schedule::default();
+        let mut flight = self.flight.take();
+        if let Some(flight) = &mut flight {
+            flight.forget();
+        }
+        *self = Schedule {
+            flight,
+            ..Schedule::default()
+        };
     }
 
     fn settle(&mut self, class: Class) {
         if let Some(count) = self.in_flight.count(class) {
             *count -= 1;
+        }
+        if let (Class::Multiplexed(lane), Some(flight)) = (class, &mut self.flight) {
+            flight.answered(lane);
         }
         match class {
             Class::Multiplexed(lane) => self.run = Some(lane),

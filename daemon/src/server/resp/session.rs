@@ -68,9 +68,10 @@ pub async fn run(stream: UnixStream, front: Arc<FrontDoor>, stop: CancellationTo
         me,
     } = entered;
     let (reader, writer) = stream.into_split();
+    let flight = front.flights.join(caller.tenant());
     let mut session = Session {
         state: SessionState::new(front, caller, id, me),
-        schedule: Schedule::default(),
+        schedule: Schedule::counted(flight),
         ahead: Ahead::default(),
         out: Outbox::default(),
         blocked: false,
