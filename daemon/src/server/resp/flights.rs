@@ -1,6 +1,6 @@
 //! Each user's commands in flight on the multiplexed lanes (REGULAR, SCRIPT), against its share of
-//! the lane (`lanes.<lane>.per_principal`, counted per user of a principal: a quarter of the
-//! lane's `in_flight + queue_length` unless set). A lane refuses every command past its
+//! the lane (`lanes.<lane>.per_principal`, counted per user of a principal: half of the lane's
+//! `in_flight + queue_length` unless set). A lane refuses every command past its
 //! `in_flight + queue_length` at once, whoever sends it; without a share, one local user's
 //! pipelining clients could fill that and have every other user's `GET` refused (issue 28).
 //!
@@ -8,8 +8,8 @@
 //! back (the schedule parks it, and the session stops reading) until its own commands in flight
 //! on that lane are answered. A session with nothing in flight on the lane always sends one, so
 //! every client makes progress without waiting on any other; one user's clients together exceed
-//! the share by at most one command each (which is why the default share is a quarter: with
-//! `limits.max_clients_per_uid` clients, one user still leaves the others room).
+//! the share by at most one command each (so the default, half, plus `limits.max_clients_per_uid`
+//! clients still leaves the others room).
 //!
 //! Counted by the session's [`Schedule`](super::schedule::Schedule) as it sends and settles, two
 //! uncontended atomic additions per command (a user's own sessions share the counter).
