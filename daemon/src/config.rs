@@ -115,6 +115,11 @@ pub struct RespConfig {
     /// server). A script that has written cannot be stopped (docs/lanes.md).
     #[serde(with = "humantime_serde")]
     pub script_time_limit: Duration,
+    /// How long one user's scripts are refused after one of them was stopped at
+    /// `script_time_limit` (`-BUSY tollgate: this user's scripts are refused for N ms more …`), so
+    /// that sending a runaway script again at once cannot hold Redis nearly all the time. `0`: off.
+    #[serde(with = "humantime_serde")]
+    pub script_cooldown: Duration,
     /// Most subscriptions (channels, patterns and shard channels together) one client may hold.
     pub max_subscriptions: usize,
     /// Most subscriptions all clients of one OS user of a principal may hold together (each holds
@@ -149,6 +154,7 @@ impl Default for RespConfig {
             subscriber_buffer: 1024,
             command_timeout: Duration::from_secs(10),
             script_time_limit: Duration::from_secs(1),
+            script_cooldown: Duration::from_secs(5),
             command_deadlines: BTreeMap::new(),
             max_subscriptions: 10_000,
             max_subscriptions_per_uid: 100_000,

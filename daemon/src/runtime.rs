@@ -475,6 +475,7 @@ fn settings(config: &Config) -> serde_json::Value {
         "http_idle_timeout": duration(config.limits.http_idle_timeout),
         "command_timeout": duration(config.resp.command_timeout),
         "script_time_limit": duration(config.resp.script_time_limit),
+        "script_cooldown": duration(config.resp.script_cooldown),
         "max_pipeline": config.resp.max_pipeline,
         "max_subscriptions": config.resp.max_subscriptions,
         "max_subscriptions_per_uid": config.resp.max_subscriptions_per_uid,

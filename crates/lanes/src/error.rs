@@ -52,6 +52,18 @@ pub enum LaneError {
         "the cluster still redirects this command after {redirects} redirects (not run): {last}"
     )]
     Redirected { redirects: usize, last: String },
+    /// One of the caller's scripts was stopped at its time limit, and its scripts are refused
+    /// for a while after (`script_limit::Cooldown`).
+    #[error(
+        "this user's scripts are refused for {} ms more: one was stopped at its time limit \
+         less than {:?} ago",
+        remaining.as_millis().max(1),
+        cooldown
+    )]
+    ScriptCooldown {
+        remaining: Duration,
+        cooldown: Duration,
+    },
 }
 
 /// Sending a command failed.

@@ -76,7 +76,7 @@ pub use reply::Reply;
 pub use route::Route;
 pub use scope_acl::{ScopeSelector, ScopeUser};
 pub use scope_pools::ScopeLogin;
-pub use script_limit::ScriptLimit;
+pub use script_limit::{Cooldown, ScriptLimit};
 pub use status::{LaneStatus, LanesStatus, Rejections, Sharing};
 pub use tollgate_model::{Exclusive, Lane, Multiplexed, Protocol};
 pub use topology::{

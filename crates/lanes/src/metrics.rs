@@ -28,6 +28,8 @@ pub(crate) enum Rejection {
     Saturated(Saturation),
     Unavailable,
     Closed,
+    /// A script of a caller in its cooldown after a stop (`script_limit::Cooldown`).
+    ScriptCooldown,
 }
 
 impl Rejection {
@@ -38,6 +40,7 @@ impl Rejection {
             Rejection::Saturated(Saturation::PrincipalShare) => "principal_share",
             Rejection::Unavailable => "unavailable",
             Rejection::Closed => "closed",
+            Rejection::ScriptCooldown => "script_cooldown",
         }
     }
 }
@@ -205,6 +208,7 @@ impl Families {
             wait_expired: rejection(Rejection::Saturated(Saturation::WaitExpired)),
             queue_full: rejection(Rejection::Saturated(Saturation::QueueFull)),
             principal_share: rejection(Rejection::Saturated(Saturation::PrincipalShare)),
+            script_cooldown: rejection(Rejection::ScriptCooldown),
             unavailable: rejection(Rejection::Unavailable),
             closed_rejections: rejection(Rejection::Closed),
             reconnects: self.reconnects.get_or_create(&label).clone(),
@@ -226,6 +230,7 @@ pub(crate) struct LaneMetrics {
     wait_expired: Counter,
     queue_full: Counter,
     principal_share: Counter,
+    script_cooldown: Counter,
     unavailable: Counter,
     closed_rejections: Counter,
     pub(crate) reconnects: Counter,
@@ -250,6 +255,7 @@ impl LaneMetrics {
             Rejection::Saturated(Saturation::PrincipalShare) => &self.principal_share,
             Rejection::Unavailable => &self.unavailable,
             Rejection::Closed => &self.closed_rejections,
+            Rejection::ScriptCooldown => &self.script_cooldown,
         }
     }
 }

@@ -452,6 +452,22 @@ impl NodeChannel {
             }
             _ => None,
         };
+        // A script (what the watch registers) of a caller whose last script was stopped waits
+        // out the cooldown: refused, not sent.
+        if let Some(cooldown) = watched
+            .as_ref()
+            .and_then(|_| self.limit.as_ref()?.cooldown.as_ref())
+        {
+            if let Some(remaining) = cooldown.remaining() {
+                lane.metrics.reject(Rejection::ScriptCooldown);
+                return NodeSend(SendState::Done(Some(Err(CallError::NotSent(
+                    LaneError::ScriptCooldown {
+                        remaining,
+                        cooldown: cooldown.after,
+                    },
+                )))));
+            }
+        }
         let (reply, receiver) = oneshot::channel();
         let request = Request {
             command,

@@ -16,6 +16,12 @@
 //! then answers every command it reads meanwhile `BUSY`: the threshold must not be above the limit
 //! (the daemon sets it for the server it runs itself), and a command of another caller refused
 //! `BUSY` while a script is being stopped is sent again once it has stopped (`resend`).
+//!
+//! The limit bounds one script, not a caller's share of Redis's one thread: a caller that sends
+//! its runaway script again as soon as it is stopped would hold Redis nearly all the time. So a
+//! limit may carry a [`Cooldown`], shared by every channel of one caller (the daemon: one user of
+//! a principal): once one of its scripts has been stopped, its scripts are refused
+//! ([`LaneError::ScriptCooldown`](crate::LaneError::ScriptCooldown)) for the cooldown.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -38,6 +44,56 @@ pub struct ScriptLimit {
     pub after: Duration,
     /// Who sent it, for the log (`client 7 principal app uid 1000`).
     pub who: Arc<str>,
+    /// How long the caller's scripts are refused once one of them was stopped; `None`: never.
+    pub cooldown: Option<Arc<Cooldown>>,
+}
+
+/// When a caller's scripts are refused again, after one of them was stopped at its limit.
+#[derive(Debug)]
+pub struct Cooldown {
+    /// How long, from each stop.
+    pub after: Duration,
+    /// Until when, in nanoseconds after [`Cooldown::epoch`]; 0 while none is running.
+    until: AtomicU64,
+    epoch: Instant,
+}
+
+/// One caller's cooldown is the same cooldown wherever it is held.
+impl PartialEq for Cooldown {
+    fn eq(&self, other: &Cooldown) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl Eq for Cooldown {}
+
+impl Cooldown {
+    pub fn new(after: Duration) -> Cooldown {
+        Cooldown {
+            after,
+            until: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// One of the caller's scripts was stopped: refuse its scripts for `after` from now.
+    pub fn start(&self) {
+        let until = self
+            .now()
+            .saturating_add(u64::try_from(self.after.as_nanos()).unwrap_or(u64::MAX));
+        self.until.fetch_max(until, Ordering::AcqRel);
+    }
+
+    /// How much longer the caller's scripts are refused; `None` when they are not.
+    pub fn remaining(&self) -> Option<Duration> {
+        let until = self.until.load(Ordering::Acquire);
+        let now = self.now();
+        (until > now).then(|| Duration::from_nanos(until - now))
+    }
 }
 
 /// How soon a script past its limit that Redis did not show running is asked about again.
@@ -325,6 +381,9 @@ impl Drop for Watched {
         let state = self.entry.state.swap(DONE, Ordering::AcqRel);
         if state == STOPPED {
             watch.last_stop.store(watch.clock(), Ordering::Release);
+            if let Some(cooldown) = &self.entry.limit.cooldown {
+                cooldown.start();
+            }
         }
         if matches!(state, CHECKING | STOPPED) {
             watch.one_less_stopping();
@@ -359,6 +418,7 @@ mod tests {
 
     fn limit(ms: u64) -> ScriptLimit {
         ScriptLimit {
+            cooldown: None,
             after: Duration::from_millis(ms),
             who: Arc::from("client 1"),
         }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tollgate_resp::Limits;
 
 use super::clients::Clients;
+use super::cooldowns::Cooldowns;
 use super::deadline;
 use super::flights::Flights;
 use super::monitor::Monitors;
@@ -36,6 +37,8 @@ pub struct FrontDoor {
     pub(super) subscription_shares: Arc<SubscriptionShares>,
     /// Each user's commands in flight on the multiplexed lanes, against its share of each.
     pub(super) flights: Flights,
+    /// Each user's script cooldown, after one of its scripts was stopped at its time limit.
+    pub(super) cooldowns: Cooldowns,
 }
 
 impl FrontDoor {
@@ -47,6 +50,11 @@ impl FrontDoor {
         flights: Flights,
     ) -> Self {
         let subscriptions_per_uid = config.max_subscriptions_per_uid;
+        // Only while scripts are stopped at all.
+        let script_cooldown = match config.script_time_limit.is_zero() {
+            true => std::time::Duration::ZERO,
+            false => config.script_cooldown,
+        };
         Self {
             services,
             connections,
@@ -59,6 +67,7 @@ impl FrontDoor {
             socket,
             subscription_shares: Arc::new(SubscriptionShares::new(subscriptions_per_uid)),
             flights,
+            cooldowns: Cooldowns::new(script_cooldown),
         }
     }
 }

@@ -19,6 +19,7 @@ mod budget;
 pub mod cached;
 mod clients;
 mod coarse;
+mod cooldowns;
 mod databases;
 mod deadline;
 mod door;

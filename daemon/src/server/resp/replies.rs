@@ -185,7 +185,7 @@ pub fn lane_failed(error: &LaneError) -> Bytes {
         LaneError::Saturated { .. } => "BUSY",
         LaneError::Unavailable { .. } => "UNAVAILABLE",
         LaneError::Closed => "SHUTDOWN",
-        LaneError::Scope { .. } => "BUSY",
+        LaneError::Scope { .. } | LaneError::ScriptCooldown { .. } => "BUSY",
         // Redis's own code for "not now, try again": a migration or failover outlasted the retries.
         LaneError::Redirected { .. } => "TRYAGAIN",
     };

@@ -44,6 +44,7 @@ fn script_limit(front: &FrontDoor, caller: &Caller, id: u64) -> Option<ScriptLim
     let after = front.config.script_time_limit;
     (!after.is_zero()).then(|| ScriptLimit {
         after,
+        cooldown: front.cooldowns.of(&caller.tenant()),
         who: Arc::from(format!(
             "client {id} principal {} uid {} pid {}",
             caller.principal, caller.uid, caller.pid
