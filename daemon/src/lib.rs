@@ -33,6 +33,7 @@ pub mod embedded;
 pub mod lane_acl;
 pub mod logging;
 pub mod metrics;
+pub mod principal_gauges;
 pub mod quotas;
 pub mod readiness;
 pub mod reload;

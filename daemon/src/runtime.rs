@@ -16,14 +16,15 @@ use crate::config::Config;
 use crate::embedded::{self, EmbeddedError, EmbeddedRedis};
 use crate::lane_acl::{self, LaneUsers};
 use crate::metrics::Metrics;
+use crate::principal_gauges::PrincipalGauges;
 use crate::quotas::Quotas;
 use crate::readiness::Readiness;
 use crate::reload::Reloader;
-use crate::server::http::principals::PrincipalGauges;
 use crate::server::identity::Identities;
 use crate::server::limits::ConnectionLimits;
 use crate::server::resp::admission_clock::AdmissionClocks;
 use crate::server::resp::cached::NearCache;
+use crate::server::resp::flights::Flights;
 use crate::server::resp::pool::Pool;
 use crate::server::resp::{self, FrontDoor};
 use crate::server::{http, socket};
@@ -237,6 +238,16 @@ impl Daemon {
             redis_mode: redis_mode(&config),
             settings: settings(&config),
             pool: Pool::new(&config.resp.budgets),
+            flights: Flights::new(
+                config
+                    .lanes
+                    .settings(tollgate_model::Lane::Regular)
+                    .per_principal,
+                config
+                    .lanes
+                    .settings(tollgate_model::Lane::Script)
+                    .per_principal,
+            ),
             admission_clocks,
             quotas,
             cache,
@@ -259,16 +270,11 @@ impl Daemon {
                 leases.close();
             }
         });
-        let share = |lane| config.lanes.settings(lane).per_principal;
         let front_door = Arc::new(FrontDoor::new(
             shared.clone(),
             config.resp.clone(),
             ConnectionLimits::new(&config.limits, "resp"),
             resp_socket.path.display().to_string(),
-            resp::Flights::new(
-                share(tollgate_model::Lane::Regular),
-                share(tollgate_model::Lane::Script),
-            ),
         ));
         tasks.spawn(resp::serve(resp_listener, front_door, stop.clone()));
 

@@ -9,13 +9,14 @@ use tollgate_policy::Admission;
 
 use crate::lane_acl::LaneUsers;
 use crate::metrics::Metrics;
+use crate::principal_gauges::PrincipalGauges;
 use crate::quotas::Quotas;
 use crate::readiness::Readiness;
 use crate::reload::Reloader;
-use crate::server::http::principals::PrincipalGauges;
 use crate::server::identity::Identities;
 use crate::server::resp::admission_clock::AdmissionClocks;
 use crate::server::resp::cached::NearCache;
+use crate::server::resp::flights::Flights;
 use crate::server::resp::pool::Pool;
 
 /// What every listener shares.
@@ -43,6 +44,8 @@ pub struct Services {
     pub settings: serde_json::Value,
     /// Every RESP client's held bytes together (`resp.budgets.total`), and each user's share.
     pub pool: Arc<Pool>,
+    /// Each user's commands in flight on the multiplexed lanes, against its share of each.
+    pub flights: Flights,
     /// Each user's admission time, against its share of the workers.
     pub admission_clocks: Arc<AdmissionClocks>,
     /// The policy's quotas' buckets, per quota and principal.

@@ -134,25 +134,8 @@ async fn one_users_holder_watches_leave_another_user_of_the_principal_its_own() 
     let over_http = daemon.get("/v1/leases/jobs:w3/holders").await;
     assert_eq!(over_http.status, 429, "{}", over_http.body);
 
-    // The other user's watch starts: redis-cli prints the confirmation and waits for changes
-    // until `timeout` ends it.
-    let socket = daemon.resp_socket();
-    let socket = socket.to_str().expect("a UTF-8 socket path");
-    let output = crate::identity::run_as(
-        &b,
-        "timeout",
-        &["3", "redis-cli", "-s", socket, "LEASE", "WATCH", "jobs:b"],
-    )
-    .await;
-    let printed = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(
-        printed.contains("watch") && !printed.contains("BUSY"),
-        "{printed}"
-    );
+    // The other user's watch starts.
+    other_user_watches(&b, &daemon).await;
     drop((attacker, more));
     daemon.stop().await;
 }
@@ -196,23 +179,7 @@ async fn one_users_holder_streams_count_in_its_byte_share_and_leave_another_user
     );
 
     // Another user of the same principal watches in its own share.
-    let socket = daemon.resp_socket();
-    let socket = socket.to_str().expect("a UTF-8 socket path");
-    let output = crate::identity::run_as(
-        &b,
-        "timeout",
-        &["3", "redis-cli", "-s", socket, "LEASE", "WATCH", "jobs:b"],
-    )
-    .await;
-    let printed = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(
-        printed.contains("watch") && !printed.contains("BUSY"),
-        "{printed}"
-    );
+    other_user_watches(&b, &daemon).await;
 
     // One stream ends: once the daemon sees its connection close, the room is back.
     drop(streams.pop());
@@ -347,6 +314,21 @@ async fn one_users_pipelines_leave_another_user_of_the_principal_room_on_the_lan
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     let theirs = redis_cli_within(&b, &daemon, "redis-cli -s SOCKET -r 300 GET victim").await;
+    // Meanwhile the attacker's commands outstanding, as /v1/principals shows them: never past
+    // its share (8, half of 16) plus one per session.
+    let mut most = 0;
+    for _ in 0..20 {
+        let principals = daemon.get("/v1/principals").await.json();
+        let root = principals["principals"]
+            .as_array()
+            .expect("a list")
+            .iter()
+            .find(|row| row["uid"] == 0)
+            .cloned()
+            .expect("root's row");
+        most = most.max(root["in_flight"].as_u64().expect("a count"));
+    }
+    assert!((1..=8 + 4).contains(&most), "in flight at most {most}");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for attacker in attackers {
         attacker.await.expect("the attacker's client");
@@ -418,6 +400,31 @@ async fn one_users_unfinished_uploads_leave_another_user_of_the_principal_the_to
         holder.abort();
     }
     daemon.stop().await;
+}
+
+/// `user`'s `LEASE WATCH jobs:b` starts, refused by nothing: redis-cli prints the confirmation
+/// and waits for changes until `timeout` ends it (3 s).
+async fn other_user_watches(
+    user: &crate::identity::OsUser,
+    daemon: &crate::support::daemon::TestDaemon,
+) {
+    let socket = daemon.resp_socket();
+    let socket = socket.to_str().expect("a UTF-8 socket path");
+    let output = crate::identity::run_as(
+        user,
+        "timeout",
+        &["3", "redis-cli", "-s", socket, "LEASE", "WATCH", "jobs:b"],
+    )
+    .await;
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        printed.contains("watch") && !printed.contains("BUSY"),
+        "{printed}"
+    );
 }
 
 /// A shell command line run as `user`, with `SOCKET` replaced by the daemon's RESP socket, given

@@ -30,7 +30,7 @@ pub async fn handle(
             }
         }
         _ => {
-            shared.principal_gauges.refresh(shared);
+            super::principals::refresh_gauges(shared);
             text(
                 StatusCode::OK,
                 "application/openmetrics-text; version=1.0.0; charset=utf-8",

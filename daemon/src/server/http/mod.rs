@@ -10,7 +10,7 @@ mod health;
 mod lanes;
 mod leases;
 mod policy;
-pub mod principals;
+mod principals;
 mod status;
 mod waits;
 

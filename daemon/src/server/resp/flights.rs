@@ -61,6 +61,18 @@ impl Flights {
     }
 }
 
+impl Flights {
+    /// Each user with a session: its sessions, and its commands in flight on REGULAR and SCRIPT.
+    pub fn census(&self) -> Vec<(Tenant, usize, [usize; 2])> {
+        self.tenants.census(|count| {
+            [
+                count[0].load(Ordering::Relaxed),
+                count[1].load(Ordering::Relaxed),
+            ]
+        })
+    }
+}
+
 impl Flight {
     pub fn sent(&mut self, lane: Multiplexed) {
         let lane = index(lane);

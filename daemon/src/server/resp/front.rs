@@ -10,7 +10,6 @@ use tollgate_resp::Limits;
 use super::clients::Clients;
 use super::cooldowns::Cooldowns;
 use super::deadline;
-use super::flights::Flights;
 use super::monitor::Monitors;
 use super::subscriptions::SubscriptionShares;
 use crate::config::RespConfig;
@@ -35,8 +34,6 @@ pub struct FrontDoor {
     pub(super) socket: String,
     /// Each user's subscriptions together, against `resp.max_subscriptions_per_uid`.
     pub(super) subscription_shares: Arc<SubscriptionShares>,
-    /// Each user's commands in flight on the multiplexed lanes, against its share of each.
-    pub(super) flights: Flights,
     /// Each user's script cooldown, after one of its scripts was stopped at its time limit.
     pub(super) cooldowns: Cooldowns,
 }
@@ -47,7 +44,6 @@ impl FrontDoor {
         config: RespConfig,
         connections: ConnectionLimits,
         socket: String,
-        flights: Flights,
     ) -> Self {
         let subscriptions_per_uid = config.max_subscriptions_per_uid;
         // Only while scripts are stopped at all.
@@ -66,7 +62,6 @@ impl FrontDoor {
             monitors: Arc::default(),
             socket,
             subscription_shares: Arc::new(SubscriptionShares::new(subscriptions_per_uid)),
-            flights,
             cooldowns: Cooldowns::new(script_cooldown),
         }
     }

@@ -24,7 +24,7 @@ mod databases;
 mod deadline;
 mod door;
 mod ended;
-mod flights;
+pub mod flights;
 mod front;
 mod hang_up;
 mod keyspace;
@@ -56,7 +56,6 @@ mod transaction;
 #[cfg(test)]
 mod words;
 
-pub use self::flights::Flights;
 pub use self::front::FrontDoor;
 pub use self::listener::serve;
 pub use self::route::Route;

@@ -68,7 +68,7 @@ pub async fn run(stream: UnixStream, front: Arc<FrontDoor>, stop: CancellationTo
         me,
     } = entered;
     let (reader, writer) = stream.into_split();
-    let flight = front.flights.join(caller.tenant());
+    let flight = front.services.flights.join(caller.tenant());
     let mut session = Session {
         state: SessionState::new(front, caller, id, me),
         schedule: Schedule::counted(flight),
