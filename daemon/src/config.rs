@@ -14,6 +14,7 @@ pub use cache::CacheConfig;
 use serde::Deserialize;
 use tollgate_lanes::{LanesConfig, RedisConfig};
 use tollgate_lease::LeaseConfig;
+use tollgate_policy::quota::MIN_SCRIPT_TIME_LIMIT;
 use tollgate_policy::PolicyConfig;
 
 /// The whole configuration file. Every section is optional.
@@ -83,10 +84,6 @@ impl<'de> Deserialize<'de> for SocketMode {
         }
     }
 }
-
-/// The shortest `resp.script_time_limit`: Redis checks a running script's time every 100,000
-/// instructions (and reads a kill only then); a limit shorter than that check is no limit.
-const MIN_SCRIPT_TIME_LIMIT: Duration = Duration::from_millis(10);
 
 /// The `resp:` section of the config: limits on what one client may send and buffer.
 #[derive(Debug, Clone, Deserialize, PartialEq)]

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tollgate_lanes::{Admin, Endpoint};
+use tollgate_policy::quota::Quota;
 
 use crate::config::{EmbeddedConfig, RespConfig};
 use crate::runtime_dir::{self, EntryError, Kind};
@@ -64,6 +65,32 @@ pub fn with_script_limit(config: &EmbeddedConfig, resp: &RespConfig) -> Embedded
             .collect(),
         ..config.clone()
     }
+}
+
+/// The script time limit the daemon keeps its own server's `busy-reply-threshold` at:
+/// `resp.script_time_limit`, unless it is off or the operator's `embedded.args` set the threshold
+/// (or its old name, `lua-time-limit`) themselves, which then has the last word.
+pub fn kept_script_limit(config: &EmbeddedConfig, resp: &RespConfig) -> Option<Duration> {
+    let operators = config.args.iter().any(|arg| {
+        let name = arg.trim_start_matches('-').to_ascii_lowercase();
+        name == "busy-reply-threshold" || name == "lua-time-limit"
+    });
+    (!resp.script_time_limit.is_zero() && !operators).then_some(resp.script_time_limit)
+}
+
+/// The `busy-reply-threshold` for `kept` (`kept_script_limit`) under `quotas`: lowered to the
+/// shortest quota's `script_time_limit`, so that Redis reads the daemon's kill when that
+/// principal's script is due to be stopped. `None`: the daemon keeps none.
+pub fn busy_threshold<'a>(
+    kept: Option<Duration>,
+    quotas: impl IntoIterator<Item = &'a Quota>,
+) -> Option<Duration> {
+    let kept = kept?;
+    let shortest = quotas
+        .into_iter()
+        .filter_map(|quota| quota.script_time_limit)
+        .min();
+    Some(shortest.map_or(kept, |shortest| shortest.min(kept)))
 }
 
 pub struct EmbeddedRedis {
@@ -256,5 +283,59 @@ mod tests {
         );
         resp.script_time_limit = Duration::ZERO;
         assert_eq!(with_script_limit(&config, &resp), config);
+    }
+
+    #[test]
+    fn the_kept_threshold_is_the_shortest_limit_unless_the_operator_set_one() {
+        let resp = RespConfig::default();
+        let plain = EmbeddedConfig::default();
+        assert_eq!(
+            kept_script_limit(&plain, &resp),
+            Some(Duration::from_secs(1))
+        );
+        for operators in [
+            "--busy-reply-threshold",
+            "--lua-time-limit",
+            "busy-reply-threshold",
+        ] {
+            let config = EmbeddedConfig {
+                args: vec![operators.into(), "3000".into()],
+                ..EmbeddedConfig::default()
+            };
+            assert_eq!(kept_script_limit(&config, &resp), None, "{operators}");
+        }
+        let off = RespConfig {
+            script_time_limit: Duration::ZERO,
+            ..RespConfig::default()
+        };
+        assert_eq!(kept_script_limit(&plain, &off), None);
+
+        let quota = |limit: Option<u64>| Quota {
+            id: "q".into(),
+            principals: None,
+            commands: None,
+            bytes: None,
+            leases: Some(1),
+            script_time_limit: limit.map(Duration::from_millis),
+            line: 1,
+        };
+        let second = Some(Duration::from_secs(1));
+        let quotas = [
+            quota(None),
+            quota(Some(300)),
+            quota(Some(5000)),
+            quota(Some(200)),
+        ];
+        assert_eq!(
+            busy_threshold(second, &quotas),
+            Some(Duration::from_millis(200))
+        );
+        assert_eq!(busy_threshold(second, &quotas[..1]), second);
+        assert_eq!(
+            busy_threshold(second, &quotas[2..3]),
+            second,
+            "never raised"
+        );
+        assert_eq!(busy_threshold(None, &quotas), None);
     }
 }

@@ -10,11 +10,13 @@
 //! script can do what its caller could do command by command, and no more than that.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tollgate_lanes::{Endpoint, LaneGrants, Lanes, LanesConfig, ProvisionedUsers, ScopeLogin};
 use tollgate_model::Lane;
 use tollgate_policy::{Admissible, Admission, Generation, PolicyConfig, PolicyError};
 
+use crate::embedded;
 use crate::scope_users::ScopeLogins;
 use crate::server::resp::Route;
 
@@ -72,6 +74,8 @@ enum Keeper {
     Embedded {
         users: ProvisionedUsers,
         endpoint: Endpoint,
+        /// The script time limit its `busy-reply-threshold` is kept at (`embedded::kept_script_limit`).
+        script_limit: Option<Duration>,
     },
     /// The operator made them: the daemon checks them, as the lease user.
     External {
@@ -81,9 +85,17 @@ enum Keeper {
 }
 
 impl LaneUsers {
-    pub fn embedded(users: ProvisionedUsers, endpoint: Endpoint) -> LaneUsers {
+    pub fn embedded(
+        users: ProvisionedUsers,
+        endpoint: Endpoint,
+        script_limit: Option<Duration>,
+    ) -> LaneUsers {
         LaneUsers(
-            Arc::new(Keeper::Embedded { users, endpoint }),
+            Arc::new(Keeper::Embedded {
+                users,
+                endpoint,
+                script_limit,
+            }),
             ScopeLogins::default(),
         )
     }
@@ -108,8 +120,16 @@ impl LaneUsers {
         let grants = grants(&generation.admissible());
         self.follow_scopes(&generation).await;
         match &*self.0 {
-            Keeper::Embedded { users, endpoint } => {
+            Keeper::Embedded {
+                users,
+                endpoint,
+                script_limit,
+            } => {
                 users.regrant(&grants);
+                users.keep_busy_threshold(embedded::busy_threshold(
+                    *script_limit,
+                    generation.quotas(),
+                ));
                 match users.apply(endpoint).await {
                     Ok(()) => tracing::info!("lane users cut to the policy"),
                     Err(error) => tracing::warn!(
@@ -127,12 +147,43 @@ impl LaneUsers {
 }
 
 impl LaneUsers {
+    /// On an embedded Redis, keeps its `busy-reply-threshold` at the shortest script time limit
+    /// of the config and `generation`'s quotas, and sets it now when a quota lowers it below the
+    /// one the server was started with. At start; a reload's [`LaneUsers::follow`] sets it too.
+    pub async fn follow_script_limits(&self, generation: &Generation) {
+        let Keeper::Embedded {
+            users,
+            endpoint,
+            script_limit,
+        } = &*self.0
+        else {
+            return;
+        };
+        let threshold = embedded::busy_threshold(*script_limit, generation.quotas());
+        users.keep_busy_threshold(threshold);
+        if threshold != *script_limit {
+            match users.apply(endpoint).await {
+                Ok(()) => tracing::info!(
+                    ?threshold,
+                    "busy-reply-threshold lowered to a quota's script_time_limit"
+                ),
+                Err(error) => tracing::warn!(
+                    %error,
+                    "cannot lower busy-reply-threshold to a quota's script_time_limit: that \
+                     principal's scripts are stopped only from the server's threshold on"
+                ),
+            }
+        }
+    }
+
     /// Makes the scopes' users those of `generation`: on an embedded Redis, set (and the logins
     /// of their pools kept); on an external one there are none (the daemon cannot create users
     /// there), which is logged when the policy has scopes.
     pub async fn follow_scopes(&self, generation: &Generation) {
         let provisioned = match &*self.0 {
-            Keeper::Embedded { users, endpoint } => Some((users, endpoint)),
+            Keeper::Embedded {
+                users, endpoint, ..
+            } => Some((users, endpoint)),
             Keeper::External { .. } => None,
         };
         self.1.follow(generation, provisioned).await;

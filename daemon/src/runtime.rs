@@ -177,7 +177,11 @@ impl Daemon {
         )
         .await?;
         let lane_users = match provisioned {
-            Some((users, endpoint)) => LaneUsers::embedded(users, endpoint),
+            Some((users, endpoint)) => LaneUsers::embedded(
+                users,
+                endpoint,
+                embedded::kept_script_limit(&config.embedded, &config.resp),
+            ),
             None => {
                 lane_acl::check(&lease_lanes, &lanes_config, &grants).await;
                 LaneUsers::external(lease_lanes.clone(), lanes_config.clone())
@@ -185,6 +189,8 @@ impl Daemon {
         };
         // Key-constrained principals' scripts run as their scopes' users (`scope_users`).
         lane_users.follow_scopes(&admission.current()).await;
+        // A quota's shorter script time limit lowers the embedded server's busy threshold.
+        lane_users.follow_script_limits(&admission.current()).await;
         // Leases an earlier daemon took under another key layout would go unseen: refuse to start
         // while any is held (docs/leases.md, "Upgrades").
         if let Err(error) = tollgate_lease::check_layout(&lease_lanes).await {

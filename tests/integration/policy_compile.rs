@@ -308,7 +308,7 @@ fn a_policy_past_the_compile_deadline_is_refused_at_the_rule_where_it_stopped() 
 /// A quota's mistakes are errors at their file:line:column, each of them, not the first only.
 #[test]
 fn quota_mistakes_name_file_line_and_column() {
-    let text = "principals:\n  app: { uids: [1000] }\nrules: []\nquotas:\n  - id: q\n    principals: [app, bob]\n    commands_per_second: 10\n  - id: q\n    burst: 5\n    bytes_per_second: 1MiB\n  - id: none\n    principals: [app]\n  - id: zero\n    commands_per_second: 0\n  - id: none-held\n    leases: 0\n";
+    let text = "principals:\n  app: { uids: [1000] }\nrules: []\nquotas:\n  - id: q\n    principals: [app, bob]\n    commands_per_second: 10\n  - id: q\n    burst: 5\n    bytes_per_second: 1MiB\n  - id: none\n    principals: [app]\n  - id: zero\n    commands_per_second: 0\n  - id: none-held\n    leases: 0\n  - id: quick\n    script_time_limit: 1ms\n";
     let error = load_error(text);
     for expected in [
         "bad.yaml:6:23: error: unknown principal `bob`",
@@ -317,6 +317,7 @@ fn quota_mistakes_name_file_line_and_column() {
         "bad.yaml:11:7: error: quota `none` sets no limit",
         "bad.yaml:14:26: error: quota `zero`: `commands_per_second` is 0",
         "bad.yaml:16:13: error: quota `none-held`: `leases` is 0",
+        "bad.yaml:18:24: error: quota `quick`: `script_time_limit` must be at least 10ms",
     ] {
         assert!(error.contains(expected), "expected `{expected}` in:\n{error}");
     }

@@ -328,3 +328,115 @@ async fn a_user_whose_script_was_stopped_has_its_scripts_refused_for_the_cooldow
     }
     daemon.stop().await;
 }
+
+/// A policy for the embedded tests below: everyone is `me` (root included) but uid 65533, which
+/// is `quick`; the quota `short` holds `short_for` to `limit` (none when `None`).
+fn quota_policy(short_for: &str, limit: Option<&str>) -> String {
+    let quota = match limit {
+        Some(limit) => format!(
+            "quotas:\n  - id: short\n    principals: [{short_for}]\n    script_time_limit: {limit}\n"
+        ),
+        None => String::new(),
+    };
+    format!(
+        "principals:\n  quick: {{ uids: [65533] }}\n  me: {{ any: true }}\nrules:\n  - id: all\n    \
+         commands: [\"*\"]\n    scripts: unconstrained\n    allow: the quota script limit tests\n{quota}"
+    )
+}
+
+/// A daemon with its own redis-server (whose busy threshold it keeps) and `policy`, reloadable.
+async fn embedded_with(policy: &str) -> (TestDaemon, std::path::PathBuf, tempfile::TempDir) {
+    let files = crate::support::daemon::tempdir();
+    let path = files.path().join("policy.yaml");
+    std::fs::write(&path, policy).expect("write the policy");
+    let dir = crate::support::daemon::tempdir();
+    let mut config = TestDaemon::config(dir.path());
+    config.policy.files = vec![path.clone()];
+    config.admin.reload_interval = Duration::from_millis(1);
+    (TestDaemon::start_config(dir, config).await, path, files)
+}
+
+/// The embedded server's `busy-reply-threshold`, asked of it directly.
+async fn busy_threshold(daemon: &TestDaemon) -> String {
+    let mut admin = crate::support::daemon::embedded_admin(daemon.dir()).await;
+    match admin.call(&["CONFIG", "GET", "busy-reply-threshold"]).await {
+        Frame::Array(pair) if pair.len() == 2 => text(&pair[1]),
+        other => panic!("CONFIG GET busy-reply-threshold: {other:?}"),
+    }
+}
+
+/// A quota's `script_time_limit` (issue 28's per-principal override): that principal's script is
+/// stopped at the quota's limit, not the daemon's, and its error names the quota; the daemon
+/// lowers its own server's busy threshold to it (Redis reads the kill no sooner), and a reload
+/// that drops the quota puts the threshold back at `resp.script_time_limit`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quotas_script_time_limit_stops_its_principals_scripts_sooner() {
+    let (daemon, policy, _files) = embedded_with(&quota_policy("me", Some("300ms"))).await;
+    assert_eq!(busy_threshold(&daemon).await, "300");
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    assert_eq!(
+        client.call(&["EVAL", "return 1", "0"]).await,
+        Frame::Integer(1)
+    );
+    let start = Instant::now();
+    let stopped = text(&client.call(&["EVAL", &spin(RUNAWAY), "0"]).await);
+    let stopped_at = start.elapsed();
+    eprintln!("stopped after {stopped_at:?}: {stopped}");
+    assert_eq!(
+        stopped,
+        "ERR tollgate: script stopped after quota short's script_time_limit (300ms) with SCRIPT \
+         KILL; it wrote nothing"
+    );
+    let quota_limit = Duration::from_millis(300);
+    assert!(
+        stopped_at >= quota_limit && stopped_at <= quota_limit + MARGIN,
+        "stopped after {stopped_at:?}"
+    );
+
+    std::fs::write(&policy, quota_policy("me", None)).expect("write the policy");
+    let reloaded = daemon.post("/v1/policy/reload", "").await;
+    assert_eq!(reloaded.status, 200, "{}", reloaded.body);
+    assert_eq!(busy_threshold(&daemon).await, "1000");
+    daemon.stop().await;
+}
+
+/// The other side of a lowered threshold: a principal the quota does not hold keeps the daemon's
+/// limit (1 s), so its 700 ms script runs to its end although Redis passes its (lowered) busy
+/// threshold meanwhile; another client's `GET` that Redis answers `BUSY` then waits for the
+/// script to end and is sent again: the client sees its value, never `BUSY`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lowered_threshold_answers_no_one_busy_while_a_longer_allowed_script_runs() {
+    let (daemon, _policy, _files) = embedded_with(&quota_policy("quick", Some("300ms"))).await;
+    assert_eq!(busy_threshold(&daemon).await, "300");
+    let mut scripted = RawClient::connect(&daemon.resp_socket()).await;
+    let mut other = RawClient::connect(&daemon.resp_socket()).await;
+    assert_eq!(text(&other.call(&["SET", "k", "v"]).await), "OK");
+    assert_eq!(
+        scripted.call(&["EVAL", "return 1", "0"]).await,
+        Frame::Integer(1)
+    );
+    let start = Instant::now();
+    scripted.send(&["EVAL", &spin("0.7"), "0"]).await;
+    // Past the lowered threshold, before the script's end.
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    other.send(&["GET", "k"]).await;
+    let got = other
+        .read_within(Duration::from_secs(10))
+        .await
+        .expect("the GET is answered")
+        .expect("its connection stays open");
+    let got_at = start.elapsed();
+    let ended = scripted
+        .read_within(Duration::from_secs(10))
+        .await
+        .expect("the script is answered")
+        .expect("its connection stays open");
+    eprintln!("GET {got:?} after {got_at:?}; script {ended:?}");
+    assert_eq!(text(&got), "v", "{got:?}");
+    assert_eq!(ended, Frame::Integer(1), "the script ran to its end");
+    assert!(
+        got_at >= Duration::from_millis(650),
+        "answered after {got_at:?}: before the script ended?"
+    );
+    daemon.stop().await;
+}

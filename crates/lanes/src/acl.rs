@@ -13,6 +13,7 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::BytesMut;
 use parking_lot::Mutex;
@@ -33,6 +34,11 @@ pub enum AclError {
     Redis { endpoint: Endpoint, reason: String },
     #[error("redis refused `ACL SETUSER {user}`: {reason}")]
     Refused { user: String, reason: String },
+    #[error("redis refused `CONFIG SET {setting}`: {reason}")]
+    Setting {
+        setting: &'static str,
+        reason: String,
+    },
     #[error("cannot write lane password file {path}: {source}")]
     PasswordFile {
         path: PathBuf,
@@ -60,10 +66,14 @@ pub struct ProvisionedUsers {
     scopes: Arc<Mutex<Vec<ScopeAccount>>>,
     /// Who sets them: the server's administrator (`default` is off on the embedded server).
     admin: Option<Admin>,
+    /// The server's `busy-reply-threshold`, set with the users when the daemon keeps one
+    /// ([`ProvisionedUsers::keep_busy_threshold`]).
+    busy_threshold: Arc<Mutex<Option<Duration>>>,
 }
 
 impl ProvisionedUsers {
-    /// `ACL SETUSER` for each user on `endpoint`, with its password and current rules.
+    /// `ACL SETUSER` for each user on `endpoint`, with its password and current rules, and the
+    /// `busy-reply-threshold` kept, if any.
     pub async fn apply(&self, endpoint: &Endpoint) -> Result<(), AclError> {
         let users = self.users.lock().clone();
         let mut commands: Vec<(String, Vec<String>)> = users
@@ -72,7 +82,28 @@ impl ProvisionedUsers {
             .collect();
         let scopes = self.scopes.lock().clone();
         commands.extend(scopes.iter().map(ScopeAccount::setuser));
-        run_as_admin(endpoint, self.admin.as_ref(), &commands).await
+        run_as_admin(endpoint, self.admin.as_ref(), &commands).await?;
+        let Some(threshold) = *self.busy_threshold.lock() else {
+            return Ok(());
+        };
+        let setting = "busy-reply-threshold";
+        let argv =
+            ["CONFIG", "SET", setting, &threshold.as_millis().to_string()].map(str::to_owned);
+        let set = [(setting.to_owned(), argv.to_vec())];
+        run_as_admin(endpoint, self.admin.as_ref(), &set)
+            .await
+            .map_err(|error| match error {
+                AclError::Refused { reason, .. } => AclError::Setting { setting, reason },
+                other => other,
+            })
+    }
+
+    /// Keeps the server's `busy-reply-threshold` at `threshold` from the next
+    /// [`ProvisionedUsers::apply`] on (`None`: leaves it as it is). Redis reads nothing, the
+    /// daemon's `SCRIPT KILL` included, until a script has run that long: the daemon sets it to
+    /// the shortest script time limit it keeps (`script_limit`).
+    pub fn keep_busy_threshold(&self, threshold: Option<Duration>) {
+        *self.busy_threshold.lock() = threshold;
     }
 
     /// Makes the scopes' users exactly `wanted` (each a name and its `ACL SETUSER` rules after
@@ -505,6 +536,7 @@ pub async fn provision(
             users: Arc::new(Mutex::new(users)),
             scopes: Arc::new(Mutex::new(Vec::new())),
             admin: admin.cloned(),
+            busy_threshold: Arc::default(),
         },
     })
 }

@@ -81,9 +81,11 @@ pub enum CallError {
     OverBudget(#[from] crate::budget::OverBudget),
     /// A script ran past its caller's time limit and the daemon stopped it with `kill` (see
     /// `script_limit`). Redis stops only a script that has not written: it ran, and changed nothing.
-    #[error("script stopped after {limit:?}, its time limit ({kill}); it wrote nothing")]
+    #[error("script stopped after {set_by} ({limit:?}) with {kill}; it wrote nothing")]
     ScriptStopped {
         limit: Duration,
+        /// What set the limit (`ScriptLimit::set_by`).
+        set_by: std::sync::Arc<str>,
         kill: crate::overrun::Kill,
     },
 }

@@ -42,6 +42,9 @@ use crate::reply::Reply;
 pub struct ScriptLimit {
     /// How long one script may run before it is stopped.
     pub after: Duration,
+    /// What set it, as the caller's error names it (`resp.script_time_limit`, `quota batch's
+    /// script_time_limit`).
+    pub set_by: Arc<str>,
     /// Who sent it, for the log (`client 7 principal app uid 1000`).
     pub who: Arc<str>,
     /// How long the caller's scripts are refused once one of them was stopped; `None`: never.
@@ -105,6 +108,9 @@ const SETTLE_PATIENCE: Duration = Duration::from_secs(1);
 const JUST_STOPPED: Duration = Duration::from_millis(250);
 /// A script due this soon is about to be asked about: a `BUSY` now waits for the watcher.
 const SOON: Duration = Duration::from_millis(20);
+/// How far off a running script's due time may be for a command refused `BUSY` to wait for it
+/// (the server's threshold lowered below its limit by a quota's).
+const LOWERED_PATIENCE: Duration = Duration::from_secs(10);
 
 // A registered script's state.
 /// Running, not yet past its limit (or not shown running when it was).
@@ -132,6 +138,9 @@ pub(crate) struct Watch {
     settled: Notify,
     /// When a stopped script's reply last arrived: ms after `epoch`, plus one; 0: never.
     last_stop: AtomicU64,
+    /// How many scripts Redis could have been running (started) have had their reply, stopped
+    /// or not.
+    ended: AtomicU64,
     epoch: Instant,
 }
 
@@ -185,6 +194,7 @@ impl Watch {
             stopping: AtomicUsize::new(0),
             settled: Notify::new(),
             last_stop: AtomicU64::new(0),
+            ended: AtomicU64::new(0),
             epoch: Instant::now(),
         })
     }
@@ -227,20 +237,33 @@ impl Watch {
     }
 
     /// After a command was refused `BUSY`: waits (boundedly) for the scripts being stopped to end,
-    /// and says whether one did just now, so that the command is worth sending again.
+    /// and says whether one did just now, so that the command is worth sending again. When a
+    /// quota's shorter limit lowered the server's busy threshold (`busy_threshold` in the daemon),
+    /// a script allowed longer has Redis answer `BUSY` before it is due: the command waits for the
+    /// daemon's running scripts to end, or to be stopped, and is sent again once one has.
     pub(crate) async fn after_stop(&self) -> bool {
-        let until = Instant::now() + SETTLE_PATIENCE;
+        let ended = self.ended.load(Ordering::Acquire);
+        let start = Instant::now();
+        // The earliest due of the daemon's scripts now: waited for, not a recheck after it (a
+        // script Redis did not show running, behind a function of someone else's).
+        let horizon = self
+            .next_due()
+            .filter(|due| *due <= start + LOWERED_PATIENCE);
+        let until = horizon
+            .map_or(start, |due| due + SOON)
+            .max(start + SETTLE_PATIENCE);
         loop {
             let settled = self.settled.notified();
             tokio::pin!(settled);
             settled.as_mut().enable();
             if self.stopping.load(Ordering::Acquire) == 0 {
-                // Redis may answer `BUSY` a moment before the watcher wakes for the script (its
-                // threshold at the limit, counted from a start a little later than the daemon's).
-                if self
-                    .next_due()
-                    .is_some_and(|due| due <= Instant::now() + SOON)
-                {
+                // A script of the daemon's that Redis can be running: its `BUSY` lasts until it
+                // ends or is stopped when it is due (Redis may also answer `BUSY` a moment before
+                // the watcher wakes for it: its threshold at the limit, counted from a start a
+                // little later than the daemon's).
+                let waited_for =
+                    |due: Instant| horizon.is_some_and(|horizon| due <= horizon + SOON);
+                if self.next_due().is_some_and(waited_for) {
                     if Instant::now() >= until {
                         return false;
                     }
@@ -254,7 +277,9 @@ impl Watch {
             }
         }
         let last = self.last_stop.load(Ordering::Acquire);
-        last != 0 && self.clock().saturating_sub(last) <= JUST_STOPPED.as_millis() as u64
+        let just_stopped =
+            last != 0 && self.clock().saturating_sub(last) <= JUST_STOPPED.as_millis() as u64;
+        just_stopped || self.ended.load(Ordering::Acquire) > ended
     }
 
     fn clock(&self) -> u64 {
@@ -365,6 +390,7 @@ impl Watched {
         match self.entry.state.load(Ordering::Acquire) {
             STOPPED if overrun::is_killed_reply(reply.bytes()) => Err(CallError::ScriptStopped {
                 limit: self.entry.limit.after,
+                set_by: self.entry.limit.set_by.clone(),
                 kill: self.entry.kill,
             }),
             UNKILLABLE if reply.is_error() => Ok(unkillable_noted(reply, self.entry.limit.after)),
@@ -376,7 +402,10 @@ impl Watched {
 impl Drop for Watched {
     fn drop(&mut self) {
         let watch = &self.watch;
-        watch.scripts.lock().remove(&self.entry.id);
+        let removed = watch.scripts.lock().remove(&self.entry.id);
+        if removed.is_some_and(|script| script.due.is_some()) {
+            watch.ended.fetch_add(1, Ordering::AcqRel);
+        }
         watch.registered.fetch_sub(1, Ordering::Relaxed);
         let state = self.entry.state.swap(DONE, Ordering::AcqRel);
         if state == STOPPED {
@@ -420,6 +449,7 @@ mod tests {
         ScriptLimit {
             cooldown: None,
             after: Duration::from_millis(ms),
+            set_by: Arc::from("resp.script_time_limit"),
             who: Arc::from("client 1"),
         }
     }
@@ -483,7 +513,7 @@ mod tests {
         assert!(watch.stopping(&overdue[0]));
         assert!(matches!(
             eval.outcome(killed.clone()),
-            Err(CallError::ScriptStopped { limit, kill: Kill::Script }) if limit == Duration::from_secs(1)
+            Err(CallError::ScriptStopped { limit, kill: Kill::Script, .. }) if limit == Duration::from_secs(1)
         ));
         // A BUSY meanwhile waits for the stopped script's reply, then goes again.
         let waiting = tokio::spawn({
@@ -525,5 +555,35 @@ mod tests {
         );
         drop(eval);
         assert!(!watch.after_stop().await);
+    }
+
+    /// A quota's shorter limit lowered the server's busy threshold: another caller's command
+    /// refused `BUSY` while a script allowed longer runs waits for it to end, then goes again; one
+    /// refused while none of the daemon's scripts runs is Redis's answer.
+    #[tokio::test]
+    async fn a_busy_before_a_running_script_is_due_waits_for_its_end() {
+        let watch = Watch::new();
+        let eval = watch
+            .register(&encoded(&["EVAL", "return 1", "0"]), &limit(1000))
+            .unwrap();
+        eval.started();
+        let waiting = tokio::spawn({
+            let watch = watch.clone();
+            async move { watch.after_stop().await }
+        });
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert!(!waiting.is_finished(), "it waits while the script runs");
+        drop(eval);
+        assert!(waiting.await.unwrap(), "sent again once it ended");
+        assert!(
+            !watch.after_stop().await,
+            "no script runs: Redis's own BUSY"
+        );
+        // A script registered but not yet started (queued behind another) is not waited for.
+        let queued = watch
+            .register(&encoded(&["EVAL", "return 1", "0"]), &limit(1000))
+            .unwrap();
+        assert!(!watch.after_stop().await);
+        drop(queued);
     }
 }

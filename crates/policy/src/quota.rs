@@ -1,9 +1,11 @@
 //! Per-principal quotas a policy sets (`quotas:`), as compiled: rates of commands and of bytes,
-//! each a token bucket, and how many leases a principal may hold at once. The daemon keeps the
-//! buckets and the held leases (`daemon/src/quotas`); this is what sizes them, whom they hold, and
-//! how review, diff and explain word them.
+//! each a token bucket, how many leases a principal may hold at once, and how long its scripts
+//! may run. The daemon keeps the buckets and the held leases (`daemon/src/quotas`) and watches
+//! the scripts (`tollgate_lanes::ScriptLimit`); this is what sizes them, whom they hold, and how
+//! review, diff and explain word them.
 
 use std::fmt;
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -20,9 +22,18 @@ pub struct Quota {
     pub bytes: Option<Rate>,
     /// Leases (exclusive, semaphore permits taken at once, read/write) held at once.
     pub leases: Option<u64>,
+    /// How long one of its principals' scripts (`EVAL`, `FCALL` …) may run before the daemon
+    /// stops it; acts only when shorter than the daemon's `resp.script_time_limit`.
+    #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
+    pub script_time_limit: Option<Duration>,
     /// Where it is written.
     pub line: usize,
 }
+
+/// The shortest script time limit, in the config or a quota: Redis looks at a running script's
+/// time every 100,000 instructions (and reads a kill only then); a limit shorter than that is no
+/// limit.
+pub const MIN_SCRIPT_TIME_LIMIT: Duration = Duration::from_millis(10);
 
 /// A token bucket's refill rate and depth.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -79,6 +90,7 @@ impl Quota {
             && self.commands == other.commands
             && self.bytes == other.bytes
             && self.leases == other.leases
+            && self.script_time_limit == other.script_time_limit
     }
 
     /// Whom it holds, as review shows it.
@@ -171,6 +183,12 @@ impl fmt::Display for Quota {
                 self.leases
                     .map(|leases| format!("{leases} leases held at once")),
             )
+            .chain(self.script_time_limit.map(|limit| {
+                format!(
+                    "scripts stopped after {}",
+                    humantime::format_duration(limit)
+                )
+            }))
             .collect();
         f.write_str(&limits.join(", "))
     }
@@ -190,6 +208,7 @@ mod tests {
             }),
             bytes: None,
             leases: None,
+            script_time_limit: None,
             line: 1,
         }
     }
@@ -266,6 +285,22 @@ mod tests {
         assert_eq!(
             QuotaChange::between([&before], [&after])[0].to_string(),
             "~ quota q (acme): 2000 commands/s (burst 500) -> 2000 commands/s (burst 500), 3 leases held at once"
+        );
+    }
+
+    #[test]
+    fn a_script_time_limit_reads_as_one_and_changing_it_is_a_changed_quota() {
+        let before = quota(Some(&["acme"]));
+        let mut after = before.clone();
+        after.commands = None;
+        after.script_time_limit = Some(Duration::from_millis(250));
+        assert_eq!(after.to_string(), "scripts stopped after 250ms");
+        assert!(!before.same_limits(&after));
+        let mut longer = after.clone();
+        longer.script_time_limit = Some(Duration::from_millis(400));
+        assert_eq!(
+            QuotaChange::between([&after], [&longer])[0].to_string(),
+            "~ quota q (acme): scripts stopped after 250ms -> scripts stopped after 400ms"
         );
     }
 }

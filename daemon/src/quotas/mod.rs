@@ -116,6 +116,8 @@ pub struct Meter {
     commands: Option<Bucket>,
     bytes: Option<Bucket>,
     held: Option<Held>,
+    /// The quota's `script_time_limit`: how long the principal's scripts may run.
+    script_time_limit: Option<Duration>,
     admitted: Counter,
     throttled: [Counter; 3],
 }
@@ -237,6 +239,7 @@ impl Quotas {
             commands: quota.commands.map(Bucket::new),
             bytes: quota.bytes.map(Bucket::new),
             held: quota.leases.map(Held::new),
+            script_time_limit: quota.script_time_limit,
             admitted: self.admitted.get_or_create(&labels).clone(),
             throttled,
         }
@@ -304,6 +307,20 @@ impl Meters {
             meter.admitted.inc();
         }
         Ok(())
+    }
+
+    /// The quotas' version these meters are of: it changes whenever a reload changes a quota.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// The shortest `script_time_limit` of the quotas holding the caller, and the quota that sets
+    /// it.
+    pub fn script_time_limit(&self) -> Option<(Duration, &str)> {
+        self.meters
+            .iter()
+            .filter_map(|meter| Some((meter.script_time_limit?, &*meter.quota)))
+            .min_by_key(|(limit, _)| *limit)
     }
 
     /// Owes `bytes` of replies already read to every quota of bytes holding the caller.

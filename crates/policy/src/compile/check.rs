@@ -18,6 +18,7 @@ use super::{
     CatalogCommand, CatalogIndex, CompiledFile, Diagnostic, Expectation, Invariant, Must,
     Principal, RulePlace, Severity, DEFAULT_DENY,
 };
+use crate::quota::MIN_SCRIPT_TIME_LIMIT;
 use crate::quota::{Quota, Rate};
 
 /// The commands that name plain channels or patterns, which only `channels:` confines (shard
@@ -312,12 +313,13 @@ impl<'a> Checker<'a> {
         if source.commands_per_second.is_none()
             && source.bytes_per_second.is_none()
             && source.leases.is_none()
+            && source.script_time_limit.is_none()
         {
             self.error(
                 &at,
                 format!(
                     "quota `{}` sets no limit: give `commands_per_second`, `bytes_per_second`, \
-                     `leases` or several",
+                     `leases`, `script_time_limit` or several",
                     source.id
                 ),
             );
@@ -352,6 +354,17 @@ impl<'a> Checker<'a> {
                 ),
             );
         }
+        let script_time_limit = source.script_time_limit;
+        if script_time_limit.is_some_and(|limit| limit < MIN_SCRIPT_TIME_LIMIT) {
+            self.error(
+                &format!("{at}.script_time_limit"),
+                format!(
+                    "quota `{}`: `script_time_limit` must be at least {MIN_SCRIPT_TIME_LIMIT:?}: \
+                     Redis looks at a running script's time only that often",
+                    source.id
+                ),
+            );
+        }
         let (line, _) = self.spans.at(&at);
         Some(Quota {
             id: source.id.clone(),
@@ -365,6 +378,7 @@ impl<'a> Checker<'a> {
                 burst: per_second,
             }),
             leases,
+            script_time_limit,
             line,
         })
     }

@@ -22,7 +22,8 @@ pub struct PolicyFile {
     /// class at each compile and reload.
     #[serde(default)]
     pub invariants: Vec<InvariantSource>,
-    /// Limits each principal is held to: commands and bytes per second, leases held at once.
+    /// Limits each principal is held to: commands and bytes per second, leases held at once, how
+    /// long its scripts may run.
     #[serde(default)]
     pub quotas: Vec<QuotaSource>,
 }
@@ -40,6 +41,10 @@ pub struct QuotaSource {
     pub bytes_per_second: Option<ByteSize>,
     /// Leases held at once.
     pub leases: Option<u64>,
+    /// How long one of the principal's scripts may run, when shorter than the daemon's
+    /// `resp.script_time_limit`.
+    #[serde(default, with = "humantime_serde")]
+    pub script_time_limit: Option<std::time::Duration>,
 }
 
 /// One invariant: an id and exactly one of `never` or `always`.

@@ -199,9 +199,12 @@ pub fn call_failed(error: &CallError) -> Bytes {
         CallError::NotSent(refused) => lane_failed(refused),
         CallError::Indeterminate { .. } => error_bytes(format!("IOERR tollgate: {error}")),
         CallError::OverBudget(_) => error_bytes(format!("ERR tollgate: {error}")),
-        CallError::ScriptStopped { limit, kill } => error_bytes(format!(
-            "ERR tollgate: script stopped after resp.script_time_limit ({}) with {kill}; it wrote \
-             nothing",
+        CallError::ScriptStopped {
+            limit,
+            set_by,
+            kill,
+        } => error_bytes(format!(
+            "ERR tollgate: script stopped after {set_by} ({}) with {kill}; it wrote nothing",
             humantime::format_duration(*limit)
         )),
     }

@@ -38,12 +38,29 @@ use super::subscriptions::{Caps, Subscriptions};
 use super::transaction::{Borrower, Pinning};
 use crate::quotas::Meters;
 
-/// How long this session's scripts may run (`resp.script_time_limit`), and who it is for the log
-/// line of a script that cannot be stopped; `None` when the limit is off.
-fn script_limit(front: &FrontDoor, caller: &Caller, id: u64) -> Option<ScriptLimit> {
-    let after = front.config.script_time_limit;
-    (!after.is_zero()).then(|| ScriptLimit {
+/// How long this session's scripts may run (`resp.script_time_limit`, or a shorter one a policy
+/// quota sets its principal), and who it is for the log line of a script that cannot be stopped;
+/// `None` when the limit is off.
+fn script_limit(
+    front: &FrontDoor,
+    caller: &Caller,
+    meters: &Meters,
+    id: u64,
+) -> Option<ScriptLimit> {
+    let limit = front.config.script_time_limit;
+    if limit.is_zero() {
+        return None;
+    }
+    let (after, set_by) = match meters.script_time_limit() {
+        Some((shorter, quota)) if shorter < limit => (
+            shorter,
+            Arc::from(format!("quota {quota}'s script_time_limit")),
+        ),
+        _ => (limit, Arc::from("resp.script_time_limit")),
+    };
+    Some(ScriptLimit {
         after,
+        set_by,
         cooldown: front.cooldowns.of(&caller.tenant()),
         who: Arc::from(format!(
             "client {id} principal {} uid {} pid {}",
@@ -59,6 +76,8 @@ struct Channels {
     script: Option<Channel>,
     /// The scope user whose pool `script` is on (`scoped`); `None`: the SCRIPT lane.
     script_scope: Option<String>,
+    /// The quotas' version `script`'s time limit was taken under (`Meters::version`).
+    script_quotas: u64,
 }
 
 impl Channels {
@@ -535,13 +554,21 @@ impl SessionState {
         let scope = (lane == Multiplexed::Script)
             .then(|| scoped::scope_of(&self.front.services, &self.caller))
             .flatten();
-        if lane == Multiplexed::Script && idle && self.channels.script_scope != scope {
+        // So does a reload that changed the quotas (and so perhaps its script time limit).
+        if lane == Multiplexed::Script
+            && idle
+            && (self.channels.script_scope != scope
+                || self.channels.script_quotas != self.meters.version())
+        {
             self.channels.script = None;
+        }
+        if lane == Multiplexed::Script && self.channels.script.is_none() {
+            self.channels.script_quotas = self.meters.version();
         }
         if let (Some(user), None) = (&scope, &self.channels.script) {
             let channel = scoped::channel(&self.front.services, &self.caller, user, self.protocol)?
                 .charged_to(self.budget.clone());
-            let limit = script_limit(&self.front, &self.caller, self.id);
+            let limit = script_limit(&self.front, &self.caller, &self.meters, self.id);
             self.channels.script_scope = scope.clone();
             return Ok(self.channels.script.insert(match limit {
                 Some(limit) => channel.scripts_limited(limit),
@@ -570,7 +597,7 @@ impl SessionState {
                     // Only SCRIPT's channel is watched: the limit (and its log line's text) is
                     // made for it alone.
                     let limit = (lane == Multiplexed::Script)
-                        .then(|| script_limit(&self.front, &self.caller, self.id))
+                        .then(|| script_limit(&self.front, &self.caller, &self.meters, self.id))
                         .flatten();
                     slot.insert(match limit {
                         Some(limit) => channel.scripts_limited(limit),
