@@ -313,6 +313,133 @@ async fn mget_is_answered_key_by_key() {
     daemon.stop().await;
 }
 
+/// `HGET`, `HMGET` and `HGETALL` of a cacheable key: a miss reads the fields asked for (or the
+/// whole hash) and keeps them with what the entry knew, so later reads of any of them are hits
+/// that Redis never sees; a field never read is read from Redis; a direct `HSET` is seen once its
+/// invalidation arrives, an `HSET` through the daemon at once; a missing key answers every hash
+/// read from its entry; a string key gets Redis's `WRONGTYPE`; RESP3 gets a map.
+#[tokio::test]
+async fn hash_reads_are_answered_from_the_fields_kept() {
+    let redis = RedisServer::start();
+    let daemon = cache_daemon(&redis, NOBODY, cache(1 << 20, 64 << 10)).await;
+    let mut direct = RawClient::to_redis(redis.socket()).await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    direct.call(&["HSET", "user:h", "a", "1", "b", "2"]).await;
+    // The tracking connection opens in the background: read until a read is a hit.
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let hits = metric(&daemon, "tollgate_cache_hits_total").await;
+        assert_eq!(client.call(&["HGET", "user:h", "a"]).await, bulk("1"));
+        if metric(&daemon, "tollgate_cache_hits_total").await > hits {
+            break;
+        }
+        assert!(Instant::now() < deadline, "HGET never hit the cache");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let hmgets = redis_calls(&mut direct, "hmget").await;
+    // `b` and `zz` are not known yet: one HMGET of the fields asked, then all are hits.
+    let asked = ["HMGET", "user:h", "a", "b", "zz"];
+    let want = Frame::Array(vec![bulk("1"), bulk("2"), Frame::Null]);
+    assert_eq!(client.call(&asked).await, want);
+    assert_eq!(redis_calls(&mut direct, "hmget").await, hmgets + 1);
+    let hits = metric(&daemon, "tollgate_cache_hits_total").await;
+    for _ in 0..5 {
+        assert_eq!(client.call(&asked).await, want);
+        assert_eq!(client.call(&["HGET", "user:h", "zz"]).await, Frame::Null);
+    }
+    assert_eq!(
+        redis_calls(&mut direct, "hmget").await,
+        hmgets + 1,
+        "hits reached Redis"
+    );
+    assert_eq!(
+        metric(&daemon, "tollgate_cache_hits_total").await,
+        hits + 10.0
+    );
+    // HGETALL is not known from some fields: read once, then answered, in Redis's order.
+    let all = Frame::Array(vec![bulk("a"), bulk("1"), bulk("b"), bulk("2")]);
+    assert_eq!(client.call(&["HGETALL", "user:h"]).await, all);
+    let hgetalls = redis_calls(&mut direct, "hgetall").await;
+    assert_eq!(hgetalls, 1);
+    assert_eq!(client.call(&["HGETALL", "user:h"]).await, all);
+    assert_eq!(client.call(&["HGET", "user:h", "never"]).await, Frame::Null);
+    assert_eq!(
+        redis_calls(&mut direct, "hgetall").await,
+        1,
+        "the whole hash is kept"
+    );
+    let mut resp3 = RawClient::connect(&daemon.resp_socket()).await;
+    assert!(matches!(resp3.call(&["HELLO", "3"]).await, Frame::Map(_)));
+    resp3.send(&["HGETALL", "user:h"]).await;
+    assert_eq!(
+        &resp3.read_raw().await[..],
+        b"%2\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n$1\r\n2\r\n"
+    );
+
+    // A direct write is seen once its invalidation arrives; one through the daemon at once.
+    direct.call(&["HSET", "user:h", "a", "10"]).await;
+    let deadline = Instant::now() + PATIENCE;
+    while client.call(&["HGET", "user:h", "a"]).await != bulk("10") {
+        assert!(Instant::now() < deadline, "HGET user:h a stayed stale");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(client.call(&["HGET", "user:h", "b"]).await, bulk("2"));
+    let mut neighbour = RawClient::connect(&daemon.resp_socket()).await;
+    assert_eq!(neighbour.call(&["HGET", "user:h", "b"]).await, bulk("2"));
+    assert_eq!(
+        client.call(&["HSET", "user:h", "b", "20"]).await,
+        Frame::Integer(0)
+    );
+    assert_eq!(neighbour.call(&["HGET", "user:h", "b"]).await, bulk("20"));
+    assert_eq!(
+        neighbour.call(&["HDEL", "user:h", "a", "b"]).await,
+        Frame::Integer(2)
+    );
+    assert_eq!(
+        client.call(&["HGETALL", "user:h"]).await,
+        Frame::Array(vec![])
+    );
+
+    // A missing key's entry answers every hash read; a string is Redis's to refuse.
+    assert_eq!(
+        client.call(&["HGETALL", "user:gone"]).await,
+        Frame::Array(vec![])
+    );
+    let hits = metric(&daemon, "tollgate_cache_hits_total").await;
+    assert_eq!(client.call(&["HGET", "user:gone", "x"]).await, Frame::Null);
+    assert_eq!(client.call(&["GET", "user:gone"]).await, Frame::Null);
+    assert_eq!(
+        metric(&daemon, "tollgate_cache_hits_total").await,
+        hits + 2.0
+    );
+    direct.call(&["SET", "user:s", "text"]).await;
+    for _ in 0..2 {
+        let reply = client.call(&["HGET", "user:s", "f"]).await;
+        assert!(
+            crate::support::raw::text(&reply).starts_with("WRONGTYPE"),
+            "{reply:?}"
+        );
+    }
+    assert_eq!(client.call(&["GET", "user:s"]).await, bulk("text"));
+    let reply = client.call(&["HGETALL", "user:s"]).await;
+    assert!(
+        crate::support::raw::text(&reply).starts_with("WRONGTYPE"),
+        "{reply:?}"
+    );
+    // And a hash's entry does not answer a string read.
+    let reply = client.call(&["GET", "user:h2"]).await;
+    assert_eq!(reply, Frame::Null);
+    direct.call(&["HSET", "user:h3", "f", "v"]).await;
+    assert_eq!(client.call(&["HGET", "user:h3", "f"]).await, bulk("v"));
+    let reply = client.call(&["GET", "user:h3"]).await;
+    assert!(
+        crate::support::raw::text(&reply).starts_with("WRONGTYPE"),
+        "{reply:?}"
+    );
+    assert_eq!(client.call(&["EXISTS", "user:h3"]).await, Frame::Integer(1));
+    daemon.stop().await;
+}
+
 #[tokio::test]
 async fn a_write_through_the_daemon_is_seen_at_once_by_every_local_client() {
     let redis = RedisServer::start();
@@ -524,8 +651,9 @@ async fn a_principal_refused_a_key_is_refused_on_a_hit_too() {
     assert!(refused.contains("NOPERM"), "{refused}");
     assert!(!refused.contains("hidden"), "{refused}");
     // Its siblings answered from the same entry: refused too, and they tell nothing of it.
-    for read in [["STRLEN", "secret:x"], ["EXISTS", "secret:x"]] {
-        let refused = redis_cli(&other, &daemon, &read).await;
+    let hget = ["HGET", "secret:x", "f"];
+    for read in [&["STRLEN", "secret:x"][..], &["EXISTS", "secret:x"], &hget] {
+        let refused = redis_cli(&other, &daemon, read).await;
         assert!(refused.contains("NOPERM"), "{read:?}: {refused}");
     }
     // The same principal reads what it may, from the cache.

@@ -1,4 +1,5 @@
-//! The near cache (docs/cache.md): `GET` replies of configured keys kept in the daemon, filled only
+//! The near cache (docs/cache.md): `GET`, `HMGET` and `HGETALL` replies of configured keys kept in
+//! the daemon (a hash's fields merged while the key is unchanged), filled only
 //! through one tracking connection (`CLIENT TRACKING ON`, RESP3) whose `invalidate` pushes arrive
 //! in order with the fills' replies, and dropped on every sign that Redis's value may have changed.
 //! [`store`] is the memory and its rules, [`tracking`] the connection, [`metrics`] what `/metrics`
@@ -24,7 +25,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tollgate_model::Protocol;
 
-pub use store::{Bounds, Cause, Filled, Store, Ticket, Value, ENTRY_OVERHEAD};
+pub use store::{Bounds, Cause, Filled, Hash, Store, Ticket, Value, ENTRY_OVERHEAD};
 
 use crate::Lanes;
 use metrics::CacheMetrics;
@@ -57,9 +58,21 @@ pub enum Fetched {
 #[error("the near cache's tracking connection was lost")]
 pub struct FillLost;
 
+/// What a fill reads of its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Read {
+    /// `GET`.
+    Get,
+    /// `HMGET` of these fields (an `HGET` is one).
+    Fields(Vec<Bytes>),
+    /// `HGETALL`.
+    Hash,
+}
+
 /// A read waiting for the tracking connection.
 struct Fill {
     key: Bytes,
+    read: Read,
     ticket: Ticket,
     reply: oneshot::Sender<Result<Fetched, FillLost>>,
 }
@@ -132,6 +145,25 @@ impl Cache {
         value
     }
 
+    /// What `answer` makes of `key`'s entry, if kept and fresh, while the tracking connection is
+    /// up: a hit when it answers (a hash's entry may not know the field asked for).
+    pub fn answer<T>(&self, key: &[u8], answer: impl FnOnce(&Value) -> Option<T>) -> Option<T> {
+        if !self.0.tracking.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut store = self.0.store.lock();
+        let answered = store
+            .get(key, Instant::now())
+            .and_then(|value| answer(&value));
+        match &answered {
+            Some(_) => {
+                self.0.metrics.hits.inc();
+            }
+            None => self.0.metrics.sizes(&store),
+        }
+        answered
+    }
+
     /// [`Cache::hit`] of each of `keys`, looked up together (one moment of the cache).
     pub fn hits(&self, keys: &[Bytes]) -> Vec<Option<Value>> {
         if !self.0.tracking.load(Ordering::Acquire) {
@@ -172,12 +204,13 @@ impl Cache {
         Some(values)
     }
 
-    /// A miss: `key` read through the tracking connection, its reply kept if nothing invalidated
-    /// the key meanwhile. `None` when the connection is down or its queue is full: the caller reads
-    /// the key as if uncached.
+    /// A miss: `key` read (`read`) through the tracking connection, its reply kept if nothing
+    /// invalidated the key meanwhile. `None` when the connection is down or its queue is full: the
+    /// caller reads the key as if uncached.
     pub fn fill(
         &self,
         key: Bytes,
+        read: Read,
     ) -> Option<impl Future<Output = Result<Fetched, FillLost>> + Send + 'static> {
         if !self.0.tracking.load(Ordering::Acquire) {
             return None;
@@ -186,6 +219,7 @@ impl Cache {
         let (reply, answer) = oneshot::channel();
         let fill = Fill {
             key: key.clone(),
+            read,
             ticket,
             reply,
         };
@@ -290,7 +324,38 @@ pub fn encode_get(value: &Value, protocol: Protocol) -> Bytes {
         }
         (Value::Missing, Protocol::Resp2) => Bytes::from_static(b"$-1\r\n"),
         (Value::Missing, Protocol::Resp3) => Bytes::from_static(b"_\r\n"),
+        // Never asked: a hash's entry answers a GET with WRONGTYPE, which the front door leaves
+        // to Redis.
+        (Value::Hash(_), _) => Bytes::from_static(
+            b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+        ),
     }
+}
+
+/// One field's value (`None`: absent) as the reply to an `HGET`, in `protocol`.
+pub fn encode_field(value: Option<Bytes>, protocol: Protocol) -> Bytes {
+    match value {
+        Some(bytes) => encode_get(&Value::String(bytes), protocol),
+        None => encode_get(&Value::Missing, protocol),
+    }
+}
+
+/// A whole hash's fields and values as the reply to an `HGETALL`: an array of fields and values
+/// in RESP2, a map in RESP3, in the order Redis gave them.
+pub fn encode_hash(pairs: &[(Bytes, Bytes)], protocol: Protocol) -> Bytes {
+    let mut out = BytesMut::new();
+    match protocol {
+        Protocol::Resp2 => out.extend_from_slice(format!("*{}\r\n", pairs.len() * 2).as_bytes()),
+        Protocol::Resp3 => out.extend_from_slice(format!("%{}\r\n", pairs.len()).as_bytes()),
+    }
+    for (field, value) in pairs {
+        for bytes in [field, value] {
+            out.extend_from_slice(format!("${}\r\n", bytes.len()).as_bytes());
+            out.extend_from_slice(bytes);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    out.freeze()
 }
 
 #[cfg(test)]
@@ -307,5 +372,21 @@ mod tests {
             &b"$-1\r\n"[..]
         );
         assert_eq!(encode_get(&Value::Missing, Protocol::Resp3), &b"_\r\n"[..]);
+    }
+
+    #[test]
+    fn a_hash_reply_is_written_as_redis_writes_it_in_each_protocol() {
+        let pairs = [(Bytes::from_static(b"f"), Bytes::from_static(b"v1"))];
+        assert_eq!(
+            encode_hash(&pairs, Protocol::Resp2),
+            &b"*2\r\n$1\r\nf\r\n$2\r\nv1\r\n"[..]
+        );
+        assert_eq!(
+            encode_hash(&pairs, Protocol::Resp3),
+            &b"%1\r\n$1\r\nf\r\n$2\r\nv1\r\n"[..]
+        );
+        assert_eq!(encode_hash(&[], Protocol::Resp2), &b"*0\r\n"[..]);
+        assert_eq!(encode_hash(&[], Protocol::Resp3), &b"%0\r\n"[..]);
+        assert_eq!(encode_field(None, Protocol::Resp3), &b"_\r\n"[..]);
     }
 }

@@ -9,6 +9,7 @@
 //! remembered for this, so the bookkeeping is bounded by the reads in flight.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -29,18 +30,107 @@ pub struct Bounds {
     pub max_staleness: Duration,
 }
 
-/// What Redis answered a `GET`: a string, or that the key holds none.
+/// What Redis answered a read of a key: a string (`GET`), fields of a hash (`HMGET`, `HGETALL`),
+/// or that the key does not exist.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Value {
     String(Bytes),
-    /// `GET` of a key that does not exist (a null reply): worth keeping too.
+    /// Some or all of a hash's fields.
+    Hash(Arc<Hash>),
+    /// A key that does not exist (a null `GET`, an empty `HGETALL`, with `PTTL` -2): worth
+    /// keeping too, and it answers every read of any type.
     Missing,
+}
+
+/// What one field's hash bookkeeping costs beyond its name and value: an estimate on the high
+/// side, as [`ENTRY_OVERHEAD`] is.
+const FIELD_OVERHEAD: usize = 64;
+
+/// A hash's fields as Redis gave them: every one (`HGETALL`, in Redis's order), or those some
+/// `HMGET`s asked for, each with its value or absent.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Hash {
+    fields: HashMap<Bytes, Option<Bytes>>,
+    /// Every field, in `HGETALL`'s order, when one filled the entry.
+    all: Option<Vec<Bytes>>,
+}
+
+impl Hash {
+    /// The whole hash, as `HGETALL` answered it.
+    pub fn whole(pairs: Vec<(Bytes, Bytes)>) -> Hash {
+        let all = pairs.iter().map(|(field, _)| field.clone()).collect();
+        Hash {
+            fields: pairs
+                .into_iter()
+                .map(|(field, value)| (field, Some(value)))
+                .collect(),
+            all: Some(all),
+        }
+    }
+
+    /// Some fields, as `HMGET` answered them (`None`: absent).
+    pub fn fields(answers: impl IntoIterator<Item = (Bytes, Option<Bytes>)>) -> Hash {
+        Hash {
+            fields: answers.into_iter().collect(),
+            all: None,
+        }
+    }
+
+    /// `field`'s value (`Some(None)`: the hash has no such field), or `None` when not known.
+    pub fn field(&self, field: &[u8]) -> Option<Option<Bytes>> {
+        match self.fields.get(field) {
+            Some(value) => Some(value.clone()),
+            None if self.all.is_some() => Some(None),
+            None => None,
+        }
+    }
+
+    /// Every field and value in Redis's order, when the whole hash is known.
+    pub fn all(&self) -> Option<Vec<(Bytes, Bytes)>> {
+        let all = self.all.as_ref()?;
+        Some(
+            all.iter()
+                .map(|field| {
+                    let value = self.fields.get(field).cloned().flatten();
+                    (field.clone(), value.unwrap_or_default())
+                })
+                .collect(),
+        )
+    }
+
+    /// Whether no field of it has a value (every field read absent).
+    pub fn is_empty(&self) -> bool {
+        self.fields.values().all(Option::is_none)
+    }
+
+    /// What two reads of the same unchanged hash know together: the whole one if either is.
+    fn merged(&self, newer: &Hash) -> Hash {
+        if newer.all.is_some() {
+            return newer.clone();
+        }
+        if self.all.is_some() {
+            return self.clone();
+        }
+        let mut fields = self.fields.clone();
+        fields.extend(newer.fields.iter().map(|(k, v)| (k.clone(), v.clone())));
+        Hash { fields, all: None }
+    }
+
+    fn len(&self) -> usize {
+        self.fields
+            .iter()
+            .map(|(field, value)| {
+                field.len() + value.as_ref().map_or(0, Bytes::len) + FIELD_OVERHEAD
+            })
+            .sum()
+    }
 }
 
 impl Value {
     fn len(&self) -> usize {
         match self {
             Value::String(bytes) => bytes.len(),
+            Value::Hash(hash) => hash.len(),
             Value::Missing => 0,
         }
     }
@@ -216,6 +306,30 @@ impl Store {
         if now.saturating_duration_since(ticket.sent) > self.bounds.max_staleness {
             return Some(Filled::TooOld);
         }
+        // Fields of a hash already kept join the new ones: the kept entry is still here, so no
+        // invalidation of the key came between the two reads (each would have dropped it, and
+        // one before the new read's reply would have made its ticket stale). It is as old as
+        // its oldest read.
+        let (value, born, expires_in) = match (self.entries.get(key), &value) {
+            (Some(kept), Value::Hash(newer)) if kept.seq <= ticket.seq => match &kept.value {
+                Value::Hash(older) => {
+                    let kept_expiry = kept
+                        .expires
+                        .map(|at| at.saturating_duration_since(ticket.sent));
+                    let expires_in = match (kept_expiry, expires_in) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    (
+                        Value::Hash(Arc::new(older.merged(newer))),
+                        kept.born.min(ticket.sent),
+                        expires_in,
+                    )
+                }
+                _ => (value, ticket.sent, expires_in),
+            },
+            _ => (value, ticket.sent, expires_in),
+        };
         let size = value.len() + key.len() + ENTRY_OVERHEAD;
         if size > self.bounds.max_entry_bytes || size > self.bounds.max_bytes {
             return Some(Filled::TooLarge);
@@ -246,7 +360,7 @@ impl Store {
             key.clone(),
             Entry {
                 value,
-                born: ticket.sent,
+                born,
                 expires: expires_in.map(|ttl| ticket.sent + ttl),
                 used: self.clock,
                 seq: ticket.seq,
@@ -664,5 +778,90 @@ mod tests {
                 prop_assert_eq!(store.reads_in_flight(), 0);
             }
         }
+    }
+
+    fn hash_of(fields: &[(&str, Option<&str>)]) -> Value {
+        Value::Hash(Arc::new(Hash::fields(
+            fields.iter().map(|(f, v)| (key(f), v.map(key))),
+        )))
+    }
+
+    fn field(store: &mut Store, k: &str, f: &str, now: Instant) -> Option<Option<Bytes>> {
+        match store.get(k.as_bytes(), now)? {
+            Value::Hash(hash) => hash.field(f.as_bytes()),
+            other => panic!("not a hash: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_hashs_fields_read_apart_are_kept_together_until_the_key_changes() {
+        let big = Bounds {
+            max_entry_bytes: 4096,
+            max_bytes: 16 * 4096,
+            ..bounds()
+        };
+        let now = Instant::now();
+        let mut store = Store::new(big);
+        let ticket = store.begin(&key("h"), now);
+        store.complete(
+            &key("h"),
+            ticket,
+            Some(hash_of(&[("a", Some("1")), ("b", None)])),
+            now,
+        );
+        let ticket = store.begin(&key("h"), now);
+        store.complete(&key("h"), ticket, Some(hash_of(&[("c", Some("3"))])), now);
+        assert_eq!(field(&mut store, "h", "a", now), Some(Some(key("1"))));
+        assert_eq!(field(&mut store, "h", "b", now), Some(None), "known absent");
+        assert_eq!(field(&mut store, "h", "c", now), Some(Some(key("3"))));
+        assert_eq!(
+            field(&mut store, "h", "d", now),
+            None,
+            "never read: not known"
+        );
+        // An invalidation between the two reads drops what the first knew.
+        store.invalidate(b"h");
+        let ticket = store.begin(&key("h"), now);
+        store.complete(&key("h"), ticket, Some(hash_of(&[("c", Some("4"))])), now);
+        assert_eq!(field(&mut store, "h", "a", now), None);
+        assert_eq!(field(&mut store, "h", "c", now), Some(Some(key("4"))));
+        // The whole hash knows every field, in Redis's order, and absent ones too.
+        let whole = Value::Hash(Arc::new(Hash::whole(vec![
+            (key("z"), key("26")),
+            (key("c"), key("4")),
+        ])));
+        let ticket = store.begin(&key("h"), now);
+        store.complete(&key("h"), ticket, Some(whole), now);
+        assert_eq!(field(&mut store, "h", "d", now), Some(None));
+        let Some(Value::Hash(hash)) = store.get(b"h", now) else {
+            panic!("the hash is kept");
+        };
+        assert_eq!(
+            hash.all(),
+            Some(vec![(key("z"), key("26")), (key("c"), key("4"))])
+        );
+        // A later partial read adds nothing to the whole hash.
+        let ticket = store.begin(&key("h"), now);
+        store.complete(&key("h"), ticket, Some(hash_of(&[("c", Some("4"))])), now);
+        assert!(matches!(store.get(b"h", now), Some(Value::Hash(hash)) if hash.all().is_some()));
+    }
+
+    #[test]
+    fn merged_fields_are_as_old_as_the_oldest_read() {
+        let big = Bounds {
+            max_entry_bytes: 4096,
+            max_bytes: 16 * 4096,
+            max_staleness: Duration::from_secs(10),
+        };
+        let start = Instant::now();
+        let mut store = Store::new(big);
+        let ticket = store.begin(&key("h"), start);
+        store.complete(&key("h"), ticket, Some(hash_of(&[("a", Some("1"))])), start);
+        let later = start + Duration::from_secs(8);
+        let ticket = store.begin(&key("h"), later);
+        store.complete(&key("h"), ticket, Some(hash_of(&[("b", Some("2"))])), later);
+        assert_eq!(field(&mut store, "h", "b", later), Some(Some(key("2"))));
+        // Past max_staleness from the first read, the merged entry goes whole.
+        assert_eq!(store.get(b"h", start + Duration::from_secs(11)), None);
     }
 }

@@ -18,7 +18,9 @@ use tokio_util::sync::CancellationToken;
 use tollgate_model::Protocol;
 use tollgate_resp::{Frame, Limits, ProtocolError};
 
-use super::{Cache, Cause, Fetched, Fill, FillLost, Ticket, Value};
+use std::sync::Arc;
+
+use super::{Cache, Cause, Fetched, Fill, FillLost, Hash, Read, Ticket, Value};
 use crate::conn::{hello, Conn, ConnError};
 use crate::connector::{Connector, DialError};
 
@@ -192,7 +194,7 @@ async fn serve(
                     // Every fill queued meanwhile goes out in the same write.
                     let mut next = Some(fill);
                     while let Some(fill) = next {
-                        tollgate_resp::encode_command(&[b"GET".as_slice(), &fill.key], &mut out);
+                        encode_read(&fill.key, &fill.read, &mut out);
                         tollgate_resp::encode_command(&[b"PTTL".as_slice(), &fill.key], &mut out);
                         waiting.push_back(Waiting::new(fill));
                         next = queue.try_recv().ok();
@@ -225,6 +227,7 @@ async fn serve(
 /// A fill on the wire: `GET key` then `PTTL key`, answered in that order.
 struct Waiting {
     key: Bytes,
+    read: Read,
     ticket: Ticket,
     /// Taken when `GET`'s reply is passed on (the session need not wait for `PTTL`'s).
     reply: Option<oneshot::Sender<Result<Fetched, FillLost>>>,
@@ -246,6 +249,7 @@ impl Waiting {
     fn new(fill: Fill) -> Self {
         Waiting {
             key: fill.key,
+            read: fill.read,
             ticket: fill.ticket,
             reply: Some(fill.reply),
             got: None,
@@ -263,7 +267,7 @@ fn take(cache: &Cache, frame: Frame, waiting: &mut VecDeque<Waiting>) -> Result<
     }
     let oldest = waiting.front_mut().ok_or(Lost::OutOfStep)?;
     let Some(got) = oldest.got.take() else {
-        let (fetched, kept) = fetched(frame);
+        let (fetched, kept) = fetched(frame, &oldest.read);
         oldest.got = Some(kept);
         if let Some(reply) = oldest.reply.take() {
             // A session that stopped waiting (its deadline passed) no longer listens.
@@ -278,23 +282,68 @@ fn take(cache: &Cache, frame: Frame, waiting: &mut VecDeque<Waiting>) -> Result<
         (Some(value), Frame::Integer(ms)) if ms >= 0 => {
             (Some(value), Some(Duration::from_millis(ms.unsigned_abs())))
         }
-        // -2: the key is gone (a missing value stays missing: kept); an error (a user without
-        // PTTL): nothing is known of its expiry, so it is not kept.
+        // -2: the key is gone (a missing value stays missing: kept, as does a hash read with no
+        // field present, which is what a missing key answers); an error (a user without PTTL):
+        // nothing is known of its expiry, so it is not kept.
         (Some(Value::Missing), Frame::Integer(-2)) => (Some(Value::Missing), None),
+        (Some(Value::Hash(hash)), Frame::Integer(-2)) if hash.is_empty() => {
+            (Some(Value::Missing), None)
+        }
         _ => (None, None),
     };
     cache.complete(&done.key, done.ticket, kept, expires_in);
     Ok(())
 }
 
-/// `GET`'s reply as the session gets it, and what of it may be kept.
-fn fetched(frame: Frame) -> (Fetched, Option<Value>) {
-    let fetched = match frame {
-        Frame::Bulk(bytes) => Fetched::Value(Value::String(bytes)),
-        Frame::Null | Frame::Null3 => Fetched::Value(Value::Missing),
-        Frame::Error(text) | Frame::BulkError(text) => Fetched::Refused(error_line(&text)),
-        other => Fetched::Refused(error_line(
-            format!("ERR tollgate: unexpected reply to GET from redis: {other:?}").as_bytes(),
+/// The fill's read of `key`: `GET`, `HMGET` or `HGETALL`.
+fn encode_read(key: &Bytes, read: &Read, out: &mut BytesMut) {
+    match read {
+        Read::Get => tollgate_resp::encode_command(&[b"GET".as_slice(), key], out),
+        Read::Fields(fields) => {
+            let mut argv: Vec<&[u8]> = vec![b"HMGET", key];
+            argv.extend(fields.iter().map(|field| field.as_ref()));
+            tollgate_resp::encode_command(&argv, out);
+        }
+        Read::Hash => tollgate_resp::encode_command(&[b"HGETALL".as_slice(), key], out),
+    }
+}
+
+/// A read's reply as the session gets it, and what of it may be kept.
+fn fetched(frame: Frame, read: &Read) -> (Fetched, Option<Value>) {
+    let fetched = match (frame, read) {
+        (Frame::Error(text) | Frame::BulkError(text), _) => Fetched::Refused(error_line(&text)),
+        (Frame::Bulk(bytes), Read::Get) => Fetched::Value(Value::String(bytes)),
+        (Frame::Null | Frame::Null3, Read::Get) => Fetched::Value(Value::Missing),
+        (Frame::Array(values), Read::Fields(fields)) if values.len() == fields.len() => {
+            match fields
+                .iter()
+                .zip(values)
+                .map(|(field, value)| match value {
+                    Frame::Bulk(bytes) => Some((field.clone(), Some(bytes))),
+                    Frame::Null | Frame::Null3 => Some((field.clone(), None)),
+                    _ => None,
+                })
+                .collect::<Option<Vec<_>>>()
+            {
+                Some(answers) => Fetched::Value(Value::Hash(Arc::new(Hash::fields(answers)))),
+                None => unexpected("HMGET"),
+            }
+        }
+        (Frame::Map(pairs), Read::Hash) => {
+            match pairs
+                .into_iter()
+                .map(|(field, value)| match (field, value) {
+                    (Frame::Bulk(field), Frame::Bulk(value)) => Some((field, value)),
+                    _ => None,
+                })
+                .collect::<Option<Vec<_>>>()
+            {
+                Some(pairs) => Fetched::Value(Value::Hash(Arc::new(Hash::whole(pairs)))),
+                None => unexpected("HGETALL"),
+            }
+        }
+        (other, read) => Fetched::Refused(error_line(
+            format!("ERR tollgate: unexpected reply to {read:?} from redis: {other:?}").as_bytes(),
         )),
     };
     let kept = match &fetched {
@@ -302,6 +351,12 @@ fn fetched(frame: Frame) -> (Fetched, Option<Value>) {
         Fetched::Refused(_) => None,
     };
     (fetched, kept)
+}
+
+fn unexpected(command: &str) -> Fetched {
+    Fetched::Refused(error_line(
+        format!("ERR tollgate: unexpected reply to {command} from redis").as_bytes(),
+    ))
 }
 
 /// `invalidate` pushes: `[invalidate, [key …]]`, or `[invalidate, null]` when Redis flushed its
@@ -348,5 +403,44 @@ mod tests {
             error_line(b"WRONGTYPE Operation against a key holding the wrong kind of value"),
             &b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"[..]
         );
+    }
+
+    fn bulk(text: &str) -> Frame {
+        Frame::Bulk(Bytes::copy_from_slice(text.as_bytes()))
+    }
+
+    #[test]
+    fn hash_reads_are_kept_as_the_fields_they_answered() {
+        let fields = Read::Fields(vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")]);
+        let (got, kept) = fetched(Frame::Array(vec![bulk("1"), Frame::Null3]), &fields);
+        let Fetched::Value(Value::Hash(hash)) = got else {
+            panic!("HMGET's reply is a hash's fields");
+        };
+        assert_eq!(hash.field(b"a"), Some(Some(Bytes::from_static(b"1"))));
+        assert_eq!(hash.field(b"b"), Some(None));
+        assert_eq!(hash.field(b"c"), None);
+        assert!(kept.is_some());
+        // A reply of the wrong shape is refused, never kept.
+        let (got, kept) = fetched(Frame::Array(vec![bulk("1")]), &fields);
+        assert!(matches!(got, Fetched::Refused(_)) && kept.is_none());
+
+        let (got, _) = fetched(
+            Frame::Map(vec![(bulk("z"), bulk("26")), (bulk("a"), bulk("1"))]),
+            &Read::Hash,
+        );
+        let Fetched::Value(Value::Hash(hash)) = got else {
+            panic!("HGETALL's reply is the whole hash");
+        };
+        assert_eq!(
+            hash.all(),
+            Some(vec![
+                (Bytes::from_static(b"z"), Bytes::from_static(b"26")),
+                (Bytes::from_static(b"a"), Bytes::from_static(b"1"))
+            ])
+        );
+        let wrong = Frame::Error(Bytes::from_static(b"WRONGTYPE Operation against a key"));
+        let (got, kept) = fetched(wrong, &Read::Hash);
+        assert!(matches!(got, Fetched::Refused(line) if line.starts_with(b"-WRONGTYPE")));
+        assert!(kept.is_none());
     }
 }

@@ -4,7 +4,9 @@
 //! its policy refuses.
 //!
 //! Served: `GET` of a key matching `cache.keys`, and `MGET` whose keys all match (key by key);
-//! `STRLEN` and `EXISTS` from the entries `GET`s filled, when all are there (they fill nothing). A
+//! `HGET`, `HMGET` and `HGETALL` of such a key (a miss reads the fields asked for, or the whole
+//! hash, and they join the fields already kept); `STRLEN` and `EXISTS` from the entries `GET`s
+//! filled, when all are there (they fill nothing). A
 //! hit is answered only while nothing of the session is in flight, and a miss is read through the
 //! cache's tracking connection only then (and holds the session's later commands back until it is
 //! answered, as an exclusive borrow does), so that no cached read overtakes, or is overtaken by,
@@ -19,7 +21,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use tollgate_lanes::cache::{self, Cache, Cause, Fetched, Value};
+use tollgate_lanes::cache::{self, Cache, Cause, Fetched, Read, Value};
 use tollgate_lanes::{Lanes, Route};
 use tollgate_model::{Multiplexed, Protocol};
 use tollgate_policy::{glob, Descriptor};
@@ -69,6 +71,13 @@ impl Cacheable {
             {
                 Some(CachedRead::Exists(keys.iter().map(copy).collect()))
             }
+            ("HGET", [_, key, field]) if self.matches(key) => {
+                Some(CachedRead::HGet(copy(key), copy(field)))
+            }
+            ("HMGET", [_, key, fields @ ..]) if !fields.is_empty() && self.matches(key) => Some(
+                CachedRead::HMGet(copy(key), fields.iter().map(copy).collect()),
+            ),
+            ("HGETALL", [_, key]) if self.matches(key) => Some(CachedRead::HGetAll(copy(key))),
             _ => None,
         }
     }
@@ -165,7 +174,11 @@ impl NearCache {
     /// comes (see [`Cacheable::passed`]).
     pub fn forwarded(&self, read: &CachedRead) -> Amend {
         let keys = match read {
-            CachedRead::Get(key) | CachedRead::Strlen(key) => vec![key.clone()],
+            CachedRead::Get(key)
+            | CachedRead::Strlen(key)
+            | CachedRead::HGet(key, _)
+            | CachedRead::HMGet(key, _)
+            | CachedRead::HGetAll(key) => vec![key.clone()],
             CachedRead::MGet(keys) | CachedRead::Exists(keys) => keys.clone(),
         };
         self.passed(keys, Cause::Read, None)
@@ -201,11 +214,18 @@ impl NearCache {
             CachedRead::MGet(keys) => return self.serve_mget(keys, on, deadline),
             CachedRead::Strlen(key) => return self.answer_from(std::slice::from_ref(key), strlen),
             CachedRead::Exists(keys) => return self.answer_from(keys, exists),
+            CachedRead::HGet(..) | CachedRead::HMGet(..) | CachedRead::HGetAll(_) => {
+                return self.serve_hash(read, on, deadline);
+            }
         };
-        if let Some(value) = self.cache.hit(key) {
+        if let Some(value) = self.cache.answer(key, |value| match value {
+            // A hash's entry: Redis answers the GET (`WRONGTYPE`).
+            Value::Hash(_) => None,
+            value => Some(value.clone()),
+        }) {
             return Served::Hit(cache::encode_get(&value, on.protocol));
         }
-        let Some(fill) = self.cache.fill(key.clone()) else {
+        let Some(fill) = self.cache.fill(key.clone(), Read::Get) else {
             return Served::Forward;
         };
         Served::Filling(Pending::Exclusive(Box::pin(async move {
@@ -229,9 +249,9 @@ impl NearCache {
     /// A read answered from the entries `GET`s filled, when every one of `keys` has one; on a
     /// miss it goes to Redis as if uncached and fills nothing, so that a `STRLEN` never pulls a
     /// large value into the daemon to measure it.
-    fn answer_from(&self, keys: &[Bytes], reply: fn(&[Value]) -> Bytes) -> Served {
-        match self.cache.all_hit(keys) {
-            Some(values) => Served::Hit(reply(&values)),
+    fn answer_from(&self, keys: &[Bytes], reply: fn(&[Value]) -> Option<Bytes>) -> Served {
+        match self.cache.all_hit(keys).and_then(|values| reply(&values)) {
+            Some(reply) => Served::Hit(reply),
             None => Served::Forward,
         }
     }
@@ -240,7 +260,10 @@ impl NearCache {
     /// connection. Each value is one Redis held for its key, but not necessarily all at one moment
     /// (docs/cache.md).
     fn serve_mget(&self, keys: &[Bytes], on: Fallback, deadline: Option<Duration>) -> Served {
-        let hits = self.cache.hits(keys);
+        // A hash's entry is no value for MGET (Redis answers it null): read it from Redis.
+        let hits: Vec<Option<Value>> = (self.cache.hits(keys).into_iter())
+            .map(|hit| hit.filter(|value| !matches!(value, Value::Hash(_))))
+            .collect();
         if hits.iter().all(Option::is_some) {
             let values: Vec<Value> = hits.into_iter().flatten().collect();
             return Served::Hit(mget_reply(&values, on.protocol));
@@ -248,7 +271,7 @@ impl NearCache {
         let mut fills = Vec::new();
         for (key, hit) in keys.iter().zip(&hits) {
             if hit.is_none() {
-                match self.cache.fill(key.clone()) {
+                match self.cache.fill(key.clone(), Read::Get) {
                     Some(fill) => fills.push(fill),
                     // The fills queued already complete on their own.
                     None => return Served::Forward,
@@ -286,6 +309,89 @@ impl NearCache {
     }
 }
 
+impl NearCache {
+    /// `HGET`, `HMGET`, `HGETALL`: answered from the key's entry when it knows what is asked (a
+    /// missing key answers everything); otherwise the fields asked for (or the whole hash) are
+    /// read on the tracking connection, answered from that reply, and kept with what the entry
+    /// knew. A key of another type is Redis's to answer (`WRONGTYPE`).
+    fn serve_hash(&self, read: &CachedRead, on: Fallback, deadline: Option<Duration>) -> Served {
+        let protocol = on.protocol;
+        let (key, fill) = match read {
+            CachedRead::HGet(key, field) => (key, Read::Fields(vec![field.clone()])),
+            CachedRead::HMGet(key, fields) => (key, Read::Fields(fields.clone())),
+            CachedRead::HGetAll(key) => (key, Read::Hash),
+            _ => return Served::Forward,
+        };
+        let read = read.clone();
+        match self
+            .cache
+            .answer(key, |value| hash_reply(&read, value, protocol))
+        {
+            Some(Ok(reply)) => return Served::Hit(reply),
+            Some(Err(())) => return Served::Forward,
+            None => {}
+        }
+        let Some(fill) = self.cache.fill(key.clone(), fill) else {
+            return Served::Forward;
+        };
+        Served::Filling(Pending::Exclusive(Box::pin(async move {
+            let fetched = match deadline {
+                Some(deadline) => match tokio::time::timeout(deadline, fill).await {
+                    Ok(fetched) => fetched,
+                    Err(_) => return no_reply_within(deadline),
+                },
+                None => fill.await,
+            };
+            match fetched {
+                Ok(Fetched::Value(value)) => match hash_reply(&read, &value, protocol) {
+                    Some(Ok(reply)) => reply,
+                    // The fill's reply answers what it read; anything else is not for here.
+                    _ => on.forward(deadline).await,
+                },
+                Ok(Fetched::Refused(line)) => line,
+                Err(_lost) => on.forward(deadline).await,
+            }
+        })))
+    }
+}
+
+/// The reply to a hash read from an entry: `None` when the entry does not know what is asked;
+/// `Err` when the key holds another type (Redis answers that).
+fn hash_reply(read: &CachedRead, value: &Value, protocol: Protocol) -> Option<Result<Bytes, ()>> {
+    let hash = match value {
+        Value::Hash(hash) => Some(hash),
+        Value::Missing => None,
+        Value::String(_) => return Some(Err(())),
+    };
+    let reply = match read {
+        CachedRead::HGet(_, field) => {
+            let value = match hash {
+                Some(hash) => hash.field(field)?,
+                None => None,
+            };
+            cache::encode_field(value, protocol)
+        }
+        CachedRead::HMGet(_, fields) => {
+            let mut out = bytes::BytesMut::new();
+            out.extend_from_slice(format!("*{}\r\n", fields.len()).as_bytes());
+            for field in fields {
+                let value = match hash {
+                    Some(hash) => hash.field(field)?,
+                    None => None,
+                };
+                out.extend_from_slice(&cache::encode_field(value, protocol));
+            }
+            out.freeze()
+        }
+        CachedRead::HGetAll(_) => match hash {
+            Some(hash) => cache::encode_hash(&hash.all()?, protocol),
+            None => cache::encode_hash(&[], protocol),
+        },
+        _ => return None,
+    };
+    Some(Ok(reply))
+}
+
 /// The reply of an `MGET` of these values, as Redis writes it in `protocol`.
 fn mget_reply(values: &[Value], protocol: Protocol) -> Bytes {
     let mut out = bytes::BytesMut::new();
@@ -296,24 +402,26 @@ fn mget_reply(values: &[Value], protocol: Protocol) -> Bytes {
     out.freeze()
 }
 
-/// `STRLEN`'s reply from its key's entry: a cached value's length, 0 for a key cached as missing.
-/// (A key of another type is never cached: `GET` answered it `WRONGTYPE`.)
-fn strlen(values: &[Value]) -> Bytes {
+/// `STRLEN`'s reply from its key's entry: a cached value's length, 0 for a key cached as missing;
+/// `None` for a hash (Redis answers `WRONGTYPE`).
+fn strlen(values: &[Value]) -> Option<Bytes> {
     let length = match values {
         [Value::String(value)] => value.len(),
-        _ => 0,
+        [Value::Missing] => 0,
+        _ => return None,
     };
-    Bytes::from(format!(":{length}\r\n"))
+    Some(Bytes::from(format!(":{length}\r\n")))
 }
 
-/// `EXISTS`'s reply from its keys' entries: how many hold a value, each key counted as often as
-/// it is named, as Redis counts it.
-fn exists(values: &[Value]) -> Bytes {
+/// `EXISTS`'s reply from its keys' entries: how many hold a value (a string, or a hash: a hash's
+/// entry is kept only while its key exists), each key counted as often as it is named, as Redis
+/// counts it.
+fn exists(values: &[Value]) -> Option<Bytes> {
     let count = values
         .iter()
-        .filter(|value| matches!(value, Value::String(_)))
+        .filter(|value| !matches!(value, Value::Missing))
         .count();
-    Bytes::from(format!(":{count}\r\n"))
+    Some(Bytes::from(format!(":{count}\r\n")))
 }
 
 fn no_reply_within(deadline: Duration) -> Bytes {
@@ -465,12 +573,89 @@ mod tests {
     fn strlen_and_exists_are_answered_from_entries_as_redis_answers_them() {
         let hello = Value::String(Bytes::from_static(b"hello"));
         let empty = Value::String(Bytes::new());
-        assert_eq!(strlen(std::slice::from_ref(&hello)), &b":5\r\n"[..]);
-        assert_eq!(strlen(&[Value::Missing]), &b":0\r\n"[..]);
-        // An empty string exists; a missing key does not; a key named twice counts twice.
-        assert_eq!(exists(&[empty, Value::Missing]), &b":1\r\n"[..]);
-        assert_eq!(exists(&[hello.clone(), hello]), &b":2\r\n"[..]);
-        assert_eq!(exists(&[Value::Missing]), &b":0\r\n"[..]);
+        let hash = Value::Hash(std::sync::Arc::new(cache::Hash::fields([(
+            Bytes::from_static(b"f"),
+            None,
+        )])));
+        let answer = |reply: Option<Bytes>| reply.expect("answered from the entries");
+        assert_eq!(answer(strlen(std::slice::from_ref(&hello))), &b":5\r\n"[..]);
+        assert_eq!(answer(strlen(&[Value::Missing])), &b":0\r\n"[..]);
+        // A hash's STRLEN is Redis's to refuse.
+        assert_eq!(strlen(std::slice::from_ref(&hash)), None);
+        // An empty string exists, and so does a hash whatever fields were read; a missing key
+        // does not; a key named twice counts twice.
+        assert_eq!(answer(exists(&[empty, Value::Missing])), &b":1\r\n"[..]);
+        assert_eq!(answer(exists(&[hello.clone(), hello])), &b":2\r\n"[..]);
+        assert_eq!(answer(exists(&[hash])), &b":1\r\n"[..]);
+        assert_eq!(answer(exists(&[Value::Missing])), &b":0\r\n"[..]);
+    }
+
+    #[test]
+    fn hash_reads_are_cacheable_and_answered_from_what_the_entry_knows() {
+        let keys = cacheable();
+        let read = |words: &[&str]| {
+            let argv: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+            keys.read(words[0], &argv)
+        };
+        let b = |text: &str| Bytes::copy_from_slice(text.as_bytes());
+        assert_eq!(
+            read(&["HGET", "user:1", "name"]),
+            Some(CachedRead::HGet(b("user:1"), b("name")))
+        );
+        assert_eq!(
+            read(&["HMGET", "user:1", "a", "b"]),
+            Some(CachedRead::HMGet(b("user:1"), vec![b("a"), b("b")]))
+        );
+        assert_eq!(read(&["HMGET", "user:1"]), None);
+        assert_eq!(
+            read(&["HGETALL", "user:1"]),
+            Some(CachedRead::HGetAll(b("user:1")))
+        );
+        assert_eq!(read(&["HGETALL", "session:1"]), None);
+
+        let partial = Value::Hash(std::sync::Arc::new(cache::Hash::fields([
+            (b("a"), Some(b("1"))),
+            (b("b"), None),
+        ])));
+        let hget = |field: &str| CachedRead::HGet(b("user:1"), b(field));
+        let resp2 = Protocol::Resp2;
+        assert_eq!(
+            hash_reply(&hget("a"), &partial, resp2),
+            Some(Ok(b("$1\r\n1\r\n")))
+        );
+        assert_eq!(
+            hash_reply(&hget("b"), &partial, resp2),
+            Some(Ok(b("$-1\r\n")))
+        );
+        assert_eq!(
+            hash_reply(&hget("c"), &partial, resp2),
+            None,
+            "not known: a miss"
+        );
+        let hmget = CachedRead::HMGet(b("user:1"), vec![b("b"), b("a")]);
+        assert_eq!(
+            hash_reply(&hmget, &partial, Protocol::Resp3),
+            Some(Ok(b("*2\r\n_\r\n$1\r\n1\r\n")))
+        );
+        let all = CachedRead::HGetAll(b("user:1"));
+        assert_eq!(
+            hash_reply(&all, &partial, resp2),
+            None,
+            "only some fields known"
+        );
+        // A missing key answers every hash read; a string is Redis's to refuse.
+        assert_eq!(
+            hash_reply(&all, &Value::Missing, resp2),
+            Some(Ok(b("*0\r\n")))
+        );
+        assert_eq!(
+            hash_reply(&hget("a"), &Value::Missing, resp2),
+            Some(Ok(b("$-1\r\n")))
+        );
+        assert_eq!(
+            hash_reply(&hget("a"), &Value::String(b("x")), resp2),
+            Some(Err(()))
+        );
     }
 
     #[test]

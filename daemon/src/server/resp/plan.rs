@@ -91,6 +91,12 @@ pub enum CachedRead {
     Strlen(Bytes),
     /// `EXISTS key …`, every key cacheable: answered when every key has an entry.
     Exists(Vec<Bytes>),
+    /// `HGET key field`.
+    HGet(Bytes, Bytes),
+    /// `HMGET key field …`.
+    HMGet(Bytes, Vec<Bytes>),
+    /// `HGETALL key`.
+    HGetAll(Bytes),
 }
 
 /// Which connection a forwarded command is sent on.
