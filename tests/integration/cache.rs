@@ -130,14 +130,19 @@ async fn until_metric(daemon: &TestDaemon, name: &str, ok: impl Fn(f64) -> bool)
 
 /// Reads `key` until a read is a hit (the tracking connection opens in the background).
 async fn until_hit(daemon: &TestDaemon, client: &mut RawClient, key: &str, want: &Frame) {
+    until_read_hits(daemon, client, &["GET", key], want).await;
+}
+
+/// Sends the read `argv`, answered `want` each time, until one is a hit.
+async fn until_read_hits(daemon: &TestDaemon, client: &mut RawClient, argv: &[&str], want: &Frame) {
     let deadline = Instant::now() + PATIENCE;
     loop {
         let hits = metric(daemon, "tollgate_cache_hits_total").await;
-        assert_eq!(&client.call(&["GET", key]).await, want);
+        assert_eq!(&client.call(argv).await, want);
         if metric(daemon, "tollgate_cache_hits_total").await > hits {
             return;
         }
-        assert!(Instant::now() < deadline, "GET {key} never hit the cache");
+        assert!(Instant::now() < deadline, "{argv:?} never hit the cache");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -325,17 +330,7 @@ async fn hash_reads_are_answered_from_the_fields_kept() {
     let mut direct = RawClient::to_redis(redis.socket()).await;
     let mut client = RawClient::connect(&daemon.resp_socket()).await;
     direct.call(&["HSET", "user:h", "a", "1", "b", "2"]).await;
-    // The tracking connection opens in the background: read until a read is a hit.
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let hits = metric(&daemon, "tollgate_cache_hits_total").await;
-        assert_eq!(client.call(&["HGET", "user:h", "a"]).await, bulk("1"));
-        if metric(&daemon, "tollgate_cache_hits_total").await > hits {
-            break;
-        }
-        assert!(Instant::now() < deadline, "HGET never hit the cache");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_read_hits(&daemon, &mut client, &["HGET", "user:h", "a"], &bulk("1")).await;
     let hmgets = redis_calls(&mut direct, "hmget").await;
     // `b` and `zz` are not known yet: one HMGET of the fields asked, then all are hits.
     let asked = ["HMGET", "user:h", "a", "b", "zz"];

@@ -21,6 +21,15 @@ const MARGIN: Duration = Duration::from_millis(200);
 /// How long the runaway scripts would run unstopped.
 const RUNAWAY: &str = "7";
 
+/// The next reply on `client`, within 10 s; `what` names it if none comes.
+async fn answered(client: &mut RawClient, what: &str) -> Frame {
+    client
+        .read_within(Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|()| panic!("{what}: no reply within 10 s"))
+        .unwrap_or_else(|| panic!("{what}: the connection closed"))
+}
+
 /// A busy loop of `seconds` seconds that writes nothing (`TIME` is read-only).
 fn spin(seconds: &str) -> String {
     format!(
@@ -80,11 +89,7 @@ async fn stopped_in_time(daemon: &TestDaemon, runaway: &[&str], kill: &str) {
         .expect("the GET is answered")
         .expect("its connection stays open");
     let got_at = start.elapsed();
-    let stopped = script_client
-        .read_within(Duration::from_secs(10))
-        .await
-        .expect("the script is answered")
-        .expect("its connection stays open");
+    let stopped = answered(&mut script_client, "the script is answered").await;
     let stopped_at = start.elapsed();
     eprintln!(
         "{kill}: GET answered {got_at:?} after the script started ({got:?}); \
@@ -167,17 +172,9 @@ async fn a_function_the_daemon_did_not_send_is_not_stopped() {
     foreign.send(&["FCALL", "spin", "0", "1.5"]).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     client.send(&["FCALL", "spin", "0", RUNAWAY]).await;
-    let refused = client
-        .read_within(Duration::from_secs(10))
-        .await
-        .expect("the daemon's function is answered")
-        .expect("its connection stays open");
+    let refused = answered(&mut client, "the daemon's function is answered").await;
     let refused_at = start.elapsed();
-    let finished = foreign
-        .read_within(Duration::from_secs(10))
-        .await
-        .expect("the foreign function is answered")
-        .expect("its connection stays open");
+    let finished = answered(&mut foreign, "the foreign function is answered").await;
     let finished_at = start.elapsed();
     eprintln!(
         "the daemon's: {refused:?} after {refused_at:?}; foreign: {finished:?} after {finished_at:?}"
@@ -222,16 +219,8 @@ async fn a_script_that_has_written_is_not_stopped_and_its_client_is_told_why() {
     writer.send(&["EVAL", &body, "1", "w"]).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     other.send(&["GET", "k"]).await;
-    let busy = other
-        .read_within(Duration::from_secs(10))
-        .await
-        .expect("the GET is answered")
-        .expect("its connection stays open");
-    let ended = writer
-        .read_within(Duration::from_secs(10))
-        .await
-        .expect("the script is answered")
-        .expect("its connection stays open");
+    let busy = answered(&mut other, "the GET is answered").await;
+    let ended = answered(&mut writer, "the script is answered").await;
     let ended_at = start.elapsed();
     eprintln!(
         "UNKILLABLE: other client's GET {busy:?}; the script's reply after {ended_at:?}: {ended:?}"
@@ -420,17 +409,9 @@ async fn a_lowered_threshold_answers_no_one_busy_while_a_longer_allowed_script_r
     // Past the lowered threshold, before the script's end.
     tokio::time::sleep(Duration::from_millis(450)).await;
     other.send(&["GET", "k"]).await;
-    let got = other
-        .read_within(Duration::from_secs(10))
-        .await
-        .expect("the GET is answered")
-        .expect("its connection stays open");
+    let got = answered(&mut other, "the GET is answered").await;
     let got_at = start.elapsed();
-    let ended = scripted
-        .read_within(Duration::from_secs(10))
-        .await
-        .expect("the script is answered")
-        .expect("its connection stays open");
+    let ended = answered(&mut scripted, "the script is answered").await;
     eprintln!("GET {got:?} after {got_at:?}; script {ended:?}");
     assert_eq!(text(&got), "v", "{got:?}");
     assert_eq!(ended, Frame::Integer(1), "the script ran to its end");

@@ -225,19 +225,36 @@ impl NearCache {
         }) {
             return Served::Hit(cache::encode_get(&value, on.protocol));
         }
-        let Some(fill) = self.cache.fill(key.clone(), Read::Get) else {
+        let protocol = on.protocol;
+        self.filled(key, Read::Get, on, deadline, move |value| {
+            Some(cache::encode_get(value, protocol))
+        })
+    }
+
+    /// A miss: `key` read (`read`) on the tracking connection, the client answered with what
+    /// `answer` makes of the reply (`None`: sent on REGULAR as if uncached), Redis's error passed
+    /// on; should the connection be lost first, the command goes on REGULAR after all.
+    fn filled(
+        &self,
+        key: &Bytes,
+        read: Read,
+        on: Fallback,
+        deadline: Option<Duration>,
+        answer: impl FnOnce(&Value) -> Option<Bytes> + Send + 'static,
+    ) -> Served {
+        let Some(fill) = self.cache.fill(key.clone(), read) else {
             return Served::Forward;
         };
         Served::Filling(Pending::Exclusive(Box::pin(async move {
-            let fetched = match deadline {
-                Some(deadline) => match tokio::time::timeout(deadline, fill).await {
-                    Ok(fetched) => fetched,
-                    Err(_) => return no_reply_within(deadline),
-                },
-                None => fill.await,
+            let fetched = match within(fill, deadline).await {
+                Ok(fetched) => fetched,
+                Err(late) => return late,
             };
             match fetched {
-                Ok(Fetched::Value(value)) => cache::encode_get(&value, on.protocol),
+                Ok(Fetched::Value(value)) => match answer(&value) {
+                    Some(reply) => reply,
+                    None => on.forward(deadline).await,
+                },
                 Ok(Fetched::Refused(line)) => line,
                 Err(_lost) => on.forward(deadline).await,
             }
@@ -280,12 +297,9 @@ impl NearCache {
         }
         Served::Filling(Pending::Exclusive(Box::pin(async move {
             let filled = futures::future::join_all(fills);
-            let filled = match deadline {
-                Some(deadline) => match tokio::time::timeout(deadline, filled).await {
-                    Ok(filled) => filled,
-                    Err(_) => return no_reply_within(deadline),
-                },
-                None => filled.await,
+            let filled = match within(filled, deadline).await {
+                Ok(filled) => filled,
+                Err(late) => return late,
             };
             let mut filled = filled.into_iter();
             let mut values = Vec::with_capacity(hits.len());
@@ -331,27 +345,10 @@ impl NearCache {
             Some(Err(())) => return Served::Forward,
             None => {}
         }
-        let Some(fill) = self.cache.fill(key.clone(), fill) else {
-            return Served::Forward;
-        };
-        Served::Filling(Pending::Exclusive(Box::pin(async move {
-            let fetched = match deadline {
-                Some(deadline) => match tokio::time::timeout(deadline, fill).await {
-                    Ok(fetched) => fetched,
-                    Err(_) => return no_reply_within(deadline),
-                },
-                None => fill.await,
-            };
-            match fetched {
-                Ok(Fetched::Value(value)) => match hash_reply(&read, &value, protocol) {
-                    Some(Ok(reply)) => reply,
-                    // The fill's reply answers what it read; anything else is not for here.
-                    _ => on.forward(deadline).await,
-                },
-                Ok(Fetched::Refused(line)) => line,
-                Err(_lost) => on.forward(deadline).await,
-            }
-        })))
+        // The fill's reply answers what it read; anything else is not for here.
+        self.filled(key, fill, on, deadline, move |value| {
+            hash_reply(&read, value, protocol).and_then(Result::ok)
+        })
     }
 }
 
@@ -422,6 +419,19 @@ fn exists(values: &[Value]) -> Option<Bytes> {
         .filter(|value| !matches!(value, Value::Missing))
         .count();
     Some(Bytes::from(format!(":{count}\r\n")))
+}
+
+/// `work`'s outcome, or the error its client gets when `deadline` passes first.
+async fn within<T>(
+    work: impl std::future::Future<Output = T>,
+    deadline: Option<Duration>,
+) -> Result<T, Bytes> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout(deadline, work)
+            .await
+            .map_err(|_| no_reply_within(deadline)),
+        None => Ok(work.await),
+    }
 }
 
 fn no_reply_within(deadline: Duration) -> Bytes {
