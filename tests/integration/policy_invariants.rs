@@ -1,6 +1,6 @@
 //! Invariants in the policy file, proven over every request class: each policy under policies/
-//! states some and they hold; hand-written bad changes (a glob widened into another tenant's keys,
-//! a principal added to an ops rule, a deny rule removed) each break a named one, at its own
+//! states some and they hold; hand-written bad changes (a glob widened into another tenant's keys
+//! or channels, a principal added to an ops rule, a deny rule removed) each break a named one, at its own
 //! line:column, with a witness that `tollgate policy explain` confirms and `tollgate policy check`
 //! exits 2 on; a reload that would break one is refused and the old generation keeps deciding,
 //! in the library and in the daemon over its RESP socket.
@@ -106,6 +106,13 @@ fn bad_changes_break_a_named_invariant_with_a_witness_explain_confirms() {
             change: |t| t.replacen("principals: [ops]", "principals: [ops, app]", 1),
             invariant: "app-never-on-admin-lane",
             rule: "ops-diagnostics",
+        },
+        Case {
+            what: "a tenant's channel glob widened to every channel",
+            policy: "policies/examples/tenants.yaml",
+            change: |t| t.replacen(r#"channels: ["acme:*"]"#, r#"channels: ["*"]"#, 1),
+            invariant: "acme-stays-off-globex-channels",
+            rule: "acme-channels",
         },
         Case {
             what: "a deny rule removed",
@@ -247,6 +254,14 @@ fn a_malformed_invariant_is_a_compile_error_at_its_position() {
         (
             "  - id: i\n    never: { commands: [GET] }\n  - id: i\n    never: { commands: [SET] }\n",
             "bad.yaml:10:9: error: invariant id `i` is used twice",
+        ),
+        (
+            "  - id: i\n    never: { leases: [\"a:*\"], channels: [\"b\"] }\n",
+            "bad.yaml:9:41: error: invariant `i`: `channels` apply to commands, not leases",
+        ),
+        (
+            "  - id: i\n    never: { commands: [PUBLISH], channels: [] }\n",
+            "bad.yaml:9:45: error: `channels` is empty: invariant `i` would never match",
         ),
     ];
     for (invariants, expected) in cases {

@@ -472,6 +472,7 @@ impl<'a> Checker<'a> {
             &selector.lanes,
             &selector.leases,
         )?;
+        let target = self.with_channels(&here, &what, selector.channels.as_ref(), target);
         let (line, column) = self.spans.at(&at);
         Some(Invariant {
             id: source.id.clone(),
@@ -502,21 +503,34 @@ impl<'a> Checker<'a> {
         action: Action,
         target: Target,
     ) -> Target {
-        let Some(globs) = &source.channels else {
-            if action == Action::Allow && source.keys.is_some() {
-                if let Some((index, entry)) = named_channel_command(source) {
-                    self.error(
-                        &format!("{at}.commands.{index}"),
-                        format!(
-                            "rule `{}`: `{entry}` reaches commands that name channels (PUBLISH, \
-                             SUBSCRIBE, PSUBSCRIBE), which `keys:` does not confine: the rule \
-                             would never allow them; give the rule `channels:` globs (e.g. the \
-                             keys' own prefixes), or leave `{entry}` out",
-                            source.id
-                        ),
-                    );
-                }
-            }
+        let unconfined =
+            source.channels.is_none() && action == Action::Allow && source.keys.is_some();
+        if let Some((index, entry)) = named_channel_command(source).filter(|_| unconfined) {
+            self.error(
+                &format!("{at}.commands.{index}"),
+                format!(
+                    "rule `{}`: `{entry}` reaches commands that name channels (PUBLISH, \
+                     SUBSCRIBE, PSUBSCRIBE), which `keys:` does not confine: the rule would \
+                     never allow them; give the rule `channels:` globs (e.g. the keys' own \
+                     prefixes), or leave `{entry}` out",
+                    source.id
+                ),
+            );
+        }
+        let what = format!("rule `{}`", source.id);
+        self.with_channels(at, &what, source.channels.as_ref(), target)
+    }
+
+    /// `target` confined to the channel globs at `{at}.channels` (`what` names the rule or the
+    /// invariant in messages): checked, and only on commands.
+    fn with_channels(
+        &mut self,
+        at: &str,
+        what: &str,
+        globs: Option<&Vec<String>>,
+        target: Target,
+    ) -> Target {
+        let Some(globs) = globs else {
             return target;
         };
         let mut target = target;
@@ -525,8 +539,9 @@ impl<'a> Checker<'a> {
                 if globs.is_empty() {
                     self.error(
                         &format!("{at}.channels"),
-                        "`channels` is empty: the rule would never match a command with channels"
-                            .into(),
+                        format!(
+                            "`channels` is empty: {what} would never match a command with channels"
+                        ),
                     );
                 }
                 self.globs(&format!("{at}.channels"), globs);
@@ -534,10 +549,7 @@ impl<'a> Checker<'a> {
             }
             Target::Leases { .. } => self.error(
                 &format!("{at}.channels"),
-                format!(
-                    "rule `{}`: `channels` apply to commands, not leases",
-                    source.id
-                ),
+                format!("{what}: `channels` apply to commands, not leases"),
             ),
         }
         target

@@ -57,14 +57,17 @@ pub struct InvariantSource {
 }
 
 /// The requests an invariant speaks of, written as a rule's target is (`principals`, then
-/// `commands` with optional `keys` and `lanes`, or `leases`). Keys read as a rule's do: under
-/// `never`, a request with any key in the globs; under `always`, one whose every key is.
+/// `commands` with optional `keys`, `channels` and `lanes`, or `leases`). Keys and channels read
+/// as a rule's do: under `never`, a request with any in the globs; under `always`, one whose
+/// every one is.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SelectorSource {
     pub principals: Option<Vec<String>>,
     pub commands: Option<Vec<String>>,
     pub keys: Option<Vec<String>>,
+    /// Channel globs for the pub/sub commands that name channels, as a rule's `channels:`.
+    pub channels: Option<Vec<String>>,
     pub lanes: Option<Vec<String>>,
     pub leases: Option<Vec<String>>,
 }
