@@ -11,39 +11,51 @@
 //! delay-relay --listen <unix socket> --upstream <unix socket> --delay-us <N> [--spin-us <S>]
 //! ```
 //!
-//! Each accepted connection gets a connection of its own to `--upstream`. Each direction is a
-//! reader thread and a writer thread: the reader stamps every chunk with the instant it was read
-//! and queues it; the writer sleeps until that instant plus N µs and writes it. So N is a one-way
-//! delay (N = 250 adds 0.5 ms to a round trip, as netem's 0.5 ms on one side of a veth pair does),
-//! byte order is kept, and a pipeline is delayed, not serialised: chunk k is written at
-//! read_time(k) + N, whatever came before it. Nothing limits throughput (the queue is unbounded;
-//! what it holds is what arrived in the last N µs).
+//! Each accepted connection gets a connection of its own to `--upstream`, and bytes are forwarded
+//! both ways, each chunk written N µs after it was read: N is a one-way delay (N = 250 adds 0.5 ms
+//! to a round trip, as netem's 0.5 ms on one side of a veth pair does). Byte order is kept and a
+//! pipeline is delayed, not serialised: chunk k is written at read_time(k) + N whatever came before
+//! it, and nothing limits throughput (what is queued is what arrived in the last N µs; a peer that
+//! reads slowly has its bytes buffered, not the others').
 //!
-//! Timing: tokio's timer has a 1 ms granularity, far too coarse for 250 µs, so the writers are OS
-//! threads that block in `nanosleep` with the process's timer slack set to 1 ns (Linux's default
-//! slack, 50 µs, would be added to every wake-up). `--spin-us S` spins the last S µs of each wait
-//! instead of sleeping them — more accurate on a busy machine, at a CPU cost; the default is 0.
+//! One thread, one epoll loop (edge-triggered, non-blocking sockets). Since every chunk waits the
+//! same N, chunks fall due in the order they were read, so one FIFO is the whole schedule. The
+//! loop waits in `epoll_pwait2` until the head's due time (a nanosecond timeout, with the thread's
+//! timer slack set to 1 ns; Linux's default slack would add up to 50 µs): tokio's timer has a 1 ms
+//! granularity, far too coarse for 250 µs, and a thread per direction sleeping per chunk (this
+//! tool's first version) spent so many context switches that it could not carry 50 unpipelined
+//! clients. Under load one wake-up delivers every chunk then due, coalesced per socket.
+//! `--spin-us S` wakes S µs early and spins the rest — the wake-up of an idle CPU is then off the
+//! delay, at a CPU cost; the default is 0.
 //!
-//! A side that closes its write half has that FIN delivered (after the bytes before it, delayed
-//! like them) to the other side; a read or write error shuts both sockets of that connection down.
+//! How late chunks are written is counted: `--stats <file>` and SIGUSR1 write there one line,
+//! `late_us` and a histogram of lateness (hand-off to the socket minus due instant) by microsecond,
+//! bucket 0 up to bucket 1000 (1 ms or more), counted since the start.
+//!
+//! A side that closes (end of file) has its close delivered to the other side after the bytes
+//! before it, delayed like them; a read or write error closes both sockets of that connection.
 //! Errors end the connection, never the relay.
 
-use std::io::{ErrorKind, Read, Write};
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, ErrorKind, Read, Write};
 use std::net::Shutdown;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::mpsc;
-use std::thread;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use clap::Parser;
 
 /// Bytes one read may take; a larger chunk is read as several, each delayed alike.
 const READ_BUFFER: usize = 64 * 1024;
-/// The relay's threads only copy bytes: a small stack keeps thousands of connections cheap.
-const THREAD_STACK: usize = 128 * 1024;
+/// Reads of one socket per turn of the loop before the others get theirs.
+const READS_PER_TURN: usize = 16;
+const LISTENER: u64 = u64::MAX;
+/// Lateness histogram buckets: one per microsecond, the last for 1 ms or more.
+const LATE_BUCKETS: usize = 1001;
 
 #[derive(Parser, Debug)]
 #[command(about = "Relays a Unix socket to another, delaying every chunk by --delay-us each way")]
@@ -60,6 +72,9 @@ struct Args {
     /// Spin (rather than sleep) the last this many microseconds of each wait.
     #[arg(long, default_value_t = 0)]
     spin_us: u64,
+    /// On SIGUSR1, write the histogram of lateness (µs) to this file.
+    #[arg(long)]
+    stats: Option<PathBuf>,
 }
 
 /// How long each chunk is held, and how much of that wait is spun.
@@ -71,7 +86,6 @@ struct Delay {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    set_timer_slack();
     match std::fs::symlink_metadata(&args.listen) {
         Ok(meta) if meta.file_type().is_socket() => {
             let _ = std::fs::remove_file(&args.listen);
@@ -99,141 +113,400 @@ fn main() -> ExitCode {
         delay: Duration::from_micros(args.delay_us),
         spin: Duration::from_micros(args.spin_us),
     };
-    serve(listener, &args.upstream, delay)
-}
-
-/// Linux adds up to the thread's timer slack (50 µs by default) to every sleep; 1 ns makes a
-/// 250 µs sleep end when asked. Threads inherit it, so it is set before any is started.
-fn set_timer_slack() {
-    // SAFETY: PR_SET_TIMERSLACK takes an integer and touches only the calling thread's slack.
-    let rc = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
-    if rc != 0 {
-        eprintln!(
-            "delay-relay: PR_SET_TIMERSLACK failed ({}); sleeps may overshoot by up to 50 µs",
-            std::io::Error::last_os_error()
-        );
+    if args.stats.is_some() {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe { libc::signal(libc::SIGUSR1, on_sigusr1 as *const () as libc::sighandler_t) };
     }
-}
-
-/// Accepts connections for ever, each relayed on threads of its own.
-fn serve(listener: UnixListener, upstream: &Path, delay: Delay) -> ! {
-    loop {
-        match listener.accept() {
-            Ok((client, _)) => {
-                let upstream = upstream.to_path_buf();
-                if let Err(error) =
-                    spawn("delay-relay-conn", move || relay(client, &upstream, delay))
-                {
-                    eprintln!("delay-relay: cannot start a connection's thread: {error}");
-                }
-            }
-            Err(error) => {
-                // EMFILE and the like: wait a little rather than spin on accept.
-                eprintln!("delay-relay: accept: {error}");
-                thread::sleep(Duration::from_millis(10));
-            }
-        }
-    }
-}
-
-fn spawn<F: FnOnce() + Send + 'static>(
-    name: &str,
-    body: F,
-) -> std::io::Result<thread::JoinHandle<()>> {
-    thread::Builder::new()
-        .name(name.to_string())
-        .stack_size(THREAD_STACK)
-        .spawn(body)
-}
-
-/// One client connection: a connection to upstream, and the two directions between them.
-fn relay(client: UnixStream, upstream: &Path, delay: Delay) {
-    let server = match UnixStream::connect(upstream) {
-        Ok(server) => server,
+    match serve(listener, &args.upstream, delay, args.stats) {
         Err(error) => {
-            eprintln!(
-                "delay-relay: cannot connect to {}: {error}",
-                upstream.display()
-            );
-            return;
+            eprintln!("delay-relay: {error}");
+            ExitCode::FAILURE
         }
-    };
-    let run = || -> std::io::Result<()> {
-        let up = direction(client.try_clone()?, server.try_clone()?, delay)?;
-        let down = direction(server.try_clone()?, client.try_clone()?, delay)?;
-        for handle in up.into_iter().chain(down) {
-            let _ = handle.join();
-        }
-        Ok(())
-    };
-    if let Err(error) = run() {
-        eprintln!("delay-relay: connection set-up: {error}");
-        abort(&client, &server);
     }
 }
 
-/// Starts `from` → `to`: a reader thread stamping chunks, a writer thread delivering them late.
-fn direction(
-    from: UnixStream,
-    to: UnixStream,
+static DUMP_STATS: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigusr1(_: libc::c_int) {
+    DUMP_STATS.store(true, Ordering::Relaxed);
+}
+
+/// Relays every connection `listener` accepts to `upstream`, for ever (an error only if the
+/// loop cannot be set up or epoll itself fails).
+fn serve(
+    listener: UnixListener,
+    upstream: &Path,
     delay: Delay,
-) -> std::io::Result<[thread::JoinHandle<()>; 2]> {
-    let (queue, chunks) = mpsc::channel::<(Instant, Vec<u8>)>();
-    let (reader_from, reader_to) = (from.try_clone()?, to.try_clone()?);
-    let writer = spawn("delay-relay-write", move || {
-        for (due, chunk) in chunks {
-            sleep_until(due, delay.spin);
-            if (&to).write_all(&chunk).is_err() {
-                abort(&from, &to);
-                return;
-            }
+    stats: Option<PathBuf>,
+) -> io::Result<std::convert::Infallible> {
+    // Linux adds up to the thread's timer slack (50 µs by default) to a timed wait; 1 ns makes
+    // epoll_pwait2 return when asked.
+    // SAFETY: PR_SET_TIMERSLACK takes an integer and changes only this thread's slack.
+    check(unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) })?;
+    listener.set_nonblocking(true)?;
+    let epoll = Epoll::new()?;
+    epoll.add(listener.as_raw_fd(), LISTENER, libc::EPOLLIN)?;
+    let mut relay = Relay {
+        epoll,
+        listener,
+        upstream: upstream.to_path_buf(),
+        delay_ns: delay.delay.as_nanos() as u64,
+        spin_ns: delay.spin.as_nanos() as u64,
+        conns: HashMap::new(),
+        next_id: 0,
+        queue: VecDeque::new(),
+        late_us: vec![0; LATE_BUCKETS],
+        stats,
+        again: Vec::new(),
+        dirty: Vec::new(),
+        buffer: vec![0; READ_BUFFER],
+    };
+    relay.run()
+}
+
+/// Nanoseconds of CLOCK_MONOTONIC (the clock of epoll_pwait2's timeout).
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+struct Epoll(OwnedFd);
+
+impl Epoll {
+    fn new() -> io::Result<Self> {
+        // SAFETY: plain syscall; the fd it returns is ours alone.
+        let fd = check(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        // SAFETY: `fd` was just opened and is owned by nothing else.
+        Ok(Self(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    fn ctl(&self, op: libc::c_int, fd: RawFd, token: u64, events: libc::c_int) -> io::Result<()> {
+        let mut event = libc::epoll_event {
+            events: events as u32,
+            u64: token,
+        };
+        // SAFETY: `event` is a valid epoll_event; both fds are open.
+        check(unsafe { libc::epoll_ctl(self.0.as_raw_fd(), op, fd, &mut event) }).map(|_| ())
+    }
+
+    fn add(&self, fd: RawFd, token: u64, events: libc::c_int) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, token, events)
+    }
+
+    fn modify(&self, fd: RawFd, token: u64, events: libc::c_int) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd, token, events)
+    }
+
+    /// Waits for events, or `timeout_ns` (none: for ever).
+    fn wait(&self, events: &mut [libc::epoll_event], timeout_ns: Option<u64>) -> io::Result<usize> {
+        let timeout = timeout_ns.map(|ns| libc::timespec {
+            tv_sec: (ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+        });
+        let timeout = timeout
+            .as_ref()
+            .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        // SAFETY: `events` is writable for its whole length; `timeout` is null or a valid timespec.
+        let n = unsafe {
+            libc::epoll_pwait2(
+                self.0.as_raw_fd(),
+                events.as_mut_ptr(),
+                events.len() as libc::c_int,
+                timeout,
+                std::ptr::null(),
+            )
+        };
+        if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+            // A kernel before 5.11 has no epoll_pwait2: millisecond timeouts, rounded up (the
+            // delay is then coarse, never short).
+            let timeout_ms = timeout_ns.map_or(-1, |ns| {
+                ns.div_ceil(1_000_000).min(i32::MAX as u64) as libc::c_int
+            });
+            // SAFETY: as above.
+            let n = unsafe {
+                libc::epoll_wait(
+                    self.0.as_raw_fd(),
+                    events.as_mut_ptr(),
+                    events.len() as libc::c_int,
+                    timeout_ms,
+                )
+            };
+            return check(n).map(|n| n as usize);
         }
-        // The reader saw end of file (or failed): pass the close on, after every byte before it.
-        let _ = to.shutdown(Shutdown::Write);
-    })?;
-    let reader = spawn("delay-relay-read", move || {
-        let mut buffer = vec![0u8; READ_BUFFER];
+        check(n).map(|n| n as usize)
+    }
+}
+
+/// One socket of a relayed connection: 0 the client's, 1 upstream's.
+struct Side {
+    stream: UnixStream,
+    /// Bytes due and not yet taken by the socket.
+    out: Vec<u8>,
+    /// Whether EPOLLOUT is asked for (only while `out` is not empty).
+    want_out: bool,
+    /// Not yet at end of file.
+    reading: bool,
+    /// The other side's end of file fell due: shut our writing down once `out` is empty.
+    close_after_out: bool,
+    shut: bool,
+}
+
+struct Conn {
+    sides: [Side; 2],
+}
+
+/// Bytes read from one side, to be written to the other (`None`: its end of file).
+struct Chunk {
+    due: u64,
+    conn: u64,
+    to: usize,
+    bytes: Option<Vec<u8>>,
+}
+
+struct Relay {
+    epoll: Epoll,
+    listener: UnixListener,
+    upstream: PathBuf,
+    delay_ns: u64,
+    spin_ns: u64,
+    /// Ids are never reused, so a chunk or event of a closed connection finds nothing.
+    conns: HashMap<u64, Conn>,
+    next_id: u64,
+    /// Every chunk in flight, in the order read — which, with one delay for all, is the order due.
+    queue: VecDeque<Chunk>,
+    /// Chunks written by how late they were, in µs (`--stats`).
+    late_us: Vec<u64>,
+    stats: Option<PathBuf>,
+    /// Sockets left readable after READS_PER_TURN reads (edge-triggered: no new event will come).
+    again: Vec<u64>,
+    /// (connection, side) given bytes this turn, to be written once each.
+    dirty: Vec<(u64, usize)>,
+    buffer: Vec<u8>,
+}
+
+const READ_EVENTS: libc::c_int = libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLET;
+
+impl Relay {
+    fn run(&mut self) -> io::Result<std::convert::Infallible> {
+        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
         loop {
-            match (&reader_from).read(&mut buffer) {
-                Ok(0) => break,
-                Ok(read) => {
-                    let due = Instant::now() + delay.delay;
-                    if queue.send((due, buffer[..read].to_vec())).is_err() {
-                        break; // the writer failed and has shut everything down
+            self.deliver_due();
+            if DUMP_STATS.swap(false, Ordering::Relaxed) {
+                self.write_stats();
+            }
+            let timeout = if !self.again.is_empty() {
+                Some(0)
+            } else {
+                let now = now_ns();
+                (self.queue.front())
+                    .map(|head| head.due.saturating_sub(self.spin_ns).saturating_sub(now))
+            };
+            let ready = match self.epoll.wait(&mut events, timeout) {
+                Ok(ready) => ready,
+                Err(error) if error.kind() == ErrorKind::Interrupted => 0,
+                Err(error) => return Err(error),
+            };
+            for token in std::mem::take(&mut self.again) {
+                self.read(token);
+            }
+            for event in &events[..ready] {
+                let (token, flags) = (event.u64, event.events as libc::c_int);
+                match token {
+                    LISTENER => self.accept(),
+                    _ => {
+                        if flags & libc::EPOLLOUT != 0 {
+                            self.flush(token >> 1, (token & 1) as usize);
+                        }
+                        if flags & !libc::EPOLLOUT != 0 {
+                            self.read(token);
+                        }
                     }
                 }
+            }
+        }
+    }
+
+    fn accept(&mut self) {
+        loop {
+            let client = match self.listener.accept() {
+                Ok((client, _)) => client,
+                Err(error) if error.kind() == ErrorKind::WouldBlock => return,
                 Err(error) if error.kind() == ErrorKind::Interrupted => continue,
+                Err(error) => {
+                    // EMFILE and the like: the listener stays readable; do not spin on it.
+                    eprintln!("delay-relay: accept: {error}");
+                    std::thread::sleep(Duration::from_millis(10));
+                    return;
+                }
+            };
+            if let Err(error) = self.open(client) {
+                eprintln!("delay-relay: {}: {error}", self.upstream.display());
+            }
+        }
+    }
+
+    fn open(&mut self, client: UnixStream) -> io::Result<()> {
+        let server = UnixStream::connect(&self.upstream)?;
+        client.set_nonblocking(true)?;
+        server.set_nonblocking(true)?;
+        let id = self.next_id;
+        self.next_id += 1;
+        self.epoll.add(client.as_raw_fd(), id << 1, READ_EVENTS)?;
+        self.epoll
+            .add(server.as_raw_fd(), id << 1 | 1, READ_EVENTS)?;
+        let side = |stream| Side {
+            stream,
+            out: Vec::new(),
+            want_out: false,
+            reading: true,
+            close_after_out: false,
+            shut: false,
+        };
+        self.conns.insert(
+            id,
+            Conn {
+                sides: [side(client), side(server)],
+            },
+        );
+        Ok(())
+    }
+
+    /// Reads what `token`'s socket holds, queueing each chunk for the other side.
+    fn read(&mut self, token: u64) {
+        let (id, from) = (token >> 1, (token & 1) as usize);
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return;
+        };
+        let side = &mut conn.sides[from];
+        if !side.reading {
+            return;
+        }
+        for _ in 0..READS_PER_TURN {
+            match (&side.stream).read(&mut self.buffer) {
+                Ok(read) => {
+                    let bytes = (read > 0).then(|| self.buffer[..read].to_vec());
+                    self.queue.push_back(Chunk {
+                        due: now_ns() + self.delay_ns,
+                        conn: id,
+                        to: 1 - from,
+                        bytes,
+                    });
+                    if read == 0 {
+                        side.reading = false;
+                        return;
+                    }
+                }
+                Err(error) if error.kind() == ErrorKind::WouldBlock => return,
+                Err(error) if error.kind() == ErrorKind::Interrupted => {}
                 Err(_) => {
-                    abort(&reader_from, &reader_to);
-                    break;
+                    self.conns.remove(&id);
+                    return;
                 }
             }
         }
-    });
-    match reader {
-        Ok(reader) => Ok([reader, writer]),
-        Err(error) => Err(error), // the writer ends when `queue` is dropped with the closure
+        self.again.push(token);
     }
-}
 
-/// Ends a connection: every blocked read or write on either socket returns.
-fn abort(a: &UnixStream, b: &UnixStream) {
-    let _ = a.shutdown(Shutdown::Both);
-    let _ = b.shutdown(Shutdown::Both);
-}
-
-/// Sleeps until `due`, spinning its last `spin`.
-fn sleep_until(due: Instant, spin: Duration) {
-    loop {
-        let now = Instant::now();
-        if now >= due {
-            return;
+    /// Hands every chunk now due to its socket, then writes each socket given any, once.
+    fn deliver_due(&mut self) {
+        let mut now = now_ns();
+        while let Some(head) = self.queue.front() {
+            if head.due > now {
+                if head.due - now > self.spin_ns {
+                    break;
+                }
+                while now < head.due {
+                    std::hint::spin_loop();
+                    now = now_ns();
+                }
+            }
+            let Some(chunk) = self.queue.pop_front() else {
+                break;
+            };
+            let late = ((now.saturating_sub(chunk.due)) / 1000) as usize;
+            self.late_us[late.min(LATE_BUCKETS - 1)] += 1;
+            let Some(conn) = self.conns.get_mut(&chunk.conn) else {
+                continue;
+            };
+            let side = &mut conn.sides[chunk.to];
+            if side.out.is_empty() && !side.close_after_out {
+                self.dirty.push((chunk.conn, chunk.to));
+            }
+            match chunk.bytes {
+                Some(bytes) if side.out.is_empty() => side.out = bytes,
+                Some(bytes) => side.out.extend_from_slice(&bytes),
+                None => side.close_after_out = true,
+            }
         }
-        let left = due - now;
-        if left > spin {
-            thread::sleep(left - spin);
-        } else {
-            std::hint::spin_loop();
+        for (id, to) in std::mem::take(&mut self.dirty) {
+            self.flush(id, to);
+        }
+    }
+
+    fn write_stats(&self) {
+        let Some(path) = &self.stats else { return };
+        let counts: Vec<String> = self.late_us.iter().map(u64::to_string).collect();
+        let line = format!("late_us {}\n", counts.join(" "));
+        if let Err(error) = std::fs::write(path, line) {
+            eprintln!("delay-relay: {}: {error}", path.display());
+        }
+    }
+
+    /// Writes what `to` has due; shuts its writing down once that is all and its peer has closed.
+    fn flush(&mut self, id: u64, to: usize) {
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return;
+        };
+        let side = &mut conn.sides[to];
+        let mut written = 0;
+        while written < side.out.len() {
+            match (&side.stream).write(&side.out[written..]) {
+                Ok(n) => written += n,
+                Err(error) if error.kind() == ErrorKind::WouldBlock => break,
+                Err(error) if error.kind() == ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.conns.remove(&id);
+                    return;
+                }
+            }
+        }
+        side.out.drain(..written);
+        let want_out = !side.out.is_empty();
+        if want_out != side.want_out {
+            let events = if want_out {
+                READ_EVENTS | libc::EPOLLOUT
+            } else {
+                READ_EVENTS
+            };
+            if self
+                .epoll
+                .modify(side.stream.as_raw_fd(), id << 1 | to as u64, events)
+                .is_err()
+            {
+                self.conns.remove(&id);
+                return;
+            }
+            side.want_out = want_out;
+        }
+        if !want_out && side.close_after_out && !side.shut {
+            let _ = side.stream.shutdown(Shutdown::Write);
+            side.shut = true;
+        }
+        if conn.sides.iter().all(|side| side.shut && !side.reading) {
+            self.conns.remove(&id);
         }
     }
 }
@@ -241,6 +514,8 @@ fn sleep_until(due: Instant, spin: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::thread;
+    use std::time::Instant;
 
     /// An echo server on `path`: every connection gets its bytes back, and its close.
     fn echo_server(path: &Path) {
@@ -263,7 +538,6 @@ mod tests {
 
     /// An echo server behind a relay delaying `delay`; returns the relay's socket.
     fn relayed_echo(dir: &Path, delay: Duration) -> PathBuf {
-        set_timer_slack();
         let (echo, relay) = (dir.join("echo.sock"), dir.join("relay.sock"));
         echo_server(&echo);
         let listener = UnixListener::bind(&relay).unwrap();
@@ -271,7 +545,7 @@ mod tests {
             delay,
             spin: Duration::ZERO,
         };
-        thread::spawn(move || serve(listener, &echo, delay));
+        thread::spawn(move || serve(listener, &echo, delay, None));
         relay
     }
 
@@ -356,7 +630,7 @@ mod tests {
             delay: Duration::from_millis(1),
             spin: Duration::ZERO,
         };
-        thread::spawn(move || serve(listener, &missing, delay));
+        thread::spawn(move || serve(listener, &missing, delay, None));
         for _ in 0..2 {
             let mut client = UnixStream::connect(&relay).unwrap();
             client
