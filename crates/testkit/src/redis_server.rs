@@ -171,13 +171,18 @@ impl RedisServer {
 
     /// Sends one inline command and returns the raw reply bytes (enough for test setup and checks).
     pub fn inline(&self, command: &str) -> String {
+        self.try_inline(command).expect("ask redis-server")
+    }
+
+    /// [`RedisServer::inline`], with the connection's error instead of a panic: for a server whose
+    /// clients may be cut off meanwhile (Sentinel kills every normal client of an instance it
+    /// reconfigures during a failover).
+    pub fn try_inline(&self, command: &str) -> std::io::Result<String> {
         let mut stream = self.connect();
-        stream
-            .write_all(format!("{command}\r\n").as_bytes())
-            .expect("write to redis-server");
+        stream.write_all(format!("{command}\r\n").as_bytes())?;
         let mut buf = vec![0u8; 64 * 1024];
-        let n = stream.read(&mut buf).expect("read from redis-server");
-        String::from_utf8_lossy(&buf[..n]).into_owned()
+        let n = stream.read(&mut buf)?;
+        Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
     }
 
     /// [`RedisServer::inline`] in database `db` (the daemon keeps lease state in database 1).
