@@ -128,23 +128,6 @@ impl Cache {
         Ok(cache)
     }
 
-    /// A served hit: `key`'s value, if kept and fresh, while the tracking connection is up.
-    pub fn hit(&self, key: &[u8]) -> Option<Value> {
-        if !self.0.tracking.load(Ordering::Acquire) {
-            return None;
-        }
-        let mut store = self.0.store.lock();
-        let value = store.get(key, Instant::now());
-        match &value {
-            Some(_) => {
-                self.0.metrics.hits.inc();
-            }
-            // An entry past max_staleness may just have been dropped.
-            None => self.0.metrics.sizes(&store),
-        }
-        value
-    }
-
     /// What `answer` makes of `key`'s entry, if kept and fresh, while the tracking connection is
     /// up: a hit when it answers (a hash's entry may not know the field asked for).
     pub fn answer<T>(&self, key: &[u8], answer: impl FnOnce(&Value) -> Option<T>) -> Option<T> {
