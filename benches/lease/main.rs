@@ -101,6 +101,21 @@ fn benches(c: &mut Criterion) {
         .build()
         .expect("tokio runtime");
     let redis = RedisServer::start();
+    // Twemproxy logs in to Redis only as `default` (`redis_auth`), which testkit's servers have off:
+    // on this server `default` gets what testkit's admin (the direct rows' user) has, behind a
+    // password of its own. Twemproxy first connects to Redis when it forwards a command, after this.
+    let twemproxy_password = random_password();
+    let twemproxy = Twemproxy::start(redis.socket(), &twemproxy_password);
+    if twemproxy.is_some() {
+        let reply = redis.inline(&format!(
+            "ACL SETUSER default on >{twemproxy_password} ~* &* +@all"
+        ));
+        assert_eq!(reply, "+OK\r\n", "turn `default` on for twemproxy");
+    }
+    // So the daemon's start-up proof finds `default` able to reach the reserved keyspace, and
+    // accepts it as an operator running twemproxy beside the daemon would: by trusting it.
+    let trusted = std::iter::once(tollgate_testkit::ADMIN_USER)
+        .chain(twemproxy.is_some().then_some("default"));
     let dir = tempfile::tempdir().expect("temporary directory");
     let mut config = Config {
         runtime_dir: Some(dir.path().to_owned()),
@@ -116,12 +131,9 @@ fn benches(c: &mut Criterion) {
     )
     .expect("write the benchmark policy");
     config.policy.files = vec![policy];
-    config.redis = Some(
-        RedisConfig::standalone(Endpoint::Unix(redis.socket().to_owned()))
-            .trusting([tollgate_testkit::ADMIN_USER]),
-    );
+    config.redis =
+        Some(RedisConfig::standalone(Endpoint::Unix(redis.socket().to_owned())).trusting(trusted));
     let etcd = Etcd::start();
-    let twemproxy = Twemproxy::start(redis.socket());
     // The lane and lease users, as an operator of an external Redis sets them up.
     let endpoint = Endpoint::Unix(redis.socket().to_owned());
     let grants = tollgate::lane_acl::grants_for(&config.policy).expect("the policy compiles");
@@ -445,6 +457,17 @@ fn cpu_time(stat: &Path) -> Duration {
             .unwrap_or(0)
     };
     Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+/// A password of this run's own (twemproxy's, for Redis's `default`): 128 random bits in hex.
+fn random_password() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let random = || {
+        std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish()
+    };
+    format!("{:016x}{:016x}", random(), random())
 }
 
 /// The machine's one-minute load average, for the report.

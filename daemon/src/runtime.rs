@@ -258,6 +258,7 @@ impl Daemon {
             quotas,
             cache,
             principal_gauges,
+            namespace: Default::default(),
             metrics: Metrics::new(registry),
         });
 

@@ -17,6 +17,7 @@ use crate::server::identity::Identities;
 use crate::server::resp::admission_clock::AdmissionClocks;
 use crate::server::resp::cached::NearCache;
 use crate::server::resp::flights::Flights;
+use crate::server::resp::namespace::Namespace;
 use crate::server::resp::pool::Pool;
 
 /// What every listener shares.
@@ -54,4 +55,6 @@ pub struct Services {
     pub cache: Option<NearCache>,
     /// `/v1/principals`' census per principal in `/metrics`, set at each scrape.
     pub principal_gauges: PrincipalGauges,
+    /// Tenants' places in Redis's one namespace of scripts and libraries (`namespace.rs`).
+    pub namespace: Arc<Namespace>,
 }

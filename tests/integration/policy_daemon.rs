@@ -187,7 +187,7 @@ fn cli_compile_points_at_errors_and_passes_good_policies() {
     assert!(ok, "{stderr}");
     assert!(
         stdout.contains(
-            "policies/examples/tenants.yaml: ok (12 rules, 2 principals, 26 expectations passed, 7 invariants hold)"
+            "policies/examples/tenants.yaml: ok (12 rules, 2 principals, 28 expectations passed, 7 invariants hold)"
         ),
         "{stdout}"
     );

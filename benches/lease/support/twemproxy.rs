@@ -4,6 +4,12 @@
 //! beside what the daemon's hop costs. It refuses `SCRIPT LOAD` and `CLIENT SETINFO` (it closes
 //! the connection on commands it does not know), so its clients skip the latter and the scripts are
 //! loaded on Redis directly first.
+//!
+//! Twemproxy logs in to Redis only as its `default` user (`redis_auth: <password>` sends
+//! `AUTH <password>` on each server connection), which testkit's servers have off: the benchmark
+//! turns `default` on for its server with the password given to [`Twemproxy::start`]. With
+//! `redis_auth` set, twemproxy also asks its own clients for that password (it answers their `AUTH`
+//! itself), so [`Twemproxy::client`] sends it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -18,13 +24,14 @@ const STARTUP: Duration = Duration::from_secs(10);
 pub struct Twemproxy {
     child: Child,
     socket: PathBuf,
+    password: String,
     _dir: tempfile::TempDir,
 }
 
 impl Twemproxy {
-    /// Starts twemproxy in front of the Redis at `redis`, or says why not and returns `None` (its
-    /// rows of the benchmark are skipped).
-    pub fn start(redis: &Path) -> Option<Twemproxy> {
+    /// Starts twemproxy in front of the Redis at `redis`, logging in as `default` with `password`,
+    /// or says why not and returns `None` (its rows of the benchmark are skipped).
+    pub fn start(redis: &Path, password: &str) -> Option<Twemproxy> {
         let Some(binary) = on_path("nutcracker") else {
             println!(
                 "twemproxy: skipped: no `nutcracker` on PATH (Debian: apt-get install nutcracker)"
@@ -37,7 +44,7 @@ impl Twemproxy {
         std::fs::write(
             &config,
             format!(
-                "bench:\n  listen: {} 0600\n  redis: true\n  hash: fnv1a_64\n  distribution: ketama\n  hash_tag: \"{{}}\"\n  servers:\n   - {}:1\n",
+                "bench:\n  listen: {} 0600\n  redis: true\n  redis_auth: {password}\n  hash: fnv1a_64\n  distribution: ketama\n  hash_tag: \"{{}}\"\n  servers:\n   - {}:1\n",
                 socket.display(),
                 redis.display()
             ),
@@ -66,18 +73,24 @@ impl Twemproxy {
         Some(Twemproxy {
             child,
             socket,
+            password: password.to_owned(),
             _dir: dir,
         })
     }
 
-    /// A redis-rs client of twemproxy's socket that skips `CLIENT SETINFO`.
+    /// A redis-rs client of twemproxy's socket that skips `CLIENT SETINFO` and sends twemproxy's
+    /// password (`AUTH <password>`, once per connection).
     pub fn client(&self) -> redis::Client {
         let info = redis::IntoConnectionInfo::into_connection_info(format!(
             "redis+unix://{}",
             self.socket.display()
         ))
         .expect("twemproxy's address");
-        let settings = info.redis_settings().clone().set_skip_set_lib_name();
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_skip_set_lib_name()
+            .set_password(&self.password);
         redis::Client::open(info.set_redis_settings(settings))
             .expect("redis-rs client of twemproxy")
     }

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tollgate_model::Caller;
-use tollgate_policy_rules::{CompiledPolicy, LEASE_COMMAND};
+use tollgate_policy_rules::{Action, CompiledPolicy, LEASE_COMMAND};
 
 use crate::admissible::{self, Admissible};
 use crate::classes::atoms::Atoms;
@@ -476,6 +476,22 @@ impl Generation {
     /// file has a YAML guard; any guard beyond those is an operator's module.
     pub fn judges_by_rules_alone(&self) -> bool {
         self.guards.len() == self.files.len()
+    }
+
+    /// Whether an allow rule confines `principal` to keys (a tenant): its part of Redis's one
+    /// namespace of scripts and libraries is then its own (the daemon's `namespace.rs`), whether
+    /// or not its scripts run in a scope.
+    pub fn confined_to_keys(&self, principal: &str) -> bool {
+        self.files.iter().any(|file| {
+            file.policy.rules.iter().any(|rule| {
+                rule.action == Action::Allow
+                    && rule.matches_keys()
+                    && rule
+                        .principals
+                        .as_ref()
+                        .is_none_or(|names| names.iter().any(|name| name == principal))
+            })
+        })
     }
 
     /// Whether the policy lets `principal` reach every key alike: no rule that applies to it

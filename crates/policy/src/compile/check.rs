@@ -25,23 +25,6 @@ use crate::quota::{Quota, Rate};
 /// channels are keys too). PUBSUB's subcommands are left out: they only count or list.
 const CHANNEL_COMMANDS: [&str; 3] = ["PUBLISH", "SUBSCRIBE", "PSUBSCRIBE"];
 
-/// The script and function commands that reach Redis's one namespace of scripts and libraries,
-/// which every tenant shares and a scope does not divide: they flush, kill, list, dump, restore,
-/// load or delete whatever any tenant has there (`FUNCTION STATS` names the running script and
-/// its arguments, whoever runs it).
-const SHARED_SCRIPT_COMMANDS: [&str; 10] = [
-    "SCRIPT|FLUSH",
-    "SCRIPT|KILL",
-    "FUNCTION|LOAD",
-    "FUNCTION|DELETE",
-    "FUNCTION|FLUSH",
-    "FUNCTION|KILL",
-    "FUNCTION|LIST",
-    "FUNCTION|DUMP",
-    "FUNCTION|RESTORE",
-    "FUNCTION|STATS",
-];
-
 /// The first entry of `source.commands` that names a channel command or `@pubsub` outright.
 /// A rule's grant of `command` (at `at`) to `who`, whom the allow rule `keyed` confines to keys.
 struct ConfinedGrant {
@@ -189,7 +172,6 @@ impl<'a> Checker<'a> {
             quotas.extend(self.quota(index, source, &known));
         }
         self.unconfined_channels(&file.rules, &rules);
-        self.shared_script_namespace(&file.rules, &rules);
         let (errors, warnings): (Vec<_>, Vec<_>) = self
             .diagnostics
             .into_iter()
@@ -576,36 +558,8 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// A principal some allow rule confines to keys runs its scripts in a scope, which confines
-    /// keys but not Redis's one namespace of scripts and function libraries: another rule that
-    /// grants it `SCRIPT FLUSH`, `SCRIPT KILL` or a `FUNCTION` command that loads, lists, dumps,
-    /// restores, deletes, flushes, kills or reports (what `@scripting` and `*` reach) would let it
-    /// wipe, stop or read every tenant's. Refused at the `commands:` entry, until the namespace is
-    /// divided between scopes; `scripts: unconstrained` on that rule grants them on purpose.
-    fn shared_script_namespace(&mut self, sources: &[RuleSource], rules: &[Rule]) {
-        let found =
-            self.granted_to_confined(sources, rules, &SHARED_SCRIPT_COMMANDS, |source, _| {
-                source.scripts == Some(ScriptAccess::Unconstrained)
-            });
-        for grant in found {
-            self.error(
-                &grant.at,
-                format!(
-                    "rule `{}` grants {} to {}, whose keys rule `{}` confines: scripts and \
-                     function libraries are one namespace that every tenant shares, which a \
-                     scope does not divide; name the script commands it may run (EVAL, EVALSHA, \
-                     SCRIPT LOAD, …), or say `scripts: unconstrained` to grant it on purpose",
-                    grant.rule,
-                    grant.command.replace('|', " "),
-                    grant.who,
-                    grant.keyed
-                ),
-            );
-        }
-    }
-
     /// Every allow rule without `keys:` (and not `exempt`) whose `commands:` reach one of `names`
-    /// for a principal that another allow rule confines to keys: what the two checks above refuse.
+    /// for a principal that another allow rule confines to keys: what the channel check above refuses.
     fn granted_to_confined(
         &self,
         sources: &[RuleSource],

@@ -34,6 +34,7 @@ pub(crate) mod lease_watch;
 mod listener;
 mod local;
 mod monitor;
+pub mod namespace;
 mod outbox;
 mod pending;
 mod placing;

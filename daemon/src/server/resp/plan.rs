@@ -12,6 +12,7 @@ use super::amend::Amend;
 use super::keyspace::Whole;
 use super::kind::{Kind, LeaseCommand, Subscribing};
 use super::local::{Arity, Local, Protocol};
+use super::namespace::Shared;
 use super::pending::Lent;
 pub use super::refusal::Refusal;
 use super::slots::{Combine, Split, TransactionSlot};
@@ -78,6 +79,9 @@ pub enum Plan {
     EveryMaster(Forward, Combine),
     /// A read the near cache may answer (`cached.rs`); otherwise forwarded on REGULAR.
     Cached(CachedRead),
+    /// A tenant's command on Redis's shared namespace of scripts and libraries, served
+    /// by the daemon (`namespace.rs`).
+    Namespace(Shared),
 }
 
 /// A read the near cache may answer (`cached.rs`).

@@ -46,6 +46,8 @@ impl Route {
             | Plan::EveryMaster(forward, _) => Route::Lane(forward.lane()),
             // Filled on a connection of REGULAR's user, or forwarded on REGULAR.
             Plan::Cached(_) => Route::Lane(Lane::Regular),
+            // Made for a tenant only (never here); served on SCRIPT's connections.
+            Plan::Namespace(_) => Route::Lane(Lane::Script),
             // Never sent to Redis as it is.
             Plan::Answer(_)
             | Plan::Queue(_)

@@ -18,6 +18,7 @@ use super::deadline;
 use super::flights::Flight;
 use super::keyspace::Whole;
 use super::local::{self, Voice};
+use super::namespace::Shared;
 use super::pending::{Class, Gather, InOrder, Lent, Pending};
 use super::plan::CachedRead;
 use super::slots::TransactionSlot;
@@ -78,6 +79,8 @@ pub enum InPlace {
     Lease(Command),
     /// `LEASE WATCH|UNWATCH …`: starts or ends watches of the connection.
     LeaseWatch(Command),
+    /// A tenant's command on the shared script namespace (`namespace.rs`).
+    Namespace(Shared, Command),
 }
 
 impl InPlace {
@@ -86,7 +89,8 @@ impl InPlace {
     pub fn may_wait(&self) -> bool {
         match self {
             InPlace::Transaction(command, _) => deadline::may_block(command.name()),
-            InPlace::Lease(_) | InPlace::Keyspace(..) => true,
+            // A tenant's FCALL read first whose the functions are: it may run long.
+            InPlace::Lease(_) | InPlace::Keyspace(..) | InPlace::Namespace(..) => true,
             InPlace::Subscribe(..)
             | InPlace::Unsubscribe(..)
             | InPlace::Hello(_)

@@ -13,6 +13,8 @@ use bytes::Bytes;
 use tollgate_model::Caller;
 use tollgate_policy::{Decision, DenyCause, Generation};
 
+use super::namespace::InFlight;
+
 /// Redis's words for a call its ACL refused inside a script.
 const REFUSED: &[u8] = b"The user executing the script can't run this command or subcommand";
 /// Redis's words for a call on a key the script's user may not touch (a scope's refusal).
@@ -32,6 +34,9 @@ pub struct ScriptNote {
     pub generation: Arc<Generation>,
     pub caller: Caller,
     pub body: Option<Bytes>,
+    /// The script counted in flight until its reply is amended (`namespace.rs`: a tenant's kill
+    /// stops only its own).
+    pub in_flight: Option<InFlight>,
 }
 
 impl std::fmt::Debug for ScriptNote {

@@ -27,6 +27,7 @@ use super::lease;
 use super::lease_watch::{self, Watches};
 use super::local::{self, Local, Protocol, ReplyMode, Voice};
 use super::monitor::Watch;
+use super::namespace::{self, ScriptKind};
 use super::pending::{self, Amended, Class, Gather, Lent, Merge, Pending};
 use super::placing::{self, Placed};
 use super::plan::{self, CachedRead, Context, Forward, Plan, Refusal};
@@ -253,6 +254,8 @@ impl SessionState {
                     &self.front.services,
                     &self.caller,
                 );
+                let services = &self.front.services;
+                let plan = namespace::plan(plan, &descriptor.name, command, services, &self.caller);
                 let plan = match self.front.services.lanes.shape() {
                     Shape::Single => plan,
                     Shape::Cluster(splitting) => {
@@ -328,12 +331,41 @@ impl SessionState {
         let body = matches!(name, "EVAL" | "EVAL_RO")
             .then(|| command.word(1).map(Bytes::copy_from_slice))
             .flatten();
-        let note = ScriptNote {
-            generation: self.front.services.admission.current(),
+        let note = self.script_note(name, body);
+        Plan::Forward(forward, Some(Amend::Script(Box::new(note))))
+    }
+
+    /// What a script's reply is amended with, and the script counted in flight meanwhile (for
+    /// a tenant, by its OS user: `namespace.rs`).
+    fn script_note(&self, name: &str, body: Option<Bytes>) -> ScriptNote {
+        let services = &self.front.services;
+        let in_flight = ScriptKind::of(name).map(|kind| {
+            let tenant = namespace::divided_for(services, &self.caller);
+            services
+                .namespace
+                .started(kind, tenant.then(|| self.caller.tenant()))
+        });
+        ScriptNote {
+            generation: services.admission.current(),
             caller: self.caller.clone(),
             body,
+            in_flight,
+        }
+    }
+
+    /// A tenant's `FCALL`, found to be its to make once the daemon read whose the
+    /// functions are: sent on its SCRIPT channel now (nothing is in flight before it).
+    async fn fcall_now(&mut self, name: &str, command: Command) -> Bytes {
+        let note = self.script_note(name, None);
+        let deadline = self.front.deadlines.of_command(&command);
+        let sent = match self.channel(Multiplexed::Script, true) {
+            Ok(channel) => channel.send_routed(Route::Any, command.encoded(), deadline),
+            Err(reply) => return reply,
         };
-        Plan::Forward(forward, Some(Amend::Script(Box::new(note))))
+        match sent.await {
+            Ok(reply) => note.apply(reply.into_bytes()),
+            Err(error) => replies::call_failed(&error),
+        }
     }
 
     fn carry_out(&mut self, plan: Plan, command: Command, kind: Kind) -> Step {
@@ -369,6 +401,7 @@ impl SessionState {
                 self.carry_out(plan, command, kind)
             }
             Plan::Keyspace(whole) => Step::InPlace(InPlace::Keyspace(whole, command.shared_argv())),
+            Plan::Namespace(shared) => Step::InPlace(InPlace::Namespace(shared, command)),
             Plan::ConfigGet(forward) => {
                 let fallback = replies::encode(&local::config_get(&command.argv(), self.protocol));
                 self.sending(
@@ -775,6 +808,21 @@ impl SessionState {
                     near.flushed();
                 }
                 reply
+            }
+            InPlace::Namespace(shared, command) => {
+                let argv = command.shared_argv();
+                let at = namespace::At {
+                    services: &self.front.services,
+                    caller: &self.caller,
+                    protocol: self.protocol,
+                };
+                match namespace::serve(shared, &argv, at).await {
+                    namespace::Served::Reply(reply) => reply,
+                    namespace::Served::Forward => {
+                        let name = String::from_utf8_lossy(command.name()).to_uppercase();
+                        self.fcall_now(&name, command).await
+                    }
+                }
             }
             InPlace::Monitor => {
                 self.monitor = Some(self.front.monitors.watch());
