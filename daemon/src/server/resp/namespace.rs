@@ -24,6 +24,7 @@
 
 mod library;
 mod registry;
+pub mod shared;
 
 use bytes::{Bytes, BytesMut};
 use tollgate_lanes::{Channel, Multiplexed, Shape};
@@ -33,51 +34,12 @@ use tollgate_resp::{Command, Frame};
 
 use library::Named;
 pub use registry::{InFlight, Namespace, ScriptKind, Whose};
+use shared::Shared;
 
 use super::plan::Plan;
 use super::refusal::Refusal;
 use super::replies;
 use crate::services::Services;
-
-/// A namespace command of a tenant, served by the daemon.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shared {
-    ScriptKill,
-    ScriptFlush,
-    FunctionKill,
-    FunctionLoad,
-    FunctionDelete,
-    FunctionFlush,
-    FunctionList,
-    FunctionStats,
-    FunctionDump,
-    FunctionRestore,
-    /// An `FCALL` while the daemon has not read whose the functions are: read, then judged.
-    FCall,
-    /// `SCRIPT EXISTS` of a tenant that flushed its scripts: answered for its view.
-    ScriptExists,
-    /// `EVALSHA` of a script the tenant flushed and has not loaded or run since.
-    NoScript,
-}
-
-impl Shared {
-    /// The namespace command a catalog name is, for a tenant.
-    fn of(name: &str) -> Option<Shared> {
-        Some(match name {
-            "SCRIPT|KILL" => Shared::ScriptKill,
-            "SCRIPT|FLUSH" => Shared::ScriptFlush,
-            "FUNCTION|KILL" => Shared::FunctionKill,
-            "FUNCTION|LOAD" => Shared::FunctionLoad,
-            "FUNCTION|DELETE" => Shared::FunctionDelete,
-            "FUNCTION|FLUSH" => Shared::FunctionFlush,
-            "FUNCTION|LIST" => Shared::FunctionList,
-            "FUNCTION|STATS" => Shared::FunctionStats,
-            "FUNCTION|DUMP" => Shared::FunctionDump,
-            "FUNCTION|RESTORE" => Shared::FunctionRestore,
-            _ => return None,
-        })
-    }
-}
 
 /// Whether the command `name` may change the libraries (whoever sends it).
 fn changes_libraries(name: &str) -> bool {

@@ -12,7 +12,7 @@ use super::amend::Amend;
 use super::keyspace::Whole;
 use super::kind::{Kind, LeaseCommand, Subscribing};
 use super::local::{Arity, Local, Protocol};
-use super::namespace::Shared;
+use super::namespace::shared::Shared;
 use super::pending::Lent;
 pub use super::refusal::Refusal;
 use super::slots::{Combine, Split, TransactionSlot};

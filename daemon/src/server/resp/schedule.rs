@@ -18,7 +18,7 @@ use super::deadline;
 use super::flights::Flight;
 use super::keyspace::Whole;
 use super::local::{self, Voice};
-use super::namespace::Shared;
+use super::namespace::shared::Shared;
 use super::pending::{Class, Gather, InOrder, Lent, Pending};
 use super::plan::CachedRead;
 use super::slots::TransactionSlot;
