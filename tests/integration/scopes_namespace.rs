@@ -164,8 +164,12 @@ async fn each_tenant_loads_lists_calls_deletes_and_flushes_only_its_own_librarie
     let called = run(&daemon, &acme, one).await;
     assert!(called.contains("which another tenant loaded"), "{called}");
 
-    // What acts on every tenant's libraries at once is refused.
-    for words in [&["FUNCTION", "DUMP"][..], &["FUNCTION", "RESTORE", "x"]] {
+    // What acts on every tenant's libraries at once, or holds a shared connection, is refused.
+    for words in [
+        &["FUNCTION", "DUMP"][..],
+        &["FUNCTION", "RESTORE", "x"],
+        &["SCRIPT", "DEBUG", "SYNC"],
+    ] {
         let refused = run(&daemon, &globex, argv(words)).await;
         assert!(
             refused.starts_with("NOPERM tollgate:"),

@@ -278,6 +278,11 @@ pub async fn serve(shared: Shared, argv: &[Bytes], at: At<'_>) -> Served {
         Shared::NoScript => Err(replies::error(
             "NOSCRIPT No matching script. Please use EVAL.".into(),
         )),
+        Shared::ScriptDebug => Err(replies::error(format!(
+            "NOPERM tollgate: SCRIPT DEBUG would hold a connection {} shares with other \
+             callers (and, SYNC, the whole server) for a debugging session",
+            at.caller.principal
+        ))),
         Shared::FunctionDump | Shared::FunctionRestore => Err(replies::error(format!(
             "NOPERM tollgate: FUNCTION DUMP and RESTORE carry every tenant's libraries at once; \
              {} loads, lists and deletes its own with FUNCTION LOAD, LIST and DELETE",

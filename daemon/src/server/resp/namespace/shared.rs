@@ -5,6 +5,8 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shared {
     ScriptKill,
+    /// `SCRIPT DEBUG`: a debugging session holds the connection (or, SYNC, the server).
+    ScriptDebug,
     ScriptFlush,
     FunctionKill,
     FunctionLoad,
@@ -27,6 +29,7 @@ impl Shared {
     pub(super) fn of(name: &str) -> Option<Shared> {
         Some(match name {
             "SCRIPT|KILL" => Shared::ScriptKill,
+            "SCRIPT|DEBUG" => Shared::ScriptDebug,
             "SCRIPT|FLUSH" => Shared::ScriptFlush,
             "FUNCTION|KILL" => Shared::FunctionKill,
             "FUNCTION|LOAD" => Shared::FunctionLoad,
