@@ -27,7 +27,7 @@ mod registry;
 pub mod shared;
 
 use bytes::{Bytes, BytesMut};
-use tollgate_lanes::{Channel, Multiplexed, Shape};
+use tollgate_lanes::{Channel, Multiplexed, Reply, Shape};
 use tollgate_model::{Caller, Protocol};
 use tollgate_policy::{Denial, DenyCause};
 use tollgate_resp::{Command, Frame};
@@ -205,31 +205,30 @@ impl At<'_> {
 
     /// Sends `argv`; the reply as it came (Redis's error included).
     async fn call(&self, argv: &[&[u8]]) -> Result<Bytes, Bytes> {
+        Ok(self.send(argv).await?.into_bytes())
+    }
+
+    async fn send(&self, argv: &[&[u8]]) -> Result<Reply, Bytes> {
         let mut encoded = BytesMut::new();
         tollgate_resp::encode_command(argv, &mut encoded);
         let reply = self.channel()?.send(encoded.freeze()).await;
-        reply
-            .map(|reply| reply.into_bytes())
-            .map_err(|error| replies::call_failed(&error))
+        reply.map_err(|error| replies::call_failed(&error))
     }
 
     /// Sends `argv`; the reply as a frame, Redis's error as the client's reply.
     async fn frame(&self, argv: &[&[u8]]) -> Result<Frame, Bytes> {
-        let reply = self.call(argv).await?;
-        if reply.starts_with(b"-") || reply.starts_with(b"!") {
-            return Err(reply);
+        let reply = self.send(argv).await?;
+        if reply.is_error() {
+            return Err(reply.into_bytes());
         }
-        let mut buffer = BytesMut::from(&reply[..]);
-        match tollgate_resp::parse(&mut buffer, &tollgate_resp::Limits::default()) {
-            Ok(Some(frame)) => Ok(frame),
-            _ => Err(replies::error(
-                "ERR tollgate: Redis answered unreadably".into(),
-            )),
-        }
+        reply
+            .frame()
+            .map_err(|error| replies::error(format!("ERR tollgate: unreadable reply: {error}")))
     }
 
-    /// The libraries whose names match `pattern` (all when `None`), with their code.
-    async fn libraries(&self, pattern: Option<&[u8]>) -> Result<Vec<library::Listed>, Bytes> {
+    /// `FUNCTION LIST [LIBRARYNAME pattern] WITHCODE`; a whole list (no pattern) is also kept as
+    /// whose the functions are, unless they changed while it was read.
+    async fn list(&self, pattern: Option<&[u8]>) -> Result<Frame, Bytes> {
         let began = self.services.namespace.reading();
         let mut argv: Vec<&[u8]> = vec![b"FUNCTION", b"LIST"];
         if let Some(pattern) = pattern {
@@ -237,15 +236,18 @@ impl At<'_> {
         }
         argv.push(b"WITHCODE");
         let frame = self.frame(&argv).await?;
-        let Some(listed) = library::listed(&frame) else {
-            return Err(replies::error(
-                "ERR tollgate: FUNCTION LIST answered unexpectedly".into(),
-            ));
-        };
-        if pattern.is_none() {
+        if let (None, Some(listed)) = (pattern, library::listed(&frame)) {
             self.services.namespace.read(began, &listed);
         }
-        Ok(listed)
+        Ok(frame)
+    }
+
+    /// The libraries whose names match `pattern` (all when `None`), with their code.
+    async fn libraries(&self, pattern: Option<&[u8]>) -> Result<Vec<library::Listed>, Bytes> {
+        let frame = self.list(pattern).await?;
+        library::listed(&frame).ok_or_else(|| {
+            replies::error("ERR tollgate: FUNCTION LIST answered unexpectedly".into())
+        })
     }
 
     /// The library named exactly `name`, if there is one (library names hold no glob character).
@@ -437,18 +439,7 @@ async fn function_list(argv: &[Bytes], at: &At<'_>) -> Result<Bytes, Bytes> {
             )));
         }
     }
-    let mut argv: Vec<&[u8]> = vec![b"FUNCTION", b"LIST"];
-    if let Some(pattern) = &pattern {
-        argv.extend([b"LIBRARYNAME".as_slice(), pattern]);
-    }
-    argv.push(b"WITHCODE");
-    let frame = at.frame(&argv).await?;
-    if pattern.is_none() {
-        if let Some(listed) = library::listed(&frame) {
-            let began = at.services.namespace.reading();
-            at.services.namespace.read(began, &listed);
-        }
-    }
+    let frame = at.list(pattern.as_deref()).await?;
     match library::own_libraries(frame, &at.caller.principal, with_code) {
         Some(own) => Ok(replies::encode(&own)),
         None => Err(replies::error(
