@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use tollgate::config::SocketMode;
 use tollgate_resp::Frame;
 
-use crate::identity::{os_user, redis_cli, repository_policy, OsUser};
+use crate::identity::{os_user, redis_cli, repository_policy, run_as, OsUser};
 use crate::policy_support::{admission, config};
 use crate::support::daemon::{embedded_admin, TestDaemon};
 use crate::support::raw::{text, RawClient};
@@ -222,16 +222,8 @@ async fn a_deny_rule_with_keys_confines_scripts_a_pool_closes_unheld_and_reloads
         .await;
     assert_eq!(reply, Frame::Null);
 
-    // In a transaction the script would run as TRANSACTION's user: refused, and EXEC fails.
-    assert_eq!(text(&client.call(&["MULTI"]).await), "OK");
-    let queued = client.call(&["EVAL", "return 1", "0"]).await;
-    assert!(
-        text(&queued).starts_with("NOPERM tollgate: rule scope denies EVAL"),
-        "{queued:?}"
-    );
-    assert!(text(&client.call(&["EXEC"]).await).starts_with("EXECABORT"));
-
-    // The scope's pool has a connection while the session holds it, none a while after.
+    // In a transaction the session's connection runs as the scope's user: a script queued in
+    // MULTI is held to the scope, and its refusal names the rule.
     let generation = admission(&config(&[&path], Vec::new())).current();
     let user = generation
         .scopes()
@@ -241,6 +233,27 @@ async fn a_deny_rule_with_keys_confines_scripts_a_pool_closes_unheld_and_reloads
         .clone();
     let mut redis = embedded_admin(daemon.dir()).await;
     let connected = |list: &Frame| text(list).matches(&format!(" user={user} ")).count();
+    assert_eq!(text(&client.call(&["MULTI"]).await), "OK");
+    for body in [
+        "return redis.call('SET', 'ro:2', 'x')",
+        "return redis.call('SET', 'rw:2', 'x')",
+    ] {
+        assert_eq!(text(&client.call(&["EVAL", body, "0"]).await), "QUEUED");
+    }
+    // The pool's connection, and the transaction's while it is in progress.
+    assert_eq!(connected(&redis.call(&["CLIENT", "LIST"]).await), 2);
+    let Frame::Array(answers) = client.call(&["EXEC"]).await else {
+        panic!("EXEC gave no array");
+    };
+    assert!(
+        text(&answers[0]).contains(REFUSED) && text(&answers[0]).ends_with(words),
+        "{answers:?}"
+    );
+    assert_eq!(text(&answers[1]), "OK");
+    assert_eq!(redis.call(&["EXISTS", "ro:2"]).await, Frame::Integer(0));
+
+    // The transaction's connection went back to its lane as the lane's own user; the scope's
+    // pool keeps its connection while the session holds it, none a while after.
     assert_eq!(connected(&redis.call(&["CLIENT", "LIST"]).await), 1);
     drop(client);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -297,5 +310,143 @@ async fn against_an_external_redis_a_scoped_principals_scripts_are_refused() {
     );
     // Plain commands are served as ever.
     assert_eq!(text(&client.call(&["SET", "rw:1", "x"]).await), "OK");
+    daemon.stop().await;
+}
+
+/// What `redis-cli` printed for `lines`, sent as `user` on one connection, one command a line.
+async fn session(daemon: &TestDaemon, user: &OsUser, lines: &[&str]) -> String {
+    let socket = daemon.resp_socket();
+    let script = format!(
+        "redis-cli -s '{}' <<'TOLLGATE_END'\n{}\nTOLLGATE_END\n",
+        socket.display(),
+        lines.join("\n")
+    );
+    let output = run_as(user, "sh", &["-c", &script]).await;
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// A tenant's transaction runs on a connection logged in as its scope's user from WATCH or MULTI
+/// on: a script queued in MULTI or run after WATCH reaches only the tenant's keys, and the
+/// connection goes back to the TRANSACTION lane as the lane's own user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_scripts_in_multi_and_after_watch_are_held_to_its_scope() {
+    let (Some(acme), Some(globex)) = (os_user("tollgate-acme"), os_user("tollgate-globex")) else {
+        return;
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("tollgate-scopes")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.path().join("tenants.yaml");
+    std::fs::write(&path, policy(&acme, &globex)).unwrap();
+    let mut daemon_config = TestDaemon::config(dir.path());
+    daemon_config.runtime_dir = Some(dir.path().join("run"));
+    daemon_config.listen.mode = SocketMode(0o666);
+    daemon_config.policy.files = vec![path.clone()];
+    let daemon = TestDaemon::start_config(dir, daemon_config).await;
+    let mut redis = embedded_admin(&daemon.dir().join("run")).await;
+    assert_eq!(
+        redis.call(&["SET", "globex:secret", "theirs"]).await,
+        Frame::Simple("OK".into())
+    );
+    let words = "(tollgate: scope of rule acme-keys does not include that key)";
+
+    // Queued in MULTI: the script on another tenant's key is refused by Redis, with the policy's
+    // words, built by concatenation or not; the scripts on its own keys ran.
+    let multi = session(
+        &daemon,
+        &acme,
+        &[
+            "MULTI",
+            "EVAL \"return redis.call('GET', 'globex:secret')\" 0",
+            "EVAL \"return redis.call('GET', 'glo' .. 'bex:secret')\" 0",
+            "EVAL \"return redis.call('SET', 'acme:t', 'in-multi')\" 0",
+            "EVAL \"return redis.call('SET', 'shared:motd', 'taken')\" 0",
+            "EVAL \"return redis.call('EXISTS', 'shared:motd')\" 0",
+            "EXEC",
+        ],
+    )
+    .await;
+    assert_eq!(multi.matches(REFUSED).count(), 3, "{multi}");
+    assert_eq!(multi.matches(words).count(), 3, "{multi}");
+    assert!(!multi.contains("theirs"), "{multi}");
+    assert_eq!(
+        redis.call(&["GET", "acme:t"]).await,
+        Frame::Bulk("in-multi".into())
+    );
+    assert_eq!(
+        redis.call(&["EXISTS", "shared:motd"]).await,
+        Frame::Integer(0)
+    );
+
+    // After WATCH, a script runs at once on the pinned connection: held to the scope too.
+    let watched = session(
+        &daemon,
+        &acme,
+        &[
+            "WATCH acme:w",
+            "EVAL \"return redis.call('GET', 'globex:secret')\" 0",
+            "EVAL \"return redis.call('INCR', 'acme:w')\" 0",
+            "UNWATCH",
+        ],
+    )
+    .await;
+    assert!(
+        watched.contains(REFUSED) && watched.contains(words) && !watched.contains("theirs"),
+        "{watched}"
+    );
+    assert_eq!(
+        redis.call(&["GET", "acme:w"]).await,
+        Frame::Bulk("1".into())
+    );
+
+    // A plain transaction of the tenant's keys runs as ever; globex's is held to globex's.
+    let plain = session(
+        &daemon,
+        &acme,
+        &["MULTI", "SET acme:p 1", "INCR acme:p", "EXEC"],
+    )
+    .await;
+    assert!(plain.contains("OK") && plain.contains('2'), "{plain}");
+    let theirs = session(
+        &daemon,
+        &globex,
+        &[
+            "MULTI",
+            "EVAL \"return redis.call('GET', 'acme:p')\" 0",
+            "EVAL \"return redis.call('GET', 'globex:secret')\" 0",
+            "EXEC",
+        ],
+    )
+    .await;
+    assert!(
+        theirs.contains("theirs")
+            && theirs.contains("(tollgate: scope of rule globex-keys does not include that key)"),
+        "{theirs}"
+    );
+
+    // Every TRANSACTION connection is back as the lane's user: none stayed logged in as a scope
+    // user, and they were given back rather than closed.
+    let generation = admission(&config(&[&path], Vec::new())).current();
+    let scope_users: Vec<String> = ["acme", "globex"]
+        .iter()
+        .map(|who| generation.scopes().of(who).expect("scoped").user.clone())
+        .collect();
+    let list = text(&redis.call(&["CLIENT", "LIST"]).await);
+    let transaction: Vec<&str> = list
+        .lines()
+        .filter(|line| line.contains(" name=tollgate-transaction "))
+        .collect();
+    assert!(!transaction.is_empty(), "{list}");
+    for line in transaction {
+        for user in &scope_users {
+            assert!(!line.contains(&format!(" user={user} ")), "{line}");
+        }
+    }
     daemon.stop().await;
 }

@@ -62,6 +62,10 @@ pub(crate) struct Connector {
     locator: Arc<Locator>,
     /// The handshake per protocol, in [`Protocol::index`] order.
     hello: [Bytes; 2],
+    /// `AUTH <user> <password>` of the lane's own user: what a lent connection that acted as
+    /// another user sends to come back as the lane's (`None`: the lane logs in as no one, so it
+    /// cannot come back, and is closed).
+    reauth: Option<Bytes>,
     /// `SELECT <database>` after the handshake, for connections outside database 0.
     select: Option<Bytes>,
     /// The uid the server must run as; `None` for a server the daemon did not start.
@@ -96,6 +100,11 @@ impl Connector {
         Connector {
             locator,
             hello: Protocol::ALL.map(|protocol| hello(auth, Some(name), protocol)),
+            reauth: auth.map(|(user, password)| {
+                let mut out = bytes::BytesMut::new();
+                tollgate_resp::encode_command(&["AUTH", user, password], &mut out);
+                out.freeze()
+            }),
             select: database.map(|database| {
                 let mut out = bytes::BytesMut::new();
                 tollgate_resp::encode_command(&["SELECT", &database.to_string()], &mut out);
@@ -105,6 +114,11 @@ impl Connector {
             backoff: Mutex::new(Backoff::default()),
             metrics,
         }
+    }
+
+    /// `AUTH` as the lane's own user, for a connection that acted as another.
+    pub(crate) fn reauth(&self) -> Option<Bytes> {
+        self.reauth.clone()
     }
 
     /// A fresh, authenticated connection speaking `protocol`, or why there is none (not sent).

@@ -43,7 +43,8 @@ pub enum LaneError {
     Unavailable { reason: String },
     #[error("lanes are closed (daemon shutting down)")]
     Closed,
-    /// A scope's pool cannot be had (too many scopes have connections; no scopes on a cluster).
+    /// A scope's pool cannot be had (too many scopes have connections; no scopes on a cluster),
+    /// or Redis refused a lent connection's login as the scope's user.
     #[error("scope {user}: {reason}")]
     Scope { user: String, reason: String },
     /// The cluster still redirected the command after this many redirects; Redis ran none of the

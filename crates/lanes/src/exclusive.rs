@@ -20,6 +20,7 @@ use crate::hygiene::{Cleanup, Session};
 use crate::life::Life;
 use crate::metrics::{LaneMetrics, Rejection};
 use crate::reply::Reply;
+use crate::scope_pools::ScopeLogin;
 use crate::share::{Share, Shares};
 use crate::stream::Probe;
 
@@ -42,6 +43,8 @@ pub struct Borrowed {
     session: Session,
     /// A command was written and its reply not yet read: the connection is out of step.
     owes_reply: bool,
+    /// The user the connection is logged in as instead of the lane's ([`Borrowed::act_as`]).
+    acting: Option<String>,
     lane: Arc<ExclusiveLane>,
     _permit: Permit,
     _share: Option<Share>,
@@ -124,6 +127,7 @@ impl ExclusiveLane {
             conn: Some(conn),
             session: Session::default(),
             owes_reply: false,
+            acting: None,
             lane: self.clone(),
             _permit: permit,
             _share: share,
@@ -199,6 +203,29 @@ impl Borrowed {
     }
 
     async fn send_unbounded(&mut self, command: Bytes) -> Result<Reply, CallError> {
+        self.session.observe(&command);
+        self.send_raw(command).await
+    }
+
+    /// Sends the lane's own command (not the borrower's: the session's state is not read from
+    /// it), within the lane's command timeout.
+    async fn send_unobserved(&mut self, command: Bytes) -> Result<Reply, CallError> {
+        let within = self.lane.command_timeout;
+        match within {
+            None => self.send_raw(command).await,
+            Some(deadline) => match tokio::time::timeout(deadline, self.send_raw(command)).await {
+                Ok(outcome) => outcome,
+                Err(_) => {
+                    self.conn = None;
+                    Err(CallError::Indeterminate {
+                        reason: format!("no reply within {deadline:?}; the connection was closed"),
+                    })
+                }
+            },
+        }
+    }
+
+    async fn send_raw(&mut self, command: Bytes) -> Result<Reply, CallError> {
         if self.owes_reply {
             self.conn = None;
         }
@@ -212,7 +239,6 @@ impl Borrowed {
             self.conn = None;
             return Err(CallError::NotSent(LaneError::Closed));
         }
-        self.session.observe(&command);
         self.owes_reply = true;
         let generation = conn.generation();
         let outcome = tokio::select! {
@@ -236,28 +262,73 @@ impl Borrowed {
         }
     }
 
-    /// Gives the connection back clean: an open transaction is discarded, watched keys unwatched.
-    /// A connection that cannot be made clean is closed instead.
+    /// The user the connection is logged in as, when not the lane's.
+    pub fn acting_as(&self) -> Option<&str> {
+        self.acting.as_deref()
+    }
+
+    /// Logs the connection in as `login`'s user until it is released: what the borrower sends
+    /// from now on runs with that user's permissions, and [`Borrowed::release`] logs it back in
+    /// as the lane's own user (or closes it). `Err`: Redis refused the login or the connection
+    /// failed; the connection is closed either way, never lent again as the wrong user.
+    pub async fn act_as(&mut self, login: &ScopeLogin) -> Result<(), CallError> {
+        let mut auth = bytes::BytesMut::new();
+        tollgate_resp::encode_command(&["AUTH", &login.user, &login.password], &mut auth);
+        // Marked first: whatever happens next, the connection no longer comes back as it was.
+        self.acting = Some(login.user.clone());
+        match self.send_unobserved(auth.freeze()).await {
+            Ok(reply) if !reply.is_error() => Ok(()),
+            Ok(reply) => {
+                self.conn = None;
+                Err(CallError::NotSent(LaneError::Scope {
+                    user: login.user.clone(),
+                    reason: String::from_utf8_lossy(reply.bytes()).trim().to_owned(),
+                }))
+            }
+            Err(error) => {
+                self.conn = None;
+                Err(error)
+            }
+        }
+    }
+
+    /// Gives the connection back clean: an open transaction is discarded, watched keys unwatched,
+    /// a connection that acted as another user logged back in as the lane's. A connection that
+    /// cannot be made clean is closed instead.
     pub async fn release(mut self) {
-        let command: &[u8] = match self.session.cleanup() {
-            Cleanup::Nothing => return,
+        let command: Option<&[u8]> = match self.session.cleanup() {
+            Cleanup::Nothing => None,
             Cleanup::Close => {
                 self.conn = None;
                 return;
             }
-            Cleanup::Discard => b"*1\r\n$7\r\nDISCARD\r\n",
-            Cleanup::Unwatch => b"*1\r\n$7\r\nUNWATCH\r\n",
+            Cleanup::Discard => Some(b"*1\r\n$7\r\nDISCARD\r\n"),
+            Cleanup::Unwatch => Some(b"*1\r\n$7\r\nUNWATCH\r\n"),
         };
-        let cleaned = self.send(Bytes::from_static(command)).await;
-        if !matches!(cleaned, Ok(ref reply) if !reply.is_error()) {
-            self.conn = None;
+        if let Some(command) = command {
+            let cleaned = self.send(Bytes::from_static(command)).await;
+            if !matches!(cleaned, Ok(ref reply) if !reply.is_error()) {
+                self.conn = None;
+                return;
+            }
+        }
+        if self.acting.is_some() {
+            let Some(reauth) = self.lane.connector.reauth() else {
+                self.conn = None;
+                return;
+            };
+            match self.send_unobserved(reauth).await {
+                Ok(reply) if !reply.is_error() => self.acting = None,
+                _ => self.conn = None,
+            }
         }
     }
 }
 
 impl Drop for Borrowed {
     fn drop(&mut self) {
-        let clean = !self.owes_reply && self.session.cleanup() == Cleanup::Nothing;
+        let clean =
+            !self.owes_reply && self.session.cleanup() == Cleanup::Nothing && self.acting.is_none();
         if let (Some(conn), true) = (self.conn.take(), clean) {
             self.lane.give_back(conn);
         }

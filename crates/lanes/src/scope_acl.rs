@@ -41,6 +41,13 @@ pub struct ScopeSelector {
 /// What a scope connection sends on its own: `HELLO` (with `AUTH`) to open, `PING` to probe.
 const PLUMBING: [&str; 2] = ["hello", "ping"];
 
+/// A scoped principal's transaction runs on a TRANSACTION connection logged in as its scope's
+/// user (so that a script inside `MULTI` or after `WATCH` is held to the scope too), which sends
+/// these around the commands the selectors grant. They name no key, and Redis refuses every one
+/// of them inside a script (`noscript`), so no `redis.call` gains anything by them. `WATCH` names
+/// keys: the selectors grant it with the scope's keys where the policy grants it, never the root.
+const TRANSACTIONS: [&str; 4] = ["multi", "exec", "discard", "unwatch"];
+
 impl ScopeUser {
     /// `ACL SETUSER` rules, applied after `reset`.
     pub fn acl_rules(&self) -> Vec<String> {
@@ -54,6 +61,7 @@ impl ScopeUser {
             .collect();
         let root: BTreeSet<String> = PLUMBING
             .iter()
+            .chain(TRANSACTIONS.iter())
             .map(|name| (*name).to_owned())
             .chain(self.root.iter().map(|name| name.to_ascii_lowercase()))
             .filter(|name| grantable(name))
@@ -140,6 +148,10 @@ mod tests {
         let rules = user.acl_rules();
         assert!(rules.contains(&"~[^t]*".to_owned()), "{rules:?}");
         assert!(rules.contains(&"+eval".to_owned()) && rules.contains(&"+hello".to_owned()));
+        // A transaction runs as the scope's user: its keyless commands are the root's, `WATCH`
+        // (which names keys) only a selector's.
+        assert!(rules.contains(&"+multi".to_owned()) && rules.contains(&"+exec".to_owned()));
+        assert!(!rules.contains(&"+watch".to_owned()), "{rules:?}");
         assert!(
             rules.contains(&"(resetchannels \"~acme:*\" \"~a\\x22b\\x5c*\" +set)".to_owned()),
             "{rules:?}"

@@ -5,11 +5,17 @@
 //! `_RO` forms, SCRIPT LOAD, …) goes to the same place, so a script cache miss (`NOSCRIPT`) and
 //! the `SCRIPT LOAD` after it behave as Redis's own: the cache is the server's.
 //!
-//! Inside a transaction a script would run on the TRANSACTION connection, whose user no scope
-//! confines: a scoped principal's scripts are refused there (not yet supported).
+//! Inside a transaction a script runs on the session's pinned TRANSACTION connection, so a scoped
+//! principal's transaction runs with that connection logged in as its scope user from WATCH or
+//! MULTI on (`transaction.rs`; the lane logs it back in as its own user when it is given back):
+//! a script inside `MULTI` or after `WATCH` is held to the scope as one on the SCRIPT channel is.
+//! Redis then judges the transaction's other commands by the scope too; they were admitted by
+//! the same rules the scope's selectors are cut from. A script in a transaction whose connection
+//! is not its scope's (the scope user is not provisioned, as on an external Redis, or a reload
+//! moved the principal to another scope since WATCH/MULTI) is refused.
 
 use bytes::Bytes;
-use tollgate_lanes::Channel;
+use tollgate_lanes::{Channel, ScopeLogin};
 use tollgate_model::{Caller, Protocol};
 use tollgate_policy::{Denial, DenyCause};
 
@@ -35,6 +41,14 @@ pub fn scope_of(services: &Services, caller: &Caller) -> Option<String> {
     Some(scope.user.clone())
 }
 
+/// The login of the scope user `caller`'s transactions run as, if it is scoped and the daemon
+/// provisioned its scope's user.
+pub fn login(services: &Services, caller: &Caller) -> Option<ScopeLogin> {
+    services
+        .lane_users
+        .scope_login(&scope_of(services, caller)?)
+}
+
 /// A channel on the pool of the scope user `user`; `Err`: the reply to give instead.
 pub fn channel(
     services: &Services,
@@ -56,20 +70,42 @@ pub fn channel(
 }
 
 /// `plan` for the script command `name`, refused when it would run in a transaction for a
-/// principal whose scripts are confined to a scope.
-pub fn in_transaction(plan: Plan, name: &str, services: &Services, caller: &Caller) -> Plan {
+/// principal whose scripts are confined to a scope, on a connection not logged in as that
+/// scope's user (`acting`: the user the pinned connection is logged in as).
+pub fn in_transaction(
+    plan: Plan,
+    name: &str,
+    services: &Services,
+    caller: &Caller,
+    acting: Option<&str>,
+) -> Plan {
     // The policy's generation is only looked at for a script in a transaction: every other
     // command pays two comparisons.
     let transaction = matches!(plan, Plan::Transaction | Plan::TransactionIn(_));
-    if !transaction || !RUN_SCRIPTS.contains(&name) || scope_of(services, caller).is_none() {
+    if !transaction || !RUN_SCRIPTS.contains(&name) {
         return plan;
     }
+    let Some(user) = scope_of(services, caller) else {
+        return plan;
+    };
+    if acting == Some(user.as_str()) {
+        return plan;
+    }
+    let why = match services.lane_users.scope_login(&user) {
+        None => format!(
+            "its scope user {user} is made on the daemon's embedded Redis only, so its \
+             transactions run unconfined"
+        ),
+        Some(_) => format!(
+            "this transaction began before the policy put its scripts in scope {user}; run it \
+             again"
+        ),
+    };
     Plan::Refuse(Refusal::Denied(Denial {
         rule: "scope".into(),
         module: "tollgate".into(),
         reason: format!(
-            "the scripts of {} run in its scope, and a transaction's connection is not confined \
-             to it (scripts in MULTI or after WATCH are not supported for scoped principals yet)",
+            "the scripts of {} run in its scope, and {why}",
             caller.principal
         ),
         cause: DenyCause::Rule,

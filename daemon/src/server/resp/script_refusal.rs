@@ -12,6 +12,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tollgate_model::Caller;
 use tollgate_policy::{Decision, DenyCause, Generation};
+use tollgate_resp::Frame;
 
 use super::namespace::InFlight;
 
@@ -71,17 +72,12 @@ impl ScriptNote {
         };
         let note = match refused {
             true => self.note(line),
-            // Only a scope's user is refused keys: the scope says whose grants it holds.
-            false => match self.generation.scopes().of(&self.caller.principal) {
-                Some(scope) if channel => format!("({})", scope.channel_words()),
-                Some(scope) => format!("({})", scope.words()),
+            false => match scope_words(&self.generation, &self.caller, channel) {
+                Some(words) => words,
                 None => return reply,
             },
         };
-        let mut out = Vec::with_capacity(reply.len() + note.len() + 1);
-        out.extend_from_slice(line);
-        out.push(b' ');
-        out.extend(note.bytes().filter(|b| *b != b'\r' && *b != b'\n'));
+        let mut out = appended(line, &note);
         out.extend_from_slice(b"\r\n");
         Bytes::from(out)
     }
@@ -128,6 +124,73 @@ impl ScriptNote {
             ),
         })
     }
+}
+
+/// Redis's `reply` to a command of a scoped principal's transaction, on the connection logged in
+/// as its scope user (`scoped.rs`): a script run after `WATCH`, or `EXEC` with the scripts it
+/// queued. Each key or channel refusal in it, at the top or one of `EXEC`'s answers, gains the
+/// scope's words as on the SCRIPT channel. A reply without Redis's words of refusal is given back
+/// as it came, unread beyond that search.
+pub fn in_transaction(reply: Bytes, generation: &Generation, caller: &Caller) -> Bytes {
+    if !contains(&reply, KEY_REFUSED) && !contains(&reply, CHANNEL_REFUSED) {
+        return reply;
+    }
+    let amend = |message: &[u8]| -> Option<Vec<u8>> {
+        let channel = contains(message, CHANNEL_REFUSED);
+        if !channel && !contains(message, KEY_REFUSED) {
+            return None;
+        }
+        Some(appended(
+            message,
+            &scope_words(generation, caller, channel)?,
+        ))
+    };
+    let mut wire = bytes::BytesMut::from(&reply[..]);
+    let frame = match tollgate_resp::parse(&mut wire, &tollgate_resp::Limits::default()) {
+        Ok(Some(frame)) if wire.is_empty() => frame,
+        _ => return reply,
+    };
+    let amended = match frame {
+        Frame::Error(message) => match amend(&message) {
+            Some(message) => Frame::Error(message.into()),
+            None => return reply,
+        },
+        Frame::Array(answers) => Frame::Array(
+            answers
+                .into_iter()
+                .map(|answer| match answer {
+                    Frame::Error(message) => match amend(&message) {
+                        Some(message) => Frame::Error(message.into()),
+                        None => Frame::Error(message),
+                    },
+                    answer => answer,
+                })
+                .collect(),
+        ),
+        _ => return reply,
+    };
+    let mut out = bytes::BytesMut::with_capacity(reply.len() + 80);
+    tollgate_resp::encode(&amended, &mut out);
+    out.freeze()
+}
+
+/// The words a scope user's refusal of a key (or of a channel) gains: whose grants the scope
+/// holds. `None` when `caller` has no scope (only a scope's user is refused keys).
+fn scope_words(generation: &Generation, caller: &Caller, channel: bool) -> Option<String> {
+    let scope = generation.scopes().of(&caller.principal)?;
+    Some(match channel {
+        true => format!("({})", scope.channel_words()),
+        false => format!("({})", scope.words()),
+    })
+}
+
+/// `line` and `note` after a blank, the note kept on one line.
+fn appended(line: &[u8], note: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(line.len() + note.len() + 3);
+    out.extend_from_slice(line);
+    out.push(b' ');
+    out.extend(note.bytes().filter(|b| *b != b'\r' && *b != b'\n'));
+    out
 }
 
 /// The line number Redis names in `error` (`… on @user_script:3.`).

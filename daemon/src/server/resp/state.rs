@@ -27,14 +27,14 @@ use super::lease;
 use super::lease_watch::{self, Watches};
 use super::local::{self, Local, Protocol, ReplyMode, Voice};
 use super::monitor::Watch;
-use super::namespace::{self, ScriptKind};
+use super::namespace::{self, InFlight, ScriptKind};
 use super::pending::{self, Amended, Class, Gather, Lent, Merge, Pending};
 use super::placing::{self, Placed};
 use super::plan::{self, CachedRead, Context, Forward, Plan, Refusal};
 use super::replies;
 use super::schedule::{InPlace, Step};
 use super::scoped;
-use super::script_refusal::ScriptNote;
+use super::script_refusal::{self, ScriptNote};
 use super::subscriptions::{Caps, Subscriptions};
 use super::transaction::{Borrower, Pinning};
 use crate::quotas::Meters;
@@ -120,6 +120,10 @@ pub struct SessionState {
     /// Cacheable keys written or read by the commands of the transaction in progress: dropped
     /// from the near cache once each of its commands has run (EXEC among them).
     cache_writes: Vec<Bytes>,
+    /// The kinds of script queued in the transaction in progress: counted in flight while its
+    /// `EXEC` runs, as a script outside a transaction is while it runs (`namespace.rs`: another
+    /// tenant's `SCRIPT KILL` must not stop it).
+    transaction_scripts: Vec<ScriptKind>,
 }
 
 impl SessionState {
@@ -149,6 +153,7 @@ impl SessionState {
             leases: lease::Connection::new(id),
             watches: Watches::default(),
             cache_writes: Vec::new(),
+            transaction_scripts: Vec::new(),
         }
     }
 
@@ -253,6 +258,7 @@ impl SessionState {
                     &descriptor.name,
                     &self.front.services,
                     &self.caller,
+                    self.transaction.acting_as(),
                 );
                 let services = &self.front.services;
                 let plan = namespace::plan(plan, &descriptor.name, command, services, &self.caller);
@@ -338,19 +344,57 @@ impl SessionState {
     /// What a script's reply is amended with, and the script counted in flight meanwhile (for
     /// a tenant, by its OS user: `namespace.rs`).
     fn script_note(&self, name: &str, body: Option<Bytes>) -> ScriptNote {
-        let services = &self.front.services;
-        let in_flight = ScriptKind::of(name).map(|kind| {
-            let tenant = namespace::divided_for(services, &self.caller);
-            services
-                .namespace
-                .started(kind, tenant.then(|| self.caller.tenant()))
-        });
         ScriptNote {
-            generation: services.admission.current(),
+            generation: self.front.services.admission.current(),
             caller: self.caller.clone(),
             body,
-            in_flight,
+            in_flight: ScriptKind::of(name).map(|kind| self.script_started(kind)),
         }
+    }
+
+    /// A script of `kind` counted in flight for this caller (for a tenant, by its OS user).
+    fn script_started(&self, kind: ScriptKind) -> InFlight {
+        let services = &self.front.services;
+        let tenant = namespace::divided_for(services, &self.caller);
+        services
+            .namespace
+            .started(kind, tenant.then(|| self.caller.tenant()))
+    }
+
+    /// The scripts `command` of a transaction runs now, counted in flight while it does: a script
+    /// after `WATCH`, or `EXEC` with the scripts queued since `MULTI` (a queued script runs only
+    /// then, and is only remembered).
+    fn transaction_runs(&mut self, command: &Command) -> Vec<InFlight> {
+        // Upper-cased on the stack: the longest name looked for is `EVALSHA_RO`'s ten letters.
+        let word = command.name();
+        let mut upper = [0u8; 10];
+        let name = match upper.get_mut(..word.len()) {
+            Some(name) => {
+                name.copy_from_slice(word);
+                name.make_ascii_uppercase();
+                std::str::from_utf8(name).unwrap_or_default()
+            }
+            None => "",
+        };
+        let kind = ScriptKind::of(name);
+        let kinds = match (name, kind) {
+            ("EXEC", _) => std::mem::take(&mut self.transaction_scripts),
+            ("DISCARD", _) => {
+                self.transaction_scripts.clear();
+                Vec::new()
+            }
+            (_, Some(kind)) if self.transaction.queued().is_some() => {
+                if !self.transaction_scripts.contains(&kind) {
+                    self.transaction_scripts.push(kind);
+                }
+                Vec::new()
+            }
+            (_, kind) => kind.into_iter().collect(),
+        };
+        kinds
+            .into_iter()
+            .map(|kind| self.script_started(kind))
+            .collect()
     }
 
     /// A tenant's `FCALL`, found to be its to make once the daemon read whose the
@@ -730,12 +774,30 @@ impl SessionState {
         match work {
             InPlace::Transaction(command, slot) => {
                 let deadline = self.front.deadlines.of_command(&command);
+                // The scope is looked up only when the transaction is about to pin.
+                let scope = match self.transaction.holds_connection() {
+                    true => None,
+                    false => scoped::login(&self.front.services, &self.caller),
+                };
+                let scoped = scope.is_some() || self.transaction.acting_as().is_some();
+                let running = self.transaction_runs(&command);
                 let on = Borrower {
                     lanes: &self.front.services.lanes,
                     protocol: self.protocol,
                     tenant: &self.caller.tenant(),
+                    scope,
                 };
                 let reply = self.transaction.run(&command, on, slot, deadline).await;
+                drop(running);
+                let reply = match scoped {
+                    // A key or channel its scope refused a script says whose scope it is.
+                    true => script_refusal::in_transaction(
+                        reply,
+                        &self.front.services.admission.current(),
+                        &self.caller,
+                    ),
+                    false => reply,
+                };
                 if let Some(near) = &self.front.services.cache {
                     // What the transaction wrote is dropped once it ran (and again after each
                     // of its commands, which only queued: harmless); forgotten once it is over.

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use tollgate_lanes::{Borrowed, Lanes, Route, Shape};
+use tollgate_lanes::{Borrowed, Lanes, Route, ScopeLogin, Shape};
 use tollgate_model::{Exclusive, Tenant};
 use tollgate_resp::Command;
 
@@ -27,6 +27,9 @@ pub struct Borrower<'a> {
     pub protocol: Protocol,
     /// Whose share of the lane the connection counts against.
     pub tenant: &'a Tenant,
+    /// The scope user a key-confined principal's transaction runs as (see `scoped.rs`), when
+    /// nothing is pinned yet; `None`: the lane's own user.
+    pub scope: Option<ScopeLogin>,
 }
 
 /// The session's TRANSACTION connection, if it holds one.
@@ -74,6 +77,19 @@ impl Pinning {
             Pinning::None => Pinned::No,
             Pinning::Watching(..) => Pinned::Watching,
             Pinning::Opening(_) | Pinning::InMulti(_) => Pinned::InMulti,
+        }
+    }
+
+    /// Whether a connection is pinned (`Opening` holds none yet).
+    pub fn holds_connection(&self) -> bool {
+        matches!(self, Pinning::Watching(..) | Pinning::InMulti(_))
+    }
+
+    /// The scope user the pinned connection is logged in as; `None`: the lane's, or none pinned.
+    pub fn acting_as(&self) -> Option<&str> {
+        match self {
+            Pinning::Watching(conn, _) | Pinning::InMulti(Multi { conn, .. }) => conn.acting_as(),
+            Pinning::None | Pinning::Opening(_) => None,
         }
     }
 
@@ -283,11 +299,19 @@ impl Pinning {
     }
 }
 
-/// A TRANSACTION connection on the node of `slot` (any master without one).
+/// A TRANSACTION connection on the node of `slot` (any master without one), logged in as the
+/// borrower's scope user if it has one.
 async fn pin(on: &Borrower<'_>, slot: Option<&TransactionSlot>) -> Result<Borrowed, Bytes> {
     let route = slot.map_or(Route::Any, |slot| Route::Slot(slot.slot()));
-    on.lanes
+    let mut conn = on
+        .lanes
         .borrow_at(route, Exclusive::Transaction, on.protocol, Some(on.tenant))
         .await
-        .map_err(|error| replies::lane_failed(&error))
+        .map_err(|error| replies::lane_failed(&error))?;
+    if let Some(login) = &on.scope {
+        conn.act_as(login)
+            .await
+            .map_err(|error| replies::call_failed(&error))?;
+    }
+    Ok(conn)
 }
