@@ -24,6 +24,11 @@ lane. `lanes.scopes.max` is raised to 128 (default 64), one connection per scope
    Redis as its administrator for reference; unpipelined and with `-P 16`, several rounds
    interleaved; medians of requests/s, p50 and p99, and the CPU the daemon and redis-server each
    spent per request (/proc, as e2e.py counts it).
+3. Scoped vs unconstrained transaction. One client (the system's python, under the tenant's uid)
+   sends `MULTI`, the same EVAL and `EXEC` at once and reads the three replies, requests/20 times
+   in a row (at least 1,000), as t000 and as free, interleaved rounds: a scoped transaction runs
+   on its TRANSACTION connection logged in as the scope user (one `AUTH` when it pins, one when
+   it ends), an unconstrained one as the lane's user.
 
     python3 benches/scopes.py [--requests N] [--rounds R] [--pin] [--binary PATH]
                               [--tenants 100] [--max 128] [--connections 1] [--idle 10s]
@@ -69,7 +74,10 @@ def policy_yaml(tenants):
     lines += ["rules:",
               "  - id: connection",
               "    commands: [PING, HELLO, CLIENT SETNAME, CLIENT GETNAME, CLIENT ID, QUIT, RESET, ECHO]",
-              "    allow: connection housekeeping"]
+              "    allow: connection housekeeping",
+              "  - id: transactions",
+              "    commands: [MULTI, EXEC, DISCARD]",
+              "    allow: transactions (their commands are judged as they are queued)"]
     for i in range(tenants):
         lines += [f"  - id: {tenant(i)}-keys",
                   f"    principals: [{tenant(i)}]",
@@ -273,6 +281,50 @@ def run_bench(sock, uid, key, pipeline, requests, client_cpus, watch, auth=()):
     return float(row["rps"]), float(row["p50_latency_ms"]), float(row["p99_latency_ms"]), cpu
 
 
+# One client's transactions, `MULTI`, the EVAL and `EXEC` written at once and their three replies
+# read, run as a tenant's uid by the system's python (an OS user cannot run a pyenv one under
+# /root): prints the seconds `n` of them took.
+TRANSACTIONS = r"""
+import socket, sys, time
+path, key, n = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3])
+def command(*words):
+    out = [b"*%d\r\n" % len(words)]
+    for w in words:
+        out.append(b"$%d\r\n%s\r\n" % (len(w), w))
+    return b"".join(out)
+script = b"return redis.call('GET', KEYS[1])"
+batch = command(b"MULTI") + command(b"EVAL", script, b"1", key) + command(b"EXEC")
+want = b"+OK\r\n+QUEUED\r\n*1\r\n$1\r\nv\r\n"
+s = socket.socket(socket.AF_UNIX)
+s.connect(path)
+t0 = time.perf_counter()
+for _ in range(n):
+    s.sendall(batch)
+    got = b""
+    while len(got) < len(want):
+        chunk = s.recv(65536)
+        if not chunk:
+            sys.exit("closed")
+        got += chunk
+    if got != want:
+        sys.exit("unexpected: %r" % got)
+print(time.perf_counter() - t0)
+"""
+
+
+def run_transactions(sock, uid, key, count, client_cpus, watch):
+    """One client's `count` transactions: (µs per transaction, {who: µs of CPU per transaction})."""
+    taskset = ["taskset", "-c", client_cpus] if client_cpus else []
+    prefix = as_uid(uid) if uid else []
+    before = {name: e2e.cpu_ns(pid) for name, pid in watch}
+    done = subprocess.run(taskset + prefix + ["/usr/bin/python3", "-c", TRANSACTIONS, sock, key, str(count)],
+                          capture_output=True, text=True)
+    cpu = {name: (e2e.cpu_ns(pid) - before[name]) / 1000 / count for name, pid in watch}
+    if done.returncode != 0:
+        raise SystemExit(f"transactions as uid {uid} on {key} failed: {done.stdout.strip()} {done.stderr.strip()}")
+    return float(done.stdout) * 1e6 / count, cpu
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=100_000)
@@ -378,6 +430,16 @@ def main():
                     results.setdefault((label, pipeline), []).append(row)
             print(f"round {round_no + 1}/{args.rounds} done", file=sys.stderr)
         during_bench = daemon.state()
+
+        # 3. Scoped vs unconstrained transaction (MULTI, the EVAL, EXEC): a scoped one runs on its
+        # TRANSACTION connection logged in as the scope user, and logs back in at EXEC.
+        tx_count = max(1000, args.requests // 20)
+        tx_targets = [("scoped (t000)", FIRST_UID, "t000:k"), ("unconstrained (free)", 0, "free:k")]
+        tx_results = {}
+        for _ in range(args.rounds):
+            for label, uid, key in tx_targets:
+                tx_results.setdefault(label, []).append(
+                    run_transactions(daemon.resp, uid, key, tx_count, client_cpus, watch))
         load_after = os.getloadavg()
 
         # Report.
@@ -425,6 +487,25 @@ def main():
                      + "; ".join(f"{'unpipelined' if p == 1 else '-P 16'} "
                                  + ", ".join("/".join(f"{r[0]:,.0f}" for r in results[(t[0], p)]) for t in targets)
                                  for p in (1, 16)) + ".")
+        lines.append("")
+
+        lines.append(f"**Transactions**: one client's `MULTI`, `EVAL \"{SCRIPT}\" 1 <key>`, `EXEC`, written at "
+                     f"once, {tx_count:,} in a row, median of {args.rounds} interleaved rounds")
+        lines.append("")
+        lines.append("| target | µs per transaction | daemon CPU µs per transaction | redis CPU µs per transaction |")
+        lines.append("|---|---|---|---|")
+        tx_med = {}
+        for label, *_ in tx_targets:
+            rows = tx_results[label]
+            tx_med[label] = statistics.median(r[0] for r in rows)
+            lines.append(f"| {label} | {tx_med[label]:.1f} | "
+                         f"{statistics.median(r[1]['daemon'] for r in rows):.2f} | "
+                         f"{statistics.median(r[1]['redis'] for r in rows):.2f} |")
+        lines.append("")
+        lines.append(f"Scoped/unconstrained time per transaction: "
+                     f"{tx_med[tx_targets[0][0]] / tx_med[tx_targets[1][0]]:.2f}; every round's µs (scoped, "
+                     f"unconstrained): " + ", ".join("/".join(f"{r[0]:.1f}" for r in tx_results[t[0]])
+                                                     for t in tx_targets) + ".")
         lines.append("")
 
         n = args.tenants

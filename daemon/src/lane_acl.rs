@@ -17,7 +17,7 @@ use tollgate_model::Lane;
 use tollgate_policy::{Admissible, Admission, Generation, PolicyConfig, PolicyError};
 
 use crate::embedded;
-use crate::scope_users::ScopeLogins;
+use crate::scope_users::{Provisioning, ScopeLogins};
 use crate::server::resp::Route;
 
 /// The grants of the lanes' users under `admissible`.
@@ -59,9 +59,13 @@ pub fn grants(admissible: &Admissible) -> LaneGrants {
 
 /// The grants under the policy `config` describes, compiled as the daemon would compile it.
 pub fn grants_for(config: &PolicyConfig) -> Result<LaneGrants, PolicyError> {
+    Ok(grants(&compiled(config)?.admissible()))
+}
+
+/// The policy `config` describes, compiled as the daemon would compile it.
+pub fn compiled(config: &PolicyConfig) -> Result<Arc<Generation>, PolicyError> {
     let mut registry = prometheus_client::registry::Registry::default();
-    let admission = Admission::load(config, &mut registry)?;
-    Ok(grants(&admission.current().admissible()))
+    Ok(Admission::load(config, &mut registry)?.current())
 }
 
 /// Keeps the lanes' users, and the scopes' (`scope_users`), in step with the policy; cheap to
@@ -177,19 +181,24 @@ impl LaneUsers {
     }
 
     /// Makes the scopes' users those of `generation`: on an embedded Redis, set (and the logins
-    /// of their pools kept); on an external one there are none (the daemon cannot create users
-    /// there), which is logged when the policy has scopes.
+    /// of their pools kept); on an external one, those the operator made, once checked.
     pub async fn follow_scopes(&self, generation: &Generation) {
-        let provisioned = match &*self.0 {
+        let provisioning = match &*self.0 {
             Keeper::Embedded {
                 users, endpoint, ..
-            } => Some((users, endpoint)),
-            Keeper::External { .. } => None,
+            } => Provisioning::Embedded(users, endpoint),
+            Keeper::External {
+                lease_lanes,
+                clients,
+            } => Provisioning::External {
+                leases: lease_lanes,
+                passwords: clients.scopes.passwords.as_deref(),
+            },
         };
-        self.1.follow(generation, provisioned).await;
+        self.1.follow(generation, provisioning).await;
     }
 
-    /// The login of the scope user `user`, if the daemon made it.
+    /// The login of the scope user `user`, if it is ready for use.
     pub fn scope_login(&self, user: &str) -> Option<ScopeLogin> {
         self.1.of(user)
     }

@@ -63,6 +63,7 @@ mod reserved;
 mod runtime_dir;
 mod scopes;
 mod scopes_daemon;
+mod scopes_external;
 mod scopes_namespace;
 mod script_limit;
 mod script_refusals;

@@ -30,7 +30,7 @@ pub(crate) async fn run(daemon: &TestDaemon, user: &OsUser, argv: Vec<String>) -
     redis_cli(user, daemon, &args).await.trim_end().to_owned()
 }
 
-const REFUSED: &str = "can't access at least one of the keys";
+pub(crate) const REFUSED: &str = "can't access at least one of the keys";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenants_scripts_reach_only_the_keys_its_rules_grant() {
@@ -190,7 +190,7 @@ async fn a_tenants_scripts_reach_only_the_keys_its_rules_grant() {
 
 /// Every local user is `local`; a deny rule with keys makes its scripts scoped, although the
 /// rule that allows them names no key.
-const EVERYTHING_BUT_RO: &str = "principals:\n  local: { any: true }\nrules:\n\
+pub(crate) const EVERYTHING_BUT_RO: &str = "principals:\n  local: { any: true }\nrules:\n\
     \x20 - id: ro-is-read-only\n    commands: [\"@write\"]\n    keys: [\"ro:*\"]\n    deny: read only\n\
     \x20 - id: all\n    commands: [\"*\"]\n    allow: everything else\n";
 
@@ -280,36 +280,6 @@ async fn a_deny_rule_with_keys_confines_scripts_a_pool_closes_unheld_and_reloads
         .call(&["EVAL", "return redis.call('SET', 'frozen:1', 'x')", "0"])
         .await;
     assert!(text(&reply).contains(REFUSED), "{reply:?}");
-    daemon.stop().await;
-}
-
-/// Against an external Redis the daemon cannot make scope users: a scoped principal's scripts
-/// are refused, saying why, rather than run unconfined on the SCRIPT lane.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn against_an_external_redis_a_scoped_principals_scripts_are_refused() {
-    let redis = tollgate_testkit::RedisServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("policy.yaml");
-    std::fs::write(&path, EVERYTHING_BUT_RO).unwrap();
-    let daemon = TestDaemon::start_with(&redis, |config| {
-        config.policy.files = vec![path.clone()];
-    })
-    .await;
-    let mut client = RawClient::connect(&daemon.resp_socket()).await;
-    let reply = client
-        .call(&["EVAL", "return redis.call('SET', 'ro:1', 'x')", "0"])
-        .await;
-    assert!(
-        text(&reply).starts_with("NOPERM tollgate: the scripts of local run as the scope user")
-            && text(&reply).contains("embedded Redis only"),
-        "{reply:?}"
-    );
-    assert!(
-        redis.inline("EXISTS ro:1").starts_with(":0"),
-        "the script never ran"
-    );
-    // Plain commands are served as ever.
-    assert_eq!(text(&client.call(&["SET", "rw:1", "x"]).await), "OK");
     daemon.stop().await;
 }
 

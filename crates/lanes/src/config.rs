@@ -69,6 +69,11 @@ pub struct ScopeSettings {
     /// How long a pool no session holds stays open.
     #[serde(with = "humantime_serde")]
     pub idle: Duration,
+    /// On an external Redis, the directory of the scope users' password files
+    /// (`<user>.password`, as `tollgate redis-acl --passwords` writes them); the operator makes
+    /// the users. `None`: no scope users there, and scoped principals' scripts are refused. The
+    /// embedded Redis ignores it: the daemon makes its scope users itself.
+    pub passwords: Option<PathBuf>,
 }
 
 impl Default for ScopeSettings {
@@ -77,6 +82,7 @@ impl Default for ScopeSettings {
             max: 64,
             connections: 1,
             idle: Duration::from_secs(60),
+            passwords: None,
         }
     }
 }

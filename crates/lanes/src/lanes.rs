@@ -176,29 +176,30 @@ impl Lanes {
     }
 
     /// A channel like SCRIPT's on the pool of the scope `login` logs in to (`scope_pools`), for a
-    /// key-constrained principal's script commands. One server only: a cluster has no scopes yet.
+    /// key-constrained principal's script commands. On a cluster, on that scope's pool of the
+    /// node of each command's slot (each node keeps its own pools, and `lanes.scopes.max` is per
+    /// node).
     pub fn scoped_speaking(
         &self,
         login: &ScopeLogin,
         protocol: Protocol,
     ) -> Result<Channel, LaneError> {
-        match &self.0.nodes {
-            Nodes::One(node) => Ok(Channel::node(
-                node.scoped_speaking(login, protocol)?,
-                self.0.script_timeout,
-            )),
-            Nodes::Cluster { .. } => Err(LaneError::Scope {
-                user: login.user.clone(),
-                reason: "scopes are not available on a Redis Cluster yet".into(),
-            }),
-        }
+        let timeout = self.0.script_timeout;
+        Ok(match &self.0.nodes {
+            Nodes::One(node) => Channel::node(node.scoped_speaking(login, protocol)?, timeout),
+            Nodes::Cluster { lanes, .. } => Channel::cluster(
+                ClusterChannel::new(lanes.clone(), Multiplexed::Script, protocol)
+                    .scoped(login.clone()),
+                timeout,
+            ),
+        })
     }
 
-    /// How many scope pools are open (on one server; 0 on a cluster).
+    /// How many scope pools are open (on a cluster, over every node).
     pub fn scope_pools(&self) -> usize {
         match &self.0.nodes {
             Nodes::One(node) => node.scope_pools(),
-            Nodes::Cluster { .. } => 0,
+            Nodes::Cluster { lanes, .. } => lanes.scope_pools(),
         }
     }
 

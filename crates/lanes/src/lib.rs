@@ -37,6 +37,7 @@ mod reply;
 mod resend;
 mod route;
 mod scope_acl;
+mod scope_check;
 mod scope_pools;
 mod script_limit;
 mod share;
@@ -75,6 +76,7 @@ pub use reach::{
 pub use reply::Reply;
 pub use route::Route;
 pub use scope_acl::{ScopeSelector, ScopeUser};
+pub use scope_check::{check_scope_users, ScopeUserCheck};
 pub use scope_pools::ScopeLogin;
 pub use script_limit::{Cooldown, ScriptLimit};
 pub use status::{LaneStatus, LanesStatus, Rejections, Sharing};

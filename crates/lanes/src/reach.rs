@@ -106,11 +106,11 @@ pub async fn check_reserved_unreachable(
 }
 
 /// The lanes could not reach Redis at all: worth trying again.
-struct Unanswered(String);
+pub(crate) struct Unanswered(pub(crate) String);
 
 /// One connection the check asks its questions on: a lease connection borrowed on a master, or a
 /// stream of its own to a replica (the lanes open none there).
-trait Asker {
+pub(crate) trait Asker {
     async fn ask(&mut self, argv: &[String]) -> Result<Frame, Unanswered>;
 }
 
@@ -363,7 +363,7 @@ fn lane_user(clients: &LanesConfig, lane: Lane) -> String {
 }
 
 /// What `ACL DRYRUN` said of one command.
-enum DryRun {
+pub(crate) enum DryRun {
     Allowed,
     /// Redis says why the user may not: the answer wanted when probing the reserved keyspace.
     Refused,
@@ -373,7 +373,7 @@ enum DryRun {
 
 /// `ACL DRYRUN <user> <argv…>` on `conn`: `Err` when the check itself failed (the outer `Err`:
 /// Redis could not be reached at all, worth trying again).
-async fn dryrun(
+pub(crate) async fn dryrun(
     conn: &mut impl Asker,
     user: &str,
     argv: &[String],

@@ -1,7 +1,9 @@
 //! `tollgate redis-acl`: the Redis ACL users an external Redis needs for the daemon under the
 //! policy of a config file (the default policy without one), as `ACL SETUSER` lines to pipe into `redis-cli` (on every server of a Sentinel group: Redis does not
 //! replicate ACLs), with passwords kept in files in a directory of the operator's choosing; and,
-//! with `--lanes-yaml`, the `lanes:` section of `tollgate.yaml` that points at those users.
+//! with `--lanes-yaml`, the `lanes:` section of `tollgate.yaml` that points at those users. The
+//! users include the policy's scope users (its key-confined principals' scripts run as them),
+//! which the daemon checks on the master before using (`scope_users.rs`).
 //!
 //! The lines end by creating an administrator (`tollgate-admin`, its password in the same
 //! directory) and turning Redis's `default` user off: the reserved keyspace is only as safe as
@@ -14,13 +16,15 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use tollgate_lanes::{daemon_users, password_in, Admin, DaemonUser, EMBEDDED_ADMIN};
+use tollgate_policy::Generation;
 
 use crate::config::Config;
 
 #[derive(Debug, clap::Args)]
 pub struct RedisAclArgs {
-    /// Directory of the password files (`lane-<lane>.password`, `leases.password`), created 0700
-    /// if missing; a missing file is created with a random password, mode 0600.
+    /// Directory of the password files (`lane-<lane>.password`, `leases.password`, and
+    /// `<scope user>.password` for each scope of the policy), created 0700 if missing; a missing
+    /// file is created with a random password, mode 0600.
     #[arg(long)]
     passwords: PathBuf,
     /// Print the `lanes:` section of the config instead of the ACL commands.
@@ -51,18 +55,21 @@ pub fn run(args: RedisAclArgs) -> ExitCode {
         },
         None => Default::default(),
     };
-    let grants = match crate::lane_acl::grants_for(&policy) {
-        Ok(grants) => grants,
+    let generation = match crate::lane_acl::compiled(&policy) {
+        Ok(generation) => generation,
         Err(error) => {
             eprintln!("tollgate: policy: {error}");
             return ExitCode::FAILURE;
         }
     };
+    let grants = crate::lane_acl::grants(&generation.admissible());
     let users = daemon_users(&args.passwords, &grants);
+    let scopes = scope_users(&args.passwords, &generation);
     let printed = if args.lanes_yaml {
-        lanes_yaml(&users)
+        lanes_yaml(&users, &args.passwords)
     } else {
-        setuser_lines(&users).and_then(|mut lines| {
+        let all: Vec<DaemonUser> = users.into_iter().chain(scopes).collect();
+        setuser_lines(&all).and_then(|mut lines| {
             lines.push_str(&default_off_lines(&args.passwords)?);
             eprint!("{}", why_default_off(&args.passwords));
             Ok(lines)
@@ -78,6 +85,27 @@ pub fn run(args: RedisAclArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The scope users of `generation` (its key-confined principals' scripts and transactions run as
+/// them: docs/policy.md, "Scopes"), their passwords in `<dir>/<user>.password`, where the daemon
+/// reads them (`lanes.scopes.passwords`). A scope user's name is a digest of its grants: a
+/// policy that changes a scope names a new user, to be made again from these lines.
+fn scope_users(dir: &Path, generation: &Generation) -> Vec<DaemonUser> {
+    generation
+        .scopes()
+        .scopes
+        .iter()
+        .map(|scope| {
+            let user = crate::scope_users::scope_user(scope);
+            DaemonUser {
+                lane: None,
+                password_file: dir.join(format!("{}.password", user.name)),
+                rules: user.acl_rules(),
+                name: user.name,
+            }
+        })
+        .collect()
 }
 
 fn setuser_lines(users: &[DaemonUser]) -> Result<String, String> {
@@ -135,7 +163,7 @@ fn why_default_off(dir: &Path) -> String {
     )
 }
 
-fn lanes_yaml(users: &[DaemonUser]) -> Result<String, String> {
+fn lanes_yaml(users: &[DaemonUser], dir: &Path) -> Result<String, String> {
     let mut out = String::from("lanes:\n");
     for user in users {
         let section = user.lane.map_or("leases", |lane| lane.as_str());
@@ -146,6 +174,10 @@ fn lanes_yaml(users: &[DaemonUser]) -> Result<String, String> {
             file.display().to_string()
         ));
     }
+    out.push_str(&format!(
+        "  scopes: {{ passwords: {:?} }}\n",
+        absolute(dir)?.display().to_string()
+    ));
     Ok(out)
 }
 

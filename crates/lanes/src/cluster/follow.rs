@@ -33,6 +33,7 @@ use crate::metrics::Redirected;
 use crate::multiplex::{NodeChannel, NodeSend};
 use crate::reply::Reply;
 use crate::route::Route;
+use crate::scope_pools::ScopeLogin;
 use crate::script_limit::ScriptLimit;
 use crate::{Endpoint, Exclusive};
 
@@ -277,6 +278,9 @@ pub(crate) struct ClusterChannel {
     budget: Option<Arc<dyn Budget>>,
     /// How long this caller's scripts may run (`script_limit`), on every node.
     limit: Option<ScriptLimit>,
+    /// The scope user whose pool on each node carries the commands, instead of the lane's
+    /// (`scope_pools`: a key-constrained principal's script commands).
+    scope: Option<ScopeLogin>,
     /// One connection per node, kept while commands are in flight so that their order holds.
     pipes: Arc<Mutex<Vec<(Endpoint, NodeChannel)>>>,
     /// This caller's commands of each slot not yet final (`line`).
@@ -291,9 +295,17 @@ impl ClusterChannel {
             protocol,
             budget: None,
             limit: None,
+            scope: None,
             pipes: Arc::default(),
             lines: Lines::default(),
         }
+    }
+
+    /// The same channel on `login`'s scope pool of each node it sends to.
+    pub(crate) fn scoped(mut self, login: ScopeLogin) -> Self {
+        self.pipes.lock().clear();
+        self.scope = Some(login);
+        self
     }
 
     pub(crate) fn lane(&self) -> Lane {
@@ -330,10 +342,11 @@ impl ClusterChannel {
         if let Some((_, pipe)) = pipes.iter().find(|(at, _)| at == node) {
             return Ok(pipe.clone());
         }
-        let mut pipe = self
-            .lanes
-            .node(node)?
-            .multiplexed_speaking(self.lane, self.protocol)?;
+        let on = self.lanes.node(node)?;
+        let mut pipe = match &self.scope {
+            Some(login) => on.scoped_speaking(login, self.protocol)?,
+            None => on.multiplexed_speaking(self.lane, self.protocol)?,
+        };
         if let Some(budget) = &self.budget {
             pipe = pipe.charged_to(budget.clone());
         }

@@ -223,6 +223,11 @@ impl ClusterLanes {
         self.nodes.read().values().cloned().collect()
     }
 
+    /// How many scope pools are open, over every node.
+    pub(crate) fn scope_pools(&self) -> usize {
+        self.opened().iter().map(Node::scope_pools).sum()
+    }
+
     /// The nodes' lanes side by side: each lane's ceilings count every node's connections; the
     /// live figures already do (the nodes share their metric families).
     pub(crate) fn status(&self) -> Option<LanesStatus> {

@@ -49,6 +49,12 @@ pub fn login(services: &Services, caller: &Caller) -> Option<ScopeLogin> {
         .scope_login(&scope_of(services, caller)?)
 }
 
+/// Why a scope user has no login: what the operator reads.
+const NOT_READY: &str = "is not ready on this Redis (the daemon makes scope users on its \
+    embedded Redis; on an external one the operator makes them from `tollgate redis-acl` and \
+    names their passwords' directory in lanes.scopes.passwords, on every node of a cluster; the \
+    daemon's log says which)";
+
 /// A channel on the pool of the scope user `user`; `Err`: the reply to give instead.
 pub fn channel(
     services: &Services,
@@ -58,8 +64,7 @@ pub fn channel(
 ) -> Result<Channel, Bytes> {
     let Some(login) = services.lane_users.scope_login(user) else {
         return Err(Bytes::from(format!(
-            "-NOPERM tollgate: the scripts of {} run as the scope user {user}, which the daemon \
-             has not made (scopes are made on the daemon's embedded Redis only)\r\n",
+            "-NOPERM tollgate: the scripts of {} run as the scope user {user}, which {NOT_READY}\r\n",
             caller.principal
         )));
     };
@@ -71,13 +76,15 @@ pub fn channel(
 
 /// `plan` for the script command `name`, refused when it would run in a transaction for a
 /// principal whose scripts are confined to a scope, on a connection not logged in as that
-/// scope's user (`acting`: the user the pinned connection is logged in as).
+/// scope's user. `pinned`: the user the transaction's connection is logged in as (`Some(None)`:
+/// the lane's), or `None` while none is pinned yet (a cluster's MULTI waits for a slot), when the
+/// connection it will pin logs in as the scope's user if that user is ready.
 pub fn in_transaction(
     plan: Plan,
     name: &str,
     services: &Services,
     caller: &Caller,
-    acting: Option<&str>,
+    pinned: Option<Option<&str>>,
 ) -> Plan {
     // The policy's generation is only looked at for a script in a transaction: every other
     // command pays two comparisons.
@@ -88,14 +95,14 @@ pub fn in_transaction(
     let Some(user) = scope_of(services, caller) else {
         return plan;
     };
-    if acting == Some(user.as_str()) {
-        return plan;
+    let login = services.lane_users.scope_login(&user);
+    match pinned {
+        Some(acting) if acting == Some(user.as_str()) => return plan,
+        None if login.is_some() => return plan,
+        _ => {}
     }
-    let why = match services.lane_users.scope_login(&user) {
-        None => format!(
-            "its scope user {user} is made on the daemon's embedded Redis only, so its \
-             transactions run unconfined"
-        ),
+    let why = match login {
+        None => format!("its scope user {user} {NOT_READY}, so its transactions run unconfined"),
         Some(_) => format!(
             "this transaction began before the policy put its scripts in scope {user}; run it \
              again"

@@ -258,7 +258,9 @@ impl SessionState {
                     &descriptor.name,
                     &self.front.services,
                     &self.caller,
-                    self.transaction.acting_as(),
+                    self.transaction
+                        .holds_connection()
+                        .then(|| self.transaction.acting_as()),
                 );
                 let services = &self.front.services;
                 let plan = namespace::plan(plan, &descriptor.name, command, services, &self.caller);
