@@ -15,6 +15,8 @@
 //! - [`reload`] is the one policy reload (SIGHUP, `systemctl reload`, HTTP); [`systemd`] takes
 //!   the sockets systemd passes and tells it when the daemon is ready, reloading or stopping.
 //! - [`lane_acl`] keeps the lanes' Redis ACL users cut to the active policy.
+//! - [`tracking`] is `CLIENT TRACKING` for the daemon's own clients: the pure core (Redis 7.0's
+//!   semantics, unit-tested), not yet wired into the sessions (issue 29).
 //! - [`embedded`] and [`supervisor`] run the private redis-server of the embedded default;
 //!   [`runtime_dir`] checks the files it and the sockets live in; [`readiness`] answers `/readyz`.
 //! - [`config`] reads the YAML configuration (errors at file:line:column); [`logging`] and
@@ -44,6 +46,7 @@ pub mod server;
 pub mod services;
 pub mod supervisor;
 pub mod systemd;
+pub mod tracking;
 
 pub use config::Config;
 pub use runtime::Daemon;
