@@ -24,6 +24,23 @@ pub(crate) fn policy(acme: &OsUser, globex: &OsUser) -> String {
         .replace("uids: [2002]", &format!("uids: [{}]", globex.uid))
 }
 
+/// A daemon on its embedded Redis under the tenants example (`policy`), its sockets open to
+/// every OS user; and the policy file's path.
+async fn tenants_daemon(acme: &OsUser, globex: &OsUser) -> (TestDaemon, std::path::PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix("tollgate-scopes")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.path().join("tenants.yaml");
+    std::fs::write(&path, policy(acme, globex)).unwrap();
+    let mut daemon_config = TestDaemon::config(dir.path());
+    daemon_config.runtime_dir = Some(dir.path().join("run"));
+    daemon_config.listen.mode = SocketMode(0o666);
+    daemon_config.policy.files = vec![path.clone()];
+    (TestDaemon::start_config(dir, daemon_config).await, path)
+}
+
 /// What `redis-cli` printed for `argv` sent as `user`.
 pub(crate) async fn run(daemon: &TestDaemon, user: &OsUser, argv: Vec<String>) -> String {
     let args: Vec<&str> = argv.iter().map(String::as_str).collect();
@@ -37,18 +54,7 @@ async fn a_tenants_scripts_reach_only_the_keys_its_rules_grant() {
     let (Some(acme), Some(globex)) = (os_user("tollgate-acme"), os_user("tollgate-globex")) else {
         return;
     };
-    let dir = tempfile::Builder::new()
-        .prefix("tollgate-scopes")
-        .tempdir()
-        .unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let path = dir.path().join("tenants.yaml");
-    std::fs::write(&path, policy(&acme, &globex)).unwrap();
-    let mut daemon_config = TestDaemon::config(dir.path());
-    daemon_config.runtime_dir = Some(dir.path().join("run"));
-    daemon_config.listen.mode = SocketMode(0o666);
-    daemon_config.policy.files = vec![path.clone()];
-    let daemon = TestDaemon::start_config(dir, daemon_config).await;
+    let (daemon, path) = tenants_daemon(&acme, &globex).await;
     let eval = |body: &str| vec!["EVAL".to_owned(), body.to_owned(), "0".to_owned()];
 
     // Its own keys, read and written by a script.
@@ -307,18 +313,7 @@ async fn a_tenants_scripts_in_multi_and_after_watch_are_held_to_its_scope() {
     let (Some(acme), Some(globex)) = (os_user("tollgate-acme"), os_user("tollgate-globex")) else {
         return;
     };
-    let dir = tempfile::Builder::new()
-        .prefix("tollgate-scopes")
-        .tempdir()
-        .unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let path = dir.path().join("tenants.yaml");
-    std::fs::write(&path, policy(&acme, &globex)).unwrap();
-    let mut daemon_config = TestDaemon::config(dir.path());
-    daemon_config.runtime_dir = Some(dir.path().join("run"));
-    daemon_config.listen.mode = SocketMode(0o666);
-    daemon_config.policy.files = vec![path.clone()];
-    let daemon = TestDaemon::start_config(dir, daemon_config).await;
+    let (daemon, path) = tenants_daemon(&acme, &globex).await;
     let mut redis = embedded_admin(&daemon.dir().join("run")).await;
     assert_eq!(
         redis.call(&["SET", "globex:secret", "theirs"]).await,

@@ -81,8 +81,9 @@ def last_json(text):
     return None
 
 
-def verdict(worker, producer, jobs):
-    """The reasons the run fails; empty when it passes."""
+def verdict(worker, producer, jobs, states=("waiting", "active", "delayed", "failed")):
+    """The reasons the run fails; empty when it passes. `states`: the queue's states that must be
+    empty at the end (BullMQ has more than Bull and bee-queue)."""
     if worker is None or producer is None:
         return ["no result (see the worker's stderr)"]
     reasons = []
@@ -100,8 +101,7 @@ def verdict(worker, producer, jobs):
     if gap and gap["max"] > RETRY_WINDOW_MS:
         reasons.append(f"a retry came {gap['max']} ms after its failed attempt")
     counts = worker["counts"]
-    left = {key: counts.get(key) for key in ("waiting", "active", "delayed", "failed")
-            if counts.get(key)}
+    left = {key: counts.get(key) for key in states if counts.get(key)}
     if left:
         reasons.append(f"left in the queue: {left}")
     if worker["mostRunning"] < 2:

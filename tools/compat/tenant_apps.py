@@ -49,6 +49,7 @@ import tempfile
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import job_queues  # noqa: E402  (the job queues' verdict)
 import redis_py  # noqa: E402  (log, wait_for)
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -62,8 +63,6 @@ PY_PACKAGES = ["limits==5.8.0", "python-redis-lock==4.0.1", "redis==6.4.0"]
 # The venv's interpreter: one every OS user may run (a pyenv one under /root is not).
 SYSTEM_PYTHON = "/usr/bin/python3"
 TENANTS = {"acme": "tollgate-acme", "globex": "tollgate-globex"}
-BACKOFF_MS = 300
-RETRY_WINDOW_MS = 10000
 WORKER_TIMEOUT_S = 300
 LIMIT = 10
 LOCK_HOLD_S = 2.5
@@ -536,32 +535,15 @@ class Runner:
 
 
 def queue_verdict(worker, producer, jobs):
+    """job_queues.py's verdict (same backoff and window), with BullMQ's further states, the
+    completed count and the events stream's."""
+    reasons = job_queues.verdict(worker, producer, jobs, states=(
+        "waiting", "active", "delayed", "failed", "prioritized", "waiting-children"))
     if worker is None or producer is None:
-        return ["no result (see the stderr)"]
-    reasons = []
-    if worker["outcome"] != "done":
-        reasons.append(f"{worker['succeeded']} of {jobs} jobs succeeded before the timeout")
-    if worker["wrongCount"] or worker["stray"]:
-        reasons.append(f"{worker['wrongCount']} jobs ran the wrong number of times "
-                       f"(e.g. {worker['wrong'][:3]}), stray {worker['stray'][:3]}")
-    if worker["retries"] != (jobs + 4) // 5:
-        reasons.append(f"{worker['retries']} retries, expected {(jobs + 4) // 5}")
-    gap = worker["retryGapMs"]
-    if gap and gap["min"] < BACKOFF_MS:
-        reasons.append(f"a retry came {gap['min']} ms after its failed attempt, before the "
-                       f"{BACKOFF_MS} ms backoff")
-    if gap and gap["max"] > RETRY_WINDOW_MS:
-        reasons.append(f"a retry came {gap['max']} ms after its failed attempt")
+        return reasons
     counts = worker["counts"]
-    left = {key: counts.get(key) for key in ("waiting", "active", "delayed", "failed",
-                                             "prioritized", "waiting-children")
-            if counts.get(key)}
-    if left:
-        reasons.append(f"left in the queue: {left}")
     if counts.get("completed") != jobs:
         reasons.append(f"{counts.get('completed')} completed in the queue, expected {jobs}")
-    if worker["mostRunning"] < 2:
-        reasons.append("never more than one handler at once")
     if worker.get("eventsCompleted") is not None and worker["eventsCompleted"] != jobs:
         reasons.append(f"{worker['eventsCompleted']} completed events read, expected {jobs}")
     if worker.get("errors"):

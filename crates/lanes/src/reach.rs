@@ -139,6 +139,25 @@ impl Asker for Replica {
     }
 }
 
+/// A lease ADMIN connection on `master`, and the server's name for messages; `Err`: the name and
+/// why there is none.
+pub(crate) async fn admin_on(
+    leases: &Lanes,
+    master: Route,
+) -> Result<(String, Borrowed), (String, String)> {
+    let server = match &master {
+        Route::Node(endpoint) => endpoint.to_string(),
+        _ => "the master".to_owned(),
+    };
+    match leases
+        .borrow_at(master, Exclusive::Admin, Protocol::Resp2, None)
+        .await
+    {
+        Ok(conn) => Ok((server, conn)),
+        Err(error) => Err((server, error.to_string())),
+    }
+}
+
 /// Checks every server: each master (a cluster's nodes each have their own users) through a
 /// connection of `leases`, and each replica a master names in `ROLE` (a promoted replica serves
 /// with its own users: Redis does not replicate ACLs) through a connection of its own.
@@ -149,14 +168,9 @@ async fn check_once(
 ) -> Result<Result<(), ReachError>, Unanswered> {
     let masters = (leases.masters().await).map_err(|error| Unanswered(error.to_string()))?;
     for master in masters {
-        let server = match &master {
-            Route::Node(endpoint) => endpoint.to_string(),
-            _ => "the master".to_owned(),
-        };
-        let mut conn = leases
-            .borrow_at(master, Exclusive::Admin, Protocol::Resp2, None)
+        let (server, mut conn) = admin_on(leases, master)
             .await
-            .map_err(|error| Unanswered(error.to_string()))?;
+            .map_err(|(_, reason)| Unanswered(reason))?;
         let checked = check_server(&mut conn, &server, clients, vouched).await;
         let replicas = match &checked {
             Ok(Ok(())) => replicas(&mut conn, &server).await,

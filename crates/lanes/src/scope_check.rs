@@ -6,11 +6,9 @@
 //! exists was cut from the same grants, unless someone edited it by hand: the probes catch the
 //! edit that matters most.
 
+use crate::reach::{admin_on, dryrun, DryRun, ReachError, Unanswered};
+use crate::Lanes;
 use tollgate_model::reserved::RESERVED_PREFIX;
-use tollgate_model::{Exclusive, Protocol};
-
-use crate::reach::{dryrun, DryRun, ReachError, Unanswered};
-use crate::{Lanes, Route};
 
 /// What the servers hold of one scope user.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,14 +52,9 @@ pub async fn check_scope_users(
         .await
         .map_err(|error| unreachable("the master", error.to_string()))?;
     for master in masters {
-        let server = match &master {
-            Route::Node(endpoint) => endpoint.to_string(),
-            _ => "the master".to_owned(),
-        };
-        let mut conn = leases
-            .borrow_at(master, Exclusive::Admin, Protocol::Resp2, None)
+        let (server, mut conn) = admin_on(leases, master)
             .await
-            .map_err(|error| unreachable(&server, error.to_string()))?;
+            .map_err(|(server, reason)| unreachable(&server, reason))?;
         let mut failed = None;
         'users: for (user, check) in users.iter().zip(checks.iter_mut()) {
             if *check != ScopeUserCheck::Ready {
