@@ -192,7 +192,7 @@ impl LaneUsers {
                 clients,
             } => Provisioning::External {
                 leases: lease_lanes,
-                passwords: clients.scopes.passwords.as_deref(),
+                clients,
             },
         };
         self.1.follow(generation, provisioning).await;

@@ -2,17 +2,17 @@
 //! those ready for use: the one place that knows both, since the lanes know nothing of policies.
 //! On the embedded Redis the daemon, its administrator, makes them on every reload. On an
 //! external Redis the operator makes them (`tollgate redis-acl` prints them, their passwords in
-//! files of `lanes.scopes.passwords`), and the daemon checks each on every master before it
-//! uses it (`tollgate_lanes::check_scope_users`). A scoped principal whose scope user is not ready
+//! files of `lanes.scopes.passwords`), and the daemon checks each on every master and replica
+//! before it uses it (`tollgate_lanes::check_scope_users`). A scoped principal whose scope user is not ready
 //! has its scripts refused, saying so, never run unconfined.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
 use tollgate_lanes::{
-    Endpoint, Lanes, ProvisionedUsers, ScopeLogin, ScopeSelector, ScopeUser, ScopeUserCheck,
+    Endpoint, Lanes, LanesConfig, ProvisionedUsers, ScopeLogin, ScopeSelector, ScopeUser,
+    ScopeUserCheck,
 };
 use tollgate_policy::scope::Scope;
 use tollgate_policy::Generation;
@@ -21,11 +21,11 @@ use tollgate_policy::Generation;
 pub enum Provisioning<'a> {
     /// The daemon makes them on its embedded server.
     Embedded(&'a ProvisionedUsers, &'a Endpoint),
-    /// The operator made them on an external Redis; their passwords are in `passwords`
-    /// (`None`: not configured) and the lease lanes check them.
+    /// The operator made them on an external Redis; their passwords are in
+    /// `clients.scopes.passwords` (`None`: not configured) and the lease lanes check them.
     External {
         leases: &'a Lanes,
-        passwords: Option<&'a Path>,
+        clients: &'a LanesConfig,
     },
 }
 
@@ -66,9 +66,9 @@ impl ScopeLogins {
                     }
                 }
             }
-            Provisioning::External { leases, passwords } => {
+            Provisioning::External { leases, clients } => {
                 let names: Vec<String> = wanted.into_iter().map(|(name, _)| name).collect();
-                external(leases, passwords, &names).await
+                external(leases, clients, &names).await
             }
         };
         *self.0.write() = logins
@@ -79,13 +79,14 @@ impl ScopeLogins {
 }
 
 /// The logins of the scope users `names` on an external Redis that are ready: a password file
-/// in `passwords`, and every master holds the user, out of the reserved keyspace. Each one that
+/// in `lanes.scopes.passwords`, and every master and replica holds the user, out of the reserved
+/// keyspace. Each one that
 /// is not is logged, saying what to do.
-async fn external(leases: &Lanes, passwords: Option<&Path>, names: &[String]) -> Vec<ScopeLogin> {
+async fn external(leases: &Lanes, clients: &LanesConfig, names: &[String]) -> Vec<ScopeLogin> {
     if names.is_empty() {
         return Vec::new();
     }
-    let Some(dir) = passwords else {
+    let Some(dir) = clients.scopes.passwords.as_deref() else {
         tracing::warn!(
             scopes = names.len(),
             "the policy confines some principals' scripts to scopes; on an external Redis the \
@@ -113,7 +114,7 @@ async fn external(leases: &Lanes, passwords: Option<&Path>, names: &[String]) ->
         }
     }
     let users: Vec<String> = found.iter().map(|login| login.user.clone()).collect();
-    let checks = match tollgate_lanes::check_scope_users(leases, &users).await {
+    let checks = match tollgate_lanes::check_scope_users(leases, clients, &users).await {
         Ok(checks) => checks,
         Err(error) => {
             tracing::warn!(

@@ -10,9 +10,10 @@ use std::process::{Command, Stdio};
 
 use tollgate_testkit::RedisServer;
 
-use tollgate_lanes::Splitting;
+use tollgate_lanes::{RedisConfig, Splitting};
 
 use crate::cluster::{cluster, keys_on_every_master};
+use crate::lanes_sentinel::Deployment;
 use crate::scopes_daemon::{EVERYTHING_BUT_RO, REFUSED};
 use crate::support::daemon::{tempdir, TestDaemon};
 use crate::support::raw::{text, RawClient};
@@ -271,5 +272,48 @@ async fn on_a_cluster_the_scope_users_confine_scripts_on_every_master() {
             "master {master}"
         );
     }
+    daemon.stop().await;
+}
+
+/// A scope user the master has but its replica lacks is not ready: a failover would promote a
+/// server where its principals' scripts could not log in (Redis does not replicate ACLs). Once
+/// the replica has it too, a reload makes it ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scope_user_missing_on_a_sentinel_replica_is_not_used_until_it_is_made_there() {
+    let deployment = Deployment::start();
+    let files = tempdir();
+    let policy = files.path().join("policy.yaml");
+    std::fs::write(&policy, MINE).unwrap();
+    let passwords = files.path().join("acl");
+    let lines = scope_lines(&config_file(files.path(), &policy), &passwords);
+    apply(deployment.master.socket(), &lines);
+    let daemon = TestDaemon::start_redis_with(
+        RedisConfig::sentinel("mymaster", vec![deployment.sentinel.endpoint()]),
+        &[&deployment.master, &deployment.replica],
+        |config| {
+            config.policy.files = vec![policy.clone()];
+            config.lanes.scopes.passwords = Some(passwords.clone());
+            config.admin.reload_interval = std::time::Duration::from_millis(1);
+        },
+    )
+    .await;
+    let eval = [
+        "EVAL",
+        "return redis.call('SET', KEYS[1], 'x')",
+        "1",
+        "mine:1",
+    ];
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    let reply = client.call(&eval).await;
+    assert!(
+        text(&reply).contains("is not ready on this Redis"),
+        "{reply:?}"
+    );
+    assert!(deployment.master.inline("EXISTS mine:1").starts_with(":0"));
+
+    apply(deployment.replica.socket(), &lines);
+    let reloaded = daemon.post("/v1/policy/reload", "{}").await;
+    assert_eq!(reloaded.status, 200, "{reloaded:?}");
+    assert_eq!(text(&client.call(&eval).await), "OK");
     daemon.stop().await;
 }

@@ -125,7 +125,7 @@ impl Asker for Borrowed {
 }
 
 /// A replica's stream, authenticated as the lease user.
-struct Replica(Stream, BytesMut);
+pub(crate) struct Replica(Stream, BytesMut);
 
 impl Asker for Replica {
     async fn ask(&mut self, argv: &[String]) -> Result<Frame, Unanswered> {
@@ -301,7 +301,7 @@ fn daemon_user_names(clients: &LanesConfig) -> Vec<String> {
 }
 
 /// The replicas a master names in `ROLE` (`master`, offset, then `[ip, port, offset]` each).
-async fn replicas(
+pub(crate) async fn replicas(
     master: &mut impl Asker,
     server: &str,
 ) -> Result<Result<Vec<Endpoint>, ReachError>, Unanswered> {
@@ -343,7 +343,10 @@ async fn replicas(
 }
 
 /// A connection to `replica` as the lease user (RESP2), or why there is none.
-async fn open_replica(replica: &Endpoint, clients: &LanesConfig) -> Result<Replica, String> {
+pub(crate) async fn open_replica(
+    replica: &Endpoint,
+    clients: &LanesConfig,
+) -> Result<Replica, String> {
     let leases = clients.for_leases().settings(Lane::Admin);
     let credentials = crate::node::credentials(&leases).map_err(|error| error.to_string())?;
     let connect = async {
