@@ -770,3 +770,39 @@ async fn resp3_replies_have_the_type_structure_redis_gives_them() {
     assert!(matches!(got, Frame::Simple(_)), "{got:?}");
     daemon.stop().await;
 }
+
+/// A client that does not track is answered about client-side caching as Redis answers it
+/// (`client_tracking.rs`): GETREDIR, TRACKINGINFO, CACHING's error, TRACKING OFF and its checks.
+/// TRACKING ON is refused: the daemon does not track for its clients yet.
+#[tokio::test]
+async fn client_side_caching_of_a_client_that_does_not_track_is_answered_as_redis_answers_it() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    same_replies(
+        &redis,
+        &daemon,
+        &[
+            &["CLIENT", "GETREDIR"],
+            &["CLIENT", "TRACKINGINFO"],
+            &["CLIENT", "CACHING", "yes"],
+            &["CLIENT", "CACHING", "maybe"],
+            &["CLIENT", "TRACKING", "off"],
+            &["CLIENT", "TRACKING", "off", "REDIRECT", "987654"],
+            &["CLIENT", "TRACKING", "off", "REDIRECT", "x"],
+            &["CLIENT", "TRACKING", "maybe"],
+            &["CLIENT", "TRACKING", "off", "NOSUCHOPTION"],
+        ],
+    )
+    .await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    let on = client.call(&["CLIENT", "TRACKING", "on"]).await;
+    assert!(
+        text(&on).starts_with("ERR tollgate: CLIENT TRACKING ON is not available yet"),
+        "{on:?}"
+    );
+    assert_eq!(
+        client.call(&["CLIENT", "GETREDIR"]).await,
+        Frame::Integer(-1)
+    );
+    daemon.stop().await;
+}

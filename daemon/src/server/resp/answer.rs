@@ -6,6 +6,7 @@
 use bytes::Bytes;
 use tollgate_resp::Frame;
 
+use super::client_tracking;
 use super::clients::{Client, Clients, KillFilter, ListFilter, UnblockMode};
 use super::local::{self, Local, Protocol, ReplyMode};
 use super::replies;
@@ -73,6 +74,17 @@ pub fn answer(local: Local, argv: &[&[u8]], session: Asking<'_>) -> Step {
             return Step::Reply(replies::unshareable(
                 argv.get(1).copied().unwrap_or_default(),
             ))
+        }
+        Local::ClientTracking => {
+            let clients = session.clients;
+            let me = session.me;
+            return Step::Reply(client_tracking::answer(
+                argv.get(1).copied().unwrap_or_default(),
+                argv.get(2..).unwrap_or_default(),
+                session.id,
+                session.protocol,
+                &|id| clients.sees_id(me, id),
+            ));
         }
         Local::Select => return Step::Reply(select(argv)),
         Local::ClusterState => return Step::Reply(replies::cluster_disabled()),

@@ -256,6 +256,13 @@ impl Clients {
                         .any(|client| client.principal == user))
     }
 
+    /// Whether session `id` is connected and `by` may see it (a `CLIENT TRACKING … REDIRECT id`
+    /// names no session of another principal's).
+    pub fn sees_id(&self, by: &Client, id: u64) -> bool {
+        let target = self.sessions.lock().get(&id).cloned();
+        target.is_some_and(|target| by.sees(&target))
+    }
+
     /// `CLIENT UNBLOCK id`: asks session `id`, if `by` may see it and it waits in a blocking
     /// command, to end that command; whether it did wait.
     pub fn unblock(&self, by: &Client, id: u64, mode: UnblockMode) -> bool {

@@ -5,13 +5,10 @@ use bytes::Bytes;
 use tollgate_resp::Frame;
 
 /// `CLIENT` subcommands that set state on the connection they run on (see [`Local::Unshareable`]).
-const UNSHAREABLE: [&[u8]; 5] = [
-    b"TRACKING",
-    b"CACHING",
-    b"GETREDIR",
-    b"TRACKINGINFO",
-    b"NO-TOUCH",
-];
+const UNSHAREABLE: [&[u8]; 1] = [b"NO-TOUCH"];
+
+/// `CLIENT` subcommands of client-side caching (see [`Local::ClientTracking`]).
+const TRACKING: [&[u8]; 4] = [b"TRACKING", b"CACHING", b"GETREDIR", b"TRACKINGINFO"];
 
 /// Which replies a client gets (`CLIENT REPLY`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,9 +90,11 @@ pub enum Local {
     /// it would silence a Redis connection other clients share).
     ClientReply,
     /// Connection state that cannot work over connections shared between clients, refused:
-    /// client-side caching (`CLIENT TRACKING`, `CACHING`, `GETREDIR`, `TRACKINGINFO`: the
-    /// invalidations would reach no one) and `CLIENT NO-TOUCH`.
+    /// `CLIENT NO-TOUCH`.
     Unshareable,
+    /// Client-side caching (`CLIENT TRACKING`, `CACHING`, `GETREDIR`, `TRACKINGINFO`), answered
+    /// for a session that does not track (`client_tracking.rs`); `TRACKING ON` refused.
+    ClientTracking,
     /// `ASKING`, `READONLY`, `READWRITE`: a cluster client's connection state. The daemon shows
     /// clients one standalone server (and on a cluster its own connections send `ASKING` where
     /// a redirect needs it), so these are answered as a standalone server answers them; sent,
@@ -148,6 +147,8 @@ impl Local {
             Local::ClientSetInfo
         } else if is(b"CLIENT") && sub(b"REPLY") {
             Local::ClientReply
+        } else if is(b"CLIENT") && TRACKING.iter().any(|word| sub(word)) {
+            Local::ClientTracking
         } else if is(b"CLIENT") && UNSHAREABLE.iter().any(|word| sub(word)) {
             Local::Unshareable
         } else if is(b"CONFIG") && sub(b"GET") {
@@ -197,6 +198,7 @@ impl Local {
                 | Local::Select
                 | Local::ConfigGet
                 | Local::Unshareable
+                | Local::ClientTracking
         )
     }
 
@@ -206,7 +208,7 @@ impl Local {
         let fits = match self {
             Local::Ping => argc <= 2,
             Local::Echo | Local::ClientGetName | Local::ClientId | Local::ClientInfo => argc == 2,
-            Local::Quit | Local::Hello | Local::Unshareable => true,
+            Local::Quit | Local::Hello | Local::Unshareable | Local::ClientTracking => true,
             Local::ClusterState => true,
             Local::Auth => (2..=3).contains(&argc),
             Local::ClientSetName | Local::ClientReply => argc == 3,
@@ -242,7 +244,7 @@ impl Local {
             Local::ClientUnblock => "client|unblock",
             Local::ClientSetInfo => "client|setinfo",
             Local::ClientReply => "client|reply",
-            Local::Unshareable => "client",
+            Local::Unshareable | Local::ClientTracking => "client",
             Local::ClusterState => "asking",
             Local::Select => "select",
             Local::ConfigGet => "config|get",
@@ -411,6 +413,10 @@ mod tests {
         );
         assert_eq!(
             Local::of(b"CLIENT", Some(b"tracking")),
+            Some(Local::ClientTracking)
+        );
+        assert_eq!(
+            Local::of(b"client", Some(b"no-touch")),
             Some(Local::Unshareable)
         );
         assert_eq!(Local::of(b"GET", Some(b"k")), None);

@@ -17,6 +17,7 @@ mod amend;
 mod answer;
 mod budget;
 pub mod cached;
+mod client_tracking;
 mod clients;
 mod coarse;
 mod cooldowns;
