@@ -188,10 +188,26 @@ impl Borrowed {
         command: Bytes,
         deadline: Option<Duration>,
     ) -> Result<Reply, CallError> {
+        self.session.observe(&command);
+        self.bounded(command, deadline).await
+    }
+
+    /// Sends the lane's own command (not the borrower's: the session's state is not read from
+    /// it), within the lane's command timeout.
+    async fn send_unobserved(&mut self, command: Bytes) -> Result<Reply, CallError> {
+        self.bounded(command, self.lane.command_timeout).await
+    }
+
+    /// `command` sent within `deadline` (`None`: none). Past it the connection is closed.
+    async fn bounded(
+        &mut self,
+        command: Bytes,
+        deadline: Option<Duration>,
+    ) -> Result<Reply, CallError> {
         let Some(deadline) = deadline else {
-            return self.send_unbounded(command).await;
+            return self.send_raw(command).await;
         };
-        match tokio::time::timeout(deadline, self.send_unbounded(command)).await {
+        match tokio::time::timeout(deadline, self.send_raw(command)).await {
             Ok(outcome) => outcome,
             Err(_) => {
                 self.conn = None;
@@ -199,29 +215,6 @@ impl Borrowed {
                     reason: format!("no reply within {deadline:?}; the connection was closed"),
                 })
             }
-        }
-    }
-
-    async fn send_unbounded(&mut self, command: Bytes) -> Result<Reply, CallError> {
-        self.session.observe(&command);
-        self.send_raw(command).await
-    }
-
-    /// Sends the lane's own command (not the borrower's: the session's state is not read from
-    /// it), within the lane's command timeout.
-    async fn send_unobserved(&mut self, command: Bytes) -> Result<Reply, CallError> {
-        let within = self.lane.command_timeout;
-        match within {
-            None => self.send_raw(command).await,
-            Some(deadline) => match tokio::time::timeout(deadline, self.send_raw(command)).await {
-                Ok(outcome) => outcome,
-                Err(_) => {
-                    self.conn = None;
-                    Err(CallError::Indeterminate {
-                        reason: format!("no reply within {deadline:?}; the connection was closed"),
-                    })
-                }
-            },
         }
     }
 

@@ -378,13 +378,14 @@ impl SessionState {
             }
             None => "",
         };
+        // Outside MULTI what was remembered belongs to a transaction that ended some other way
+        // (DISCARD, RESET, a lost connection): forgotten.
+        if self.transaction.queued().is_none() {
+            self.transaction_scripts.clear();
+        }
         let kind = ScriptKind::of(name);
         let kinds = match (name, kind) {
             ("EXEC", _) => std::mem::take(&mut self.transaction_scripts),
-            ("DISCARD", _) => {
-                self.transaction_scripts.clear();
-                Vec::new()
-            }
             (_, Some(kind)) if self.transaction.queued().is_some() => {
                 if !self.transaction_scripts.contains(&kind) {
                     self.transaction_scripts.push(kind);
