@@ -282,6 +282,7 @@ impl Daemon {
             config.resp.clone(),
             ConnectionLimits::new(&config.limits, "resp"),
             resp_socket.path.display().to_string(),
+            stop.clone(),
         ));
         tasks.spawn(resp::serve(resp_listener, front_door, stop.clone()));
 

@@ -148,14 +148,11 @@ async fn client_reply_silences_only_its_own_client() {
 }
 
 #[tokio::test]
-async fn client_side_caching_is_refused_because_connections_are_shared() {
+async fn no_touch_is_refused_because_connections_are_shared() {
     let redis = RedisServer::start();
     let daemon = TestDaemon::start(&redis).await;
     let mut client = RawClient::connect(&daemon.resp_socket()).await;
-    for argv in [
-        &["CLIENT", "TRACKING", "ON"][..],
-        &["CLIENT", "NO-TOUCH", "ON"],
-    ] {
+    for argv in [&["CLIENT", "NO-TOUCH", "ON"][..]] {
         let refused = client.call(argv).await;
         assert!(
             is_error_starting(&refused, "ERR tollgate: CLIENT ")

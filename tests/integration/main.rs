@@ -4,6 +4,7 @@
 mod budgets;
 mod cache;
 mod channels;
+mod client_tracking;
 mod cluster;
 mod cluster_failover;
 mod cluster_keyspace;

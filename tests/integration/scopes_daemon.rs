@@ -26,7 +26,10 @@ pub(crate) fn policy(acme: &OsUser, globex: &OsUser) -> String {
 
 /// A daemon on its embedded Redis under the tenants example (`policy`), its sockets open to
 /// every OS user; and the policy file's path.
-async fn tenants_daemon(acme: &OsUser, globex: &OsUser) -> (TestDaemon, std::path::PathBuf) {
+pub(crate) async fn tenants_daemon(
+    acme: &OsUser,
+    globex: &OsUser,
+) -> (TestDaemon, std::path::PathBuf) {
     let dir = tempfile::Builder::new()
         .prefix("tollgate-scopes")
         .tempdir()

@@ -57,6 +57,28 @@ DELIBERATE = {
             "two names live on the shared subscriber connections they hash to); failing, the "
             "test leaves its pattern subscribed, which fails NUMPAT's count after it",
     },
+    "unit/tracking": {
+        "Tracking NOLOOP mode in BCAST mode works":
+            "NOLOOP in BCAST mode is not kept: the daemon learns of every write from one "
+            "connection to Redis that cannot say which client wrote, and a BCAST client that "
+            "holds its own value is told of its own write rather than risk missing another's; "
+            "the extra invalidation is left for the next test to read",
+        "Tracking gets notification of expired keys":
+            "the same: NOLOOP in BCAST mode (its own SET is told)",
+        "Tracking only occurs for scripts when a command calls a read-only command":
+            "a script's reads happen inside Redis, where the daemon does not see them: every "
+            "key a script declares is tracked, whether or not it calls a read command, so a "
+            "script that only writes tracks its keys too (an extra invalidation, never a "
+            "missing one)",
+        "Tracking invalidation message of eviction keys should be before response":
+            "an eviction's invalidation reaches the daemon on its own connection from Redis, and "
+            "is held behind the replies in flight (never before a read's reply it may concern): "
+            "it comes after the reply of the command whose memory evicted the key, not before; "
+            "failing, the test leaves maxmemory set, which fails the unit's later writes",
+        "flushdb tracking invalidation message is not interleaved with transaction response":
+            "FLUSHDB inside MULTI is refused: whole-keyspace commands are served key by key, "
+            "which a transaction cannot hold (as in unit/multi)",
+    },
     "unit/scripting": {
         "Script ACL check":
             "ACL SETUSER is refused on every client lane (a client creating Redis users could "
@@ -86,12 +108,6 @@ DELIBERATE = {
         "Test that client pause starts at the end of a transaction":
             "the same as the first: a GET written behind another client's paused SET on the "
             "shared REGULAR connection waits with it",
-    },
-    "unit/tracking": {
-        "/^(?!HELLO)":
-            "CLIENT TRACKING is refused: the invalidations would go to a connection other "
-            "clients share (client-side caching through the daemon is issue 29); every test of "
-            "the unit but the two HELLO ones tracks",
     },
     "unit/introspection": {
         "MONITOR can log commands issued by the scripting engine":

@@ -21,6 +21,7 @@ mod exclusive;
 mod gate;
 mod grants;
 mod hygiene;
+pub mod invalidations;
 mod kill;
 mod lanes;
 mod life;

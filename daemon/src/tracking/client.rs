@@ -50,6 +50,13 @@ pub struct Client {
     /// (which removes a client's ids from the table lazily): turned on again in default mode, the
     /// client is told of keys it read before.
     pub keys: HashSet<Bytes>,
+    /// BCAST, without `NOLOOP`: keys it wrote through the daemon and was told of at once
+    /// (`Tracker::wrote`), whose invalidation from Redis — the same write's, on its way — is
+    /// not passed on. A key leaves when that comes, or when the client reads it again (then the
+    /// next invalidation is news). One left behind by a write that changed nothing, and so never
+    /// comes from Redis, hides the next change of a key the client has not read since it was
+    /// told: it holds no value of it to drop.
+    pub echoes: HashSet<Bytes>,
 }
 
 impl Client {
@@ -116,6 +123,7 @@ impl Client {
 
     /// `CLIENT TRACKING OFF` (and `RESET`): every flag cleared. The prefixes it had.
     pub fn disable(&mut self) -> BTreeSet<Bytes> {
+        self.echoes.clear();
         self.on.take().map(|on| on.prefixes).unwrap_or_default()
     }
 

@@ -8,13 +8,11 @@
 
 use std::collections::VecDeque;
 
-/// Invalidations (or anything else) held behind one session's replies in flight.
+/// Invalidations (or anything else) held behind one session's replies in flight. The session
+/// counts (its schedule does: commands started, replies handed out, both ever); the gate keeps,
+/// for each item, how many replies must be out before it leaves.
 #[derive(Debug)]
 pub struct Gate<T> {
-    /// Commands started, ever.
-    started: u64,
-    /// Replies handed out, ever (never more than `started`).
-    answered: u64,
     /// Each held item with the count of replies that must be handed out before it.
     held: VecDeque<(u64, T)>,
 }
@@ -22,41 +20,24 @@ pub struct Gate<T> {
 impl<T> Default for Gate<T> {
     fn default() -> Self {
         Gate {
-            started: 0,
-            answered: 0,
             held: VecDeque::new(),
         }
     }
 }
 
 impl<T> Gate<T> {
-    /// A command was started whose reply the session owes.
-    pub fn started(&mut self) {
-        self.started += 1;
+    /// An invalidation arrived while `started` commands had been started, ever: it leaves once
+    /// as many replies are handed out.
+    pub fn hold(&mut self, item: T, started: u64) {
+        self.held.push_back((started, item));
     }
 
-    /// The oldest reply owed was handed out (written to the session's output, or passed by).
-    pub fn answered(&mut self) {
-        debug_assert!(self.answered < self.started, "a reply nobody owed");
-        self.answered = (self.answered + 1).min(self.started);
-    }
-
-    /// An invalidation arrived: it leaves after the replies owed now.
-    pub fn hold(&mut self, item: T) {
-        self.held.push_back((self.started, item));
-    }
-
-    /// The next item whose replies have all been handed out, oldest first.
-    pub fn next_due(&mut self) -> Option<T> {
+    /// The next item whose replies have all been handed out (`answered`, ever), oldest first.
+    pub fn next_due(&mut self, answered: u64) -> Option<T> {
         match self.held.front() {
-            Some(&(after, _)) if after <= self.answered => self.held.pop_front().map(|(_, t)| t),
+            Some(&(after, _)) if after <= answered => self.held.pop_front().map(|(_, t)| t),
             _ => None,
         }
-    }
-
-    /// Replies owed.
-    pub fn in_flight(&self) -> u64 {
-        self.started - self.answered
     }
 
     /// Items held.
@@ -67,6 +48,11 @@ impl<T> Gate<T> {
     pub fn is_empty(&self) -> bool {
         self.held.is_empty()
     }
+
+    /// Every item held, oldest first (the session ends, or they are replaced by one).
+    pub fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
+        self.held.drain(..).map(|(_, item)| item)
+    }
 }
 
 #[cfg(test)]
@@ -74,13 +60,40 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn due(gate: &mut Gate<u32>) -> Vec<u32> {
-        std::iter::from_fn(|| gate.next_due()).collect()
+    /// A gate with the session's counts beside it, as the schedule keeps them.
+    #[derive(Default)]
+    struct Counted {
+        gate: Gate<u32>,
+        started: u64,
+        answered: u64,
+    }
+
+    impl Counted {
+        fn started(&mut self) {
+            self.started += 1;
+        }
+        fn answered(&mut self) {
+            assert!(self.answered < self.started, "a reply nobody owed");
+            self.answered += 1;
+        }
+        fn hold(&mut self, item: u32) {
+            self.gate.hold(item, self.started);
+        }
+        fn in_flight(&self) -> u64 {
+            self.started - self.answered
+        }
+        fn is_empty(&self) -> bool {
+            self.gate.is_empty()
+        }
+    }
+
+    fn due(gate: &mut Counted) -> Vec<u32> {
+        std::iter::from_fn(|| gate.gate.next_due(gate.answered)).collect()
     }
 
     #[test]
     fn with_nothing_in_flight_an_invalidation_leaves_at_once() {
-        let mut gate = Gate::default();
+        let mut gate = Counted::default();
         gate.hold(1);
         assert_eq!(due(&mut gate), vec![1]);
         assert!(gate.is_empty());
@@ -93,7 +106,7 @@ mod tests {
     /// elsewhere, the invalidation arrives first: it waits for `v1`.
     #[test]
     fn an_invalidation_waits_for_the_replies_in_flight_when_it_arrived() {
-        let mut gate = Gate::default();
+        let mut gate = Counted::default();
         gate.started(); // GET k: v1 on its way
         gate.hold(1); // invalidate k
         gate.started(); // a later command: not waited for
@@ -112,7 +125,7 @@ mod tests {
     /// reply still comes first.
     #[test]
     fn invalidations_leave_in_the_order_they_arrived() {
-        let mut gate = Gate::default();
+        let mut gate = Counted::default();
         gate.started(); // BLMOVE, blocked
         gate.hold(1);
         gate.started();
@@ -129,7 +142,7 @@ mod tests {
         /// arrived is handed out, as soon as that is so, in arrival order, and none is lost.
         #[test]
         fn items_leave_exactly_when_their_replies_are_out(ops in proptest::collection::vec(0u8..3, 0..200)) {
-            let mut gate = Gate::default();
+            let mut gate = Counted::default();
             let (mut started, mut answered) = (0u64, 0u64);
             let mut waiting: Vec<(u32, u64)> = Vec::new();
             let mut released = Vec::new();

@@ -144,6 +144,11 @@ impl Tracker {
         let Some(state) = self.clients.get_mut(&client) else {
             return Vec::new();
         };
+        if !state.echoes.is_empty() {
+            for key in keys {
+                state.echoes.remove(key);
+            }
+        }
         if keys.is_empty() || !state.remembers_reads() {
             return Vec::new();
         }
@@ -186,6 +191,61 @@ impl Tracker {
         out
     }
 
+    /// `writer` wrote `keys` through the daemon (the command is sent, its reply still owed): it
+    /// alone is told now, so that once it has the write's reply it never reads its old value;
+    /// every other client hears of the write from Redis (the same invalidation, on its way
+    /// through the daemon's invalidation connection), once, as from Redis. In default mode the
+    /// writer's reads of `keys` leave the table, so Redis's invalidation does not tell it twice
+    /// (and `NOLOOP` holds: not told now, not told then). A BCAST writer is not told again either
+    /// (`Client::echoes`), but with `NOLOOP` it is: told nothing now, it holds its own value,
+    /// and Redis's invalidation, which cannot say who wrote, may be another client's write.
+    pub fn wrote(
+        &mut self,
+        writer: ClientId,
+        keys: &[Bytes],
+        directory: &impl Directory,
+    ) -> Vec<Delivery> {
+        let mut out = Vec::new();
+        let Some(state) = self.clients.get_mut(&writer) else {
+            return out;
+        };
+        let Some(on) = state.on.as_mut() else {
+            return out;
+        };
+        if on.mode == Mode::Bcast {
+            if on.noloop {
+                return out;
+            }
+            let mut batches: BTreeMap<&Bytes, Vec<Bytes>> = BTreeMap::new();
+            for key in keys {
+                for prefix in on.prefixes.iter().filter(|prefix| key.starts_with(prefix)) {
+                    if directory.may_read(writer, key) {
+                        batches.entry(prefix).or_default().push(key.clone());
+                        state.echoes.insert(key.clone());
+                    }
+                }
+            }
+            let batches: Vec<Vec<Bytes>> = batches.into_values().collect();
+            for mut batch in batches {
+                batch.sort();
+                batch.dedup();
+                route::send(writer, on, Invalidation::Keys(batch), directory, &mut out);
+            }
+            return out;
+        }
+        for key in keys {
+            if !state.keys.remove(key) {
+                continue;
+            }
+            self.table.remove_reader(key, writer);
+            if !on.noloop {
+                let keys = Invalidation::Keys(vec![key.clone()]);
+                route::send(writer, on, keys, directory, &mut out);
+            }
+        }
+        out
+    }
+
     /// Redis was flushed (`FLUSHALL`, `FLUSHDB`: Redis's null invalidation): every tracking
     /// client is told that everything changed, whoever flushed (`NOLOOP` or not), and the table
     /// is emptied (`trackingInvalidateKeysOnFlush`).
@@ -193,6 +253,7 @@ impl Tracker {
         let mut out = Vec::new();
         for (&id, state) in &mut self.clients {
             state.keys.clear();
+            state.echoes.clear();
             if let Some(on) = state.on.as_mut() {
                 route::send(id, on, Invalidation::Everything, directory, &mut out);
             }
@@ -285,11 +346,14 @@ impl Tracker {
         for key in keys {
             for (prefix, clients) in self.prefixes.matching(key) {
                 for &id in clients {
-                    let noloop = self
-                        .clients
-                        .get(&id)
-                        .and_then(|state| state.on.as_ref())
-                        .is_some_and(|on| on.noloop);
+                    let Some(state) = self.clients.get_mut(&id) else {
+                        continue;
+                    };
+                    // Its own write through the daemon, told already.
+                    if state.echoes.remove(key) {
+                        continue;
+                    }
+                    let noloop = state.on.as_ref().is_some_and(|on| on.noloop);
                     if (noloop && writer == Some(id)) || !directory.may_read(id, key) {
                         continue;
                     }
@@ -310,5 +374,79 @@ impl Tracker {
 impl Default for Tracker {
     fn default() -> Self {
         Tracker::new(DEFAULT_MAX_KEYS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tracking::testing::{keys, push, words, Clients};
+    use tollgate_model::Protocol;
+
+    const W: ClientId = 1;
+    const OTHER: ClientId = 2;
+
+    fn world(w: &str) -> (Tracker, Clients) {
+        let mut clients = Clients::default();
+        clients.connect(W, Protocol::Resp3);
+        clients.connect(OTHER, Protocol::Resp3);
+        let mut tracker = Tracker::default();
+        tracker.tracking(W, &words(w), &clients).unwrap();
+        tracker.tracking(OTHER, &words("ON"), &clients).unwrap();
+        (tracker, clients)
+    }
+
+    /// The daemon's flow for a write through it: `wrote` when it is sent, then Redis's
+    /// invalidation of the same write (`invalidate` without a writer).
+    #[test]
+    fn the_writer_is_told_once_at_once_and_everyone_else_by_redis() {
+        let (mut tracker, clients) = world("ON");
+        tracker.read(W, &keys(&["k"]), &clients);
+        tracker.read(OTHER, &keys(&["k"]), &clients);
+        assert_eq!(
+            tracker.wrote(W, &keys(&["k"]), &clients),
+            vec![push(W, W, &["k"])]
+        );
+        assert_eq!(
+            tracker.invalidate(&keys(&["k"]), None, &clients),
+            vec![push(OTHER, OTHER, &["k"])],
+            "Redis's invalidation tells the other reader, not the writer again"
+        );
+        // A key the writer never read: nothing now.
+        assert!(tracker.wrote(W, &keys(&["j"]), &clients).is_empty());
+    }
+
+    #[test]
+    fn noloop_holds_in_default_mode() {
+        let (mut tracker, clients) = world("ON NOLOOP");
+        tracker.read(W, &keys(&["k"]), &clients);
+        assert!(tracker.wrote(W, &keys(&["k"]), &clients).is_empty());
+        assert!(tracker.invalidate(&keys(&["k"]), None, &clients).is_empty());
+    }
+
+    #[test]
+    fn a_bcast_writer_is_told_of_its_keys_under_its_prefixes() {
+        let (mut tracker, clients) = world("ON BCAST PREFIX a PREFIX b");
+        assert_eq!(
+            tracker.wrote(W, &keys(&["b1", "a2", "c", "a1"]), &clients),
+            vec![push(W, W, &["a1", "a2"]), push(W, W, &["b1"])]
+        );
+        // Redis's invalidation of the same write is not passed on again; after a read of the
+        // key, the next one is news.
+        assert!(tracker
+            .invalidate(&keys(&["a1", "b1"]), None, &clients)
+            .is_empty());
+        tracker.read(W, &keys(&["a1"]), &clients);
+        assert_eq!(
+            tracker.invalidate(&keys(&["a1", "b1"]), None, &clients),
+            vec![push(W, W, &["a1"]), push(W, W, &["b1"])]
+        );
+        // NOLOOP: told nothing now; Redis's invalidation cannot say who wrote, and is passed on.
+        let (mut tracker, clients) = world("ON BCAST NOLOOP");
+        assert!(tracker.wrote(W, &keys(&["k"]), &clients).is_empty());
+        assert_eq!(
+            tracker.invalidate(&keys(&["k"]), None, &clients),
+            vec![push(W, W, &["k"])]
+        );
     }
 }

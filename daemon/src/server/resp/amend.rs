@@ -45,6 +45,10 @@ pub enum Amend {
         /// The sessions the caller sees, for `connected_clients` (Redis counts the daemon's
         /// lane connections there); `None` leaves Redis's count.
         clients: Option<usize>,
+        /// The daemon's `CLIENT TRACKING` counts, for `tracking_clients` and
+        /// `tracking_total_keys|items|prefixes` (Redis's count its invalidation connection).
+        /// Boxed: `Amend` stays the size it was.
+        tracking: Option<Box<crate::tracking::Stats>>,
     },
     /// A script (`EVAL`, `FCALL` …): a call its lane's user was refused is told the policy's rule
     /// behind it (see [`ScriptNote`]).
@@ -87,6 +91,7 @@ impl Amend {
             "INFO" => Some(Amend::Info {
                 sees_every_key: false,
                 clients: None,
+                tracking: None,
             }),
             _ => None,
         }
@@ -118,8 +123,9 @@ impl Amend {
             Amend::Info {
                 sees_every_key,
                 clients,
+                tracking,
             } => edit(reply, |frame| {
-                standalone_info(frame, sees_every_key, clients)
+                standalone_info(frame, sees_every_key, clients, tracking.as_deref())
             }),
         }
     }
@@ -225,7 +231,12 @@ fn edit(reply: Bytes, change: impl FnOnce(&mut Frame)) -> Bytes {
     }
 }
 
-fn standalone_info(frame: &mut Frame, sees_every_key: bool, clients: Option<usize>) {
+fn standalone_info(
+    frame: &mut Frame,
+    sees_every_key: bool,
+    clients: Option<usize>,
+    tracking: Option<&crate::tracking::Stats>,
+) {
     let text = match frame {
         Frame::Bulk(text) | Frame::Verbatim { text, .. } => text,
         _ => return,
@@ -247,6 +258,21 @@ fn standalone_info(frame: &mut Frame, sees_every_key: bool, clients: Option<usiz
         if let Some(clients) = clients.filter(|_| section.eq_ignore_ascii_case(b"clients")) {
             if bare.starts_with(b"connected_clients:") {
                 edited.extend_from_slice(format!("connected_clients:{clients}\r\n").as_bytes());
+                continue;
+            }
+        }
+        if let Some(stats) = tracking {
+            let counts = [
+                ("tracking_clients:", stats.clients),
+                ("tracking_total_keys:", stats.keys),
+                ("tracking_total_items:", stats.items),
+                ("tracking_total_prefixes:", stats.prefixes),
+            ];
+            if let Some((name, count)) = counts
+                .iter()
+                .find(|(name, _)| bare.starts_with(name.as_bytes()))
+            {
+                edited.extend_from_slice(format!("{name}{count}\r\n").as_bytes());
                 continue;
             }
         }
@@ -321,7 +347,7 @@ mod tests {
 
     fn info(text: &str, sees_every_key: bool) -> String {
         let mut frame = Frame::Bulk(Bytes::from(text.to_owned()));
-        standalone_info(&mut frame, sees_every_key, None);
+        standalone_info(&mut frame, sees_every_key, None, None);
         String::from_utf8(frame.as_bytes().unwrap().to_vec()).unwrap()
     }
 
@@ -350,7 +376,7 @@ mod tests {
         let text = "# Clients\r\nconnected_clients:10\r\nblocked_clients:1\r\n\r\n\
             # Stats\r\nconnected_clients:10\r\n";
         let mut frame = Frame::Bulk(Bytes::from(text));
-        standalone_info(&mut frame, true, Some(3));
+        standalone_info(&mut frame, true, Some(3), None);
         assert_eq!(
             frame.as_bytes().unwrap(),
             &b"# Clients\r\nconnected_clients:3\r\nblocked_clients:1\r\n\r\n\

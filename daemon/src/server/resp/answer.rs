@@ -11,6 +11,7 @@ use super::clients::{Client, Clients, KillFilter, ListFilter, UnblockMode};
 use super::local::{self, Local, Protocol, ReplyMode};
 use super::replies;
 use super::schedule::{InPlace, Step};
+use super::tracking_hub::Hub;
 
 /// What a locally answered command sees of its session.
 pub struct Asking<'a> {
@@ -25,6 +26,8 @@ pub struct Asking<'a> {
     pub reply_mode: &'a mut ReplyMode,
     /// Whether the policy names a principal so (`CLIENT KILL USER`'s `No such user`).
     pub principal_named: &'a dyn Fn(&str) -> bool,
+    /// The listener's `CLIENT TRACKING`.
+    pub tracking: &'a Hub,
 }
 
 /// What `local` (whose arity fits) with `argv` becomes.
@@ -76,15 +79,13 @@ pub fn answer(local: Local, argv: &[&[u8]], session: Asking<'_>) -> Step {
             ))
         }
         Local::ClientTracking => {
-            let clients = session.clients;
-            let me = session.me;
-            return Step::Reply(client_tracking::answer(
+            return client_tracking::answer(
+                session.tracking,
+                session.me,
                 argv.get(1).copied().unwrap_or_default(),
                 argv.get(2..).unwrap_or_default(),
-                session.id,
                 session.protocol,
-                &|id| clients.sees_id(me, id),
-            ));
+            );
         }
         Local::Select => return Step::Reply(select(argv)),
         Local::ClusterState => return Step::Reply(replies::cluster_disabled()),

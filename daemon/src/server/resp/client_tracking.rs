@@ -1,55 +1,61 @@
-//! `CLIENT TRACKING`, `CACHING`, `GETREDIR` and `TRACKINGINFO` for a session, which never tracks
-//! yet: the daemon's clients read through connections shared with every other client, so Redis's
-//! own tracking of those connections would tell no client anything, and the daemon's tracking
-//! (`crate::tracking`) is not wired into the sessions yet (issue 29). What a client that does not
-//! track can be told is told as Redis tells it, with Redis's checks and words: `GETREDIR` is -1,
-//! `TRACKINGINFO` says `off`, `CACHING` is Redis's "not in tracking mode" error, `TRACKING OFF`
-//! (its options checked as Redis checks them) is `OK`. `TRACKING ON` is refused, saying why.
+//! `CLIENT TRACKING`, `CACHING`, `GETREDIR` and `TRACKINGINFO` for a session: what the listener's
+//! tracking (`tracking_hub.rs`) answers, written as Redis writes it. `TRACKING ON` while the
+//! daemon's invalidation connection to Redis is not open becomes work in place, which waits for
+//! it (boundedly) before tracking starts: a client is never told `OK` while writes to Redis would
+//! go unseen.
 
 use bytes::Bytes;
 use tollgate_resp::Frame;
 
+use super::clients::Client;
 use super::local::Protocol;
 use super::replies;
-use crate::tracking::{ClientId, Directory, Peer, Tracker, TrackingInfo};
+use super::schedule::{InPlace, Step};
+use super::tracking_hub::{Answer, Answered, Hub};
+use crate::tracking::{Invalidation, Message, TrackingInfo};
 
-/// The reply to `CLIENT <sub> <args…>` (`sub` one of the four) from session `id`; `exists`: whether
-/// a session `REDIRECT` may name is connected.
-pub fn answer(
-    sub: &[u8],
-    args: &[&[u8]],
-    id: ClientId,
-    protocol: Protocol,
-    exists: &dyn Fn(ClientId) -> bool,
-) -> Bytes {
-    // This session alone, never tracking: Redis's answers for a client in that state.
-    let mut tracker = Tracker::new(1);
-    let is = |word: &[u8]| sub.eq_ignore_ascii_case(word);
-    if is(b"GETREDIR") {
-        return replies::encode(&Frame::Integer(tracker.getredir(id)));
+/// What `CLIENT <sub> <args…>` (`sub` one of the four) from session `me` becomes.
+pub fn answer(hub: &Hub, me: &Client, sub: &[u8], args: &[&[u8]], protocol: Protocol) -> Step {
+    match hub.command(me, sub, args) {
+        Answered::Now(done) => Step::Reply(reply(done, protocol)),
+        Answered::OnceOpen => Step::InPlace(InPlace::Tracking(
+            args.iter().map(|arg| Bytes::copy_from_slice(arg)).collect(),
+        )),
     }
-    if is(b"TRACKINGINFO") {
-        return replies::encode(&info_frame(&tracker.info(id), protocol));
+}
+
+/// An answer as the client reads it.
+pub fn reply(done: Result<Answer, String>, protocol: Protocol) -> Bytes {
+    match done {
+        Ok(Answer::Ok) => replies::ok(),
+        Ok(Answer::Redirect(id)) => replies::encode(&Frame::Integer(id)),
+        Ok(Answer::Info(info)) => replies::encode(&info_frame(&info, protocol)),
+        Err(error) => replies::error(error),
     }
-    if is(b"CACHING") {
-        return match tracker.caching(id, args) {
-            Ok(()) => replies::ok(),
-            Err(error) => replies::error(error.to_string()),
-        };
-    }
-    if args
-        .first()
-        .is_some_and(|switch| switch.eq_ignore_ascii_case(b"ON"))
-    {
-        return replies::error(
-            "ERR tollgate: CLIENT TRACKING ON is not available yet: connections to Redis are \
-             shared between clients, and the daemon does not track for them yet"
-                .to_owned(),
-        );
-    }
-    match tracker.tracking(id, args, &Sessions(exists)) {
-        Ok(()) => replies::ok(),
-        Err(error) => replies::error(error.to_string()),
+}
+
+/// An invalidation as Redis writes it (`sendTrackingMessage`): a RESP3 `invalidate` push, a
+/// RESP2 message on `__redis__:invalidate`, or the RESP3 `tracking-redir-broken` push. A flush's
+/// null is RESP3's `_` in a push and RESP2's `$-1` in a message.
+pub fn message_frame(message: &Message) -> Frame {
+    let bulk = |text: &'static str| Frame::Bulk(Bytes::from_static(text.as_bytes()));
+    let keys = |invalidation: &Invalidation, null: Frame| match invalidation {
+        Invalidation::Keys(keys) => Frame::Array(keys.iter().cloned().map(Frame::Bulk).collect()),
+        Invalidation::Everything => null,
+    };
+    match message {
+        Message::Push(invalidation) => {
+            Frame::Push(vec![bulk("invalidate"), keys(invalidation, Frame::Null3)])
+        }
+        Message::PubSub(invalidation) => Frame::Array(vec![
+            bulk("message"),
+            bulk("__redis__:invalidate"),
+            keys(invalidation, Frame::Null),
+        ]),
+        Message::RedirectBroken(id) => Frame::Push(vec![
+            bulk("tracking-redir-broken"),
+            Frame::Integer(i64::try_from(*id).unwrap_or(i64::MAX)),
+        ]),
     }
 }
 
@@ -85,22 +91,6 @@ fn info_frame(info: &TrackingInfo, protocol: Protocol) -> Frame {
     }
 }
 
-/// The sessions a `REDIRECT` may name.
-struct Sessions<'a>(&'a dyn Fn(ClientId) -> bool);
-
-impl Directory for Sessions<'_> {
-    fn peer(&self, id: ClientId) -> Option<Peer> {
-        (self.0)(id).then_some(Peer {
-            protocol: Protocol::Resp2,
-            subscribed: false,
-        })
-    }
-
-    fn may_read(&self, _client: ClientId, _key: &[u8]) -> bool {
-        false
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,39 +99,64 @@ mod tests {
         String::from_utf8_lossy(reply).into_owned()
     }
 
-    const ME: ClientId = 7;
-
-    fn answered(sub: &str, args: &[&str]) -> String {
-        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-        text(&answer(sub.as_bytes(), &args, ME, Protocol::Resp2, &|id| {
-            id == 9
-        }))
+    #[test]
+    fn a_client_that_does_not_track_is_answered_as_redis_answers_it() {
+        let info = |protocol| {
+            text(&reply(
+                Ok(Answer::Info(crate::tracking::Tracker::new(1).info(7))),
+                protocol,
+            ))
+        };
+        assert_eq!(
+            info(Protocol::Resp2),
+            "*6\r\n$5\r\nflags\r\n*1\r\n$3\r\noff\r\n$8\r\nredirect\r\n:-1\r\n$8\r\nprefixes\r\n*0\r\n"
+        );
+        assert_eq!(
+            text(&reply(Ok(Answer::Redirect(-1)), Protocol::Resp2)),
+            ":-1\r\n"
+        );
+        assert_eq!(
+            text(&reply(Err("ERR x".into()), Protocol::Resp2)),
+            "-ERR x\r\n"
+        );
     }
 
     #[test]
-    fn a_client_that_does_not_track_is_answered_as_redis_answers_it() {
-        assert_eq!(answered("GETREDIR", &[]), ":-1\r\n");
+    fn invalidations_are_written_as_redis_writes_them() {
+        let write = |message: Message| {
+            let mut out = bytes::BytesMut::new();
+            tollgate_resp::encode(&message_frame(&message), &mut out);
+            String::from_utf8_lossy(&out).into_owned()
+        };
+        let keys = Invalidation::Keys(vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")]);
         assert_eq!(
-            answered("trackinginfo", &[]),
-            "*6\r\n$5\r\nflags\r\n*1\r\n$3\r\noff\r\n$8\r\nredirect\r\n:-1\r\n$8\r\nprefixes\r\n*0\r\n"
+            write(Message::Push(keys.clone())),
+            ">2\r\n$10\r\ninvalidate\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n"
         );
-        assert!(
-            answered("CACHING", &["yes"]).starts_with("-ERR CLIENT CACHING can be called only"),
-            "{}",
-            answered("CACHING", &["yes"])
+        assert_eq!(
+            write(Message::Push(Invalidation::Everything)),
+            ">2\r\n$10\r\ninvalidate\r\n_\r\n"
         );
-        assert_eq!(answered("TRACKING", &["off"]), "+OK\r\n");
-        assert_eq!(answered("TRACKING", &["off", "REDIRECT", "9"]), "+OK\r\n");
-        // Redis checks a REDIRECT even when turning tracking off.
-        let missing = answered("TRACKING", &["off", "REDIRECT", "8"]);
-        assert!(missing.starts_with("-ERR"), "{missing}");
-        let on = answered("TRACKING", &["on"]);
-        assert!(on.starts_with("-ERR tollgate: CLIENT TRACKING ON"), "{on}");
+        assert_eq!(
+            write(Message::PubSub(keys)),
+            "*3\r\n$7\r\nmessage\r\n$20\r\n__redis__:invalidate\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n"
+        );
+        assert_eq!(
+            write(Message::PubSub(Invalidation::Everything)),
+            "*3\r\n$7\r\nmessage\r\n$20\r\n__redis__:invalidate\r\n$-1\r\n"
+        );
+        assert_eq!(
+            write(Message::RedirectBroken(12)),
+            ">2\r\n$21\r\ntracking-redir-broken\r\n:12\r\n"
+        );
     }
 
     #[test]
     fn trackinginfo_is_a_map_with_a_set_of_flags_in_resp3() {
-        let reply = answer(b"TRACKINGINFO", &[], ME, Protocol::Resp3, &|_| false);
+        let reply = reply(
+            Ok(Answer::Info(crate::tracking::Tracker::new(1).info(7))),
+            Protocol::Resp3,
+        );
         assert_eq!(
             text(&reply),
             "%3\r\n$5\r\nflags\r\n~1\r\n$3\r\noff\r\n$8\r\nredirect\r\n:-1\r\n$8\r\nprefixes\r\n*0\r\n"

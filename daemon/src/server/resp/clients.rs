@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -12,9 +13,11 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use tollgate_model::Caller;
 use tollgate_policy::Descriptor;
 
 use super::coarse::Coarse;
+use super::mailbox::Mailbox;
 
 /// Every live session of one listener.
 #[derive(Default)]
@@ -37,6 +40,12 @@ pub struct Client {
     /// Its blocking command, which `CLIENT UNBLOCK` may end.
     blocked: Mutex<Blocked>,
     unblocked: Notify,
+    /// Who it is, for `CLIENT TRACKING`: no client is told of a key its caller may not read.
+    pub caller: Caller,
+    /// `CLIENT TRACKING` is on (kept by `tracking_hub.rs`): its reads are remembered.
+    pub tracking: AtomicBool,
+    /// Invalidations for it (`CLIENT TRACKING`).
+    pub mailbox: Mailbox,
 }
 
 /// How `CLIENT UNBLOCK` ends a blocked command: as if it timed out, or with `-UNBLOCKED`.
@@ -108,7 +117,7 @@ pub struct Subscribed {
 }
 
 impl Subscribed {
-    fn any(self) -> bool {
+    pub fn any(self) -> bool {
         self.channels + self.patterns + self.shards > 0
     }
 }
@@ -170,14 +179,17 @@ impl Clients {
     pub fn register(
         self: &Arc<Self>,
         id: u64,
-        principal: String,
+        caller: &Caller,
         admin: bool,
         socket: &str,
     ) -> Registration {
         let now = Instant::now();
         let client = Arc::new(Client {
             id,
-            principal,
+            principal: caller.principal.clone(),
+            caller: caller.clone(),
+            tracking: AtomicBool::new(false),
+            mailbox: Mailbox::default(),
             admin,
             addr: format!("{socket}:{id}"),
             laddr: format!("{socket}:0"),
@@ -199,6 +211,11 @@ impl Clients {
             clients: self.clone(),
             client,
         }
+    }
+
+    /// Session `id`, if it is live.
+    pub fn get(&self, id: u64) -> Option<Arc<Client>> {
+        self.sessions.lock().get(&id).cloned()
     }
 
     /// `CLIENT LIST` as `viewer` may see it: one line per session, oldest first.
@@ -330,6 +347,12 @@ impl Client {
     /// Changes what is listed of this session.
     pub fn update(&self, change: impl FnOnce(&mut State)) {
         change(&mut self.state.lock());
+    }
+
+    /// How `CLIENT TRACKING` reaches it now: its protocol, and whether it subscribes.
+    pub fn peer(&self) -> (u8, bool) {
+        let state = self.state.lock();
+        (state.resp, state.subscriptions.any())
     }
 
     pub fn name(&self) -> Option<Bytes> {
@@ -510,13 +533,22 @@ mod tests {
     use super::*;
     use crate::server::resp::words::argv;
 
+    fn caller(principal: &str) -> Caller {
+        Caller {
+            principal: principal.into(),
+            uid: 1000,
+            gid: 1000,
+            pid: 1,
+        }
+    }
+
     fn clients() -> (Arc<Clients>, Vec<Registration>) {
         let clients = Arc::new(Clients::default());
         let sessions = vec![
-            clients.register(1, "alice".into(), false, "/run/resp.sock"),
-            clients.register(2, "alice".into(), false, "/run/resp.sock"),
-            clients.register(3, "bob".into(), false, "/run/resp.sock"),
-            clients.register(4, "ops".into(), true, "/run/resp.sock"),
+            clients.register(1, &caller("alice"), false, "/run/resp.sock"),
+            clients.register(2, &caller("alice"), false, "/run/resp.sock"),
+            clients.register(3, &caller("bob"), false, "/run/resp.sock"),
+            clients.register(4, &caller("ops"), true, "/run/resp.sock"),
         ];
         (clients, sessions)
     }

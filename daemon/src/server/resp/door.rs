@@ -65,9 +65,7 @@ pub async fn enter(
     };
     span.record("principal", tracing::field::display(&caller.principal));
     let admin = front.services.identities.admin(peer, "").is_ok();
-    let me = front
-        .clients
-        .register(id, caller.principal.clone(), admin, &front.socket);
+    let me = front.clients.register(id, &caller, admin, &front.socket);
     Some((stream, Entered { permit, caller, me }))
 }
 

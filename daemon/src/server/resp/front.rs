@@ -5,6 +5,7 @@
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
+use tokio_util::sync::CancellationToken;
 use tollgate_resp::Limits;
 
 use super::clients::Clients;
@@ -12,6 +13,7 @@ use super::cooldowns::Cooldowns;
 use super::deadline;
 use super::monitor::Monitors;
 use super::subscriptions::SubscriptionShares;
+use super::tracking_hub::Hub;
 use crate::config::RespConfig;
 use crate::server::limits::ConnectionLimits;
 use crate::services::Services;
@@ -36,6 +38,8 @@ pub struct FrontDoor {
     pub(super) subscription_shares: Arc<SubscriptionShares>,
     /// Each user's script cooldown, after one of its scripts was stopped at its time limit.
     pub(super) cooldowns: Cooldowns,
+    /// `CLIENT TRACKING` for the sessions.
+    pub(super) tracking: Arc<Hub>,
 }
 
 impl FrontDoor {
@@ -44,6 +48,7 @@ impl FrontDoor {
         config: RespConfig,
         connections: ConnectionLimits,
         socket: String,
+        stop: CancellationToken,
     ) -> Self {
         let subscriptions_per_uid = config.max_subscriptions_per_uid;
         // Only while scripts are stopped at all.
@@ -51,6 +56,8 @@ impl FrontDoor {
             true => std::time::Duration::ZERO,
             false => config.script_cooldown,
         };
+        let clients: Arc<Clients> = Arc::default();
+        let tracking = Hub::start(services.clone(), clients.clone(), stop);
         Self {
             services,
             connections,
@@ -58,11 +65,12 @@ impl FrontDoor {
             deadlines: deadline::Deadlines::new(config.command_timeout, &config.command_deadlines),
             config,
             next_client_id: AtomicU64::new(1),
-            clients: Arc::default(),
+            clients,
             monitors: Arc::default(),
             socket,
             subscription_shares: Arc::new(SubscriptionShares::new(subscriptions_per_uid)),
             cooldowns: Cooldowns::new(script_cooldown),
+            tracking,
         }
     }
 }

@@ -34,6 +34,7 @@ mod lease;
 pub(crate) mod lease_watch;
 mod listener;
 mod local;
+mod mailbox;
 mod monitor;
 pub mod namespace;
 mod outbox;
@@ -54,6 +55,7 @@ mod sources;
 mod state;
 mod subscriptions;
 mod tenants;
+mod tracking_hub;
 mod transaction;
 #[cfg(test)]
 mod words;

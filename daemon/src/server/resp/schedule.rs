@@ -81,6 +81,8 @@ pub enum InPlace {
     LeaseWatch(Command),
     /// A tenant's command on the shared script namespace (`namespace.rs`).
     Namespace(Shared, Command),
+    /// `CLIENT TRACKING ON <args>`, once the invalidation connection is open (`client_tracking.rs`).
+    Tracking(Vec<Bytes>),
 }
 
 impl InPlace {
@@ -96,7 +98,8 @@ impl InPlace {
             | InPlace::Hello(_)
             | InPlace::Monitor
             | InPlace::Reset
-            | InPlace::LeaseWatch(_) => false,
+            | InPlace::LeaseWatch(_)
+            | InPlace::Tracking(_) => false,
         }
     }
 }
@@ -134,6 +137,10 @@ pub struct Schedule {
     /// This session's part in its user's commands in flight on the multiplexed lanes, against the
     /// user's share of each (`flights.rs`); `None` counts nothing.
     flight: Option<Flight>,
+    /// Commands pushed and replies handed out, ever: what holds a tracking invalidation behind
+    /// the replies owed when it arrived (`crate::tracking::Gate`).
+    started: u64,
+    answered: u64,
 }
 
 /// What the schedule says of a step that is ready to start.
@@ -207,6 +214,12 @@ impl Schedule {
             flight.sent(lane);
         }
         self.pending.push_back(pending, voice);
+        self.started += 1;
+    }
+
+    /// Commands started and replies handed out, ever (see [`crate::tracking::Gate`]).
+    pub fn counts(&self) -> (u64, u64) {
+        (self.started, self.answered)
     }
 
     /// Holds `step` back until the next barrier lifts.
@@ -281,6 +294,7 @@ impl Schedule {
     }
 
     fn settle(&mut self, class: Class) {
+        self.answered += 1;
         if let Some(count) = self.in_flight.count(class) {
             *count -= 1;
         }

@@ -40,6 +40,8 @@ use super::schedule::{Schedule, Step, Turn};
 use super::sources::{self, End, Woke};
 use super::state::SessionState;
 use super::subscriptions::{self, Eviction};
+use super::{client_tracking, mailbox};
+use crate::tracking::{Delivery, Gate};
 
 /// Read in chunks of this size.
 const READ_CHUNK: usize = 16 * 1024;
@@ -55,6 +57,9 @@ struct Session {
     out: Outbox,
     /// A blocking command `CLIENT UNBLOCK` may end is in flight.
     blocked: bool,
+    /// This session's invalidations (`CLIENT TRACKING`), each held behind the replies it had in
+    /// flight when it arrived.
+    gate: Gate<Delivery>,
 }
 
 pub async fn run(stream: UnixStream, front: Arc<FrontDoor>, stop: CancellationToken, id: u64) {
@@ -75,6 +80,7 @@ pub async fn run(stream: UnixStream, front: Arc<FrontDoor>, stop: CancellationTo
         ahead: Ahead::default(),
         out: Outbox::default(),
         blocked: false,
+        gate: Gate::default(),
     };
     if let Err(ended) = session.serve(reader, writer, stop).await {
         tracing::debug!(reason = %ended, "RESP session ended");
@@ -97,6 +103,23 @@ enum Ending {
 }
 
 impl Session {
+    /// Writes (or passes to their redirect target) the invalidations whose replies are out.
+    fn invalidations_due(&mut self) {
+        let (_, answered) = self.schedule.counts();
+        while let Some(delivery) = self.gate.next_due(answered) {
+            match delivery.to == self.state.id {
+                true => self.invalidate(&delivery),
+                false => self.state.front.tracking.forward(delivery),
+            }
+        }
+    }
+
+    /// Writes an invalidation, whatever `CLIENT REPLY` says (as Redis pushes them).
+    fn invalidate(&mut self, delivery: &Delivery) {
+        let frame = client_tracking::message_frame(&delivery.message);
+        tollgate_resp::encode(&frame, self.out.buffer());
+    }
+
     async fn serve(
         &mut self,
         mut reader: OwnedReadHalf,
@@ -118,6 +141,7 @@ impl Session {
             Some(stop.clone()),
         );
         let front = self.state.front.clone();
+        let me = self.state.me.client.clone();
         let mut hang_up = HangUp::new(&reader);
         loop {
             if ending == Ending::No {
@@ -174,6 +198,9 @@ impl Session {
                 let mut monitor = pin!((state.monitor.is_some() && draining)
                     .then(|| monitored(&mut state.monitor, &state.me.client)));
                 let mut pool_room = pin!((room == Room::PoolFull).then(|| budget.pool_room()));
+                // Taken while what is buffered drains, and while the gate has room: past it, the
+                // mailbox collapses what it holds into one invalidation of everything.
+                let mail = draining && self.gate.len() < mailbox::CAPACITY;
                 let schedule = &mut self.schedule;
                 let mut replies = !schedule.is_empty();
                 let room = room.bytes();
@@ -219,6 +246,9 @@ impl Session {
                     }
                     if sources::poll_slot(pool_room.as_mut(), cx).is_ready() {
                         return Poll::Ready(Woke::PoolRoom);
+                    }
+                    if mail && me.mailbox.poll(cx).is_ready() {
+                        return Poll::Ready(Woke::Tracked);
                     }
                     Poll::Pending
                 })
@@ -274,6 +304,9 @@ impl Session {
                     }
                     // Replies count against a quota of bytes once read, as they cannot be refused.
                     self.state.meters.owe(&front.services.quotas, read);
+                    if !self.gate.is_empty() {
+                        self.invalidations_due();
+                    }
                     if self.blocked && self.schedule.in_flight(Class::Exclusive) == 0 {
                         self.blocked = false;
                         self.state.me.client.set_blocked(false);
@@ -303,6 +336,18 @@ impl Session {
                 Woke::Watched(frame) => tollgate_resp::encode(&frame, self.out.buffer()),
                 Woke::Monitored(line) => self.out.message(&line),
                 Woke::PoolRoom => {}
+                Woke::Tracked => {
+                    let (started, _) = self.schedule.counts();
+                    for delivery in me.mailbox.take(mailbox::CAPACITY - self.gate.len()) {
+                        match delivery.tracking == self.state.id {
+                            // Its own: after the replies owed now.
+                            true => self.gate.hold(delivery, started),
+                            // Another client's, redirected here once its replies were out.
+                            false => self.invalidate(&delivery),
+                        }
+                    }
+                    self.invalidations_due();
+                }
             }
         }
     }
@@ -350,6 +395,10 @@ impl Session {
                 self.schedule.park(step, voice);
                 return Ok(None);
             }
+            // Told before it is sent (an invalidation of what it reads, arriving while it is in
+            // flight, must find it tracked), and held behind its reply: this session takes its
+            // mailbox only in its loop, after the step below is counted in the schedule.
+            self.state.sent();
             match step {
                 Step::Reply(reply) => {
                     let ready = Pending::Ready(Some((Class::Local, reply)));

@@ -38,6 +38,8 @@ pub enum Woke {
     Watched(Frame),
     Monitored(Bytes),
     PoolRoom,
+    /// Invalidations were posted to the session's mailbox (`CLIENT TRACKING`).
+    Tracked,
 }
 
 /// What ends a session from outside, in the order it is checked.

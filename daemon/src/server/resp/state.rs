@@ -3,6 +3,7 @@
 //! command becomes with it: the [`Plan`] carried out as a [`Step`] for the session's loop to
 //! schedule, and the work awaited in place that changes the state.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use super::amend::Amend;
 use super::answer::{self, Asking};
 use super::budget::ClientBudget;
 use super::cached::{Fallback, Served};
+use super::client_tracking;
 use super::clients::Registration;
 use super::databases;
 use super::front::FrontDoor;
@@ -36,8 +38,10 @@ use super::schedule::{InPlace, Step};
 use super::scoped;
 use super::script_refusal::{self, ScriptNote};
 use super::subscriptions::{Caps, Subscriptions};
+use super::tracking_hub::{Answer, Sent};
 use super::transaction::{Borrower, Pinning};
 use crate::quotas::Meters;
+use crate::tracking::Finished;
 
 /// How long this session's scripts may run (`resp.script_time_limit`, or a shorter one a policy
 /// quota sets its principal), and who it is for the log line of a script that cannot be stopped;
@@ -124,6 +128,12 @@ pub struct SessionState {
     /// `EXEC` runs, as a script outside a transaction is while it runs (`namespace.rs`: another
     /// tenant's `SCRIPT KILL` must not stop it).
     transaction_scripts: Vec<ScriptKind>,
+    /// What the command being started tells `CLIENT TRACKING` (its keys read or written), told
+    /// once it is counted in the session's schedule ([`SessionState::sent`]).
+    tracked: Sent,
+    /// The keys written by the commands queued in the transaction in progress: told when EXEC
+    /// runs them, together, as Redis tells them.
+    tracked_in_multi: Vec<Bytes>,
 }
 
 impl SessionState {
@@ -154,6 +164,8 @@ impl SessionState {
             watches: Watches::default(),
             cache_writes: Vec::new(),
             transaction_scripts: Vec::new(),
+            tracked: Sent::default(),
+            tracked_in_multi: Vec::new(),
         }
     }
 
@@ -196,6 +208,9 @@ impl SessionState {
 
     /// What `command` (of `kind`, admitted ahead if `decided`) becomes.
     pub fn step(&mut self, command: Command, kind: Kind, decided: Option<Decision>) -> Step {
+        if self.me.client.tracking.load(Ordering::Relaxed) {
+            self.tracked.finished = Some(self.finishing(&command));
+        }
         let plan = match decided {
             Some(decision) => self.admitted(&command, kind, decision),
             None => {
@@ -212,6 +227,32 @@ impl SessionState {
             }
         };
         self.carry_out(plan, command, kind)
+    }
+
+    /// How `command` ends for `CLIENT CACHING`, which holds for the next command only, or the
+    /// whole transaction (see `crate::tracking::Finished`).
+    fn finishing(&self, command: &Command) -> Finished {
+        let name = command.name();
+        let is = |word: &[u8]| name.eq_ignore_ascii_case(word);
+        if is(b"CLIENT") {
+            Finished::Client
+        } else if is(b"MULTI")
+            || (self.transaction.queued().is_some() && !is(b"EXEC") && !is(b"DISCARD"))
+        {
+            Finished::InMulti
+        } else {
+            Finished::Command
+        }
+    }
+
+    /// What the command just counted in the schedule (or about to run in place) tells
+    /// `CLIENT TRACKING`: its reads are remembered and its writes told now, before its reply
+    /// can be handed out, so that an invalidation of them is held behind it.
+    pub fn sent(&mut self) {
+        if !self.tracked.is_empty() {
+            let sent = std::mem::take(&mut self.tracked);
+            self.front.tracking.sent(self.id, sent);
+        }
     }
 
     /// What `CLIENT LIST` and `MONITOR` show of a connection-scoped command.
@@ -285,6 +326,24 @@ impl SessionState {
                     None => plan,
                 };
                 if !matches!(plan, Plan::Keyspace(_) | Plan::Refuse(_)) {
+                    if descriptor.name == "CONFIG|SET" {
+                        self.tracked.max_keys = Sent::max_keys(&command.argv());
+                    }
+                    if self.me.client.tracking.load(Ordering::Relaxed) {
+                        let sent = Sent::of(&descriptor, &command.argv());
+                        self.tracked.reads = sent.reads;
+                        match (
+                            self.transaction.queued().is_some(),
+                            descriptor.name.as_str(),
+                        ) {
+                            (true, "EXEC") => {
+                                self.tracked.writes = std::mem::take(&mut self.tracked_in_multi)
+                            }
+                            (true, "DISCARD") => self.tracked_in_multi.clear(),
+                            (true, _) => self.tracked_in_multi.extend(sent.writes),
+                            (false, _) => self.tracked.writes = sent.writes,
+                        }
+                    }
                     // Redis never shows an administrative command (CONFIG SET, ACL SETUSER …).
                     if !descriptor.traits.admin {
                         self.front.monitors.ran(&self.me.client, command);
@@ -319,6 +378,7 @@ impl SessionState {
                 Some(Amend::Info {
                     sees_every_key,
                     clients: Some(self.me.sessions_seen()),
+                    tracking: Some(Box::new(self.front.tracking.stats())),
                 }),
             ),
             Plan::Transaction | Plan::TransactionIn(_) if !sees_every_key => {
@@ -511,6 +571,7 @@ impl SessionState {
             me: &self.me.client,
             clients: &self.front.clients,
             reply_mode: &mut self.reply_mode,
+            tracking: &self.front.tracking,
         };
         match answer::answer(local, &command.argv(), asking) {
             Step::Reply(reply) if reply.starts_with(b"-") => {
@@ -872,6 +933,14 @@ impl SessionState {
                 if let (true, Some(near)) = (flushing, &self.front.services.cache) {
                     near.flushed();
                 }
+                if flushing {
+                    // Redis's null invalidation, after the flush's reply (`CLIENT TRACKING`).
+                    let flush = Sent {
+                        flush: true,
+                        ..Sent::default()
+                    };
+                    self.front.tracking.sent(self.id, flush);
+                }
                 reply
             }
             InPlace::Namespace(shared, command) => {
@@ -910,7 +979,14 @@ impl SessionState {
                 let (front, caller) = (&self.front, &self.caller);
                 lease_watch::run(front, caller, &mut self.watches, self.protocol, &argv).await
             }
+            InPlace::Tracking(args) => {
+                let args: Vec<&[u8]> = args.iter().map(|arg| arg.as_ref()).collect();
+                let done = self.front.tracking.turn_on(&self.me.client, &args).await;
+                client_tracking::reply(done.map(|()| Answer::Ok), self.protocol)
+            }
             InPlace::Reset => {
+                self.front.tracking.reset(&self.me.client);
+                self.tracked_in_multi.clear();
                 self.subscriptions.clear();
                 self.watches.clear();
                 self.monitor = None;
@@ -941,6 +1017,7 @@ impl SessionState {
 
     /// After the client is gone: an open transaction is discarded and its connection returned clean.
     pub async fn finish(&mut self) {
+        self.front.tracking.leave(self.id);
         self.subscriptions.clear();
         self.transaction.release().await;
     }
