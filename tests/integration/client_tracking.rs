@@ -381,3 +381,81 @@ print(got.decode(errors="replace"))
         String::from_utf8_lossy(&output.stderr)
     )
 }
+
+/// On a Redis Cluster: one invalidation connection per master, so a key written straight to the
+/// master that holds it is told, whichever master that is; a key whose slot moved is told by its
+/// new master; a failover replaces the connections, and every tracking client is told that
+/// everything may have changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_every_master_tells_and_a_failover_drops_everything() {
+    let cluster = crate::cluster::cluster().await;
+    let daemon = TestDaemon::start_cluster(&cluster, tollgate_lanes::Splitting::Split).await;
+    let mut reader = tracking(&daemon, &[]).await;
+    let keys = crate::cluster::keys_on_every_master(&cluster, "csc", 1);
+    for key in &keys {
+        assert_eq!(reader.call(&["GET", key]).await, Frame::Null3);
+        let slot = tollgate_lanes::Slot::of(key.as_bytes()).number();
+        let master = cluster.master_of(slot);
+        assert_eq!(cluster.call(master, &["SET", key, "1"]), ok());
+        assert_eq!(
+            next(&mut reader).await,
+            invalidate(Some(&[key.as_str()])),
+            "{key} on master {master}"
+        );
+    }
+
+    // The first key's slot moves to another master; read again, then written there.
+    let key = &keys[0];
+    let slot = tollgate_lanes::Slot::of(key.as_bytes()).number();
+    let (from, to) = (
+        cluster.master_of(slot),
+        cluster.master_of(tollgate_lanes::Slot::of(keys[1].as_bytes()).number()),
+    );
+    assert_eq!(reader.call(&["GET", key]).await, bulk("1"));
+    cluster.begin_migration(slot, from, to);
+    cluster.migrate_keys(slot, from, to);
+    cluster.finish_migration(slot, to);
+    // The move itself changes the key on both masters: told (once or more).
+    assert_eq!(next(&mut reader).await, invalidate(Some(&[key.as_str()])));
+    while reader.read_within(Duration::from_millis(300)).await.is_ok() {}
+    assert_eq!(reader.call(&["GET", key]).await, bulk("1"));
+    assert_eq!(cluster.call(to, &["SET", key, "2"]), ok());
+    assert_eq!(next(&mut reader).await, invalidate(Some(&[key.as_str()])));
+
+    // A failover: the masters change, the connections are replaced, everything is dropped.
+    let master = cluster.master_of(tollgate_lanes::Slot::of(keys[2].as_bytes()).number());
+    let replica = cluster.replicas_of(master)[0];
+    cluster.failover(replica);
+    let told = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            if reader.read().await == invalidate(None) {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(
+        told.is_ok(),
+        "no invalidation of everything after the failover"
+    );
+    // The promoted replica tells too, once its connection is open (until then, each opening
+    // drops everything again: read, write there, and wait to be told).
+    let key = keys[2].as_str();
+    let heard = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            // Invalidations of everything may still come between the replies.
+            reader.send(&["GET", key]).await;
+            while matches!(reader.read().await, Frame::Push(_)) {}
+            let wrote = cluster.call(replica, &["INCR", key]);
+            assert!(matches!(wrote, Frame::Integer(_)), "{wrote:?}");
+            while let Ok(Some(frame)) = reader.read_within(Duration::from_millis(300)).await {
+                if frame == invalidate(Some(&[key])) {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    assert!(heard.is_ok(), "the promoted master never told of a write");
+    daemon.stop().await;
+}

@@ -11,7 +11,10 @@
 //! unseen). A connection that stops answering its `PING`s within the REGULAR lane's timeout is
 //! treated as lost: a silent one would leave clients with values Redis no longer holds.
 //!
-//! One server only (standalone or a Sentinel group's master); a cluster would need one per master.
+//! On a Redis Cluster, one such connection per master of the slot map (a key's writes are
+//! told by the master that holds it, a migrated key's by both), all of them open before the feed
+//! counts as open; when the masters change (a failover, a node added), the connections are
+//! replaced, and each one lost or opened tells the consumer that everything may have changed.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,9 +26,13 @@ use tokio_util::sync::CancellationToken;
 use tollgate_model::Protocol;
 use tollgate_resp::{Frame, Limits, ProtocolError};
 
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::cluster::ClusterLanes;
 use crate::conn::{hello, Conn, ConnError};
 use crate::connector::{Connector, DialError};
-use crate::Lanes;
+use crate::{Endpoint, Lanes};
 
 /// What the connection calls itself (`CLIENT LIST` on Redis).
 const NAME: &str = "tollgate-invalidations";
@@ -101,23 +108,38 @@ impl Invalidations {
         lanes: &Lanes,
         sink: impl Fn(Event) + Send + Sync + 'static,
         stop: CancellationToken,
-    ) -> Result<Invalidations, FeedError> {
-        let connector = lanes.regular_connector().ok_or(FeedError::Cluster)?;
+    ) -> Invalidations {
         let timeout = lanes.regular_timeout().unwrap_or(DEFAULT_TIMEOUT);
         let (wanted, wanted_rx) = watch::channel(false);
         let (open_tx, open) = watch::channel(false);
-        let feed = Feed {
-            connector,
-            timeout,
-            sink: Arc::new(sink),
-            open: open_tx,
-        };
+        let sink: Arc<dyn Fn(Event) + Send + Sync> = Arc::new(sink);
         let span = tracing::info_span!("invalidations");
-        tokio::spawn(tracing::Instrument::instrument(
-            feed.drive(wanted_rx, stop),
-            span,
-        ));
-        Ok(Invalidations { wanted, open })
+        match (lanes.regular_connector(), lanes.cluster()) {
+            (Some(connector), _) => {
+                let feed = Feed {
+                    connector,
+                    timeout,
+                    sink,
+                    opened: Arc::new(move |open| {
+                        open_tx.send_replace(open);
+                    }),
+                };
+                let drive = feed.drive(wanted_rx, stop);
+                tokio::spawn(tracing::Instrument::instrument(drive, span));
+            }
+            (None, Some(cluster)) => {
+                let masters = Masters {
+                    cluster: cluster.clone(),
+                    timeout,
+                    sink,
+                    open: Arc::new(open_tx),
+                };
+                let drive = masters.drive(wanted_rx, stop);
+                tokio::spawn(tracing::Instrument::instrument(drive, span));
+            }
+            (None, None) => unreachable!("lanes lead to one server or to a cluster"),
+        }
+        Invalidations { wanted, open }
     }
 
     /// Whether the connection should be open.
@@ -143,11 +165,13 @@ impl Invalidations {
     }
 }
 
+/// One connection's feed, to one server.
 struct Feed {
     connector: Arc<Connector>,
     timeout: Duration,
     sink: Arc<dyn Fn(Event) + Send + Sync>,
-    open: watch::Sender<bool>,
+    /// Told when the connection is open and tracking (`true`) and when it no longer is.
+    opened: Arc<dyn Fn(bool) + Send + Sync>,
 }
 
 impl Feed {
@@ -172,9 +196,9 @@ impl Feed {
                     }
                     pause = FIRST_PAUSE;
                     (self.sink)(Event::Opened);
-                    self.open.send_replace(true);
+                    (self.opened)(true);
                     let served = self.serve(conn, &mut wanted, &stop).await;
-                    self.open.send_replace(false);
+                    (self.opened)(false);
                     (self.sink)(Event::Closed);
                     served
                 }
@@ -251,6 +275,87 @@ impl Feed {
                     }
                 }
             }
+        }
+    }
+}
+
+/// A cluster's feeds: one per master of the slot map in use, replaced when the masters change.
+struct Masters {
+    cluster: Arc<ClusterLanes>,
+    timeout: Duration,
+    sink: Arc<dyn Fn(Event) + Send + Sync>,
+    /// Open: every master's connection is.
+    open: Arc<watch::Sender<bool>>,
+}
+
+impl Masters {
+    async fn drive(self, mut wanted: watch::Receiver<bool>, stop: CancellationToken) {
+        let mut changes = self.cluster.map_changes();
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                wanted_now = async { wanted.wait_for(|wanted| *wanted).await.is_ok() } => {
+                    if !wanted_now { return }
+                }
+            }
+            let masters = tokio::select! {
+                () = stop.cancelled() => return,
+                masters = self.cluster.masters() => masters,
+            };
+            let masters = match masters {
+                Ok(masters) if !masters.is_empty() => masters,
+                _ => {
+                    tokio::time::sleep(MAX_PAUSE).await;
+                    continue;
+                }
+            };
+            let masters_set: HashSet<Endpoint> = masters.iter().cloned().collect();
+            let round = stop.child_token();
+            // The feeds of this round want their connections while the round lasts.
+            let (_want, feeds_want) = watch::channel(true);
+            let count = Arc::new(AtomicUsize::new(0));
+            for endpoint in &masters {
+                let Ok(node) = self.cluster.node(endpoint) else {
+                    continue;
+                };
+                let (count, needed, open) = (count.clone(), masters.len(), self.open.clone());
+                let feed = Feed {
+                    connector: node.regular_connector(),
+                    timeout: self.timeout,
+                    sink: self.sink.clone(),
+                    opened: Arc::new(move |opened| {
+                        if opened {
+                            let now = count.fetch_add(1, Ordering::AcqRel) + 1;
+                            open.send_replace(now == needed);
+                        } else {
+                            count.fetch_sub(1, Ordering::AcqRel);
+                            open.send_replace(false);
+                        }
+                    }),
+                };
+                let span = tracing::info_span!("master", node = %endpoint);
+                let drive = feed.drive(feeds_want.clone(), round.clone());
+                tokio::spawn(tracing::Instrument::instrument(drive, span));
+            }
+            // Until the daemon stops, no client tracks, or the masters change.
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = async { let _ = wanted.wait_for(|wanted| !*wanted).await; } => break,
+                    changed = changes.changed() => {
+                        if changed.is_err() {
+                            break;
+                        }
+                        let now = self.cluster.masters_now();
+                        let now = now.map(|now| now.into_iter().collect::<HashSet<Endpoint>>());
+                        if now.is_some_and(|now| now != masters_set) {
+                            break;
+                        }
+                    }
+                }
+            }
+            round.cancel();
+            self.open.send_replace(false);
         }
     }
 }

@@ -279,8 +279,7 @@ impl Lanes {
         }
     }
 
-    /// A cluster's lanes, for the crate's own tests.
-    #[cfg(test)]
+    /// A cluster's lanes (`None` on one server).
     pub(crate) fn cluster(&self) -> Option<&Arc<ClusterLanes>> {
         match &self.0.nodes {
             Nodes::One(_) => None,

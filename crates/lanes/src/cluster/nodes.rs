@@ -178,6 +178,11 @@ impl ClusterLanes {
         Ok(self.masters_now().unwrap_or_default())
     }
 
+    /// The slot map in use and its replacements as they come (`None` before the first).
+    pub(crate) fn map_changes(&self) -> watch::Receiver<Option<Arc<super::refresh::View>>> {
+        self.map.changes()
+    }
+
     /// The masters of the slot map in hand; `None` before the first map.
     pub(crate) fn masters_now(&self) -> Option<Vec<Endpoint>> {
         Some(self.map.current()?.map.masters().cloned().collect())

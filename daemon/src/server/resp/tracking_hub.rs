@@ -10,8 +10,8 @@
 //! - **writes through the daemon** by a tracking session: the keys it writes, told to it alone
 //!   as soon as the write is counted, so that its invalidation comes right after the write's
 //!   reply (Redis's order), never after a later read of its cached value (`Tracker::wrote`);
-//! - **Redis**: one connection with `CLIENT TRACKING ON BCAST` (`tollgate_lanes::invalidations`),
-//!   open while some session tracks: every write by anyone, expiries and evictions, flushes. When
+//! - **Redis**: one connection with `CLIENT TRACKING ON BCAST` (`tollgate_lanes::invalidations`;
+//!   on a cluster, one per master), open while some session tracks: every write by anyone, expiries and evictions, flushes. When
 //!   it opens again after a loss, or is lost, every tracking client is told that everything
 //!   changed (what happened meanwhile is unknown).
 //!
@@ -48,8 +48,8 @@ const OPEN_WITHIN: Duration = Duration::from_secs(5);
 /// Every session's tracking.
 pub struct Hub {
     inner: Mutex<Inner>,
-    /// `None` on a cluster (no connection per master yet).
-    feed: Option<Invalidations>,
+    /// Redis's changes: one connection, or one per master of a cluster.
+    feed: Invalidations,
     clients: Arc<Clients>,
     services: Arc<Services>,
 }
@@ -156,13 +156,7 @@ impl Hub {
                     }
                 }
             };
-            let feed = match Invalidations::start(&services.lanes, sink, stop) {
-                Ok(feed) => Some(feed),
-                Err(error) => {
-                    tracing::info!(%error, "CLIENT TRACKING refused");
-                    None
-                }
-            };
+            let feed = Invalidations::start(&services.lanes, sink, stop);
             Hub {
                 inner: Mutex::new(Inner {
                     tracker: Tracker::default(),
@@ -191,22 +185,10 @@ impl Hub {
             return Answered::Now(done.map(|()| Answer::Ok));
         }
         let on = args.first().is_some_and(|w| w.eq_ignore_ascii_case(b"ON"));
-        if on {
-            match &self.feed {
-                None => {
-                    return Answered::Now(Err(
-                        "ERR tollgate: CLIENT TRACKING ON is not available on a Redis Cluster yet \
-                         (the daemon would need an invalidation connection per master)"
-                            .to_owned(),
-                    ))
-                }
-                Some(feed) if !feed.is_open() => {
-                    inner.waiting += 1;
-                    feed.want(true);
-                    return Answered::OnceOpen;
-                }
-                Some(_) => {}
-            }
+        if on && !self.feed.is_open() {
+            inner.waiting += 1;
+            self.feed.want(true);
+            return Answered::OnceOpen;
         }
         let done = self.switch(&mut inner, me, args);
         Answered::Now(done.map(|()| Answer::Ok))
@@ -215,10 +197,7 @@ impl Hub {
     /// `CLIENT TRACKING ON …` once the invalidation connection is open (waited for at most
     /// [`OPEN_WITHIN`]); [`Hub::command`] said to wait.
     pub async fn turn_on(&self, me: &Client, args: &[&[u8]]) -> Result<(), String> {
-        let opened = match &self.feed {
-            Some(feed) => feed.opened(OPEN_WITHIN).await,
-            None => Ok(()),
-        };
+        let opened = self.feed.opened(OPEN_WITHIN).await;
         let mut inner = self.inner.lock();
         inner.waiting -= 1;
         let done = match opened {
@@ -332,9 +311,8 @@ impl Hub {
 
     /// The invalidation connection, after a change: open while anyone tracks or waits to.
     fn settle(&self, inner: &Inner) {
-        if let Some(feed) = &self.feed {
-            feed.want(inner.waiting > 0 || inner.tracker.stats().clients > 0);
-        }
+        self.feed
+            .want(inner.waiting > 0 || inner.tracker.stats().clients > 0);
     }
 
     fn sessions(&self) -> Sessions<'_> {
