@@ -912,7 +912,7 @@ async fn hammered(set: &[&str], write: &[&str], read: &[&str]) {
     daemon.stop().await;
 }
 
-fn sentinel_node(replica_of: Option<u16>) -> (RedisServer, u16) {
+pub(crate) fn sentinel_node(replica_of: Option<u16>) -> (RedisServer, u16) {
     let port = tollgate_testkit::loopback_port();
     let mut builder = RedisServer::builder()
         .arg("--port")

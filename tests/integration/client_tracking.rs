@@ -119,8 +119,15 @@ async fn a_clients_own_write_is_invalidated_right_after_its_reply() {
                 ],
         "the invalidation comes after INCR's reply: {after:?}"
     );
-    // NOLOOP: the daemon does not tell a client of its own writes (Redis's connection, which
-    // cannot tell who wrote, may still: see `tracking_hub.rs`).
+    // NOLOOP: not told of its own write, neither by the daemon nor by Redis's invalidation of it.
+    let mut noloop = tracking(&daemon, &["NOLOOP"]).await;
+    assert_eq!(noloop.call(&["GET", "k"]).await, bulk("2"));
+    assert_eq!(noloop.call(&["SET", "k", "3"]).await, ok());
+    silent(&mut noloop, "NOLOOP: its own write is not told").await;
+    // Another client's write is (read again first: its own write took it out of the table).
+    assert_eq!(noloop.call(&["GET", "k"]).await, bulk("3"));
+    assert_eq!(client.call(&["SET", "k", "4"]).await, ok());
+    assert_eq!(next(&mut noloop).await, invalidate(Some(&["k"])));
     daemon.stop().await;
 }
 
@@ -457,5 +464,80 @@ async fn on_a_cluster_every_master_tells_and_a_failover_drops_everything() {
     })
     .await;
     assert!(heard.is_ok(), "the promoted master never told of a write");
+    daemon.stop().await;
+}
+
+/// A Sentinel switch: the invalidation connection leaves the demoted master for the new one, and
+/// a tracking client is told that everything may have changed; a write straight to the new
+/// master is told afterwards. (Two worker threads: `wait_until` blocks the one it runs on.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_switch_moves_the_invalidation_connection_and_drops_everything() {
+    use crate::cache::sentinel_node;
+    use crate::lanes_sentinel::{wait_until, Sentinel};
+    let (master, master_port) = sentinel_node(None);
+    let (replica, _) = sentinel_node(Some(master_port));
+    assert!(wait_until(Duration::from_secs(10), || replica
+        .inline("INFO replication")
+        .contains("master_link_status:up")));
+    let sentinel = Sentinel::start_with_quorum(master_port, 1, None);
+    assert!(
+        wait_until(Duration::from_secs(20), || sentinel
+            .ask("SENTINEL MASTER mymaster")
+            .is_some_and(|r| r.contains("num-slaves\r\n$1\r\n1\r\n"))),
+        "the sentinel never learnt of the replica"
+    );
+    let daemon = TestDaemon::start_redis_with(
+        tollgate_lanes::RedisConfig::sentinel("mymaster", vec![sentinel.endpoint()]),
+        &[&master, &replica],
+        |_| {},
+    )
+    .await;
+    let feeds = |server: &RedisServer| {
+        server
+            .inline("CLIENT LIST")
+            .contains(" name=tollgate-invalidations ")
+    };
+    let mut client = tracking(&daemon, &[]).await;
+    assert!(feeds(&master) && !feeds(&replica));
+    assert_eq!(client.call(&["GET", "k"]).await, Frame::Null3);
+
+    assert_eq!(
+        sentinel.ask("SENTINEL FAILOVER mymaster").as_deref(),
+        Some("+OK\r\n")
+    );
+    let told = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            if client.read().await == invalidate(None) {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(
+        told.is_ok(),
+        "no invalidation of everything after the switch"
+    );
+    assert!(
+        wait_until(Duration::from_secs(30), || feeds(&replica)
+            && !feeds(&master)),
+        "the invalidation connection stayed on the old master: {} / {}",
+        master.inline("CLIENT LIST"),
+        replica.inline("CLIENT LIST")
+    );
+    // The new master's writes are told: read (again, past any further null), write, be told.
+    let heard = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            client.send(&["GET", "k"]).await;
+            while matches!(client.read().await, Frame::Push(_)) {}
+            assert!(replica.inline("INCR k").starts_with(':'));
+            while let Ok(Some(frame)) = client.read_within(Duration::from_millis(300)).await {
+                if frame == invalidate(Some(&["k"])) {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    assert!(heard.is_ok(), "the new master's write was never told");
     daemon.stop().await;
 }
