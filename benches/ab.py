@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Two Tollgate builds side by side: the same redis-server, pinned as `e2e.py --pin` pins them,
+each redis-benchmark run alone against one build, the order alternated every round; medians of
+the rounds of throughput and of each build's CPU per request (from /proc), with every run's CPU.
+
+For a request-path change whose `e2e.py --baseline` rows moved by less than a slow run does:
+three interleaved rounds catch a build in this machine's slow regime (one run in a few, either
+build) often enough to move a median; more rounds of fewer targets tell the regime from the
+change.
+
+    python3 benches/ab.py NEW_BINARY OLD_BINARY [--tests get,incr,lpush] [--rounds 8]
+                                                  [--pipeline 1] [--requests 100000]
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e  # noqa: E402  (the same redis-server, lane users, configs and benchmark runs)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("new")
+    parser.add_argument("old")
+    parser.add_argument("--tests", default="get,incr,lpush")
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--pipeline", type=int, default=1)
+    parser.add_argument("--requests", type=int, default=100_000)
+    args = parser.parse_args()
+    e2e.raise_nofile()
+    e2e.TESTS = args.tests
+    work = tempfile.mkdtemp(prefix="tollgate-ab-")
+    procs = []
+    try:
+        redis_sock = os.path.join(work, "redis.sock")
+        procs.append(subprocess.Popen(e2e.redis_argv(work, redis_sock)))
+        e2e.wait_for_socket(redis_sock)
+        redis_pid = procs[0].pid
+        lanes = e2e.provision_lanes(args.new, redis_sock, work)
+        builds = {}
+        # The new build as e2e's `tollgate`, the old one as its `baseline` (older configs).
+        for name, binary in (("new", args.new), ("old", args.old)):
+            slot = "tollgate" if name == "new" else "baseline"
+            config, sock = e2e.tollgate_config(work, slot, redis_sock, lanes,
+                                               None if name == "new" else binary)
+            proc = subprocess.Popen([binary, "serve", "--config", config],
+                                    stderr=subprocess.DEVNULL, preexec_fn=e2e.raise_nofile)
+            procs.append(proc)
+            e2e.wait_for_socket(sock)
+            builds[name] = (sock, proc.pid)
+        servers, clients = e2e.cpu_split()
+        for proc in procs:
+            e2e.pin(proc.pid, servers)
+        runs = {}  # (build, test) -> [(rps, proxy µs, redis µs)]
+        for round_no in range(args.rounds):
+            order = ["new", "old"] if round_no % 2 == 0 else ["old", "new"]
+            for name in order:
+                sock, pid = builds[name]
+                watch = [("proxy", pid), ("redis", redis_pid)]
+                rows = e2e.benchmark(sock, args.pipeline, args.requests, clients, watch)
+                for test, (rps, _p50, _p99, cpu) in rows.items():
+                    runs.setdefault((name, test), []).append((rps, cpu["proxy"], cpu["redis"]))
+        load = os.getloadavg()[0]
+        print(f"{args.rounds} rounds, -P {args.pipeline}, {args.requests} requests a run, "
+              f"load average {load:.2f} at the end")
+        print("| build | test | req/s | daemon µs/req | redis µs/req | every run's daemon µs |")
+        print("|---|---|---|---|---|---|")
+        for (name, test), values in sorted(runs.items(), key=lambda item: (item[0][1], item[0][0])):
+            rps = statistics.median(v[0] for v in values)
+            proxy = statistics.median(v[1] for v in values)
+            redis = statistics.median(v[2] for v in values)
+            every = ", ".join(f"{v[1]:.2f}" for v in values)
+            print(f"| {name} | {test} | {rps:,.0f} | {proxy:.2f} | {redis:.2f} | {every} |")
+    finally:
+        e2e.stop_all(procs)
+
+
+if __name__ == "__main__":
+    main()
