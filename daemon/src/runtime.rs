@@ -52,8 +52,6 @@ pub enum StartError {
     Inherited(std::io::Error),
     #[error(transparent)]
     LeaseLayout(#[from] tollgate_lease::LayoutError),
-    #[error("cache: {0}")]
-    Cache(#[from] tollgate_lanes::cache::CacheError),
 }
 
 /// A running daemon. Dropping it without [`Daemon::shutdown`] still removes its sockets and kills
@@ -220,7 +218,7 @@ impl Daemon {
                     config.cache.bounds(),
                     &mut registry,
                     stop.clone(),
-                )?;
+                );
                 Some(NearCache::new(cache, config.cache.keys.clone()))
             }
             false => None,

@@ -1011,3 +1011,113 @@ async fn a_sentinel_switch_moves_the_tracking_connection_and_empties_the_cache()
     assert_eq!(client.call(&["GET", "user:f"]).await, bulk("v3"));
     daemon.stop().await;
 }
+
+/// On a Redis Cluster: a tracking connection per master, each key filled from and invalidated by
+/// its own master; a write split across slots drops every key it wrote before its reply; a key
+/// whose slot moved is read right (the fill its old master refuses with MOVED is read as if
+/// uncached) and cached again from the new master; a failover empties the cache and it serves
+/// again from the promoted master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_each_master_fills_and_invalidates_its_own_keys() {
+    let mut cluster = crate::cluster::cluster().await;
+    let daemon =
+        TestDaemon::start_cluster_with(&cluster, tollgate_lanes::Splitting::Split, |config| {
+            config.cache = cache(1 << 20, 64 << 10)
+        })
+        .await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    let keys = crate::cluster::keys_on_every_master(&cluster, "user:cl", 1);
+    let master_of = |cluster: &tollgate_testkit::RedisCluster, key: &str| {
+        cluster.master_of(tollgate_lanes::Slot::of(key.as_bytes()).number())
+    };
+    for key in &keys {
+        assert_eq!(
+            client.call(&["SET", key, "v1"]).await,
+            Frame::Simple("OK".into())
+        );
+        until_hit(&daemon, &mut client, key, &bulk("v1")).await;
+        // Written straight to its master: seen once that master's invalidation arrives.
+        let master = master_of(&cluster, key);
+        assert_eq!(
+            cluster.call(master, &["SET", key, "v2"]),
+            Frame::Simple("OK".into())
+        );
+        let deadline = Instant::now() + PATIENCE;
+        while client.call(&["GET", key]).await != bulk("v2") {
+            assert!(
+                Instant::now() < deadline,
+                "{key} never read v2 from master {master}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        until_hit(&daemon, &mut client, key, &bulk("v2")).await;
+    }
+    // One MSET over the three masters (split per slot): every key read at once, new.
+    let mut mset = vec!["MSET"];
+    for key in &keys {
+        mset.extend([key.as_str(), "v3"]);
+    }
+    assert_eq!(client.call(&mset).await, Frame::Simple("OK".into()));
+    for key in &keys {
+        assert_eq!(client.call(&["GET", key]).await, bulk("v3"), "{key}");
+    }
+
+    // The first key's slot moves to the second key's master.
+    let key = keys[0].as_str();
+    until_hit(&daemon, &mut client, key, &bulk("v3")).await;
+    let slot = tollgate_lanes::Slot::of(key.as_bytes()).number();
+    let (from, to) = (master_of(&cluster, key), master_of(&cluster, &keys[1]));
+    cluster.begin_migration(slot, from, to);
+    cluster.migrate_keys(slot, from, to);
+    cluster.finish_migration(slot, to);
+    assert_eq!(
+        cluster.call(to, &["SET", key, "v4"]),
+        Frame::Simple("OK".into())
+    );
+    let deadline = Instant::now() + PATIENCE;
+    while client.call(&["GET", key]).await != bulk("v4") {
+        assert!(
+            Instant::now() < deadline,
+            "{key} never read v4 after its move"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    until_hit(&daemon, &mut client, key, &bulk("v4")).await;
+
+    // A failover of the third key's master.
+    let key = keys[2].as_str();
+    until_hit(&daemon, &mut client, key, &bulk("v3")).await;
+    let master = master_of(&cluster, key);
+    let replica = cluster.replicas_of(master)[0];
+    let emptied = metric(
+        &daemon,
+        "tollgate_cache_invalidations_total{cause=\"connection\"}",
+    )
+    .await;
+    cluster.failover(replica);
+    cluster.kill(master);
+    let deadline = Instant::now() + PATIENCE * 3;
+    while metric(
+        &daemon,
+        "tollgate_cache_invalidations_total{cause=\"connection\"}",
+    )
+    .await
+        <= emptied
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the failover never emptied the cache"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let deadline = Instant::now() + PATIENCE * 3;
+    while client.call(&["SET", key, "v5"]).await != Frame::Simple("OK".into()) {
+        assert!(
+            Instant::now() < deadline,
+            "writes never resumed after the failover"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    until_hit(&daemon, &mut client, key, &bulk("v5")).await;
+    daemon.stop().await;
+}

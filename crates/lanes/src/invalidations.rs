@@ -59,13 +59,9 @@ pub enum Event {
     Closed,
 }
 
-/// Why there is no feed.
+/// Why the feed is not open.
 #[derive(Debug, thiserror::Error)]
 pub enum FeedError {
-    #[error(
-        "invalidations need one Redis server (standalone or Sentinel); a cluster has none yet"
-    )]
-    Cluster,
     #[error("the invalidation connection to Redis did not open within {0:?}")]
     NotOpen(Duration),
 }

@@ -6,9 +6,14 @@
 //! shows. Which commands are cacheable, and when a hit may be served, is the front door's
 //! (`daemon/src/server/resp/cached.rs`): this crate never sees a client.
 //!
-//! One server only (standalone or a Sentinel group's master): a cluster would need a tracking
-//! connection per master, and drops on slot moves.
+//! On one server (standalone, or a Sentinel group's master) one tracking connection; on a Redis
+//! Cluster one per master of the slot map in use, each fill sent to its key's master's, hits
+//! served only while all are up. A fill its master refuses with a redirect (the slot moved) is
+//! read by its session as if uncached; a key that moves is deleted on one master and restored on
+//! the other, both told; when the masters change (a failover, a node added) the connections are
+//! replaced and the cache emptied.
 
+mod masters;
 mod metrics;
 mod store;
 mod tracking;
@@ -18,7 +23,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use parking_lot::Mutex;
+use std::collections::HashMap;
+
+use parking_lot::{Mutex, RwLock};
 use prometheus_client::registry::Registry;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -27,21 +34,13 @@ use tollgate_model::Protocol;
 
 pub use store::{Bounds, Cause, Filled, Hash, Store, Ticket, Value, ENTRY_OVERHEAD};
 
-use crate::Lanes;
+use crate::cluster::ClusterLanes;
+use crate::{Endpoint, Lanes};
 use metrics::CacheMetrics;
 
 /// How many fills may wait to be written on the tracking connection; past it a miss is forwarded
 /// as if uncached.
 const FILL_QUEUE: usize = 4096;
-
-/// Why there is no cache.
-#[derive(Debug, thiserror::Error)]
-pub enum CacheError {
-    #[error(
-        "the near cache needs one Redis server (standalone or Sentinel); a cluster has none yet"
-    )]
-    Cluster,
-}
 
 /// What a fill read got from Redis.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,35 +96,54 @@ impl PartialEq for Cache {
 struct Shared {
     store: Mutex<Store>,
     metrics: CacheMetrics,
-    fills: mpsc::Sender<Fill>,
+    fills: Fills,
     /// The tracking connection is up and tracking: only then may anything be served or filled.
     tracking: AtomicBool,
 }
 
 impl Cache {
-    /// Starts the cache on `lanes`' server: its tracking connection opens (and reopens) in the
-    /// background until `stop`. Its metrics go in `registry` as `cache_…`.
+    /// Starts the cache on `lanes`' server (or cluster): its tracking connections open (and
+    /// reopen) in the background until `stop`. Its metrics go in `registry` as `cache_…`.
     pub fn start(
         lanes: &Lanes,
         bounds: Bounds,
         registry: &mut Registry,
         stop: CancellationToken,
-    ) -> Result<Cache, CacheError> {
-        let connector = lanes.regular_connector().ok_or(CacheError::Cluster)?;
+    ) -> Cache {
         let timeout = lanes.regular_timeout();
-        let (fills, queue) = mpsc::channel(FILL_QUEUE);
-        let cache = Cache(Arc::new(Shared {
-            store: Mutex::new(Store::new(bounds)),
-            metrics: CacheMetrics::register(registry.sub_registry_with_prefix("cache")),
-            fills,
-            tracking: AtomicBool::new(false),
-        }));
+        let metrics = CacheMetrics::register(registry.sub_registry_with_prefix("cache"));
         let span = tracing::info_span!("cache");
-        tokio::spawn(tracing::Instrument::instrument(
-            tracking::drive(cache.clone(), connector, timeout, queue, stop),
-            span,
-        ));
-        Ok(cache)
+        let shared = |fills| {
+            Cache(Arc::new(Shared {
+                store: Mutex::new(Store::new(bounds)),
+                metrics,
+                fills,
+                tracking: AtomicBool::new(false),
+            }))
+        };
+        match (lanes.regular_connector(), lanes.cluster()) {
+            (Some(connector), _) => {
+                let (fills, queue) = mpsc::channel(FILL_QUEUE);
+                let cache = shared(Fills::One(fills));
+                let up: Arc<dyn Fn(bool) + Send + Sync> = {
+                    let cache = cache.clone();
+                    Arc::new(move |up| cache.set_tracking(up))
+                };
+                let drive = tracking::drive(cache.clone(), connector, timeout, queue, up, stop);
+                tokio::spawn(tracing::Instrument::instrument(drive, span));
+                cache
+            }
+            (None, Some(cluster)) => {
+                let cache = shared(Fills::Cluster {
+                    cluster: cluster.clone(),
+                    masters: RwLock::new(HashMap::new()),
+                });
+                let drive = masters::drive(cache.clone(), cluster.clone(), timeout, stop);
+                tokio::spawn(tracing::Instrument::instrument(drive, span));
+                cache
+            }
+            (None, None) => unreachable!("lanes lead to one server or to a cluster"),
+        }
     }
 
     /// What `answer` makes of `key`'s entry, if kept and fresh, while the tracking connection is
@@ -206,7 +224,7 @@ impl Cache {
             ticket,
             reply,
         };
-        if self.0.fills.try_send(fill).is_err() {
+        if self.0.fills.send(fill).is_err() {
             // Never sent: the ticket is given back.
             self.0
                 .store
@@ -279,6 +297,40 @@ impl Cache {
             misses: self.0.metrics.misses.get(),
             largest: store.largest(largest),
         }
+    }
+}
+
+/// Where fills go: the one tracking connection, or the one of the key's master.
+enum Fills {
+    One(mpsc::Sender<Fill>),
+    Cluster {
+        cluster: Arc<ClusterLanes>,
+        /// Each master's tracking connection's queue, for the slot map in use (`masters.rs`).
+        masters: RwLock<HashMap<Endpoint, mpsc::Sender<Fill>>>,
+    },
+}
+
+impl Fills {
+    /// Queues `fill` for its connection; given back when there is none (a cluster's key whose
+    /// master is not known yet) or its queue is full.
+    fn send(&self, fill: Fill) -> Result<(), Fill> {
+        let sent = match self {
+            Fills::One(queue) => queue.try_send(fill),
+            Fills::Cluster { cluster, masters } => {
+                let slot = crate::Slot::of(&fill.key);
+                let Some(master) = cluster.target_now(&crate::Route::Slot(slot)) else {
+                    return Err(fill);
+                };
+                let masters = masters.read();
+                let Some(queue) = masters.get(&master) else {
+                    return Err(fill);
+                };
+                queue.try_send(fill)
+            }
+        };
+        sent.map_err(|error| match error {
+            mpsc::error::TrySendError::Full(fill) | mpsc::error::TrySendError::Closed(fill) => fill,
+        })
     }
 }
 

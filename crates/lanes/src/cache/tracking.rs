@@ -57,12 +57,14 @@ enum Lost {
 }
 
 /// Keeps the tracking connection open until `stop`: opens it, serves fills on it, and after a loss
-/// empties the cache and opens it again.
+/// empties the cache and opens it again. `up` is told when it is open and tracking, and when it
+/// no longer is (`Cache::set_tracking` on one server; a cluster counts its masters').
 pub(super) async fn drive(
     cache: Cache,
     connector: std::sync::Arc<Connector>,
     timeout: Option<Duration>,
     mut queue: mpsc::Receiver<Fill>,
+    up: Arc<dyn Fn(bool) + Send + Sync>,
     stop: CancellationToken,
 ) {
     let mut pause = FIRST_PAUSE;
@@ -76,7 +78,7 @@ pub(super) async fn drive(
             Ok(conn) => {
                 // Whatever was kept before is of a connection that no longer tracks it.
                 cache.flush(Cause::Connection);
-                cache.set_tracking(true);
+                up(true);
                 if std::mem::take(&mut failing) {
                     tracing::info!("tracking connection open again");
                 }
@@ -87,7 +89,7 @@ pub(super) async fn drive(
                     timeout,
                 };
                 let lost = serve(on, conn, &mut queue, &stop).await;
-                cache.set_tracking(false);
+                up(false);
                 cache.flush(Cause::Connection);
                 lost
             }
@@ -267,6 +269,15 @@ fn take(cache: &Cache, frame: Frame, waiting: &mut VecDeque<Waiting>) -> Result<
     }
     let oldest = waiting.front_mut().ok_or(Lost::OutOfStep)?;
     let Some(got) = oldest.got.take() else {
+        if redirected(&frame) {
+            // A cluster's slot moved (or is moving) away from this master: the session reads
+            // the key as if uncached, on its slot's master; nothing is kept.
+            oldest.got = Some(None);
+            if let Some(reply) = oldest.reply.take() {
+                let _ = reply.send(Err(FillLost));
+            }
+            return Ok(());
+        }
         let (fetched, kept) = fetched(frame, &oldest.read);
         oldest.got = Some(kept);
         if let Some(reply) = oldest.reply.take() {
@@ -293,6 +304,17 @@ fn take(cache: &Cache, frame: Frame, waiting: &mut VecDeque<Waiting>) -> Result<
     };
     cache.complete(&done.key, done.ticket, kept, expires_in);
     Ok(())
+}
+
+/// Whether a reply is a cluster's redirect (or its refusal while a slot moves or the cluster is
+/// down): the key is not this master's to answer now.
+fn redirected(frame: &Frame) -> bool {
+    let (Frame::Error(text) | Frame::BulkError(text)) = frame else {
+        return false;
+    };
+    ["MOVED ", "ASK ", "TRYAGAIN ", "CLUSTERDOWN "]
+        .iter()
+        .any(|word| text.starts_with(word.as_bytes()))
 }
 
 /// The fill's read of `key`: `GET`, `HMGET` or `HGETALL`.

@@ -136,10 +136,18 @@ impl NearCache {
         argv: &[&[u8]],
         written: &mut Vec<Bytes>,
     ) -> Plan {
-        // Only a read sent on REGULAR as it is (not inside a transaction, not amended).
-        if let Plan::Forward(Forward::Multiplexed(Multiplexed::Regular), None) = plan {
+        // Only a read sent on REGULAR as it is (not inside a transaction, not amended, on a
+        // cluster not split).
+        let slot = match plan {
+            Plan::Forward(Forward::Multiplexed(Multiplexed::Regular), None) => Some(None),
+            Plan::Placed(Forward::Multiplexed(Multiplexed::Regular), slot, None) => {
+                Some(Some(slot))
+            }
+            _ => None,
+        };
+        if let Some(slot) = slot {
             if let Some(read) = self.keys.read(&descriptor.name, argv) {
-                return Plan::Cached(read);
+                return Plan::Cached(read, slot);
             }
         }
         let (keys, cause) = self.keys.passed(descriptor, argv);
@@ -152,6 +160,9 @@ impl NearCache {
             }
             Plan::Placed(forward, slot, amend) => {
                 Plan::Placed(forward, slot, Some(self.passed(keys, cause, amend)))
+            }
+            Plan::Split(forward, split, amend) => {
+                Plan::Split(forward, split, Some(self.passed(keys, cause, amend)))
             }
             Plan::Transaction | Plan::TransactionIn(_) => {
                 written.extend(keys);
@@ -446,6 +457,8 @@ pub struct Fallback {
     pub lanes: Lanes,
     pub protocol: Protocol,
     pub encoded: Bytes,
+    /// Where: anywhere on one server, its slot's master on a cluster.
+    pub route: Route,
 }
 
 impl Fallback {
@@ -458,7 +471,7 @@ impl Fallback {
             Err(error) => return replies::lane_failed(&error),
         };
         match channel
-            .send_routed(Route::Any, self.encoded, deadline)
+            .send_routed(self.route, self.encoded, deadline)
             .await
         {
             Ok(reply) => reply.into_bytes(),

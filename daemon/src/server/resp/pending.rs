@@ -63,6 +63,8 @@ pub enum Pending {
 pub struct Gather {
     pub parts: Vec<(Route, Bytes)>,
     pub merge: Merge,
+    /// How the merged reply is corrected (the near cache's keys dropped first, say).
+    pub amend: Option<super::amend::Amend>,
 }
 
 /// How the parts' replies, in part order, become the client's reply.

@@ -32,7 +32,7 @@ pub fn on_cluster(
                 Spread::EveryMaster(combine) => Plan::EveryMaster(forward, combine),
             },
             Placement::Slot(slot) => Plan::Placed(forward, slot, amend),
-            Placement::Split(split) => Plan::Split(forward, split),
+            Placement::Split(split) => Plan::Split(forward, split, amend),
             Placement::Cross(cross) => Plan::Refuse(Refusal::CrossSlot(cross)),
         },
         // Nothing in a transaction is split: it runs on one connection, on one node.

@@ -73,12 +73,14 @@ pub enum Plan {
     Forward(Forward, Option<Amend>),
     /// On a cluster, [`Plan::Forward`] to the master of the slot its keys are in.
     Placed(Forward, Slot, Option<Amend>),
-    /// On a cluster, one command per slot, their replies merged in the client's order.
-    Split(Forward, Split),
+    /// On a cluster, one command per slot, their replies merged in the client's order, then
+    /// corrected as [`Plan::Forward`]'s are.
+    Split(Forward, Split, Option<Amend>),
     /// On a cluster, sent to every master, their replies combined.
     EveryMaster(Forward, Combine),
-    /// A read the near cache may answer (`cached.rs`); otherwise forwarded on REGULAR.
-    Cached(CachedRead),
+    /// A read the near cache may answer (`cached.rs`); otherwise forwarded on REGULAR (on a
+    /// cluster, to the master of the slot its keys are in).
+    Cached(CachedRead, Option<Slot>),
     /// A tenant's command on Redis's shared namespace of scripts and libraries, served
     /// by the daemon (`namespace.rs`).
     Namespace(Shared),

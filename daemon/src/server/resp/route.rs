@@ -42,10 +42,10 @@ impl Route {
             Plan::ConfigGet(forward)
             | Plan::Forward(forward, _)
             | Plan::Placed(forward, ..)
-            | Plan::Split(forward, _)
+            | Plan::Split(forward, ..)
             | Plan::EveryMaster(forward, _) => Route::Lane(forward.lane()),
             // Filled on a connection of REGULAR's user, or forwarded on REGULAR.
-            Plan::Cached(_) => Route::Lane(Lane::Regular),
+            Plan::Cached(..) => Route::Lane(Lane::Regular),
             // Made for a tenant only (never here); served on SCRIPT's connections.
             Plan::Namespace(_) => Route::Lane(Lane::Script),
             // Never sent to Redis as it is.

@@ -43,7 +43,12 @@ pub enum Step {
     Close(Bytes),
     /// A read the near cache may answer: else sent on REGULAR as these encoded bytes, with this
     /// deadline.
-    Cached(CachedRead, Bytes, Option<Duration>),
+    Cached(
+        CachedRead,
+        Bytes,
+        Option<Duration>,
+        Option<tollgate_lanes::Slot>,
+    ),
 }
 
 impl Step {

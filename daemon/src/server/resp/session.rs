@@ -405,9 +405,13 @@ impl Session {
                     self.schedule.push(Class::Local, ready, voice);
                 }
                 Step::Close(reply) => return Ok(Some(voice.say(reply))),
-                Step::Cached(read, encoded, deadline) => {
+                Step::Cached(read, encoded, deadline, slot) => {
                     let quiet = self.schedule.quiet();
-                    let (class, sent) = self.state.serve_cached(read, encoded, deadline, quiet);
+                    let route =
+                        slot.map_or(tollgate_lanes::Route::Any, tollgate_lanes::Route::Slot);
+                    let (class, sent) = self
+                        .state
+                        .serve_cached(read, encoded, deadline, quiet, route);
                     self.schedule.push(class, sent, voice);
                 }
                 Step::Multiplexed(lane, route, encoded, deadline, amend) => {

@@ -525,18 +525,18 @@ impl SessionState {
             Plan::Transaction => Step::InPlace(InPlace::Transaction(command, None)),
             Plan::TransactionIn(slot) => Step::InPlace(InPlace::Transaction(command, Some(slot))),
             Plan::Forward(forward, amend) => self.sending(forward, Route::Any, command, amend),
-            Plan::Cached(read) => {
+            Plan::Cached(read, slot) => {
                 let deadline = self.front.deadlines.of_command(&command);
-                Step::Cached(read, command.encoded(), deadline)
+                Step::Cached(read, command.encoded(), deadline, slot)
             }
             Plan::Placed(forward, slot, amend) => {
                 self.sending(forward, Route::Slot(slot), command, amend)
             }
-            Plan::Split(forward, split) => {
+            Plan::Split(forward, split, amend) => {
                 let parts = split.parts().iter();
                 let parts = parts.map(|part| (Route::Slot(part.slot()), part.command().clone()));
                 let parts = parts.collect();
-                self.gathering(forward, command, parts, Merge::Split(split))
+                self.gathering(forward, command, parts, Merge::Split(split), amend)
             }
             Plan::EveryMaster(forward, combine) => {
                 let Some(masters) = self.front.services.lanes.masters_now() else {
@@ -547,7 +547,13 @@ impl SessionState {
                 };
                 let encoded = command.encoded();
                 let parts = masters.into_iter().map(|node| (node, encoded.clone()));
-                self.gathering(forward, command, parts.collect(), Merge::Combine(combine))
+                self.gathering(
+                    forward,
+                    command,
+                    parts.collect(),
+                    Merge::Combine(combine),
+                    None,
+                )
             }
         }
     }
@@ -609,9 +615,14 @@ impl SessionState {
         command: Command,
         parts: Vec<(Route, Bytes)>,
         merge: Merge,
+        amend: Option<Amend>,
     ) -> Step {
         let deadline = self.front.deadlines.of_command(&command);
-        let gather = Gather { parts, merge };
+        let gather = Gather {
+            parts,
+            merge,
+            amend,
+        };
         match forward {
             Forward::Multiplexed(lane) => Step::Gathered(lane, gather, deadline),
             Forward::Exclusive(lane) => Step::GatheredLent(lane, gather, deadline),
@@ -649,18 +660,23 @@ impl SessionState {
             Ok(channel) => channel,
             Err(reply) => return Pending::Ready(Some((Class::Multiplexed(lane), reply))),
         };
-        let Gather { parts, merge } = gather;
+        let Gather {
+            parts,
+            merge,
+            amend,
+        } = gather;
         let sent: Vec<_> = parts
             .into_iter()
             .map(|(route, part)| channel.send_routed(route, part, deadline))
             .collect();
-        Pending::Gathered(
+        let gathered = Pending::Gathered(
             lane,
             Box::pin(async move {
                 let outcomes = futures::future::join_all(sent).await;
                 merge.merge(outcomes.into_iter().map(pending::part_frame).collect())
             }),
-        )
+        );
+        self.amend(gathered, amend)
     }
 
     /// [`SessionState::send_exclusive`] of every part of `gather`, one after the other.
@@ -673,8 +689,10 @@ impl SessionState {
         let lanes = self.front.services.lanes.clone();
         let protocol = self.protocol;
         let tenant = self.caller.tenant();
-        Pending::Exclusive(Box::pin(async move {
-            let Gather { parts, merge } = gather;
+        let amend = gather.amend;
+        let gather = (gather.parts, gather.merge);
+        let lent = Pending::Exclusive(Box::pin(async move {
+            let (parts, merge) = gather;
             let mut frames = Vec::with_capacity(parts.len());
             for (route, part) in parts {
                 let reply = lanes
@@ -683,7 +701,8 @@ impl SessionState {
                 frames.push(pending::part_frame(reply));
             }
             merge.merge(frames)
-        }))
+        }));
+        self.amend(lent, amend)
     }
 
     /// This session's channel of `lane`, opened on first use. Between commands (`idle`), the
@@ -776,6 +795,7 @@ impl SessionState {
         encoded: Bytes,
         deadline: Option<Duration>,
         quiet: bool,
+        route: Route,
     ) -> (Class, Pending) {
         let regular = Class::Multiplexed(Multiplexed::Regular);
         let front = self.front.clone();
@@ -785,6 +805,7 @@ impl SessionState {
                     lanes: front.services.lanes.clone(),
                     protocol: self.protocol,
                     encoded: encoded.clone(),
+                    route: route.clone(),
                 };
                 let served = near.serve(&read, quiet, fallback, deadline);
                 let forwarded = matches!(served, Served::Forward).then(|| near.forwarded(&read));
@@ -798,13 +819,8 @@ impl SessionState {
             Served::Filling(pending) => (Class::Exclusive, pending),
             // Its reply drops the entries it read past (`NearCache::forwarded`).
             Served::Forward => {
-                let sent = self.send_multiplexed(
-                    Multiplexed::Regular,
-                    Route::Any,
-                    encoded,
-                    deadline,
-                    quiet,
-                );
+                let sent =
+                    self.send_multiplexed(Multiplexed::Regular, route, encoded, deadline, quiet);
                 (regular, self.amend(sent, forwarded))
             }
         }
