@@ -575,6 +575,22 @@ async fn resp3_clients_get_maps_and_push_messages() {
         panic!("HELLO 3 answers a map: {hello:?}")
     };
     assert!(pairs.contains(&(bulk("proto"), Frame::Integer(3))));
+    // The server and version are Redis's own, as its HELLO says them (clients pick features by
+    // them: redis-py's cache wants `redis` 7.4 or later).
+    let mut direct = RawClient::to_redis(redis.socket()).await;
+    let Frame::Map(theirs) = direct.call(&["HELLO", "3"]).await else {
+        panic!("Redis's HELLO 3 answers a map")
+    };
+    for field in ["server", "version"] {
+        let of = |pairs: &[(Frame, Frame)]| {
+            pairs
+                .iter()
+                .find(|(key, _)| *key == bulk(field))
+                .map(|(_, value)| value.clone())
+        };
+        assert_eq!(of(&pairs), of(&theirs), "{field}");
+        assert!(of(&pairs).is_some(), "{field}");
+    }
     assert_eq!(
         client.call(&["CLIENT", "GETNAME"]).await,
         bulk("resp3-test")

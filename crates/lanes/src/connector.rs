@@ -72,6 +72,45 @@ pub(crate) struct Connector {
     server_uid: Option<u32>,
     backoff: Mutex<Backoff>,
     metrics: LaneMetrics,
+    /// What the server said of itself in its last handshake.
+    identity: Mutex<Option<ServerIdentity>>,
+}
+
+/// What Redis says of itself in its `HELLO` reply, which the daemon's own `HELLO` repeats (client
+/// libraries pick features by it: redis-py's client-side cache wants `redis` 7.4 or later).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerIdentity {
+    pub server: String,
+    pub version: String,
+}
+
+impl ServerIdentity {
+    /// `server` and `version` of a `HELLO` reply (a map, or its pairs in an array in RESP2).
+    fn of_hello(reply: &[u8]) -> Option<ServerIdentity> {
+        let mut bytes = bytes::BytesMut::from(reply);
+        let frame = tollgate_resp::parse(&mut bytes, &tollgate_resp::Limits::default()).ok()??;
+        let pairs: Vec<(tollgate_resp::Frame, tollgate_resp::Frame)> = match frame {
+            tollgate_resp::Frame::Map(pairs) => pairs,
+            tollgate_resp::Frame::Array(items) => {
+                let mut items = items.into_iter();
+                std::iter::from_fn(|| Some((items.next()?, items.next()?))).collect()
+            }
+            _ => return None,
+        };
+        let field = |name: &str| {
+            pairs.iter().find_map(|(key, value)| {
+                let key = key.as_bytes()?;
+                if !key.eq_ignore_ascii_case(name.as_bytes()) {
+                    return None;
+                }
+                Some(String::from_utf8_lossy(value.as_bytes()?).into_owned())
+            })
+        };
+        Some(ServerIdentity {
+            server: field("server")?,
+            version: field("version")?,
+        })
+    }
 }
 
 #[derive(Default)]
@@ -113,7 +152,13 @@ impl Connector {
             server_uid,
             backoff: Mutex::new(Backoff::default()),
             metrics,
+            identity: Mutex::new(None),
         }
+    }
+
+    /// What the server said of itself in the last handshake, once there was one.
+    pub(crate) fn identity(&self) -> Option<ServerIdentity> {
+        self.identity.lock().clone()
     }
 
     /// `AUTH` as the lane's own user, for a connection that acted as another.
@@ -213,6 +258,9 @@ impl Connector {
         if reply.is_error() {
             return Err(DialFailure::HelloRefused(error_text(&reply)));
         }
+        if let Some(identity) = ServerIdentity::of_hello(reply.bytes()) {
+            *self.identity.lock() = Some(identity);
+        }
         if let Some(select) = &self.select {
             let reply = conn.call(select).await?;
             if reply.is_error() {
@@ -220,6 +268,30 @@ impl Connector {
             }
         }
         Ok(conn)
+    }
+}
+
+#[cfg(test)]
+mod identity_tests {
+    use super::ServerIdentity;
+
+    #[test]
+    fn a_hello_reply_names_its_server_and_version_in_either_protocol() {
+        let resp3 = b"%3\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n$5\r\nproto\r\n:3\r\n";
+        let resp2 = b"*4\r\n$6\r\nserver\r\n$6\r\nvalkey\r\n$7\r\nversion\r\n$5\r\n8.1.0\r\n";
+        let identity = |server: &str, version: &str| ServerIdentity {
+            server: server.into(),
+            version: version.into(),
+        };
+        assert_eq!(
+            ServerIdentity::of_hello(resp3),
+            Some(identity("redis", "7.0.15"))
+        );
+        assert_eq!(
+            ServerIdentity::of_hello(resp2),
+            Some(identity("valkey", "8.1.0"))
+        );
+        assert_eq!(ServerIdentity::of_hello(b"+OK\r\n"), None);
     }
 }
 

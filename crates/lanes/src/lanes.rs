@@ -142,6 +142,18 @@ impl Lanes {
         }
     }
 
+    /// What the Redis behind these lanes says of itself (`HELLO`'s `server` and `version`), once a
+    /// lane connected; on a cluster, any master's.
+    pub fn server_identity(&self) -> Option<crate::connector::ServerIdentity> {
+        match &self.0.nodes {
+            Nodes::One(node) => node.regular_connector().identity(),
+            Nodes::Cluster { lanes, .. } => lanes
+                .opened()
+                .iter()
+                .find_map(|node| node.regular_connector().identity()),
+        }
+    }
+
     /// Whether these lanes lead to one server or to a cluster.
     pub fn shape(&self) -> Shape {
         match &self.0.nodes {

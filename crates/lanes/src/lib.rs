@@ -61,6 +61,7 @@ pub use cluster::{Slot, SLOT_COUNT};
 pub use config::{
     LaneOverrides, LaneSettings, LanesConfig, LeaseConnections, ScopeSettings, ZeroSetting,
 };
+pub use connector::ServerIdentity;
 pub use error::{CallError, Delivery, LaneError, OpenError, Saturation};
 pub use exclusive::Borrowed;
 pub use grants::LaneGrants;

@@ -28,6 +28,8 @@ pub struct Asking<'a> {
     pub principal_named: &'a dyn Fn(&str) -> bool,
     /// The listener's `CLIENT TRACKING`.
     pub tracking: &'a Hub,
+    /// The lanes, for what `HELLO` says of the Redis behind them.
+    pub lanes: &'a tollgate_lanes::Lanes,
 }
 
 /// What `local` (whose arity fits) with `argv` becomes.
@@ -40,10 +42,21 @@ pub fn answer(local: Local, argv: &[&[u8]], session: Asking<'_>) -> Step {
         Local::Monitor => return Step::InPlace(InPlace::Monitor),
         Local::Auth | Local::ClientSetInfo => return Step::Reply(replies::ok()),
         Local::Hello => match local::parse_hello(argv) {
-            Ok(hello) if hello.protocol.is_some_and(|p| p != session.protocol) => {
+            // Another protocol; or no lane has connected yet, and the reply names the Redis
+            // behind the daemon: one is connected first.
+            Ok(hello)
+                if hello.protocol.is_some_and(|p| p != session.protocol)
+                    || session.lanes.server_identity().is_none() =>
+            {
                 return Step::InPlace(InPlace::Hello(hello))
             }
-            Ok(hello) => self::hello(hello, session.me, session.protocol, session.id),
+            Ok(hello) => self::hello(
+                hello,
+                session.me,
+                session.protocol,
+                session.id,
+                session.lanes,
+            ),
             Err(error) => return Step::Reply(replies::error(error)),
         },
         Local::ClientSetName => {
@@ -150,12 +163,18 @@ fn parse_unblock(argv: &[&[u8]]) -> Result<(u64, UnblockMode), &'static str> {
 }
 
 /// Takes a valid `HELLO`'s name (its protocol is the caller's to switch); the reply describes the
-/// server as it speaks `protocol`.
-pub fn hello(hello: local::Hello, me: &Client, protocol: Protocol, id: u64) -> Frame {
+/// server as it speaks `protocol`: the Redis behind `lanes`, by the words of its own `HELLO`.
+pub fn hello(
+    hello: local::Hello,
+    me: &Client,
+    protocol: Protocol,
+    id: u64,
+    lanes: &tollgate_lanes::Lanes,
+) -> Frame {
     if let Some(name) = hello.name {
         me.update(|state| state.name = Some(name));
     }
-    local::hello_reply(protocol, id)
+    local::hello_reply(protocol, id, lanes.server_identity())
 }
 
 /// `CLIENT LIST`/`INFO` text: a bulk string in RESP2, a verbatim `txt` string in RESP3 (Redis's).

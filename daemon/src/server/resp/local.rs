@@ -328,14 +328,21 @@ pub fn parse_hello(argv: &[&[u8]]) -> Result<Hello, String> {
 }
 
 /// The server description `HELLO` answers with: a map in RESP3, a flat array in RESP2.
-pub fn hello_reply(protocol: Protocol, client_id: u64) -> Frame {
+pub fn hello_reply(
+    protocol: Protocol,
+    client_id: u64,
+    server: Option<tollgate_lanes::ServerIdentity>,
+) -> Frame {
     let text = |s: &'static str| Frame::Bulk(Bytes::from_static(s.as_bytes()));
+    // The Redis behind the daemon, in its own words (clients pick features by them); the
+    // daemon's own name and version only before any lane has connected.
+    let (server, version) = match server {
+        Some(server) => (server.server, server.version),
+        None => ("tollgate".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
+    };
     let pairs = vec![
-        (text("server"), text("tollgate")),
-        (
-            text("version"),
-            Frame::Bulk(Bytes::from_static(env!("CARGO_PKG_VERSION").as_bytes())),
-        ),
+        (text("server"), Frame::Bulk(Bytes::from(server))),
+        (text("version"), Frame::Bulk(Bytes::from(version))),
         (
             text("proto"),
             Frame::Integer(match protocol {

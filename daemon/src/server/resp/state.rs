@@ -578,6 +578,7 @@ impl SessionState {
             clients: &self.front.clients,
             reply_mode: &mut self.reply_mode,
             tracking: &self.front.tracking,
+            lanes: &self.front.services.lanes,
         };
         match answer::answer(local, &command.argv(), asking) {
             Step::Reply(reply) if reply.starts_with(b"-") => {
@@ -909,11 +910,27 @@ impl SessionState {
                 if let Some(protocol) = hello.protocol {
                     self.speak(protocol);
                 }
+                let lanes = &self.front.services.lanes;
+                if lanes.server_identity().is_none() {
+                    // No lane has connected yet: a PING connects one, whose handshake tells
+                    // who Redis is (what the reply names). Failing, the daemon names itself.
+                    if let Ok(channel) =
+                        lanes.multiplexed_speaking(Multiplexed::Regular, self.protocol)
+                    {
+                        let mut ping = bytes::BytesMut::new();
+                        tollgate_resp::encode_command(&["PING"], &mut ping);
+                        let deadline = Some(Duration::from_secs(1));
+                        let _ = channel
+                            .send_routed(Route::Any, ping.freeze(), deadline)
+                            .await;
+                    }
+                }
                 replies::encode(&answer::hello(
                     hello,
                     &self.me.client,
                     self.protocol,
                     self.id,
+                    &self.front.services.lanes,
                 ))
             }
             InPlace::Keyspace(whole, argv) => {
