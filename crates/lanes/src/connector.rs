@@ -271,6 +271,11 @@ impl Connector {
     }
 }
 
+fn error_text(reply: &crate::Reply) -> String {
+    let text = String::from_utf8_lossy(reply.bytes().trim_ascii_end()).into_owned();
+    text.trim_start_matches('-').to_owned()
+}
+
 #[cfg(test)]
 mod identity_tests {
     use super::ServerIdentity;
@@ -293,9 +298,4 @@ mod identity_tests {
         );
         assert_eq!(ServerIdentity::of_hello(b"+OK\r\n"), None);
     }
-}
-
-fn error_text(reply: &crate::Reply) -> String {
-    let text = String::from_utf8_lossy(reply.bytes().trim_ascii_end()).into_owned();
-    text.trim_start_matches('-').to_owned()
 }
