@@ -912,7 +912,7 @@ async fn hammered(set: &[&str], write: &[&str], read: &[&str]) {
     daemon.stop().await;
 }
 
-pub(crate) fn sentinel_node(replica_of: Option<u16>) -> (RedisServer, u16) {
+fn sentinel_node(replica_of: Option<u16>) -> (RedisServer, u16) {
     let port = tollgate_testkit::loopback_port();
     let mut builder = RedisServer::builder()
         .arg("--port")
@@ -928,17 +928,9 @@ pub(crate) fn sentinel_node(replica_of: Option<u16>) -> (RedisServer, u16) {
     (builder.start(), port)
 }
 
-/// Whether `server`'s `CLIENT LIST` shows the daemon's tracking connection.
-fn tracks_on(server: &RedisServer) -> bool {
-    server
-        .inline("CLIENT LIST")
-        .contains(" name=tollgate-cache ")
-}
-
-/// A Sentinel switch: the tracking connection leaves the demoted master for the new one, the
-/// cache is emptied, and it serves (and is kept correct) from the new master.
-#[tokio::test]
-async fn a_sentinel_switch_moves_the_tracking_connection_and_empties_the_cache() {
+/// A master on a loopback port, its replica (replicating), and a Sentinel (quorum 1) that knows
+/// both, as `mymaster`.
+pub(crate) fn sentinel_group() -> (RedisServer, RedisServer, crate::lanes_sentinel::Sentinel) {
     use crate::lanes_sentinel::{wait_until, Sentinel};
     let (master, master_port) = sentinel_node(None);
     let (replica, _) = sentinel_node(Some(master_port));
@@ -952,6 +944,22 @@ async fn a_sentinel_switch_moves_the_tracking_connection_and_empties_the_cache()
             .is_some_and(|r| r.contains("num-slaves\r\n$1\r\n1\r\n"))),
         "the sentinel never learnt of the replica"
     );
+    (master, replica, sentinel)
+}
+
+/// Whether `server`'s `CLIENT LIST` shows the daemon's tracking connection.
+fn tracks_on(server: &RedisServer) -> bool {
+    server
+        .inline("CLIENT LIST")
+        .contains(" name=tollgate-cache ")
+}
+
+/// A Sentinel switch: the tracking connection leaves the demoted master for the new one, the
+/// cache is emptied, and it serves (and is kept correct) from the new master.
+#[tokio::test]
+async fn a_sentinel_switch_moves_the_tracking_connection_and_empties_the_cache() {
+    use crate::lanes_sentinel::wait_until;
+    let (master, replica, sentinel) = sentinel_group();
     let daemon = TestDaemon::start_redis_with(
         tollgate_lanes::RedisConfig::sentinel("mymaster", vec![sentinel.endpoint()]),
         &[&master, &replica],

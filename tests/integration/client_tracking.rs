@@ -472,20 +472,8 @@ async fn on_a_cluster_every_master_tells_and_a_failover_drops_everything() {
 /// master is told afterwards. (Two worker threads: `wait_until` blocks the one it runs on.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sentinel_switch_moves_the_invalidation_connection_and_drops_everything() {
-    use crate::cache::sentinel_node;
-    use crate::lanes_sentinel::{wait_until, Sentinel};
-    let (master, master_port) = sentinel_node(None);
-    let (replica, _) = sentinel_node(Some(master_port));
-    assert!(wait_until(Duration::from_secs(10), || replica
-        .inline("INFO replication")
-        .contains("master_link_status:up")));
-    let sentinel = Sentinel::start_with_quorum(master_port, 1, None);
-    assert!(
-        wait_until(Duration::from_secs(20), || sentinel
-            .ask("SENTINEL MASTER mymaster")
-            .is_some_and(|r| r.contains("num-slaves\r\n$1\r\n1\r\n"))),
-        "the sentinel never learnt of the replica"
-    );
+    use crate::lanes_sentinel::wait_until;
+    let (master, replica, sentinel) = crate::cache::sentinel_group();
     let daemon = TestDaemon::start_redis_with(
         tollgate_lanes::RedisConfig::sentinel("mymaster", vec![sentinel.endpoint()]),
         &[&master, &replica],

@@ -19,19 +19,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tollgate_model::Protocol;
-use tollgate_resp::{Frame, Limits, ProtocolError};
+use tollgate_resp::{Frame, Limits};
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::cluster::ClusterLanes;
-use crate::conn::{hello, Conn, ConnError};
-use crate::connector::{Connector, DialError};
+use crate::conn::Conn;
+use crate::connector::Connector;
+use crate::tracking_conn::{self, command, Lost};
 use crate::{Endpoint, Lanes};
 
 /// What the connection calls itself (`CLIENT LIST` on Redis).
@@ -64,30 +64,6 @@ pub enum Event {
 pub enum FeedError {
     #[error("the invalidation connection to Redis did not open within {0:?}")]
     NotOpen(Duration),
-}
-
-/// Why the connection could not be opened or was lost.
-#[derive(Debug, thiserror::Error)]
-enum Lost {
-    #[error(transparent)]
-    Dial(#[from] DialError),
-    #[error("{0}")]
-    Conn(#[from] ConnError),
-    #[error("redis refused `{command}`: {reply}")]
-    Refused {
-        command: &'static str,
-        reply: String,
-    },
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-    #[error("{0}")]
-    Protocol(#[from] ProtocolError),
-    #[error("connection closed by redis")]
-    Eof,
-    #[error("the master moved (Sentinel)")]
-    Moved,
-    #[error("no answer to PING within {0:?}")]
-    Silent(Duration),
 }
 
 /// The feed: say whether it is wanted, and wait for it to be open.
@@ -260,7 +236,7 @@ impl Feed {
                 () = stop.cancelled() => return Ok(()),
                 () = async { let _ = wanted.wait_for(|wanted| !*wanted).await; } => return Ok(()),
                 () = self.connector.moved(generation) => return Err(Lost::Moved),
-                () = overdue => return Err(Lost::Silent(self.timeout)),
+                () = overdue => return Err(Lost::Timeout(self.timeout)),
                 _ = ticks.tick() => {
                     writer.write_all(&ping).await?;
                     unanswered.push_back(tokio::time::Instant::now());
@@ -358,30 +334,8 @@ impl Masters {
 
 /// A connection of the REGULAR lane's user, named [`NAME`], speaking RESP3, told of every key.
 async fn open(connector: &Connector) -> Result<Conn, Lost> {
-    let mut conn = connector.connect(Protocol::Resp3).await?;
-    let setup: [(&'static str, Bytes); 2] = [
-        ("HELLO", hello(None, Some(NAME), Protocol::Resp3)),
-        (
-            "CLIENT TRACKING ON BCAST",
-            command(&[b"CLIENT", b"TRACKING", b"ON", b"BCAST"]),
-        ),
-    ];
-    for (name, bytes) in setup {
-        let reply = conn.call(&bytes).await?;
-        if reply.is_error() {
-            return Err(Lost::Refused {
-                command: name,
-                reply: String::from_utf8_lossy(reply.bytes()).trim().to_owned(),
-            });
-        }
-    }
-    Ok(conn)
-}
-
-fn command(argv: &[&[u8]]) -> Bytes {
-    let mut out = BytesMut::new();
-    tollgate_resp::encode_command(argv, &mut out);
-    out.freeze()
+    let tracking: [&[u8]; 4] = [b"CLIENT", b"TRACKING", b"ON", b"BCAST"];
+    tracking_conn::open(connector, NAME, "CLIENT TRACKING ON BCAST", &tracking).await
 }
 
 /// What an `invalidate` push says: `[invalidate, [key …]]`, or `[invalidate, null]` for a flush.

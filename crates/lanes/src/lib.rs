@@ -48,6 +48,7 @@ mod status;
 mod stopper;
 mod stream;
 mod topology;
+mod tracking_conn;
 
 pub use acl::{
     acl_rules, complement_patterns, configured, daemon_users, lease_acl_rules, password_in,

@@ -15,46 +15,20 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
-use tollgate_model::Protocol;
-use tollgate_resp::{Frame, Limits, ProtocolError};
+use tollgate_resp::{Frame, Limits};
 
 use std::sync::Arc;
 
 use super::{Cache, Cause, Fetched, Fill, FillLost, Hash, Read, Ticket, Value};
-use crate::conn::{hello, Conn, ConnError};
-use crate::connector::{Connector, DialError};
+use crate::conn::Conn;
+use crate::connector::Connector;
+use crate::tracking_conn::{self, Lost};
 
 /// What the connection calls itself (`CLIENT LIST` on Redis).
 pub(super) const NAME: &str = "tollgate-cache";
 /// First pause after a failed attempt; doubled per failure up to [`MAX_PAUSE`].
 const FIRST_PAUSE: Duration = Duration::from_millis(25);
 const MAX_PAUSE: Duration = Duration::from_secs(1);
-
-/// Why the tracking connection could not be opened or was lost.
-#[derive(Debug, thiserror::Error)]
-enum Lost {
-    #[error(transparent)]
-    Dial(#[from] DialError),
-    #[error("{0}")]
-    Conn(#[from] ConnError),
-    #[error("redis refused `{command}`: {reply}")]
-    Refused {
-        command: &'static str,
-        reply: String,
-    },
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-    #[error("{0}")]
-    Protocol(#[from] ProtocolError),
-    #[error("connection closed by redis")]
-    Eof,
-    #[error("a reply arrived that no read asked for")]
-    OutOfStep,
-    #[error("the master moved (Sentinel): the old one's values may lag the new one's")]
-    Moved,
-    #[error("no reply within {0:?}")]
-    Timeout(Duration),
-}
 
 /// Keeps the tracking connection open until `stop`: opens it, serves fills on it, and after a loss
 /// empties the cache and opens it again. `up` is told when it is open and tracking, and when it
@@ -120,30 +94,8 @@ pub(super) async fn drive(
 
 /// A connection of the REGULAR lane's user, named [`NAME`], speaking RESP3, tracking.
 async fn open(connector: &Connector) -> Result<Conn, Lost> {
-    let mut conn = connector.connect(Protocol::Resp3).await?;
-    let setup: [(&'static str, Bytes); 2] = [
-        ("HELLO", hello(None, Some(NAME), Protocol::Resp3)),
-        (
-            "CLIENT TRACKING ON",
-            command(&[b"CLIENT", b"TRACKING", b"ON"]),
-        ),
-    ];
-    for (name, bytes) in setup {
-        let reply = conn.call(&bytes).await?;
-        if reply.is_error() {
-            return Err(Lost::Refused {
-                command: name,
-                reply: String::from_utf8_lossy(reply.bytes()).trim().to_owned(),
-            });
-        }
-    }
-    Ok(conn)
-}
-
-fn command(argv: &[&[u8]]) -> Bytes {
-    let mut out = BytesMut::new();
-    tollgate_resp::encode_command(argv, &mut out);
-    out.freeze()
+    let tracking: [&[u8]; 3] = [b"CLIENT", b"TRACKING", b"ON"];
+    tracking_conn::open(connector, NAME, "CLIENT TRACKING ON", &tracking).await
 }
 
 /// Serves fills on `conn` until it is lost (`Err`) or the cache stops (`Ok`). Every fill still
