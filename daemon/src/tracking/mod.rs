@@ -22,7 +22,7 @@
 //!   connection call it.
 //! - `gate`: the ordering rule below, kept per session ([`Gate`]).
 //!
-//! # The ordering rule (the wiring must keep it)
+//! # The ordering rule (`session.rs` keeps it)
 //!
 //! **An invalidation delivered to a client comes after every reply its commands had in flight
 //! when the invalidation arrived.** The daemon reads a key for a client on a shared lane

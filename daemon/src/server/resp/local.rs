@@ -92,8 +92,8 @@ pub enum Local {
     /// Connection state that cannot work over connections shared between clients, refused:
     /// `CLIENT NO-TOUCH`.
     Unshareable,
-    /// Client-side caching (`CLIENT TRACKING`, `CACHING`, `GETREDIR`, `TRACKINGINFO`), answered
-    /// for a session that does not track (`client_tracking.rs`); `TRACKING ON` refused.
+    /// Client-side caching (`CLIENT TRACKING`, `CACHING`, `GETREDIR`, `TRACKINGINFO`), served by
+    /// the listener's own tracking (`client_tracking.rs`, `tracking_hub.rs`).
     ClientTracking,
     /// `ASKING`, `READONLY`, `READWRITE`: a cluster client's connection state. The daemon shows
     /// clients one standalone server (and on a cluster its own connections send `ASKING` where
