@@ -9,7 +9,11 @@ build) often enough to move a median; more rounds of fewer targets tell the regi
 change.
 
     python3 benches/ab.py NEW_BINARY OLD_BINARY [--tests get,incr,lpush] [--rounds 8]
-                                                  [--pipeline 1] [--requests 100000]
+                                                  [--pipeline 1] [--requests 100000] [--cache]
+
+--cache: both builds with the near cache on (`cache.keys: ["key:*"]`) and the hot set of
+`benches/cache.py` written first (1,000 keys of 100 bytes); redis-benchmark then reads it at random
+(`-r 1000`), so after the first round every GET is a hit: the hit path, A/B.
 """
 
 import argparse
@@ -31,6 +35,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--pipeline", type=int, default=1)
     parser.add_argument("--requests", type=int, default=100_000)
+    parser.add_argument("--cache", action="store_true")
     args = parser.parse_args()
     e2e.raise_nofile()
     e2e.TESTS = args.tests
@@ -41,6 +46,10 @@ def main():
         procs.append(subprocess.Popen(e2e.redis_argv(work, redis_sock)))
         e2e.wait_for_socket(redis_sock)
         redis_pid = procs[0].pid
+        if args.cache:
+            import cache  # noqa: E402  (the hot set)
+            cache.fill(redis_sock)
+            e2e.RANDOM_KEYS = cache.HOT_KEYS
         lanes = e2e.provision_lanes(args.new, redis_sock, work)
         builds = {}
         # The new build as e2e's `tollgate`, the old one as its `baseline` (older configs).
@@ -48,6 +57,9 @@ def main():
             slot = "tollgate" if name == "new" else "baseline"
             config, sock = e2e.tollgate_config(work, slot, redis_sock, lanes,
                                                None if name == "new" else binary)
+            if args.cache:
+                with open(config, "a") as conf:
+                    conf.write('cache:\n  keys: ["key:*"]\n')
             proc = subprocess.Popen([binary, "serve", "--config", config],
                                     stderr=subprocess.DEVNULL, preexec_fn=e2e.raise_nofile)
             procs.append(proc)
@@ -66,7 +78,8 @@ def main():
                 for test, (rps, _p50, _p99, cpu) in rows.items():
                     runs.setdefault((name, test), []).append((rps, cpu["proxy"], cpu["redis"]))
         load = os.getloadavg()[0]
-        print(f"{args.rounds} rounds, -P {args.pipeline}, {args.requests} requests a run, "
+        cached = ", near cache on, hot set of 1,000 keys" if args.cache else ""
+        print(f"{args.rounds} rounds, -P {args.pipeline}, {args.requests} requests a run{cached}, "
               f"load average {load:.2f} at the end")
         print("| build | test | req/s | daemon µs/req | redis µs/req | every run's daemon µs |")
         print("|---|---|---|---|---|---|")

@@ -188,6 +188,10 @@ def cpu_ns(pid):
     return max(total, whole)
 
 
+# redis-benchmark's `-r`: keys drawn at random from this many (`key:__rand_int__`); None: one key.
+RANDOM_KEYS = None
+
+
 def benchmark(sock, pipeline, requests, client_cpus=None, watch=()):
     """One redis-benchmark run per test, so that the CPU the watched processes spend (`watch`:
     name -> pid) is known per test: {test: (rps, p50, p99, {name: us per request})}."""
@@ -197,7 +201,7 @@ def benchmark(sock, pipeline, requests, client_cpus=None, watch=()):
         before = {name: cpu_ns(pid) for name, pid in watch}
         out = subprocess.run(
             taskset + ["redis-benchmark", "-s", sock, "-c", "50", "-n", str(requests), "-P", str(pipeline),
-             "-t", test, "--csv"],
+             "-t", test, "--csv"] + (["-r", str(RANDOM_KEYS)] if RANDOM_KEYS else []),
             capture_output=True, text=True, check=True,
         ).stdout
         cpu = {name: (cpu_ns(pid) - before[name]) / 1000 / requests for name, pid in watch}

@@ -99,6 +99,17 @@ fn header(out: &mut BytesMut, tag: u8, n: i64) {
     out.put_slice(b"\r\n");
 }
 
+/// Appends `data` as a bulk string (`$<len>\r\n<data>\r\n`), as [`encode`] writes a
+/// `Frame::Bulk`, without making a frame of it.
+pub fn encode_bulk(data: &[u8], out: &mut BytesMut) {
+    blob(out, b'$', data);
+}
+
+/// Appends an aggregate's header: `tag` (`*`, `%`, `~`, `>`) and the count.
+pub fn encode_header(tag: u8, count: usize, out: &mut BytesMut) {
+    header(out, tag, count as i64);
+}
+
 fn blob(out: &mut BytesMut, tag: u8, data: &[u8]) {
     out.reserve(header_len(data.len()) + data.len() + 2);
     header(out, tag, data.len() as i64);

@@ -7,6 +7,6 @@ mod frame;
 mod parse;
 
 pub use command::{parse_command, Argv, Command};
-pub use encode::{encode, encode_command};
+pub use encode::{encode, encode_bulk, encode_command, encode_header};
 pub use frame::Frame;
 pub use parse::{frame_len, parse, Discarded, Limits, ProtocolError, Scanner};

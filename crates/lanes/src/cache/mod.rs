@@ -146,16 +146,23 @@ impl Cache {
         }
     }
 
-    /// What `answer` makes of `key`'s entry, if kept and fresh, while the tracking connection is
-    /// up: a hit when it answers (a hash's entry may not know the field asked for).
-    pub fn answer<T>(&self, key: &[u8], answer: impl FnOnce(&Value) -> Option<T>) -> Option<T> {
+    /// What `answer` makes of `key`'s entry, if kept and fresh at `now`, while the tracking
+    /// connection is up: a hit when it answers (a hash's entry may not know the field asked for).
+    ///
+    /// `now` is the caller's reading of the clock, which a session takes once per turn of its
+    /// loop, before it serves the commands it read (as Redis reads its clock once per command, not
+    /// per key): the precise clock was 2.6% of a pipelined hit's cycles.
+    pub fn answer<T>(
+        &self,
+        key: &[u8],
+        now: Instant,
+        answer: impl FnOnce(&Value) -> Option<T>,
+    ) -> Option<T> {
         if !self.0.tracking.load(Ordering::Acquire) {
             return None;
         }
         let mut store = self.0.store.lock();
-        let answered = store
-            .get(key, Instant::now())
-            .and_then(|value| answer(&value));
+        let answered = store.get(key, now).and_then(|value| answer(&value));
         match &answered {
             Some(_) => {
                 self.0.metrics.hits.inc();
@@ -165,13 +172,13 @@ impl Cache {
         answered
     }
 
-    /// [`Cache::hit`] of each of `keys`, looked up together (one moment of the cache).
-    pub fn hits(&self, keys: &[Bytes]) -> Vec<Option<Value>> {
+    /// [`Cache::answer`] of each of `keys`, looked up together (one moment of the cache), at `now`
+    /// (as [`Cache::answer`]).
+    pub fn hits(&self, keys: &[Bytes], now: Instant) -> Vec<Option<Value>> {
         if !self.0.tracking.load(Ordering::Acquire) {
             return vec![None; keys.len()];
         }
         let mut store = self.0.store.lock();
-        let now = Instant::now();
         let values: Vec<_> = keys.iter().map(|key| store.get(key, now)).collect();
         let hits = values.iter().filter(|value| value.is_some()).count();
         self.0.metrics.hits.inc_by(hits as u64);
@@ -184,12 +191,11 @@ impl Cache {
     /// Every one of `keys`' entries, looked up together, for a read answered only when all are
     /// here and that fills nothing on a miss (`EXISTS`, `STRLEN`): counted as hits then, and as
     /// one miss otherwise.
-    pub fn all_hit(&self, keys: &[Bytes]) -> Option<Vec<Value>> {
+    pub fn all_hit(&self, keys: &[Bytes], now: Instant) -> Option<Vec<Value>> {
         if !self.0.tracking.load(Ordering::Acquire) {
             return None;
         }
         let mut store = self.0.store.lock();
-        let now = Instant::now();
         let mut values = Vec::with_capacity(keys.len());
         for key in keys {
             match store.get(key, now) {
@@ -351,10 +357,8 @@ pub struct Summary {
 pub fn encode_get(value: &Value, protocol: Protocol) -> Bytes {
     match (value, protocol) {
         (Value::String(bytes), _) => {
-            let mut out = BytesMut::with_capacity(bytes.len() + 16);
-            out.extend_from_slice(format!("${}\r\n", bytes.len()).as_bytes());
-            out.extend_from_slice(bytes);
-            out.extend_from_slice(b"\r\n");
+            let mut out = BytesMut::with_capacity(bytes.len() + 24);
+            tollgate_resp::encode_bulk(bytes, &mut out);
             out.freeze()
         }
         (Value::Missing, Protocol::Resp2) => Bytes::from_static(b"$-1\r\n"),
@@ -380,15 +384,12 @@ pub fn encode_field(value: Option<Bytes>, protocol: Protocol) -> Bytes {
 pub fn encode_hash(pairs: &[(Bytes, Bytes)], protocol: Protocol) -> Bytes {
     let mut out = BytesMut::new();
     match protocol {
-        Protocol::Resp2 => out.extend_from_slice(format!("*{}\r\n", pairs.len() * 2).as_bytes()),
-        Protocol::Resp3 => out.extend_from_slice(format!("%{}\r\n", pairs.len()).as_bytes()),
+        Protocol::Resp2 => tollgate_resp::encode_header(b'*', pairs.len() * 2, &mut out),
+        Protocol::Resp3 => tollgate_resp::encode_header(b'%', pairs.len(), &mut out),
     }
     for (field, value) in pairs {
-        for bytes in [field, value] {
-            out.extend_from_slice(format!("${}\r\n", bytes.len()).as_bytes());
-            out.extend_from_slice(bytes);
-            out.extend_from_slice(b"\r\n");
-        }
+        tollgate_resp::encode_bulk(field, &mut out);
+        tollgate_resp::encode_bulk(value, &mut out);
     }
     out.freeze()
 }

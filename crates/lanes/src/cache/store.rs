@@ -8,15 +8,17 @@
 //! stale, and [`Store::complete`] then refuses the fill. Only keys with a read in flight are
 //! remembered for this, so the bookkeeping is bounded by the reads in flight.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use hashlink::LinkedHashMap;
 use tokio::time::Instant;
 
-/// What one entry costs beyond its key and value: the map's slot, the recency index's node, the
-/// entry itself. An estimate, on the high side, so that `max_bytes` bounds real memory.
+/// What one entry costs beyond its key and value: the map's slot and its links in the recency
+/// order, the entry itself. An estimate, on the high side, so that `max_bytes` bounds real memory.
 pub const ENTRY_OVERHEAD: usize = 128;
 
 /// The store's bounds.
@@ -193,8 +195,6 @@ struct Entry {
     /// Redis's own expiry): Redis's invalidation of an expired key may come late (its active
     /// expiry samples keys), so the entry is not served past it.
     expires: Option<Instant>,
-    /// Its place in [`Store::recency`].
-    used: u64,
     /// The ticket's sequence of the fill, so that an older read never replaces a newer one.
     seq: u64,
     size: usize,
@@ -210,10 +210,10 @@ struct InFlight {
 /// The cache's entries and tickets. Not synchronised: the owner locks it.
 pub struct Store {
     bounds: Bounds,
-    entries: HashMap<Bytes, Entry>,
-    /// Least recently used first: `used` stamp → key.
-    recency: BTreeMap<u64, Bytes>,
-    clock: u64,
+    /// Least recently used first: a hit moves its entry to the back and eviction pops the front,
+    /// both O(1) (a recency index ordered by stamps cost a tree search each way per hit). Keys
+    /// come from clients, so the hasher is the standard library's keyed SipHash.
+    entries: LinkedHashMap<Bytes, Entry, RandomState>,
     bytes: usize,
     /// Bumped by every invalidation and flush.
     seq: u64,
@@ -226,9 +226,7 @@ impl Store {
     pub fn new(bounds: Bounds) -> Self {
         Store {
             bounds,
-            entries: HashMap::new(),
-            recency: BTreeMap::new(),
-            clock: 0,
+            entries: LinkedHashMap::with_hasher(RandomState::new()),
             bytes: 0,
             seq: 0,
             flushed: 0,
@@ -239,21 +237,14 @@ impl Store {
     /// The value of `key`, if kept and younger than `max_staleness` at `now` (an older one is
     /// dropped). A hit makes the entry the most recently used.
     pub fn get(&mut self, key: &[u8], now: Instant) -> Option<Value> {
-        let entry = self.entries.get_mut(key)?;
+        // One lookup: the entry moves to the back first, and is dropped if it may not be served.
+        let entry = self.entries.to_back(key)?;
         let expired = entry.expires.is_some_and(|expires| expires <= now);
         if expired || now.saturating_duration_since(entry.born) > self.bounds.max_staleness {
             self.remove(key);
             return None;
         }
-        self.clock += 1;
-        let key = self
-            .recency
-            .remove(&entry.used)
-            .expect("every entry has its place in the recency index");
-        entry.used = self.clock;
-        let value = entry.value.clone();
-        self.recency.insert(self.clock, key);
-        Some(value)
+        Some(entry.value.clone())
     }
 
     /// A read of `key` is being sent now.
@@ -344,25 +335,18 @@ impl Store {
         }
         let mut evicted = 0;
         while self.bytes + size > self.bounds.max_bytes {
-            let Some((_, oldest)) = self.recency.pop_first() else {
+            let Some((_, entry)) = self.entries.pop_front() else {
                 break;
             };
-            let entry = self
-                .entries
-                .remove(&oldest)
-                .expect("every place in the recency index has its entry");
             self.bytes -= entry.size;
             evicted += 1;
         }
-        self.clock += 1;
-        self.recency.insert(self.clock, key.clone());
         self.entries.insert(
             key.clone(),
             Entry {
                 value,
                 born,
                 expires: expires_in.map(|ttl| ticket.sent + ttl),
-                used: self.clock,
                 seq: ticket.seq,
                 size,
             },
@@ -387,7 +371,6 @@ impl Store {
         self.flushed = self.seq;
         let dropped = self.entries.len();
         self.entries.clear();
-        self.recency.clear();
         self.bytes = 0;
         dropped
     }
@@ -395,7 +378,6 @@ impl Store {
     fn remove(&mut self, key: &[u8]) -> bool {
         match self.entries.remove(key) {
             Some(entry) => {
-                self.recency.remove(&entry.used);
                 self.bytes -= entry.size;
                 true
             }

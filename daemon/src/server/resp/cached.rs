@@ -21,6 +21,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use tokio::time::Instant;
 use tollgate_lanes::cache::{self, Cache, Cause, Fetched, Read, Value};
 use tollgate_lanes::{Lanes, Route};
 use tollgate_model::{Multiplexed, Protocol};
@@ -208,12 +209,14 @@ impl NearCache {
     }
 
     /// Serves `read` for a session speaking `protocol`; `quiet`: nothing of the session is in
-    /// flight. A miss waits for its reply at most `deadline`; should the tracking connection be
+    /// flight; `now`: the session's reading of the clock for this turn (`Cache::answer`). A miss
+    /// waits for its reply at most `deadline`; should the tracking connection be
     /// lost first, the read is sent on REGULAR after all.
     pub fn serve(
         &self,
         read: &CachedRead,
         quiet: bool,
+        now: Instant,
         on: Fallback,
         deadline: Option<Duration>,
     ) -> Served {
@@ -222,14 +225,16 @@ impl NearCache {
         }
         let key = match read {
             CachedRead::Get(key) => key,
-            CachedRead::MGet(keys) => return self.serve_mget(keys, on, deadline),
-            CachedRead::Strlen(key) => return self.answer_from(std::slice::from_ref(key), strlen),
-            CachedRead::Exists(keys) => return self.answer_from(keys, exists),
+            CachedRead::MGet(keys) => return self.serve_mget(keys, now, on, deadline),
+            CachedRead::Strlen(key) => {
+                return self.answer_from(std::slice::from_ref(key), now, strlen)
+            }
+            CachedRead::Exists(keys) => return self.answer_from(keys, now, exists),
             CachedRead::HGet(..) | CachedRead::HMGet(..) | CachedRead::HGetAll(_) => {
-                return self.serve_hash(read, on, deadline);
+                return self.serve_hash(read, now, on, deadline);
             }
         };
-        if let Some(value) = self.cache.answer(key, |value| match value {
+        if let Some(value) = self.cache.answer(key, now, |value| match value {
             // A hash's entry: Redis answers the GET (`WRONGTYPE`).
             Value::Hash(_) => None,
             value => Some(value.clone()),
@@ -277,8 +282,17 @@ impl NearCache {
     /// A read answered from the entries `GET`s filled, when every one of `keys` has one; on a
     /// miss it goes to Redis as if uncached and fills nothing, so that a `STRLEN` never pulls a
     /// large value into the daemon to measure it.
-    fn answer_from(&self, keys: &[Bytes], reply: fn(&[Value]) -> Option<Bytes>) -> Served {
-        match self.cache.all_hit(keys).and_then(|values| reply(&values)) {
+    fn answer_from(
+        &self,
+        keys: &[Bytes],
+        now: Instant,
+        reply: fn(&[Value]) -> Option<Bytes>,
+    ) -> Served {
+        match self
+            .cache
+            .all_hit(keys, now)
+            .and_then(|values| reply(&values))
+        {
             Some(reply) => Served::Hit(reply),
             None => Served::Forward,
         }
@@ -287,9 +301,15 @@ impl NearCache {
     /// `MGET`, key by key: the hits (looked up together), and the misses filled on the tracking
     /// connection. Each value is one Redis held for its key, but not necessarily all at one moment
     /// (docs/cache.md).
-    fn serve_mget(&self, keys: &[Bytes], on: Fallback, deadline: Option<Duration>) -> Served {
+    fn serve_mget(
+        &self,
+        keys: &[Bytes],
+        now: Instant,
+        on: Fallback,
+        deadline: Option<Duration>,
+    ) -> Served {
         // A hash's entry is no value for MGET (Redis answers it null): read it from Redis.
-        let hits: Vec<Option<Value>> = (self.cache.hits(keys).into_iter())
+        let hits: Vec<Option<Value>> = (self.cache.hits(keys, now).into_iter())
             .map(|hit| hit.filter(|value| !matches!(value, Value::Hash(_))))
             .collect();
         if hits.iter().all(Option::is_some) {
@@ -339,7 +359,13 @@ impl NearCache {
     /// missing key answers everything); otherwise the fields asked for (or the whole hash) are
     /// read on the tracking connection, answered from that reply, and kept with what the entry
     /// knew. A key of another type is Redis's to answer (`WRONGTYPE`).
-    fn serve_hash(&self, read: &CachedRead, on: Fallback, deadline: Option<Duration>) -> Served {
+    fn serve_hash(
+        &self,
+        read: &CachedRead,
+        now: Instant,
+        on: Fallback,
+        deadline: Option<Duration>,
+    ) -> Served {
         let protocol = on.protocol;
         let (key, fill) = match read {
             CachedRead::HGet(key, field) => (key, Read::Fields(vec![field.clone()])),
@@ -350,7 +376,7 @@ impl NearCache {
         let read = read.clone();
         match self
             .cache
-            .answer(key, |value| hash_reply(&read, value, protocol))
+            .answer(key, now, |value| hash_reply(&read, value, protocol))
         {
             Some(Ok(reply)) => return Served::Hit(reply),
             Some(Err(())) => return Served::Forward,

@@ -21,6 +21,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::ahead::{Ahead, Read};
@@ -361,17 +362,22 @@ impl Session {
         reader: &mut OwnedReadHalf,
         writer: &OwnedWriteHalf,
     ) -> Result<Option<Bytes>, Ended> {
+        // The near cache's clock for this turn: read once, at the first hit, and read again after
+        // anything that waits (every command of a turn is served within microseconds of it).
+        let mut now: Option<Instant> = None;
         loop {
             if self.schedule.len() >= self.state.front.config.max_pipeline {
                 return Ok(None);
             }
             if std::mem::take(&mut self.state.owes_yield) {
                 tokio::task::yield_now().await;
+                now = None;
             }
             // A tenant past its share of the workers' admission time waits here, before it
             // admits more, and leaves the workers to the other tenants.
             if self.state.clock.in_debt() {
                 self.state.clock.pay().await;
+                now = None;
             }
             let (step, voice) = match self.schedule.unpark() {
                 Some(parked) => parked,
@@ -409,9 +415,10 @@ impl Session {
                     let quiet = self.schedule.quiet();
                     let route =
                         slot.map_or(tollgate_lanes::Route::Any, tollgate_lanes::Route::Slot);
+                    let now = *now.get_or_insert_with(Instant::now);
                     let (class, sent) = self
                         .state
-                        .serve_cached(read, encoded, deadline, quiet, route);
+                        .serve_cached(read, encoded, deadline, quiet, now, route);
                     self.schedule.push(class, sent, voice);
                 }
                 Step::Multiplexed(lane, route, encoded, deadline, amend) => {
@@ -448,6 +455,7 @@ impl Session {
                     let out = work.may_wait().then_some((writer, &mut self.out));
                     let work = self.state.in_place(work);
                     let reply = until_hang_up(work, reader, input, out).await?;
+                    now = None;
                     self.out.reply(&voice.say(reply));
                 }
             }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use tokio::time::Instant;
 use tollgate_lanes::{Channel, LaneError, Route, ScriptLimit, Shape};
 use tollgate_model::{Caller, Multiplexed};
 use tollgate_policy::{Decision, DenyCause};
@@ -796,6 +797,7 @@ impl SessionState {
         encoded: Bytes,
         deadline: Option<Duration>,
         quiet: bool,
+        now: Instant,
         route: Route,
     ) -> (Class, Pending) {
         let regular = Class::Multiplexed(Multiplexed::Regular);
@@ -808,7 +810,7 @@ impl SessionState {
                     encoded: encoded.clone(),
                     route: route.clone(),
                 };
-                let served = near.serve(&read, quiet, fallback, deadline);
+                let served = near.serve(&read, quiet, now, fallback, deadline);
                 let forwarded = matches!(served, Served::Forward).then(|| near.forwarded(&read));
                 (served, forwarded)
             }
