@@ -283,6 +283,12 @@ impl Tracker {
     }
 
     /// What `INFO` shows.
+    /// Whether any client has tracking on: [`Tracker::stats`]'s `clients > 0`, without counting
+    /// them all (asked on every command of a tracking session, which is one of them).
+    pub fn anyone_tracking(&self) -> bool {
+        self.clients.values().any(|client| client.on.is_some())
+    }
+
     pub fn stats(&self) -> Stats {
         Stats {
             clients: self.clients.values().filter(|c| c.on.is_some()).count(),
@@ -394,6 +400,20 @@ mod tests {
         tracker.tracking(W, &words(w), &clients).unwrap();
         tracker.tracking(OTHER, &words("ON"), &clients).unwrap();
         (tracker, clients)
+    }
+
+    #[test]
+    fn anyone_tracking_follows_every_client_turning_tracking_on_and_off() {
+        let (mut tracker, clients) = world("ON");
+        assert!(tracker.anyone_tracking());
+        tracker.off(W);
+        assert!(tracker.anyone_tracking(), "OTHER still tracks");
+        assert_eq!(tracker.stats().clients, 1);
+        tracker.forget(OTHER);
+        assert!(!tracker.anyone_tracking());
+        assert_eq!(tracker.stats().clients, 0);
+        tracker.tracking(W, &words("ON BCAST"), &clients).unwrap();
+        assert!(tracker.anyone_tracking());
     }
 
     /// The daemon's flow for a write through it: `wrote` when it is sent, then Redis's

@@ -312,7 +312,7 @@ impl Hub {
     /// The invalidation connection, after a change: open while anyone tracks or waits to.
     fn settle(&self, inner: &Inner) {
         self.feed
-            .want(inner.waiting > 0 || inner.tracker.stats().clients > 0);
+            .want(inner.waiting > 0 || inner.tracker.anyone_tracking());
     }
 
     fn sessions(&self) -> Sessions<'_> {
