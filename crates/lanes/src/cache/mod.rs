@@ -32,7 +32,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tollgate_model::Protocol;
 
-pub use store::{Bounds, Cause, Filled, Hash, Store, Ticket, Value, ENTRY_OVERHEAD};
+pub use store::{Bounds, Bulk, Cause, Filled, Hash, Store, Ticket, Value, ENTRY_OVERHEAD};
 
 use crate::cluster::ClusterLanes;
 use crate::{Endpoint, Lanes};
@@ -356,11 +356,7 @@ pub struct Summary {
 /// `value` as the reply to a `GET`, in `protocol`.
 pub fn encode_get(value: &Value, protocol: Protocol) -> Bytes {
     match (value, protocol) {
-        (Value::String(bytes), _) => {
-            let mut out = BytesMut::with_capacity(bytes.len() + 24);
-            tollgate_resp::encode_bulk(bytes, &mut out);
-            out.freeze()
-        }
+        (Value::String(bulk), _) => bulk.reply().clone(),
         (Value::Missing, Protocol::Resp2) => Bytes::from_static(b"$-1\r\n"),
         (Value::Missing, Protocol::Resp3) => Bytes::from_static(b"_\r\n"),
         // Never asked: a hash's entry answers a GET with WRONGTYPE, which the front door leaves
@@ -374,7 +370,11 @@ pub fn encode_get(value: &Value, protocol: Protocol) -> Bytes {
 /// One field's value (`None`: absent) as the reply to an `HGET`, in `protocol`.
 pub fn encode_field(value: Option<Bytes>, protocol: Protocol) -> Bytes {
     match value {
-        Some(bytes) => encode_get(&Value::String(bytes), protocol),
+        Some(bytes) => {
+            let mut out = BytesMut::with_capacity(bytes.len() + 24);
+            tollgate_resp::encode_bulk(&bytes, &mut out);
+            out.freeze()
+        }
         None => encode_get(&Value::Missing, protocol),
     }
 }
@@ -400,7 +400,7 @@ mod tests {
 
     #[test]
     fn a_get_reply_is_written_as_redis_writes_it_in_each_protocol() {
-        let value = Value::String(Bytes::from_static(b"hi"));
+        let value = Value::String(Bulk::new(b"hi"));
         assert_eq!(encode_get(&value, Protocol::Resp2), &b"$2\r\nhi\r\n"[..]);
         assert_eq!(encode_get(&value, Protocol::Resp3), &b"$2\r\nhi\r\n"[..]);
         assert_eq!(

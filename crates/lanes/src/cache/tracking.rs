@@ -19,7 +19,7 @@ use tollgate_resp::{Frame, Limits};
 
 use std::sync::Arc;
 
-use super::{Cache, Cause, Fetched, Fill, FillLost, Hash, Read, Ticket, Value};
+use super::{Bulk, Cache, Cause, Fetched, Fill, FillLost, Hash, Read, Ticket, Value};
 use crate::conn::Conn;
 use crate::connector::Connector;
 use crate::tracking_conn::{self, Lost};
@@ -286,7 +286,7 @@ fn encode_read(key: &Bytes, read: &Read, out: &mut BytesMut) {
 fn fetched(frame: Frame, read: &Read) -> (Fetched, Option<Value>) {
     let fetched = match (frame, read) {
         (Frame::Error(text) | Frame::BulkError(text), _) => Fetched::Refused(error_line(&text)),
-        (Frame::Bulk(bytes), Read::Get) => Fetched::Value(Value::String(bytes)),
+        (Frame::Bulk(bytes), Read::Get) => Fetched::Value(Value::String(Bulk::new(&bytes))),
         (Frame::Null | Frame::Null3, Read::Get) => Fetched::Value(Value::Missing),
         (Frame::Array(values), Read::Fields(fields)) if values.len() == fields.len() => {
             match fields

@@ -620,8 +620,8 @@ mod tests {
 
     #[test]
     fn strlen_and_exists_are_answered_from_entries_as_redis_answers_them() {
-        let hello = Value::String(Bytes::from_static(b"hello"));
-        let empty = Value::String(Bytes::new());
+        let hello = Value::String(cache::Bulk::new(b"hello"));
+        let empty = Value::String(cache::Bulk::new(b""));
         let hash = Value::Hash(std::sync::Arc::new(cache::Hash::fields([(
             Bytes::from_static(b"f"),
             None,
@@ -702,14 +702,14 @@ mod tests {
             Some(Ok(b("$-1\r\n")))
         );
         assert_eq!(
-            hash_reply(&hget("a"), &Value::String(b("x")), resp2),
+            hash_reply(&hget("a"), &Value::String(cache::Bulk::new(b"x")), resp2),
             Some(Err(()))
         );
     }
 
     #[test]
     fn an_mget_reply_is_written_as_redis_writes_it() {
-        let values = [Value::String(Bytes::from_static(b"1")), Value::Missing];
+        let values = [Value::String(cache::Bulk::new(b"1")), Value::Missing];
         assert_eq!(
             mget_reply(&values, Protocol::Resp2),
             &b"*2\r\n$1\r\n1\r\n$-1\r\n"[..]
