@@ -48,11 +48,6 @@ impl<T> Gate<T> {
     pub fn is_empty(&self) -> bool {
         self.held.is_empty()
     }
-
-    /// Every item held, oldest first (the session ends, or they are replaced by one).
-    pub fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
-        self.held.drain(..).map(|(_, item)| item)
-    }
 }
 
 #[cfg(test)]
