@@ -370,11 +370,7 @@ pub fn encode_get(value: &Value, protocol: Protocol) -> Bytes {
 /// One field's value (`None`: absent) as the reply to an `HGET`, in `protocol`.
 pub fn encode_field(value: Option<Bytes>, protocol: Protocol) -> Bytes {
     match value {
-        Some(bytes) => {
-            let mut out = BytesMut::with_capacity(bytes.len() + 24);
-            tollgate_resp::encode_bulk(&bytes, &mut out);
-            out.freeze()
-        }
+        Some(bytes) => Bulk::new(&bytes).reply().clone(),
         None => encode_get(&Value::Missing, protocol),
     }
 }

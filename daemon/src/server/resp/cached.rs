@@ -407,7 +407,7 @@ fn hash_reply(read: &CachedRead, value: &Value, protocol: Protocol) -> Option<Re
         }
         CachedRead::HMGet(_, fields) => {
             let mut out = bytes::BytesMut::new();
-            out.extend_from_slice(format!("*{}\r\n", fields.len()).as_bytes());
+            tollgate_resp::encode_header(b'*', fields.len(), &mut out);
             for field in fields {
                 let value = match hash {
                     Some(hash) => hash.field(field)?,
@@ -429,7 +429,7 @@ fn hash_reply(read: &CachedRead, value: &Value, protocol: Protocol) -> Option<Re
 /// The reply of an `MGET` of these values, as Redis writes it in `protocol`.
 fn mget_reply(values: &[Value], protocol: Protocol) -> Bytes {
     let mut out = bytes::BytesMut::new();
-    out.extend_from_slice(format!("*{}\r\n", values.len()).as_bytes());
+    tollgate_resp::encode_header(b'*', values.len(), &mut out);
     for value in values {
         out.extend_from_slice(&cache::encode_get(value, protocol));
     }
