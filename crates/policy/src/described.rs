@@ -133,6 +133,30 @@ impl DescribedCache {
     }
 }
 
+/// Whether `described`, the answer for `earlier`, is the answer [`DescribedCache::get`] would
+/// give for `argv` once kept: the same name (and subcommand), argc and values at the answer's
+/// reuse positions. A pipeline is mostly runs of one command; its batch asks this of each
+/// command's predecessor instead of the cache (no lock, no hashing).
+pub fn same_call<A: AsRef<[u8]>>(described: &Described, earlier: &[A], argv: &[A]) -> bool {
+    let Some(positions) = &described.wit.reuse else {
+        return false;
+    };
+    if earlier.len() != argv.len()
+        || described.wit.keys.len() > MAX_KEYS_KEPT
+        || !crate::sandbox::fits_arity(described.wit.arity, argv.len())
+    {
+        return false;
+    }
+    let with_sub = described.wit.name.contains('|');
+    matches!(
+        (command_key(earlier, with_sub), command_key(argv, with_sub)),
+        (Some(a), Some(b)) if a == b
+    ) && matches!(
+        (call_key(earlier, positions), call_key(argv, positions)),
+        (Some(a), Some(b)) if a == b
+    )
+}
+
 fn command_key<A: AsRef<[u8]>>(argv: &[A], with_sub: bool) -> Option<CommandKey> {
     let word = |bytes: &[u8]| -> Option<Word> {
         let mut out = [0u8; WORD];
@@ -208,6 +232,48 @@ mod tests {
             .get(&argv(&["EVAL", "return 1", "1", "a", "b"]))
             .is_none());
         assert!(cache.get(&argv(&["EVAL", "return 1", "2", "a"])).is_none());
+    }
+
+    #[test]
+    fn a_batch_reuses_its_predecessor_s_answer_exactly_where_the_cache_would() {
+        // `same_call` stands in for the cache inside a batch: for every pair, it must say yes
+        // exactly when the cache, given the first call's answer, would give it for the second.
+        let answers = [
+            answer("SET", Some(vec![])),
+            answer("EVAL", Some(vec![2])),
+            answer("CLIENT|LIST", Some(vec![])),
+            answer("XREAD", None),
+        ];
+        let calls = [
+            argv(&["SET", "k", "v"]),
+            argv(&["set", "other", "value"]),
+            argv(&["SET\0", "k", "v"]),
+            argv(&["SET", "k", "v", "GET"]),
+            argv(&["EVAL", "return 1", "2", "a", "b"]),
+            argv(&["eval", "return 2", "2", "c", "d"]),
+            argv(&["EVAL", "return 1", "1", "a", "b"]),
+            argv(&["CLIENT", "LIST"]),
+            argv(&["client", "list"]),
+            argv(&["CLIENT", "INFO"]),
+            argv(&["XREAD", "STREAMS", "s", "0"]),
+        ];
+        for described in &answers {
+            for earlier in &calls {
+                for call in &calls {
+                    let cache = DescribedCache::default();
+                    cache.offer(earlier, described);
+                    let kept = cache
+                        .get(call)
+                        .is_some_and(|hit| Arc::ptr_eq(&hit, described));
+                    assert_eq!(
+                        same_call(described, earlier, call),
+                        kept,
+                        "{} answering {earlier:?}, then {call:?}",
+                        described.wit.name
+                    );
+                }
+            }
+        }
     }
 
     #[test]

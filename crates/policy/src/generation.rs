@@ -19,7 +19,7 @@ use crate::classes::atoms::Atoms;
 use crate::compile::{self, CatalogCommand, CatalogIndex, CompiledFile, Expected, Principal};
 use crate::config::PolicyConfig;
 use crate::decision::{Decision, Denial, DenyCause, Descriptor};
-use crate::described::{Described, DescribedCache};
+use crate::described::{self, Described, DescribedCache};
 use crate::error::PolicyError;
 use crate::invariants::Checked;
 use crate::quota::Quota;
@@ -404,10 +404,19 @@ impl Generation {
     /// Decides several commands of one caller, as [`Generation::admit`] decides each, with one
     /// call into each guard for all of them.
     pub fn admit_all<A: AsRef<[u8]>>(&self, caller: &Caller, argvs: &[&[A]]) -> Vec<Decision> {
-        let catalogued: Vec<Result<Arc<Described>, Decision>> = argvs
-            .iter()
-            .map(|argv| self.catalogued(argv, None))
-            .collect();
+        // A command the same call as the one before it in the batch (a pipeline is mostly runs
+        // of one command) has the same answer: taken from its predecessor, not the cache.
+        let mut catalogued: Vec<Result<Arc<Described>, Decision>> = Vec::with_capacity(argvs.len());
+        for (at, argv) in argvs.iter().enumerate() {
+            let before = at.checked_sub(1).and_then(|before| {
+                let described = catalogued[before].as_ref().ok()?;
+                described::same_call(described, argvs[before], argv).then(|| described.clone())
+            });
+            catalogued.push(match before {
+                Some(described) => Ok(described),
+                None => self.catalogued(argv, None),
+            });
+        }
         // The commands the catalogs know go to the guards; the others are refused already.
         let known: Vec<(&Described, &[A])> = catalogued
             .iter()
@@ -788,8 +797,20 @@ fn judge_batch<A: AsRef<[u8]>>(
     let mut verdicts: Vec<Option<Result<Verdict, Fault>>> = Vec::with_capacity(open.len());
     let mut ask = Vec::new();
     let mut learn = Vec::new();
+    // Commands of one description in a row (a pipeline's run of one command, which the batch
+    // gave one `Described`) are recalled once: the memo's key is the caller and the description.
+    let mut last: Option<(&Described, Recall)> = None;
     for &at in open {
-        match memo.recall(&caller.principal, commands[at].0) {
+        let described = commands[at].0;
+        let recall = match &last {
+            Some((seen, recall)) if std::ptr::eq(*seen, described) => recall.clone(),
+            _ => {
+                let recall = memo.recall(&caller.principal, described);
+                last = Some((described, recall.clone()));
+                recall
+            }
+        };
+        match recall {
             Recall::Kept(verdict) => verdicts.push(Some(Ok(verdict))),
             recall => {
                 verdicts.push(None);

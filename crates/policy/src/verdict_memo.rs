@@ -37,7 +37,7 @@ pub struct VerdictMemo {
 }
 
 /// What the memo knows of a (principal, command).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum Recall {
     /// The guard's verdict, the same for every such command.
     Kept(Verdict),
