@@ -136,15 +136,13 @@ impl DescribedCache {
 /// Whether `described`, the answer for `earlier`, is the answer [`DescribedCache::get`] would
 /// give for `argv` once kept: the same name (and subcommand), argc and values at the answer's
 /// reuse positions. A pipeline is mostly runs of one command; its batch asks this of each
-/// command's predecessor instead of the cache (no lock, no hashing).
+/// command's predecessor instead of the cache (no lock, no hashing). As with
+/// [`DescribedCache::offer`], the caller keeps answers that do not fit their argc's arity out.
 pub fn same_call<A: AsRef<[u8]>>(described: &Described, earlier: &[A], argv: &[A]) -> bool {
     let Some(positions) = &described.wit.reuse else {
         return false;
     };
-    if earlier.len() != argv.len()
-        || described.wit.keys.len() > MAX_KEYS_KEPT
-        || !crate::sandbox::fits_arity(described.wit.arity, argv.len())
-    {
+    if earlier.len() != argv.len() || described.wit.keys.len() > MAX_KEYS_KEPT {
         return false;
     }
     // What equal keys mean, compared in place: a name (and subcommand) short enough to be a

@@ -410,7 +410,9 @@ impl Generation {
         for (at, argv) in argvs.iter().enumerate() {
             let before = at.checked_sub(1).and_then(|before| {
                 let described = catalogued[before].as_ref().ok()?;
-                described::same_call(described, argvs[before], argv).then(|| described.clone())
+                let same = fits_arity(described.wit.arity, argv.len())
+                    && described::same_call(described, argvs[before], argv);
+                same.then(|| described.clone())
             });
             catalogued.push(match before {
                 Some(described) => Ok(described),
