@@ -408,13 +408,13 @@ impl Generation {
         // of one command) has the same answer: taken from its predecessor, not the cache.
         let mut catalogued: Vec<Result<Arc<Described>, Decision>> = Vec::with_capacity(argvs.len());
         for (at, argv) in argvs.iter().enumerate() {
-            let before = at.checked_sub(1).and_then(|before| {
+            let inherited = at.checked_sub(1).and_then(|before| {
                 let described = catalogued[before].as_ref().ok()?;
                 let same = fits_arity(described.wit.arity, argv.len())
                     && described::same_call(described, argvs[before], argv);
                 same.then(|| described.clone())
             });
-            catalogued.push(match before {
+            catalogued.push(match inherited {
                 Some(described) => Ok(described),
                 None => self.catalogued(argv, None),
             });
