@@ -91,6 +91,16 @@ def redis_argv(work, redis_sock):
             "--dir", work, "--logfile", os.path.join(work, "redis.log")]
 
 
+def start_redis(work, procs):
+    """Starts the run's redis-server on a socket in `work`, appended to `procs`; returns (its
+    process, its socket) once it answers."""
+    redis_sock = os.path.join(work, "redis.sock")
+    redis = subprocess.Popen(redis_argv(work, redis_sock))
+    procs.append(redis)
+    wait_for_socket(redis_sock)
+    return redis, redis_sock
+
+
 def nutcracker_argv(work, redis_sock):
     """twemproxy's command line in front of `redis_sock` (its config written to `work`), and the
     socket it listens on."""

@@ -14,7 +14,12 @@ counts are dumped. The figure is the proxy's instructions (all its threads) divi
 requests. Redis-benchmark's own numbers under valgrind mean nothing and are not reported.
 
     python3 benches/instructions.py [--requests N] [--tests get,set] [--baseline OLD]... [--annotate]
-                                    [--cache GLOB]
+                                    [--cache GLOB] [--lease]
+
+--lease counts a lease pair instead of redis-benchmark's tests: 16 clients, each making
+`LEASE ACQUIRE <own resource> 10000 OWNER … OP …` then `LEASE RELEASE …`, one call at a time
+(`benches/lease`'s 16-client row); twemproxy forwards the same two scripts by EVALSHA, with the
+keys and arguments the lease service would send. The figure is per call (two per pair).
 
 --cache GLOB turns the near cache on for the keys GLOB matches (docs/cache.md) in the first
 Tollgate target only: redis-benchmark's GET reads one key (`key:__rand_int__`, no -r), so with
@@ -35,6 +40,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e  # noqa: E402  (the same provisioning and configs as the end-to-end runner)
+from lease_load import LEASE_CLIENTS, lease_pairs, load_scripts  # noqa: E402
 
 
 def callgrind(argv, out_prefix):
@@ -52,6 +58,24 @@ def total_ir(path):
             if line.startswith("summary:") or line.startswith("totals:"):
                 return int(line.split()[1])
     raise SystemExit(f"{path} has no totals")
+
+def measure_lease(name, pid, sock, requests, work, shas):
+    """Instructions per lease call of process `pid` (LEASE_CLIENTS clients, `requests` calls in
+    all); `shas` for a forwarding proxy, None for the daemon's own LEASE."""
+    control(pid, "-i", "on")
+    e2e.wait_for_socket(sock, timeout=120.0)
+    lease_pairs(sock, 20, shas)
+    before = set(glob.glob(os.path.join(work, f"{name}.cg.{pid}*")))
+    control(pid, "-z")
+    pairs = max(requests // (2 * LEASE_CLIENTS), 1)
+    lease_pairs(sock, pairs, shas)
+    control(pid, "-d", "lease")
+    time.sleep(0.2)
+    dumps = sorted(set(glob.glob(os.path.join(work, f"{name}.cg.{pid}*"))) - before,
+                   key=os.path.getmtime)
+    if not dumps:
+        raise SystemExit(f"callgrind wrote no dump for {name} lease")
+    return {("lease", 1): (total_ir(dumps[-1]) / (2 * pairs * LEASE_CLIENTS), dumps[-1])}
 
 
 def measure(name, pid, sock, tests, requests, work, pipelines):
@@ -86,6 +110,7 @@ def main():
     parser.add_argument("--no-twemproxy", action="store_true")
     parser.add_argument("--annotate", action="store_true")
     parser.add_argument("--cache", help="near-cache glob for the first Tollgate target")
+    parser.add_argument("--lease", action="store_true", help="count a lease pair (see above)")
     parser.add_argument("--binary", default=os.path.join(e2e.ROOT, "target", "release", "tollgate"))
     args = parser.parse_args()
     for tool in ("valgrind", "callgrind_control", "redis-server", "redis-benchmark", "nutcracker"):
@@ -102,6 +127,7 @@ def main():
         procs.append(subprocess.Popen(e2e.redis_argv(work, redis_sock)))
         e2e.wait_for_socket(redis_sock)
         lanes_yaml = e2e.provision_lanes(args.binary, redis_sock, work)
+        shas = load_scripts(redis_sock) if args.lease else None
 
         targets = []
         if not args.no_twemproxy:
@@ -122,7 +148,11 @@ def main():
             procs.append(proc)
             # Start-up runs uninstrumented, at native speed but for valgrind's own start.
             e2e.wait_for_socket(sock, timeout=120.0)
-            figures = measure(name, proc.pid, sock, tests, args.requests, work, pipelines)
+            if args.lease:
+                figures = measure_lease(name, proc.pid, sock, args.requests, work,
+                                        shas if name == "twemproxy" else None)
+            else:
+                figures = measure(name, proc.pid, sock, tests, args.requests, work, pipelines)
             for key, value in figures.items():
                 rows.setdefault(key, {})[name] = value
             proc.terminate()
@@ -130,7 +160,8 @@ def main():
             print(f"{name} done", file=sys.stderr)
 
         names = [name for name, _, _ in targets]
-        print(f"Command: `python3 benches/instructions.py --requests {args.requests} --tests {args.tests}"
+        print(f"Command: `python3 benches/instructions.py --requests {args.requests} "
+              + ("--lease" if args.lease else f"--tests {args.tests}")
               + " --baseline <older tollgate>" * len(args.baseline)
               + f"` (callgrind, redis-benchmark -c 50; instructions per request of the proxy, all threads)")
         print()
