@@ -22,6 +22,7 @@ use tollgate_resp::Frame;
 
 use super::admission_clock::AdmissionClock;
 use super::front::FrontDoor;
+use super::lease_reply;
 use super::local::Protocol;
 use super::replies;
 use crate::quotas::{LeaseKey, Meters};
@@ -150,7 +151,7 @@ pub async fn run(
                 Ok(outcome) => hold.settle(outcome, kept),
                 Err(_) => hold.unsent(),
             }
-            acquired.map(|outcome| with_attempt(value(&outcome), &request.attempt))
+            acquired.map(|outcome| lease_reply::acquired(&outcome, &request.attempt, protocol))
         }
         Call::Renew { resource, request } => {
             let renewed = leases.renew(&identity, resource, request).await;
@@ -158,7 +159,7 @@ pub async fn run(
                 let key = LeaseKey::new(&identity, resource, &request.attempt);
                 meters.lease_renewed(&key, outcome);
             }
-            renewed.map(|outcome| value(&outcome))
+            renewed.map(|outcome| lease_reply::renewed(&outcome, protocol))
         }
         Call::Release { resource, request } => {
             let released = leases.release(&identity, resource, request).await;
@@ -166,89 +167,39 @@ pub async fn run(
                 let key = LeaseKey::new(&identity, resource, &request.attempt);
                 meters.lease_released(&key, outcome);
             }
-            released.map(|outcome| value(&outcome))
+            released.map(|outcome| lease_reply::released(&outcome, protocol))
         }
         Call::Inspect { resource, attempt } => leases
             .inspect(&identity, resource, attempt.as_ref())
             .await
-            .map(|outcome| value(&outcome)),
+            .map(|outcome| lease_reply::encoded(&lease_reply::value(&outcome), protocol)),
     };
     match answered {
-        Ok(outcome) => replies::encode(&frame(outcome, protocol)),
+        Ok(reply) => reply,
         Err(InvalidRequest { field, message }) => {
             replies::error(format!("ERR tollgate: {field}: {message}"))
         }
     }
 }
 
-/// An outcome as the HTTP API writes it: `{"outcome": "acquired", "fence": 7, …}`.
-fn value(outcome: &impl serde::Serialize) -> serde_json::Value {
-    serde_json::to_value(outcome).expect("lease outcomes always serialise")
-}
-
-/// The attempt goes back with every acquire, so that a caller who let the daemon make it can
-/// renew, release and retry with it.
-fn with_attempt(mut outcome: serde_json::Value, attempt: &Attempt) -> serde_json::Value {
-    if let Some(fields) = outcome.as_object_mut() {
-        fields.insert("owner".into(), attempt.owner.clone().into());
-        fields.insert("operation_id".into(), attempt.operation_id.clone().into());
-    }
-    outcome
-}
-
-/// JSON as RESP: objects are maps in RESP3 and flat arrays in RESP2, `true`/`false` booleans in
-/// RESP3 and 1/0 in RESP2, strings bulk strings. Taken by value: its strings become the frame's
-/// without a copy.
-pub(super) fn frame(value: serde_json::Value, protocol: Protocol) -> Frame {
-    use serde_json::Value;
-    match value {
-        Value::Null => Frame::Null,
-        Value::Bool(flag) => match protocol {
-            Protocol::Resp3 => Frame::Boolean(flag),
-            Protocol::Resp2 => Frame::Integer(i64::from(flag)),
-        },
-        Value::Number(number) => match number.as_i64() {
-            Some(integer) => Frame::Integer(integer),
-            None => Frame::Bulk(Bytes::from(number.to_string())),
-        },
-        Value::String(text) => Frame::Bulk(Bytes::from(text)),
-        Value::Array(items) => Frame::Array(
-            items
-                .into_iter()
-                .map(|item| frame(item, protocol))
-                .collect(),
-        ),
-        Value::Object(fields) => {
-            let mut pairs: Vec<(Frame, Frame)> = fields
-                .into_iter()
-                .map(|(name, item)| (Frame::Bulk(Bytes::from(name)), frame(item, protocol)))
-                .collect();
-            // `outcome` first, so that a person reading redis-cli sees it at the top.
-            let outcome =
-                |(name, _): &(Frame, Frame)| matches!(name, Frame::Bulk(name) if name == "outcome");
-            if let Some(at) = pairs.iter().position(outcome) {
-                pairs[..=at].rotate_right(1);
-            }
-            replies::map(protocol, pairs)
-        }
-    }
-}
-
 /// Reads `LEASE <subcommand> …`; the error is the reply to send.
 fn parse(argv: &[&[u8]]) -> Result<Call, String> {
-    let sub = argv
+    let word = argv
         .get(1)
-        .map(|word| String::from_utf8_lossy(word).to_ascii_uppercase())
         .ok_or_else(|| "ERR wrong number of arguments for 'lease' command".to_owned())?;
+    // Compared in place: this runs for every lease call.
+    let sub = ["ACQUIRE", "RENEW", "RELEASE", "INSPECT"]
+        .into_iter()
+        .find(|name| word.eq_ignore_ascii_case(name.as_bytes()));
     let arity = || {
         format!(
             "ERR wrong number of arguments for 'lease|{}' command",
-            sub.to_lowercase()
+            sub.unwrap_or_default().to_lowercase()
         )
     };
     let rest = &argv[2..];
-    match sub.as_str() {
-        "ACQUIRE" => {
+    match sub {
+        Some("ACQUIRE") => {
             let [name, ttl, options @ ..] = rest else {
                 return Err(arity());
             };
@@ -289,7 +240,7 @@ fn parse(argv: &[&[u8]]) -> Result<Call, String> {
                 binding,
             })
         }
-        "RENEW" => {
+        Some("RENEW") => {
             let [name, ttl, options @ ..] = rest else {
                 return Err(arity());
             };
@@ -302,7 +253,7 @@ fn parse(argv: &[&[u8]]) -> Result<Call, String> {
                 },
             })
         }
-        "RELEASE" => {
+        Some("RELEASE") => {
             let [name, options @ ..] = rest else {
                 return Err(arity());
             };
@@ -314,7 +265,7 @@ fn parse(argv: &[&[u8]]) -> Result<Call, String> {
                 },
             })
         }
-        "INSPECT" => {
+        Some("INSPECT") => {
             let [name, options @ ..] = rest else {
                 return Err(arity());
             };
@@ -684,30 +635,5 @@ mod tests {
         assert!(error("LEASE ACQUIRE r 1000 PERMITS many").contains("PERMITS"));
         assert!(error("LEASE RELEASE r OWNER o").contains("OWNER and OP"));
         assert!(error("LEASE STEAL r").contains("unknown subcommand"));
-    }
-
-    #[test]
-    fn outcomes_are_maps_in_resp3_and_flat_arrays_in_resp2() {
-        let outcome = serde_json::json!({"outcome": "held", "fence": 7, "yours": true});
-        let bulk = |s: &'static str| Frame::Bulk(Bytes::from_static(s.as_bytes()));
-        assert_eq!(
-            frame(outcome.clone(), Protocol::Resp3),
-            Frame::Map(vec![
-                (bulk("outcome"), bulk("held")),
-                (bulk("fence"), Frame::Integer(7)),
-                (bulk("yours"), Frame::Boolean(true)),
-            ])
-        );
-        assert_eq!(
-            frame(outcome, Protocol::Resp2),
-            Frame::Array(vec![
-                bulk("outcome"),
-                bulk("held"),
-                bulk("fence"),
-                Frame::Integer(7),
-                bulk("yours"),
-                Frame::Integer(1),
-            ])
-        );
     }
 }

@@ -19,7 +19,8 @@ use tollgate_policy::Decision;
 use tollgate_resp::Frame;
 
 use super::front::FrontDoor;
-use super::lease::{frame, resource};
+use super::lease::resource;
+use super::lease_reply::frame;
 use super::local::Protocol;
 use super::pool::{Pool, Reservation};
 use super::replies;

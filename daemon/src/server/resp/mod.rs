@@ -31,6 +31,7 @@ mod hang_up;
 mod keyspace;
 mod kind;
 mod lease;
+mod lease_reply;
 pub(crate) mod lease_watch;
 mod listener;
 mod local;
