@@ -346,7 +346,8 @@ fn kept_by(leases: &LeaseService) -> impl Fn(&LeaseKey) -> bool + '_ {
 /// the acquire's outcome. Dropped unsettled (its caller hung up while it waited, say), each place
 /// is kept for the TTL asked for: the lease may have been granted.
 pub struct LeaseHold {
-    key: LeaseKey,
+    /// None when no quota counts the caller's leases: nothing to settle.
+    key: Option<LeaseKey>,
     ttl: Duration,
     /// Each meter counting leases, and whether this acquire reserved its place there.
     places: Vec<(Arc<Meter>, bool)>,
@@ -355,16 +356,25 @@ pub struct LeaseHold {
 impl Meters {
     /// Reserves a place for `key`'s acquire (of `ttl`) under every quota that counts the
     /// caller's leases, or refuses it with the first quota whose leases it holds (reserving
-    /// nothing). `leases` says which leases a watchdog still keeps.
+    /// nothing). `leases` says which leases a watchdog still keeps. The key is built only if a
+    /// quota counts the caller's leases (four strings cloned, on every lease call otherwise).
     pub fn hold_lease(
         &mut self,
         (quotas, leases): (&Quotas, &LeaseService),
-        key: LeaseKey,
+        key: impl FnOnce() -> LeaseKey,
         ttl: Duration,
     ) -> Result<LeaseHold, Throttled> {
         if quotas.version.load(Ordering::Acquire) != self.version {
             *self = quotas.meters(&self.principal, self.admin);
         }
+        if !self.counts_leases() {
+            return Ok(LeaseHold {
+                key: None,
+                ttl,
+                places: Vec::new(),
+            });
+        }
+        let key = key();
         let kept = kept_by(leases);
         let now = Instant::now();
         let mut places = Vec::new();
@@ -389,12 +399,25 @@ impl Meters {
                 }
             }
         }
-        Ok(LeaseHold { key, ttl, places })
+        Ok(LeaseHold {
+            key: Some(key),
+            ttl,
+            places,
+        })
+    }
+
+    /// Whether any quota of this principal counts its leases.
+    fn counts_leases(&self) -> bool {
+        self.meters.iter().any(|meter| meter.held.is_some())
     }
 
     /// A renewal of `key`'s lease came back: a renewed lease keeps its place for as long as it
     /// is now valid, a lost one gives it up.
-    pub fn lease_renewed(&self, key: &LeaseKey, outcome: &RenewOutcome) {
+    pub fn lease_renewed(&self, key: impl FnOnce() -> LeaseKey, outcome: &RenewOutcome) {
+        if !self.counts_leases() {
+            return;
+        }
+        let key = &key();
         let now = Instant::now();
         for held in self.meters.iter().filter_map(|meter| meter.held.as_ref()) {
             match outcome {
@@ -407,10 +430,14 @@ impl Meters {
 
     /// A release of `key`'s lease came back: released, already gone or someone else's, it no
     /// longer holds a place.
-    pub fn lease_released(&self, key: &LeaseKey, outcome: &ReleaseOutcome) {
+    pub fn lease_released(&self, key: impl FnOnce() -> LeaseKey, outcome: &ReleaseOutcome) {
         if let ReleaseOutcome::Released | ReleaseOutcome::AlreadyAbsent | ReleaseOutcome::NotOwner =
             outcome
         {
+            if !self.counts_leases() {
+                return;
+            }
+            let key = &key();
             for held in self.meters.iter().filter_map(|meter| meter.held.as_ref()) {
                 held.gone(key);
             }
@@ -443,10 +470,11 @@ impl LeaseHold {
     }
 
     fn finish(&mut self, acquired: Acquired) {
+        let Some(key) = &self.key else { return };
         let now = Instant::now();
         for (meter, new) in self.places.drain(..) {
             if let Some(held) = &meter.held {
-                held.settle(&self.key, new, acquired, now);
+                held.settle(key, new, acquired, now);
             }
         }
     }

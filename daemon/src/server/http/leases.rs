@@ -72,7 +72,7 @@ pub async fn handle(
                 })?),
                 false => None,
             };
-            let key = LeaseKey::new(&identity, &resource, &body.attempt);
+            let key = || LeaseKey::new(&identity, &resource, &body.attempt);
             let hold = meters
                 .hold_lease((&shared.quotas, leases), key, body.ttl)
                 .map_err(ApiError::Throttled)?;
@@ -90,8 +90,8 @@ pub async fn handle(
                 .renew(&identity, &resource, &body)
                 .await
                 .map_err(invalid)?;
-            let key = LeaseKey::new(&identity, &resource, &body.attempt);
-            meters.lease_renewed(&key, &outcome);
+            let key = || LeaseKey::new(&identity, &resource, &body.attempt);
+            meters.lease_renewed(key, &outcome);
             Ok(respond(&outcome))
         }
         (Method::POST, "release") => {
@@ -100,8 +100,8 @@ pub async fn handle(
                 .release(&identity, &resource, &body)
                 .await
                 .map_err(invalid)?;
-            let key = LeaseKey::new(&identity, &resource, &body.attempt);
-            meters.lease_released(&key, &outcome);
+            let key = || LeaseKey::new(&identity, &resource, &body.attempt);
+            meters.lease_released(key, &outcome);
             Ok(respond(&outcome))
         }
         (Method::POST, "inspect") => {

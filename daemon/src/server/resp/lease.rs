@@ -140,7 +140,7 @@ pub async fn run(
                     }
                 },
             };
-            let key = LeaseKey::new(&identity, resource, &request.attempt);
+            let key = || LeaseKey::new(&identity, resource, &request.attempt);
             let hold = match meters.hold_lease((quotas, leases), key, request.ttl) {
                 Ok(hold) => hold,
                 Err(throttled) => return replies::throttled(&throttled),
@@ -156,16 +156,16 @@ pub async fn run(
         Call::Renew { resource, request } => {
             let renewed = leases.renew(&identity, resource, request).await;
             if let Ok(outcome) = &renewed {
-                let key = LeaseKey::new(&identity, resource, &request.attempt);
-                meters.lease_renewed(&key, outcome);
+                let key = || LeaseKey::new(&identity, resource, &request.attempt);
+                meters.lease_renewed(key, outcome);
             }
             renewed.map(|outcome| lease_reply::renewed(&outcome, protocol))
         }
         Call::Release { resource, request } => {
             let released = leases.release(&identity, resource, request).await;
             if let Ok(outcome) = &released {
-                let key = LeaseKey::new(&identity, resource, &request.attempt);
-                meters.lease_released(&key, outcome);
+                let key = || LeaseKey::new(&identity, resource, &request.attempt);
+                meters.lease_released(key, outcome);
             }
             released.map(|outcome| lease_reply::released(&outcome, protocol))
         }
