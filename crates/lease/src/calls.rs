@@ -51,7 +51,8 @@ impl Calls {
         durability: Durability,
         value: Option<&str>,
     ) -> AcquireOutcome {
-        let ttl_ms = millis(ttl).to_string();
+        let mut ttl_digits = itoa::Buffer::new();
+        let ttl_ms = ttl_digits.format(millis(ttl));
         let (replicas, wait_ms) = match durability.replicas {
             0 => (String::new(), String::new()),
             n => (n.to_string(), millis(durability.timeout).max(1).to_string()),
@@ -63,18 +64,20 @@ impl Calls {
             &[]
         };
         let sent_at = Instant::now();
-        let mut args = vec![
+        // On the stack: this runs for every acquire. The value goes last, when there is one.
+        let every = [
             attempt.owner.as_bytes(),
             attempt.operation_id.as_bytes(),
             ttl_ms.as_bytes(),
+            value.unwrap_or_default().as_bytes(),
         ];
-        args.extend(value.map(str::as_bytes));
+        let args = &every[..3 + usize::from(value.is_some())];
         let frames = match self
             .runner
             .run(
                 &ACQUIRE,
                 &[&keys.lease, &keys.fence, &keys.channel],
-                &args,
+                args,
                 then,
             )
             .await
@@ -160,7 +163,8 @@ impl Calls {
         attempt: &BoundAttempt,
         ttl: Duration,
     ) -> RenewOutcome {
-        let ttl_ms = millis(ttl).to_string();
+        let mut ttl_digits = itoa::Buffer::new();
+        let ttl_ms = ttl_digits.format(millis(ttl));
         let sent_at = Instant::now();
         let args = [
             attempt.owner.as_bytes(),
