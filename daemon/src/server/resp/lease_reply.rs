@@ -75,10 +75,7 @@ fn millis(duration: Duration) -> Field<'static> {
 /// `fields`, already in the wire's order, as a map (RESP3) or flat array (RESP2).
 fn fields(fields: &[(&str, Field)], protocol: Protocol) -> Bytes {
     let mut out = BytesMut::with_capacity(256);
-    match protocol {
-        Protocol::Resp3 => tollgate_resp::encode_header(b'%', fields.len(), &mut out),
-        Protocol::Resp2 => tollgate_resp::encode_header(b'*', 2 * fields.len(), &mut out),
-    }
+    map_header(fields.len(), protocol, &mut out);
     for (name, field) in fields {
         tollgate_resp::encode_bulk(name.as_bytes(), &mut out);
         match field {
@@ -91,6 +88,14 @@ fn fields(fields: &[(&str, Field)], protocol: Protocol) -> Bytes {
         }
     }
     out.freeze()
+}
+
+/// The header of a map of `len` pairs: `%len` in RESP3, `*2len` (a flat array) in RESP2.
+fn map_header(len: usize, protocol: Protocol, out: &mut BytesMut) {
+    match protocol {
+        Protocol::Resp3 => tollgate_resp::encode_header(b'%', len, out),
+        Protocol::Resp2 => tollgate_resp::encode_header(b'*', 2 * len, out),
+    }
 }
 
 /// Any outcome, by way of its JSON value.
@@ -179,10 +184,7 @@ fn write(value: &serde_json::Value, protocol: Protocol, out: &mut BytesMut) {
             }
         }
         Value::Object(fields) => {
-            match protocol {
-                Protocol::Resp3 => tollgate_resp::encode_header(b'%', fields.len(), out),
-                Protocol::Resp2 => tollgate_resp::encode_header(b'*', 2 * fields.len(), out),
-            }
+            map_header(fields.len(), protocol, out);
             // `outcome` first, then the rest in the map's order, as `frame` rotates them.
             let first = fields.get_key_value("outcome");
             let rest = fields.iter().filter(|(name, _)| name.as_str() != "outcome");
