@@ -178,7 +178,16 @@ impl RedisServer {
     /// clients may be cut off meanwhile (Sentinel kills every normal client of an instance it
     /// reconfigures during a failover).
     pub fn try_inline(&self, command: &str) -> std::io::Result<String> {
-        let mut stream = self.connect();
+        // Connected and logged in without `connect`'s panics: the cut may come during the AUTH.
+        let mut stream = UnixStream::connect(&self.socket)?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        stream.write_all(auth_line().as_bytes())?;
+        let mut ok = [0u8; 5];
+        stream.read_exact(&mut ok)?;
+        assert_eq!(
+            &ok, b"+OK\r\n",
+            "redis-server refused the testkit admin's AUTH"
+        );
         stream.write_all(format!("{command}\r\n").as_bytes())?;
         let mut buf = vec![0u8; 64 * 1024];
         let n = stream.read(&mut buf)?;
@@ -310,20 +319,21 @@ fn redis_server_binary() -> String {
 
 /// Logs `stream` in as [`ADMIN_USER`], reading exactly the `+OK`.
 pub fn login(stream: &mut impl ReadWrite) {
-    stream
-        .write_all(auth_line().as_bytes())
-        .expect("write AUTH to redis-server");
+    try_login(stream).expect("log in to redis-server as the testkit admin");
+}
+
+/// [`login`], with the connection's error instead of a panic (a refused AUTH still panics).
+fn try_login(stream: &mut impl ReadWrite) -> std::io::Result<()> {
+    stream.write_all(auth_line().as_bytes())?;
     let mut ok = [0u8; 5];
-    stream
-        .read_exact(&mut ok)
-        .expect("read AUTH's reply from redis-server");
+    stream.read_exact(&mut ok)?;
     assert_eq!(
         &ok, b"+OK\r\n",
         "redis-server refused the testkit admin's AUTH"
     );
+    Ok(())
 }
 
-/// A blocking byte stream ([`login`] takes a Unix or TCP one).
 pub trait ReadWrite: Read + Write {}
 impl<T: Read + Write> ReadWrite for T {}
 
