@@ -10,7 +10,10 @@ the proxy and redis-server each spent per request (/proc, per redis-benchmark ru
 cache on, Redis's share of a GET should be near zero once the hot set is in.
 
     python3 benches/cache.py [--requests N] [--rounds R] [--no-build] [--pin] [--binary PATH]
-                             [--hop-us N]
+                             [--hop-us N] [--baseline OLD]
+
+--baseline OLD adds an older build, cache off, as one more target (`baseline`): issue 29 measures a
+cached GET against the Tollgate of the day it was filed (4fd3961's build), in the same rounds.
 
 --pin, as in e2e.py: redis-server and the proxies (and the relay, below) on the last CPU,
 redis-benchmark on the others.
@@ -103,6 +106,8 @@ def main():
     parser.add_argument("--binary", default=os.path.join(e2e.ROOT, "target", "release", "tollgate"))
     parser.add_argument("--pin", action="store_true",
                         help="servers on the last CPU, redis-benchmark on the others")
+    parser.add_argument("--baseline", metavar="OLD",
+                        help="one more target: an older Tollgate build, cache off (`baseline`)")
     parser.add_argument("--hop-us", type=int, metavar="N",
                         help="Redis behind tools/delay-relay, N µs each way (a round trip: 2N)")
     args = parser.parse_args()
@@ -145,12 +150,16 @@ def main():
 
         lanes_yaml = e2e.provision_lanes(binary, redis_sock, work)
         daemons = {}
-        for name, cache in (("tollgate", False), ("cached", True)):
-            config, sock = e2e.tollgate_config(work, name, serving_sock, lanes_yaml)
+        runs = [("tollgate", False, binary), ("cached", True, binary)]
+        if args.baseline:
+            runs.append(("baseline", False, os.path.abspath(args.baseline)))
+        for name, cache, build in runs:
+            config, sock = e2e.tollgate_config(work, name, serving_sock, lanes_yaml,
+                                               None if build == binary else build)
             if cache:
                 with open(config, "a") as conf:
                     conf.write('cache:\n  keys: ["key:*"]\n')
-            proc = subprocess.Popen([binary, "serve", "--config", config], preexec_fn=e2e.raise_nofile)
+            proc = subprocess.Popen([build, "serve", "--config", config], preexec_fn=e2e.raise_nofile)
             procs.append(proc)
             e2e.wait_for_socket(sock)
             daemons[name] = (proc, sock)
@@ -174,8 +183,10 @@ def main():
 
         names = [name for name, _, _ in targets]
         ratios = [("cached", "redis"), ("cached", "twemproxy"), ("cached", "tollgate"), ("tollgate", "twemproxy")]
+        ratios += [("cached", "baseline"), ("tollgate", "baseline")] if args.baseline else []
         pin_flag = " --pin" if args.pin else ""
         hop_flag = f" --hop-us {args.hop_us}" if hop else ""
+        hop_flag += " --baseline <older tollgate>" if args.baseline else ""
         hop_words = (f"; Redis behind tools/delay-relay, {args.hop_us} µs each way ({2 * args.hop_us / 1000:g} ms "
                      f"per round trip), crossed by every target" if hop else "")
         print(f"Command: `python3 benches/cache.py --requests {args.requests} --rounds {args.rounds}{pin_flag}"

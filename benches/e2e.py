@@ -148,6 +148,9 @@ def tollgate_config(work, name, redis_sock, lanes_yaml, binary=None):
     # A build from before the lease service had connections of its own knows no `leases:` lane.
     lanes = lanes_yaml if binary is None or knows(binary, "max_watchdogs") else "".join(
         line for line in lanes_yaml.splitlines(keepends=True) if not line.startswith("  leases:"))
+    # Nor does a build from before tenants' scripts ran as scope users know `lanes.scopes`.
+    if binary is not None and not knows(binary, "lanes.scopes"):
+        lanes = "".join(line for line in lanes.splitlines(keepends=True) if not line.startswith("  scopes:"))
     # A build from before the start-up proof checked every Redis user knows no trusted_users.
     trusted = ("  trusted_users: [default]\n"
                if binary is None or knows(binary, "trusted_users") else "")

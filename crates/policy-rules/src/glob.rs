@@ -52,6 +52,22 @@ pub fn check(pattern: &[u8]) -> Result<(), GlobError> {
 /// Whether `text` matches `pattern`. Assumes [`check`] accepted the pattern; a malformed one
 /// matches as best it can and never panics.
 pub fn matches(pattern: &[u8], text: &[u8]) -> bool {
+    // Most patterns are a literal prefix and a `*` (`user:*`): the prefix compared at once, and
+    // the byte-by-byte walk only for what follows it (the near cache asks this of every read).
+    let literal = (pattern.iter())
+        .position(|b| matches!(b, b'*' | b'?' | b'[' | b'\\'))
+        .unwrap_or(pattern.len());
+    let Some(text) = text.strip_prefix(&pattern[..literal]) else {
+        return false;
+    };
+    match &pattern[literal..] {
+        b"*" => true,
+        rest => walk(rest, text),
+    }
+}
+
+/// [`matches`] byte by byte.
+fn walk(pattern: &[u8], text: &[u8]) -> bool {
     let (mut p, mut t) = (0, 0);
     // The position after the last `*` and the text position it was tried against: on a mismatch,
     // let that star swallow one more byte. Linear backtracking, no recursion.
@@ -181,6 +197,38 @@ pub fn pieces(pattern: &[u8]) -> Vec<Piece> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every string over `alphabet` up to `max` bytes long.
+    fn strings(alphabet: &[u8], max: usize) -> Vec<Vec<u8>> {
+        let mut all = vec![Vec::new()];
+        let mut last = vec![Vec::new()];
+        for _ in 0..max {
+            last = (last.iter())
+                .flat_map(|s: &Vec<u8>| alphabet.iter().map(move |&b| [&s[..], &[b]].concat()))
+                .collect();
+            all.extend(last.iter().cloned());
+        }
+        all
+    }
+
+    #[test]
+    fn the_literal_prefix_shortcut_agrees_with_the_walk() {
+        let texts = strings(b"ab", 4);
+        for pattern in strings(b"ab*?", 4)
+            .iter()
+            .chain([b"a[ab]*".to_vec(), b"a\\**".to_vec()].iter())
+        {
+            for text in &texts {
+                assert_eq!(
+                    matches(pattern, text),
+                    walk(pattern, text),
+                    "{} vs {}",
+                    String::from_utf8_lossy(pattern),
+                    String::from_utf8_lossy(text)
+                );
+            }
+        }
+    }
 
     #[test]
     fn stars_questions_and_classes() {

@@ -15,10 +15,13 @@ pub enum Decision {
     Admitted {
         descriptor: std::sync::Arc<Descriptor>,
         lane: Lane,
-        /// The rule that allowed it (the first guard's that did; `audit:<id>` under `mode: audit`).
-        rule: String,
+        /// The rule that allowed it (the first guard's that did; `audit:<id>` under `mode: audit`),
+        /// shared with the guard's memo: not copied per command.
+        rule: std::sync::Arc<str>,
     },
-    Denied(Denial),
+    /// Boxed: a refusal is the rare answer, and a decision travels with every admitted command of
+    /// a pipelined batch (32 bytes rather than 112).
+    Denied(Box<Denial>),
 }
 
 /// Why a command was refused. The front door answers

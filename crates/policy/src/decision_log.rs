@@ -186,7 +186,7 @@ fn render(entry: &Entry, keys: KeyRendering) -> Line<'_> {
             descriptor, rule, ..
         } => (
             "admitted",
-            rule.as_str(),
+            &**rule,
             "",
             None,
             descriptor.name.clone(),
@@ -257,13 +257,13 @@ mod tests {
             cut: false,
             regions: None,
             at_ms: 0,
-            decision: Decision::Denied(Denial {
+            decision: Decision::Denied(Box::new(Denial {
                 rule: "no-wipe".into(),
                 module: "yaml-guard".into(),
                 reason: "no".into(),
                 cause: DenyCause::Rule,
                 command: "FLUSHALL".into(),
-            }),
+            })),
             generation: 1,
             latency: Duration::from_micros(1),
         }

@@ -21,10 +21,11 @@ use crate::config::PolicyConfig;
 use crate::decision::{Decision, Denial, DenyCause, Descriptor};
 use crate::described::{self, Described, DescribedCache};
 use crate::error::PolicyError;
+use crate::heard::Heard;
 use crate::invariants::Checked;
 use crate::quota::Quota;
 use crate::reserved;
-use crate::sandbox::bindings::{self, Access, Argv, Categories, CommandFlags, KeyAccess, Verdict};
+use crate::sandbox::bindings::{self, Access, Argv, Categories, CommandFlags, KeyAccess};
 use crate::sandbox::{
     fits_arity, Allocator, Catalog, Fault, Guard, Lowered, Sandbox, Scaling, Shared,
 };
@@ -715,19 +716,19 @@ impl Generation {
 /// One command's way through the guard chain so far.
 #[derive(Default)]
 struct Chain {
-    allowed: Option<String>,
+    allowed: Option<Arc<str>>,
     denial: Option<Decision>,
 }
 
 impl Chain {
-    fn hear(&mut self, guard: &str, verdict: Result<Verdict, Fault>, command: &str) {
+    fn hear(&mut self, guard: &str, verdict: Result<Heard, Fault>, command: &str) {
         let refusal = match verdict {
-            Ok(Verdict::Allow(rule)) => {
+            Ok(Heard::Allow(rule)) => {
                 self.allowed.get_or_insert(rule);
                 return;
             }
-            Ok(Verdict::Abstain) => return,
-            Ok(Verdict::Deny(d)) => denied(
+            Ok(Heard::Abstain) => return,
+            Ok(Heard::Deny(d)) => denied(
                 guard,
                 &d.rule,
                 &d.reason,
@@ -764,7 +765,7 @@ fn judge_alone<A: AsRef<[u8]>>(
     caller: &Caller,
     described: &Described,
     argv: &[A],
-) -> Result<Verdict, Fault> {
+) -> Result<Heard, Fault> {
     let memo = guard.memo();
     let recalled = memo.map(|memo| memo.recall(&caller.principal, described));
     if let Some(Recall::Kept(verdict)) = recalled {
@@ -772,7 +773,7 @@ fn judge_alone<A: AsRef<[u8]>>(
     }
     let verdict = Lowered::with(|lowered| {
         let (who, command) = lowered.for_guard(caller, &described.wit, argv);
-        guard.admit(who, command)
+        guard.admit(who, command).map(Heard::from)
     });
     if let (Some(memo), Some(Recall::Unknown), Ok(verdict)) = (memo, recalled, &verdict) {
         memo.remember(&caller.principal, described, verdict);
@@ -790,13 +791,13 @@ fn judge_batch<A: AsRef<[u8]>>(
     caller: &Caller,
     commands: &[(&Described, &[A])],
     open: &[usize],
-) -> Vec<Result<Verdict, Fault>> {
+) -> Vec<Result<Heard, Fault>> {
     let Some(memo) = guard.memo() else {
         return ask_batch(guard, caller, commands, open);
     };
     // Verdicts the guard gave already and no argument can change; the guard hears the rest, and
     // what it says of a command not seen yet is remembered.
-    let mut verdicts: Vec<Option<Result<Verdict, Fault>>> = Vec::with_capacity(open.len());
+    let mut verdicts: Vec<Option<Result<Heard, Fault>>> = Vec::with_capacity(open.len());
     let mut ask = Vec::new();
     let mut learn = Vec::new();
     // Commands of one description in a row (a pipeline's run of one command, which the batch
@@ -845,7 +846,7 @@ fn ask_batch<A: AsRef<[u8]>>(
     caller: &Caller,
     commands: &[(&Described, &[A])],
     open: &[usize],
-) -> Vec<Result<Verdict, Fault>> {
+) -> Vec<Result<Heard, Fault>> {
     let batched = Lowered::with(|lowered| {
         lowered.start(caller);
         for &at in open {
@@ -856,7 +857,7 @@ fn ask_batch<A: AsRef<[u8]>>(
         guard.admit_batch(who, batch)
     });
     match batched {
-        Ok(verdicts) => verdicts.into_iter().map(Ok).collect(),
+        Ok(verdicts) => verdicts.into_iter().map(|v| Ok(Heard::from(v))).collect(),
         Err(fault) => {
             tracing::warn!(
                 module = guard.name(),
@@ -885,7 +886,7 @@ fn ask_batch<A: AsRef<[u8]>>(
                         guard.admit_within(who, command, budget)
                     });
                     shared.spent(called.fuel);
-                    called.answer
+                    called.answer.map(Heard::from)
                 })
                 .collect()
         }
@@ -1014,13 +1015,13 @@ fn outside_reserved<A: AsRef<[u8]>>(decision: Decision, argv: &[A]) -> Decision 
 }
 
 fn denied(module: &str, rule: &str, reason: &str, cause: DenyCause, command: String) -> Decision {
-    Decision::Denied(Denial {
+    Decision::Denied(Box::new(Denial {
         rule: rule.to_owned(),
         module: module.to_owned(),
         reason: reason.to_owned(),
         cause,
         command,
-    })
+    }))
 }
 
 /// A module that gave no usable answer: the client learns the cause, the log gets the detail
@@ -1042,11 +1043,11 @@ fn faulted(module: &str, fault: Fault, command: String) -> Decision {
     )
 }
 
-fn step(module: &str, verdict: &Result<Verdict, Fault>) -> Step {
+fn step(module: &str, verdict: &Result<Heard, Fault>) -> Step {
     let (verdict, rule, reason) = match verdict {
-        Ok(Verdict::Allow(rule)) => ("allow", Some(rule.clone()), None),
-        Ok(Verdict::Deny(d)) => ("deny", Some(d.rule.clone()), Some(d.reason.clone())),
-        Ok(Verdict::Abstain) => ("abstain", None, None),
+        Ok(Heard::Allow(rule)) => ("allow", Some(rule.to_string()), None),
+        Ok(Heard::Deny(d)) => ("deny", Some(d.rule.clone()), Some(d.reason.clone())),
+        Ok(Heard::Abstain) => ("abstain", None, None),
         Err(fault) => (
             "fault",
             None,

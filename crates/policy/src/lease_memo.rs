@@ -116,13 +116,13 @@ mod tests {
         let mut memo = LeaseMemo::default();
         let app = caller("app");
         memo.recall(1, &app, "orders:1");
-        let denied = Decision::Denied(Denial {
+        let denied = Decision::Denied(Box::new(Denial {
             rule: "sandbox".into(),
             module: "yaml-guard:p.yaml".into(),
             reason: "ran out of its budget".into(),
             cause: DenyCause::Deadline,
             command: "LEASE".into(),
-        });
+        }));
         memo.remember("orders:1", &denied);
         assert!(memo.recall(1, &app, "orders:1").is_none());
     }

@@ -14,6 +14,7 @@ mod decision_log;
 mod described;
 mod error;
 mod generation;
+mod heard;
 pub mod invariants;
 mod lease_memo;
 mod metrics;

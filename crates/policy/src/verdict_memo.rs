@@ -24,7 +24,8 @@ use rustc_hash::FxHashMap;
 use tollgate_policy_rules::CompiledPolicy;
 
 use crate::described::Described;
-use crate::sandbox::bindings::{Lane, Verdict};
+use crate::heard::Heard;
+use crate::sandbox::bindings::Lane;
 
 /// The most (principal, command) verdicts one guard keeps.
 const CAPACITY: usize = 4096;
@@ -33,14 +34,14 @@ const CAPACITY: usize = 4096;
 pub struct VerdictMemo {
     policy: CompiledPolicy,
     /// `None`: the verdict depends on the arguments; the guard is asked every time.
-    verdicts: RwLock<FxHashMap<Box<[u8]>, Option<Verdict>>>,
+    verdicts: RwLock<FxHashMap<Box<[u8]>, Option<Heard>>>,
 }
 
 /// What the memo knows of a (principal, command).
 #[derive(Debug, Clone)]
 pub enum Recall {
     /// The guard's verdict, the same for every such command.
-    Kept(Verdict),
+    Kept(Heard),
     /// Its verdict depends on the arguments: ask the guard, and there is nothing to remember.
     Ask,
     /// Not seen yet: ask the guard, then [`VerdictMemo::remember`] its answer.
@@ -74,7 +75,7 @@ impl VerdictMemo {
 
     /// Keeps `verdict`, the guard's answer on a command of `principal` described by `described`,
     /// when the policy proves every such command gets it, and otherwise that it must be asked.
-    pub fn remember(&self, principal: &str, described: &Described, verdict: &Verdict) {
+    pub fn remember(&self, principal: &str, described: &Described, verdict: &Heard) {
         let reusable = self.policy.decided_without_arguments(
             principal,
             &described.native.name,
@@ -170,16 +171,16 @@ mod tests {
     fn keeps_only_verdicts_no_argument_can_change() {
         let memo = VerdictMemo::new(policy());
         let get = descriptor("GET", Lane::Regular);
-        let allow = Verdict::Allow("all".into());
+        let allow = Heard::Allow("all".into());
         assert!(matches!(memo.recall("acme", &get), Recall::Unknown));
-        memo.remember("acme", &get, &Verdict::Allow("acme-keys".into()));
+        memo.remember("acme", &get, &Heard::Allow("acme-keys".into()));
         assert!(
             matches!(memo.recall("acme", &get), Recall::Ask),
             "acme's GETs depend on their keys"
         );
         memo.remember("globex", &get, &allow);
         assert!(
-            matches!(memo.recall("globex", &get), Recall::Kept(Verdict::Allow(rule)) if rule == "all")
+            matches!(memo.recall("globex", &get), Recall::Kept(Heard::Allow(rule)) if &*rule == "all")
         );
         // Another lane or another principal is another entry.
         assert!(matches!(
@@ -187,14 +188,14 @@ mod tests {
             Recall::Unknown
         ));
         assert!(matches!(memo.recall("globe", &get), Recall::Unknown));
-        let deny = Verdict::Deny(Denial {
+        let deny = Heard::from(crate::sandbox::bindings::Verdict::Deny(Denial {
             rule: "r".into(),
             reason: "no".into(),
-        });
+        }));
         memo.remember("initech", &get, &deny);
         assert!(matches!(
             memo.recall("initech", &get),
-            Recall::Kept(Verdict::Deny(_))
+            Recall::Kept(Heard::Deny(_))
         ));
     }
 
@@ -203,7 +204,7 @@ mod tests {
         let memo = VerdictMemo::new(policy());
         let get = descriptor("GET", Lane::Regular);
         for at in 0..CAPACITY + 10 {
-            memo.remember(&format!("uid:{at}"), &get, &Verdict::Abstain);
+            memo.remember(&format!("uid:{at}"), &get, &Heard::Abstain);
         }
         assert!(memo.len() <= CAPACITY);
         assert!(matches!(

@@ -69,6 +69,14 @@ impl Command {
         self.words().collect()
     }
 
+    /// Word `at` as its own [`Bytes`] sharing the command's buffer: a reference count, not a copy.
+    /// What keeps it for long must copy it, or it keeps the whole read buffer alive.
+    pub fn shared_word(&self, at: usize) -> Option<Bytes> {
+        self.words
+            .get(at)
+            .map(|&(start, end)| self.bytes.slice(start..end))
+    }
+
     /// Every word as its own [`Bytes`] sharing the command's buffer, for words kept beyond the
     /// command (channel names).
     pub fn shared_argv(&self) -> Vec<Bytes> {
@@ -130,13 +138,24 @@ pub fn parse_command(
 
 fn multibulk(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Command>, ProtocolError> {
     let mut walker = Walker::new(buf, limits);
-    walker.pos = 1;
-    let Some(line) = walker.line()? else {
-        return Ok(None);
+    // Nearly every header is `*N\r\n` with one digit: read in place, without looking for the end
+    // of the line.
+    let count = match buf.get(1..4) {
+        Some(&[digit @ b'0'..=b'9', b'\r', b'\n']) => {
+            walker.pos = 4;
+            Some(i64::from(digit - b'0'))
+        }
+        _ => {
+            walker.pos = 1;
+            let Some(line) = walker.line()? else {
+                return Ok(None);
+            };
+            parse_i64(&buf[line.0..line.1])
+        }
     };
     // Read as Redis reads it: not a number, or more arguments than are taken (Redis's own cap is
     // `INT_MAX`), is an invalid multibulk length; zero or less is an empty command, skipped.
-    let count = match parse_i64(&buf[line.0..line.1]) {
+    let count = match count {
         Some(count) if count <= limits.max_elements.min(i32::MAX as usize) as i64 => count,
         _ => return Err(ProtocolError::InvalidMultibulkLength),
     };

@@ -162,7 +162,7 @@ impl Cache {
             return None;
         }
         let mut store = self.0.store.lock();
-        let answered = store.get(key, now).and_then(|value| answer(&value));
+        let answered = store.get(key, now).and_then(answer);
         match &answered {
             Some(_) => {
                 self.0.metrics.hits.inc();
@@ -179,7 +179,10 @@ impl Cache {
             return vec![None; keys.len()];
         }
         let mut store = self.0.store.lock();
-        let values: Vec<_> = keys.iter().map(|key| store.get(key, now)).collect();
+        let values: Vec<_> = keys
+            .iter()
+            .map(|key| store.get(key, now).cloned())
+            .collect();
         let hits = values.iter().filter(|value| value.is_some()).count();
         self.0.metrics.hits.inc_by(hits as u64);
         if hits < keys.len() {
@@ -199,7 +202,7 @@ impl Cache {
         let mut values = Vec::with_capacity(keys.len());
         for key in keys {
             match store.get(key, now) {
-                Some(value) => values.push(value),
+                Some(value) => values.push(value.clone()),
                 None => {
                     self.0.metrics.misses.inc();
                     self.0.metrics.sizes(&store);
@@ -222,6 +225,15 @@ impl Cache {
         if !self.0.tracking.load(Ordering::Acquire) {
             return None;
         }
+        // Its own copies: a caller's key (and fields) are slices of a client's read buffer (a hit costs no copy),
+        // which the entry must not keep alive, nor count a few bytes of against `max_bytes`.
+        let key = Bytes::copy_from_slice(&key);
+        let read = match read {
+            Read::Fields(fields) => {
+                Read::Fields(fields.iter().map(|f| Bytes::copy_from_slice(f)).collect())
+            }
+            read => read,
+        };
         let ticket = self.0.store.lock().begin(&key, Instant::now());
         let (reply, answer) = oneshot::channel();
         let fill = Fill {

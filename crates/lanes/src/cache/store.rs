@@ -283,15 +283,16 @@ impl Store {
 
     /// The value of `key`, if kept and younger than `max_staleness` at `now` (an older one is
     /// dropped). A hit makes the entry the most recently used.
-    pub fn get(&mut self, key: &[u8], now: Instant) -> Option<Value> {
-        // One lookup: the entry moves to the back first, and is dropped if it may not be served.
+    pub fn get(&mut self, key: &[u8], now: Instant) -> Option<&Value> {
+        // One lookup: the entry moves to the back first (and is read there), and is dropped if it
+        // may not be served. Borrowed: a hit's caller copies what it needs (a reference count).
         let entry = self.entries.to_back(key)?;
         let expired = entry.expires.is_some_and(|expires| expires <= now);
         if expired || now.saturating_duration_since(entry.born) > self.bounds.max_staleness {
             self.remove(key);
             return None;
         }
-        Some(entry.value.clone())
+        self.entries.back().map(|(_, entry)| &entry.value)
     }
 
     /// A read of `key` is being sent now.
@@ -511,14 +512,14 @@ mod tests {
     fn a_fill_is_served_until_invalidated() {
         let now = Instant::now();
         let mut store = Store::new(bounds());
-        assert_eq!(store.get(b"a", now), None);
+        assert_eq!(store.get(b"a", now).cloned(), None);
         assert_eq!(
             fill(&mut store, "a", "1", now),
             Some(Filled::Kept { evicted: 0 })
         );
-        assert_eq!(store.get(b"a", now), Some(string("1")));
+        assert_eq!(store.get(b"a", now).cloned(), Some(string("1")));
         assert!(store.invalidate(b"a"));
-        assert_eq!(store.get(b"a", now), None);
+        assert_eq!(store.get(b"a", now).cloned(), None);
         assert_eq!(store.bytes(), 0);
         assert_eq!(store.reads_in_flight(), 0);
     }
@@ -533,7 +534,7 @@ mod tests {
             store.complete(&key("a"), ticket, Some(string("old")), now),
             Some(Filled::Raced)
         );
-        assert_eq!(store.get(b"a", now), None);
+        assert_eq!(store.get(b"a", now).cloned(), None);
         // Another key's invalidation does not matter.
         let ticket = store.begin(&key("a"), now);
         store.invalidate(b"b");
@@ -574,9 +575,11 @@ mod tests {
         let mut store = Store::new(bounds());
         fill(&mut store, "a", "1", start);
         let limit = bounds().max_staleness;
-        assert_eq!(store.get(b"a", start + limit), Some(string("1")));
+        assert_eq!(store.get(b"a", start + limit).cloned(), Some(string("1")));
         assert_eq!(
-            store.get(b"a", start + limit + Duration::from_millis(1)),
+            store
+                .get(b"a", start + limit + Duration::from_millis(1))
+                .cloned(),
             None
         );
         assert!(store.is_empty());
@@ -625,12 +628,12 @@ mod tests {
         for k in ["a", "b", "c"] {
             fill(&mut store, k, "1", now);
         }
-        assert_eq!(store.get(b"a", now), Some(string("1")));
+        assert_eq!(store.get(b"a", now).cloned(), Some(string("1")));
         assert_eq!(
             fill(&mut store, "d", "1", now),
             Some(Filled::Kept { evicted: 1 })
         );
-        assert_eq!(store.get(b"b", now), None);
+        assert_eq!(store.get(b"b", now).cloned(), None);
         for k in ["a", "c", "d"] {
             assert!(store.get(k.as_bytes(), now).is_some(), "{k}");
         }
@@ -647,10 +650,12 @@ mod tests {
         store.complete_expiring(&key("a"), ticket, Some(string("1")), Some(ttl), later);
         // Counted from when the read was sent: never later than Redis's own expiry.
         assert_eq!(
-            store.get(b"a", start + ttl - Duration::from_millis(1)),
+            store
+                .get(b"a", start + ttl - Duration::from_millis(1))
+                .cloned(),
             Some(string("1"))
         );
-        assert_eq!(store.get(b"a", start + ttl), None);
+        assert_eq!(store.get(b"a", start + ttl).cloned(), None);
         assert!(store.is_empty());
     }
 
@@ -660,7 +665,7 @@ mod tests {
         let mut store = Store::new(bounds());
         let ticket = store.begin(&key("a"), now);
         store.complete(&key("a"), ticket, Some(Value::Missing), now);
-        assert_eq!(store.get(b"a", now), Some(Value::Missing));
+        assert_eq!(store.get(b"a", now).cloned(), Some(Value::Missing));
     }
 
     mod properties {
@@ -827,7 +832,7 @@ mod tests {
                 // Quiescent: every kept entry is Redis's value now.
                 for k in 0..4u8 {
                     if let Some(served) = store.get(&name(k), now) {
-                        prop_assert_eq!(served, value(redis[k as usize]), "k{}", k);
+                        prop_assert_eq!(served, &value(redis[k as usize]), "k{}", k);
                     }
                 }
                 prop_assert_eq!(store.reads_in_flight(), 0);
@@ -888,7 +893,7 @@ mod tests {
         let ticket = store.begin(&key("h"), now);
         store.complete(&key("h"), ticket, Some(whole), now);
         assert_eq!(field(&mut store, "h", "d", now), Some(None));
-        let Some(Value::Hash(hash)) = store.get(b"h", now) else {
+        let Some(Value::Hash(hash)) = store.get(b"h", now).cloned() else {
             panic!("the hash is kept");
         };
         assert_eq!(
@@ -898,7 +903,9 @@ mod tests {
         // A later partial read adds nothing to the whole hash.
         let ticket = store.begin(&key("h"), now);
         store.complete(&key("h"), ticket, Some(hash_of(&[("c", Some("4"))])), now);
-        assert!(matches!(store.get(b"h", now), Some(Value::Hash(hash)) if hash.all().is_some()));
+        assert!(
+            matches!(store.get(b"h", now).cloned(), Some(Value::Hash(hash)) if hash.all().is_some())
+        );
     }
 
     #[test]
@@ -917,6 +924,9 @@ mod tests {
         store.complete(&key("h"), ticket, Some(hash_of(&[("b", Some("2"))])), later);
         assert_eq!(field(&mut store, "h", "b", later), Some(Some(key("2"))));
         // Past max_staleness from the first read, the merged entry goes whole.
-        assert_eq!(store.get(b"h", start + Duration::from_secs(11)), None);
+        assert_eq!(
+            store.get(b"h", start + Duration::from_secs(11)).cloned(),
+            None
+        );
     }
 }

@@ -113,7 +113,7 @@ fn verdict(generation: &Generation, decision: &Decision) -> Verdict {
     match decision {
         Decision::Admitted { rule, .. } => Verdict {
             allowed: true,
-            rule: rule.clone(),
+            rule: rule.to_string(),
             module: None,
             cause: None,
             sampled: opaque,

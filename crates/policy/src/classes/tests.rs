@@ -280,7 +280,7 @@ fn key(draw: &mut Draw, near: &[Vec<u8>]) -> Vec<u8> {
 
 fn decided(decision: &Decision) -> (bool, String) {
     match decision {
-        Decision::Admitted { rule, .. } => (true, rule.clone()),
+        Decision::Admitted { rule, .. } => (true, rule.to_string()),
         Decision::Denied(denial) => (false, denial.rule.clone()),
     }
 }

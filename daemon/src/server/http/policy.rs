@@ -135,7 +135,7 @@ async fn explain(request: Request<Incoming>, shared: &Services) -> Result<HttpRe
             lane,
             rule,
         } => serde_json::json!({
-            "outcome": "admitted", "rule": rule, "lane": lane, "descriptor": *descriptor, "steps": steps,
+            "outcome": "admitted", "rule": &*rule, "lane": lane, "descriptor": *descriptor, "steps": steps,
         }),
         Decision::Denied(denial) => serde_json::json!({
             "outcome": "denied", "denial": denial, "steps": steps,

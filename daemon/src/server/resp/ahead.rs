@@ -78,6 +78,10 @@ impl Ahead {
                         return Some(Read::Parsed(command, kind));
                     }
                     if kind == Kind::Redis && !admitting.subscribed {
+                        // Room for a whole run at once, not grown by doubling as it is read.
+                        if run.capacity() == 0 {
+                            run.reserve_exact(ADMIT_TOGETHER);
+                        }
                         run.push(command);
                     } else {
                         break Some(Read::Parsed(command, kind));

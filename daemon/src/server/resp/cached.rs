@@ -26,6 +26,7 @@ use tollgate_lanes::cache::{self, Cache, Cause, Fetched, Read, Value};
 use tollgate_lanes::{Lanes, Route};
 use tollgate_model::{Multiplexed, Protocol};
 use tollgate_policy::{glob, Descriptor};
+use tollgate_resp::Command;
 
 use super::amend::{Amend, Passed};
 use super::pending::Pending;
@@ -55,30 +56,27 @@ impl Cacheable {
             .any(|pattern| glob::matches(pattern.as_bytes(), key))
     }
 
-    /// The read the cache may answer for a command the catalog names `name`: a `GET` or a
-    /// `STRLEN` of a cacheable key, an `MGET` or an `EXISTS` of cacheable keys only.
-    pub fn read(&self, name: &str, argv: &[&[u8]]) -> Option<CachedRead> {
-        let copy = |key: &&[u8]| Bytes::copy_from_slice(key);
-        match (name, argv) {
-            ("GET", [_, key]) if self.matches(key) => Some(CachedRead::Get(copy(key))),
-            ("MGET", [_, keys @ ..])
-                if !keys.is_empty() && keys.iter().all(|k| self.matches(k)) =>
-            {
-                Some(CachedRead::MGet(keys.iter().map(copy).collect()))
+    /// The read the cache may answer for `command`, which the catalog names `name`: a `GET` or a
+    /// `STRLEN` of a cacheable key, an `MGET` or an `EXISTS` of cacheable keys only. The keys share
+    /// the command's buffer (no copy on a hit); [`Cache::fill`] copies what it keeps.
+    pub fn read(&self, name: &str, command: &Command) -> Option<CachedRead> {
+        let word = |at| command.word(at).unwrap_or_default();
+        let share = |at| command.shared_word(at).unwrap_or_default();
+        let len = command.len();
+        let all_match = |from: usize| (from..len).all(|at| self.matches(word(at)));
+        let shared = |from: usize| (from..len).map(share).collect::<Vec<_>>();
+        match name {
+            "GET" if len == 2 && self.matches(word(1)) => Some(CachedRead::Get(share(1))),
+            "MGET" if len > 1 && all_match(1) => Some(CachedRead::MGet(shared(1))),
+            "STRLEN" if len == 2 && self.matches(word(1)) => Some(CachedRead::Strlen(share(1))),
+            "EXISTS" if len > 1 && all_match(1) => Some(CachedRead::Exists(shared(1))),
+            "HGET" if len == 3 && self.matches(word(1)) => {
+                Some(CachedRead::HGet(share(1), share(2)))
             }
-            ("STRLEN", [_, key]) if self.matches(key) => Some(CachedRead::Strlen(copy(key))),
-            ("EXISTS", [_, keys @ ..])
-                if !keys.is_empty() && keys.iter().all(|k| self.matches(k)) =>
-            {
-                Some(CachedRead::Exists(keys.iter().map(copy).collect()))
+            "HMGET" if len > 2 && self.matches(word(1)) => {
+                Some(CachedRead::HMGet(share(1), shared(2)))
             }
-            ("HGET", [_, key, field]) if self.matches(key) => {
-                Some(CachedRead::HGet(copy(key), copy(field)))
-            }
-            ("HMGET", [_, key, fields @ ..]) if !fields.is_empty() && self.matches(key) => Some(
-                CachedRead::HMGet(copy(key), fields.iter().map(copy).collect()),
-            ),
-            ("HGETALL", [_, key]) if self.matches(key) => Some(CachedRead::HGetAll(copy(key))),
+            "HGETALL" if len == 2 && self.matches(word(1)) => Some(CachedRead::HGetAll(share(1))),
             _ => None,
         }
     }
@@ -87,7 +85,7 @@ impl Cacheable {
     /// key it writes or reads, a script's declared keys among them — and whether it writes. A
     /// write must be seen at once; a read's reply may be newer than the entry (Redis's invalidation
     /// still on its way), and its client must not see the older value after it.
-    pub fn passed(&self, descriptor: &Descriptor, argv: &[&[u8]]) -> (Vec<Bytes>, Cause) {
+    pub fn passed(&self, descriptor: &Descriptor, command: &Command) -> (Vec<Bytes>, Cause) {
         let cause = match descriptor.traits.write || descriptor.traits.scripting {
             true => Cause::Write,
             false => Cause::Read,
@@ -95,9 +93,8 @@ impl Cacheable {
         let keys = descriptor
             .keys
             .iter()
-            .filter_map(|key| argv.get(key.position))
-            .filter(|key| self.matches(key))
-            .map(|key| Bytes::copy_from_slice(key))
+            .filter(|key| command.word(key.position).is_some_and(|k| self.matches(k)))
+            .filter_map(|key| command.shared_word(key.position))
             .collect();
         (keys, cause)
     }
@@ -134,7 +131,7 @@ impl NearCache {
         &self,
         plan: Plan,
         descriptor: &Descriptor,
-        argv: &[&[u8]],
+        command: &Command,
         written: &mut Vec<Bytes>,
     ) -> Plan {
         // Only a read sent on REGULAR as it is (not inside a transaction, not amended, on a
@@ -147,11 +144,11 @@ impl NearCache {
             _ => None,
         };
         if let Some(slot) = slot {
-            if let Some(read) = self.keys.read(&descriptor.name, argv) {
+            if let Some(read) = self.keys.read(&descriptor.name, command) {
                 return Plan::Cached(read, slot);
             }
         }
-        let (keys, cause) = self.keys.passed(descriptor, argv);
+        let (keys, cause) = self.keys.passed(descriptor, command);
         if keys.is_empty() {
             return plan;
         }
@@ -234,16 +231,29 @@ impl NearCache {
                 return self.serve_hash(read, now, on, deadline);
             }
         };
-        if let Some(value) = self.cache.answer(key, now, |value| match value {
-            // A hash's entry: Redis answers the GET (`WRONGTYPE`).
-            Value::Hash(_) => None,
-            value => Some(value.clone()),
-        }) {
-            return Served::Hit(cache::encode_get(&value, on.protocol));
-        }
         let protocol = on.protocol;
+        if let Some(reply) = self.get_hit(key, now, protocol) {
+            return Served::Hit(reply);
+        }
         self.filled(key, Read::Get, on, deadline, move |value| {
             Some(cache::encode_get(value, protocol))
+        })
+    }
+
+    /// A `GET`'s hit, answered at once (for a session speaking `protocol` with nothing in flight,
+    /// see [`NearCache::serve`]): nothing of what a miss needs is prepared for it.
+    pub fn hit(&self, read: &CachedRead, now: Instant, protocol: Protocol) -> Option<Bytes> {
+        match read {
+            CachedRead::Get(key) => self.get_hit(key, now, protocol),
+            _ => None,
+        }
+    }
+
+    fn get_hit(&self, key: &[u8], now: Instant, protocol: Protocol) -> Option<Bytes> {
+        self.cache.answer(key, now, |value| match value {
+            // A hash's entry: Redis answers the GET (`WRONGTYPE`).
+            Value::Hash(_) => None,
+            value => Some(cache::encode_get(value, protocol)),
         })
     }
 
@@ -534,6 +544,13 @@ mod tests {
         }
     }
 
+    fn command(words: &[&str]) -> Command {
+        let mut buf = bytes::BytesMut::new();
+        tollgate_resp::encode_command(words, &mut buf);
+        let limits = tollgate_resp::Limits::default();
+        (tollgate_resp::parse_command(&mut buf, &limits).unwrap()).expect("a whole command")
+    }
+
     fn bytes(words: &[&str]) -> Vec<Bytes> {
         words
             .iter()
@@ -544,10 +561,7 @@ mod tests {
     #[test]
     fn a_get_or_an_mget_of_cacheable_keys_only_is_a_cached_read() {
         let keys = cacheable();
-        let read = |argv: &[&str]| {
-            let argv: Vec<&[u8]> = argv.iter().map(|w| w.as_bytes()).collect();
-            keys.read(std::str::from_utf8(argv[0]).unwrap(), &argv)
-        };
+        let read = |words: &[&str]| keys.read(words[0], &command(words));
         assert_eq!(
             read(&["GET", "user:1"]),
             Some(CachedRead::Get(bytes(&["user:1"])[0].clone()))
@@ -582,14 +596,14 @@ mod tests {
     #[test]
     fn writes_and_reads_past_the_cache_name_the_cacheable_keys_they_touch() {
         let keys = cacheable();
-        let argv: Vec<&[u8]> = vec![b"MSET", b"user:1", b"a", b"other", b"b", b"user:2", b"c"];
+        let sent = command(&["MSET", "user:1", "a", "other", "b", "user:2", "c"]);
         let write = Traits {
             write: true,
             ..Traits::default()
         };
         let mset = descriptor("MSET", write, &[(1, true), (3, true), (5, true)]);
         assert_eq!(
-            keys.passed(&mset, &argv),
+            keys.passed(&mset, &sent),
             (bytes(&["user:1", "user:2"]), Cause::Write)
         );
         // A script's declared keys, whatever the catalog says of them.
@@ -597,10 +611,10 @@ mod tests {
             scripting: true,
             ..Traits::default()
         };
-        let argv: Vec<&[u8]> = vec![b"EVAL", b"return 1", b"1", b"user:9"];
+        let sent = command(&["EVAL", "return 1", "1", "user:9"]);
         let eval = descriptor("EVAL", script, &[(3, false)]);
         assert_eq!(
-            keys.passed(&eval, &argv),
+            keys.passed(&eval, &sent),
             (bytes(&["user:9"]), Cause::Write)
         );
         // A read past the cache.
@@ -608,14 +622,14 @@ mod tests {
             readonly: true,
             ..Traits::default()
         };
-        let argv: Vec<&[u8]> = vec![b"STRLEN", b"user:1"];
+        let sent = command(&["STRLEN", "user:1"]);
         let strlen = descriptor("STRLEN", read, &[(1, false)]);
         assert_eq!(
-            keys.passed(&strlen, &argv),
+            keys.passed(&strlen, &sent),
             (bytes(&["user:1"]), Cause::Read)
         );
-        let argv: Vec<&[u8]> = vec![b"STRLEN", b"other"];
-        assert_eq!(keys.passed(&strlen, &argv).0, Vec::<Bytes>::new());
+        let sent = command(&["STRLEN", "other"]);
+        assert_eq!(keys.passed(&strlen, &sent).0, Vec::<Bytes>::new());
     }
 
     #[test]
@@ -642,10 +656,7 @@ mod tests {
     #[test]
     fn hash_reads_are_cacheable_and_answered_from_what_the_entry_knows() {
         let keys = cacheable();
-        let read = |words: &[&str]| {
-            let argv: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
-            keys.read(words[0], &argv)
-        };
+        let read = |words: &[&str]| keys.read(words[0], &command(words));
         let b = |text: &str| Bytes::copy_from_slice(text.as_bytes());
         assert_eq!(
             read(&["HGET", "user:1", "name"]),

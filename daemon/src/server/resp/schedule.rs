@@ -41,14 +41,9 @@ pub enum Step {
     InPlace(InPlace),
     /// Write this reply, then close the connection.
     Close(Bytes),
-    /// A read the near cache may answer: else sent on REGULAR as these encoded bytes, with this
-    /// deadline.
-    Cached(
-        CachedRead,
-        Bytes,
-        Option<Duration>,
-        Option<tollgate_lanes::Slot>,
-    ),
+    /// A read the near cache may answer: else this command is sent on REGULAR (its bytes and
+    /// deadline are worked out only then).
+    Cached(CachedRead, Command, Option<tollgate_lanes::Slot>),
 }
 
 impl Step {

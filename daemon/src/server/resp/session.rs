@@ -411,14 +411,12 @@ impl Session {
                     self.schedule.push(Class::Local, ready, voice);
                 }
                 Step::Close(reply) => return Ok(Some(voice.say(reply))),
-                Step::Cached(read, encoded, deadline, slot) => {
+                Step::Cached(read, command, slot) => {
                     let quiet = self.schedule.quiet();
                     let route =
                         slot.map_or(tollgate_lanes::Route::Any, tollgate_lanes::Route::Slot);
                     let now = *now.get_or_insert_with(Instant::now);
-                    let (class, sent) = self
-                        .state
-                        .serve_cached(read, encoded, deadline, quiet, now, route);
+                    let (class, sent) = self.state.serve_cached(read, command, quiet, now, route);
                     self.schedule.push(class, sent, voice);
                 }
                 Step::Multiplexed(lane, route, encoded, deadline, amend) => {

@@ -321,9 +321,7 @@ impl SessionState {
                 };
                 // The near cache, when on, sees what admission let through (and only that).
                 let plan = match &self.front.services.cache {
-                    Some(near) => {
-                        near.plan(plan, &descriptor, &command.argv(), &mut self.cache_writes)
-                    }
+                    Some(near) => near.plan(plan, &descriptor, command, &mut self.cache_writes),
                     None => plan,
                 };
                 if !matches!(plan, Plan::Keyspace(_) | Plan::Refuse(_)) {
@@ -355,7 +353,7 @@ impl SessionState {
             }
             Decision::Denied(denial) => {
                 self.owes_yield |= denial.cause == DenyCause::Deadline;
-                Plan::Refuse(Refusal::Denied(denial))
+                Plan::Refuse(Refusal::Denied(*denial))
             }
         }
     }
@@ -526,10 +524,7 @@ impl SessionState {
             Plan::Transaction => Step::InPlace(InPlace::Transaction(command, None)),
             Plan::TransactionIn(slot) => Step::InPlace(InPlace::Transaction(command, Some(slot))),
             Plan::Forward(forward, amend) => self.sending(forward, Route::Any, command, amend),
-            Plan::Cached(read, slot) => {
-                let deadline = self.front.deadlines.of_command(&command);
-                Step::Cached(read, command.encoded(), deadline, slot)
-            }
+            Plan::Cached(read, slot) => Step::Cached(read, command, slot),
             Plan::Placed(forward, slot, amend) => {
                 self.sending(forward, Route::Slot(slot), command, amend)
             }
@@ -794,12 +789,20 @@ impl SessionState {
     pub fn serve_cached(
         &mut self,
         read: CachedRead,
-        encoded: Bytes,
-        deadline: Option<Duration>,
+        command: Command,
         quiet: bool,
         now: Instant,
         route: Route,
     ) -> (Class, Pending) {
+        // A GET's hit first: its answer needs nothing that a miss or a forward does.
+        if let (true, Some(near)) = (quiet, &self.front.services.cache) {
+            if let Some(reply) = near.hit(&read, now, self.protocol) {
+                return (Class::Local, Pending::Ready(Some((Class::Local, reply))));
+            }
+        }
+        let encoded = command.encoded();
+        let deadline = self.front.deadlines.of_command(&command);
+        drop(command);
         let regular = Class::Multiplexed(Multiplexed::Regular);
         let front = self.front.clone();
         let (served, forwarded) = match &front.services.cache {
