@@ -288,7 +288,7 @@ fn audit_mode_reports_the_deny_and_lets_the_command_through() {
     let audit = root().join("policies/examples/audit.yaml");
     let admission = admission(&config(&[&audit], vec![]));
     match admission.admit(&caller("everyone"), &argv("EVAL return 0")) {
-        Decision::Admitted { rule, .. } => assert_eq!(rule, "audit:no-scripts"),
+        Decision::Admitted { rule, .. } => assert_eq!(&*rule, "audit:no-scripts"),
         Decision::Denied(denial) => panic!("audit mode denied: {denial}"),
     }
 }

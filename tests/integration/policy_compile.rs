@@ -196,7 +196,7 @@ fn a_policy_of_fifty_thousand_rules_compiles_when_the_size_cap_allows_it() {
         Ok(admission) => {
             assert!(matches!(
                 admission.admit(&caller("app"), &argv("GET k:49999:x")),
-                Decision::Admitted { ref rule, .. } if rule == "r49999"
+                Decision::Admitted { ref rule, .. } if &**rule == "r49999"
             ));
             assert!(matches!(
                 admission.admit(&caller("app"), &argv("MGET k:1:x k:2:x")),
@@ -230,7 +230,7 @@ fn a_policy_as_large_as_the_size_cap_loads_and_decides_by_its_last_rule() {
     let last = rules - 1;
     let decision = admission.admit(&caller("app"), &argv(&format!("GET k:{last}:x")));
     assert!(
-        matches!(&decision, Decision::Admitted { rule, .. } if *rule == format!("r{last}")),
+        matches!(&decision, Decision::Admitted { rule, .. } if **rule == *format!("r{last}")),
         "{decision:?}"
     );
     let decision = admission.admit(&caller("app"), &argv("GET elsewhere"));

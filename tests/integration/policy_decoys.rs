@@ -118,7 +118,7 @@ fn a_key_constrained_rule_that_allows_scripts_confines_them_to_a_scope_unless_ac
         &crate::policy_support::argv("EVAL x 1 acme:x"),
     );
     assert!(
-        matches!(decision, tollgate_policy::Decision::Admitted { ref rule, .. } if rule == "acme-keys"),
+        matches!(decision, tollgate_policy::Decision::Admitted { ref rule, .. } if &**rule == "acme-keys"),
         "{decision:?}"
     );
 }

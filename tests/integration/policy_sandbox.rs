@@ -36,7 +36,7 @@ fn assert_fault_then_recovery_after(config: &PolicyConfig, cause: DenyCause, qui
         );
         assert_eq!(denial.rule, "sandbox");
         match admission.admit(&who, &argv("GET fine")) {
-            Decision::Admitted { rule, .. } => assert_eq!(rule, "data"),
+            Decision::Admitted { rule, .. } => assert_eq!(&*rule, "data"),
             Decision::Denied(denial) => {
                 panic!("the next command was not served normally: {denial}")
             }
@@ -185,7 +185,7 @@ fn a_batch_answered_with_too_few_verdicts_is_judged_again_one_by_one() {
     let refs: Vec<&[bytes::Bytes]> = commands.iter().map(Vec::as_slice).collect();
     for decision in admission.admit_all(&caller("local"), &refs) {
         match decision {
-            Decision::Admitted { rule, .. } => assert_eq!(rule, "data"),
+            Decision::Admitted { rule, .. } => assert_eq!(&*rule, "data"),
             Decision::Denied(denial) => panic!("the retry one by one was not made: {denial}"),
         }
     }

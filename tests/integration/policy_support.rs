@@ -63,7 +63,7 @@ pub fn argv(line: &str) -> Vec<Bytes> {
 
 pub fn denial(decision: Decision) -> Denial {
     match decision {
-        Decision::Denied(denial) => denial,
+        Decision::Denied(denial) => *denial,
         Decision::Admitted { descriptor, .. } => {
             panic!("expected a denial, {} was admitted", descriptor.name)
         }
