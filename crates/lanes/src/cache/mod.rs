@@ -225,8 +225,9 @@ impl Cache {
         if !self.0.tracking.load(Ordering::Acquire) {
             return None;
         }
-        // Its own copies: a caller's key (and fields) are slices of a client's read buffer (a hit costs no copy),
-        // which the entry must not keep alive, nor count a few bytes of against `max_bytes`.
+        // Its own copies: a caller's key (and fields) are slices of a client's read buffer (a hit
+        // costs no copy), which the entry must not keep alive, nor count a few bytes of against
+        // `max_bytes`.
         let key = Bytes::copy_from_slice(&key);
         let read = match read {
             Read::Fields(fields) => {
