@@ -79,7 +79,7 @@ impl Gate {
             Some(outer) => Some(outer.permits.clone().try_acquire_owned().ok()?),
             None => None,
         };
-        self.metrics.wait.observe(0.0);
+        self.metrics.wait.immediate();
         Some(self.grant(permit, outer))
     }
 

@@ -49,6 +49,7 @@ mod stopper;
 mod stream;
 mod topology;
 mod tracking_conn;
+mod wait_histogram;
 
 pub use acl::{
     acl_rules, complement_patterns, configured, daemon_users, lease_acl_rules, password_in,

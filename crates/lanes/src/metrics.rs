@@ -5,11 +5,12 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::Registry;
 use tollgate_model::Lane;
 
 use crate::error::Saturation;
+use crate::wait_histogram::WaitHistogram;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LaneLabel {
@@ -80,7 +81,7 @@ impl Redirected {
     }
 }
 
-type HistogramFamily = Family<LaneLabel, Histogram, fn() -> Histogram>;
+type HistogramFamily = Family<LaneLabel, WaitHistogram, fn() -> WaitHistogram>;
 
 /// The metric families of all lanes.
 pub(crate) struct Families {
@@ -97,9 +98,9 @@ pub(crate) struct Families {
     redirects: Family<RedirectLabel, Counter>,
 }
 
-fn wait_histogram() -> Histogram {
+fn wait_histogram() -> WaitHistogram {
     // 10 µs … ~40 s: from an uncontended borrow to the longest acquire timeout anyone should set.
-    Histogram::new(exponential_buckets(0.00001, 4.0, 12))
+    WaitHistogram::new(exponential_buckets(0.00001, 4.0, 12))
 }
 
 impl Families {
@@ -226,7 +227,7 @@ pub(crate) struct LaneMetrics {
     pub(crate) in_use: Gauge,
     pub(crate) idle: Gauge,
     pub(crate) waiting: Gauge,
-    pub(crate) wait: Histogram,
+    pub(crate) wait: WaitHistogram,
     wait_expired: Counter,
     queue_full: Counter,
     principal_share: Counter,

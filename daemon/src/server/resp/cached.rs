@@ -209,6 +209,10 @@ impl NearCache {
     /// flight; `now`: the session's reading of the clock for this turn (`Cache::answer`). A miss
     /// waits for its reply at most `deadline`; should the tracking connection be
     /// lost first, the read is sent on REGULAR after all.
+    ///
+    /// Called once [`NearCache::hit`] has missed: a `GET` is not looked up again here but filled.
+    /// (An entry another session filled in between costs one more read from Redis: correct, and
+    /// rare, where looking twice cost every miss a second lookup under the cache's lock.)
     pub fn serve(
         &self,
         read: &CachedRead,
@@ -232,9 +236,6 @@ impl NearCache {
             }
         };
         let protocol = on.protocol;
-        if let Some(reply) = self.get_hit(key, now, protocol) {
-            return Served::Hit(reply);
-        }
         self.filled(key, Read::Get, on, deadline, move |value| {
             Some(cache::encode_get(value, protocol))
         })
@@ -243,13 +244,9 @@ impl NearCache {
     /// A `GET`'s hit, answered at once (for a session speaking `protocol` with nothing in flight,
     /// see [`NearCache::serve`]): nothing of what a miss needs is prepared for it.
     pub fn hit(&self, read: &CachedRead, now: Instant, protocol: Protocol) -> Option<Bytes> {
-        match read {
-            CachedRead::Get(key) => self.get_hit(key, now, protocol),
-            _ => None,
-        }
-    }
-
-    fn get_hit(&self, key: &[u8], now: Instant, protocol: Protocol) -> Option<Bytes> {
+        let CachedRead::Get(key) = read else {
+            return None;
+        };
         self.cache.answer(key, now, |value| match value {
             // A hash's entry: Redis answers the GET (`WRONGTYPE`).
             Value::Hash(_) => None,

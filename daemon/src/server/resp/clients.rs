@@ -85,12 +85,6 @@ pub enum LastCommand {
 }
 
 impl State {
-    /// The session ran `descriptor`'s command now.
-    pub fn ran(&mut self, descriptor: Arc<Descriptor>) {
-        self.last_command = Coarse::now();
-        self.command = LastCommand::Admitted(descriptor);
-    }
-
     /// The session ran a command the daemon answers itself, Redis's name for it given.
     pub fn ran_local(&mut self, name: &'static str) {
         self.last_command = Coarse::now();
@@ -126,9 +120,36 @@ impl Subscribed {
 pub struct Registration {
     clients: Arc<Clients>,
     pub client: Arc<Client>,
+    /// What the list was last told the session ran, and the coarse clock's reading then: a
+    /// command that would change neither is not told again (see [`Registration::ran`]).
+    listed: Option<(Arc<Descriptor>, Coarse)>,
 }
 
 impl Registration {
+    /// The session ran `descriptor`'s command now. The list's state is shared (locked by
+    /// `CLIENT LIST` and the like), so it is changed only when what it shows would change: the
+    /// command's name, or the coarse clock's tick its idle time is counted from. A pipelined
+    /// batch of one command, which runs within a tick, locks it once instead of once a command.
+    pub fn ran(&mut self, descriptor: &Arc<Descriptor>) {
+        let now = Coarse::now();
+        if let Some((listed, at)) = &self.listed {
+            if *at == now && Arc::ptr_eq(listed, descriptor) {
+                return;
+            }
+        }
+        self.client.update(|state| {
+            state.last_command = now;
+            state.command = LastCommand::Admitted(descriptor.clone());
+        });
+        self.listed = Some((descriptor.clone(), now));
+    }
+
+    /// The session ran a command the daemon answers itself, Redis's name for it given.
+    pub fn ran_local(&mut self, name: &'static str) {
+        self.listed = None;
+        self.client.update(|state| state.ran_local(name));
+    }
+
     /// How many sessions of the listener this one sees (as `CLIENT LIST` lists them), itself
     /// included: `INFO`'s `connected_clients` for it.
     pub fn sessions_seen(&self) -> usize {
@@ -210,6 +231,7 @@ impl Clients {
         Registration {
             clients: self.clone(),
             client,
+            listed: None,
         }
     }
 
@@ -590,6 +612,56 @@ mod tests {
         assert!(
             line.ends_with(" cmd=client|list user=alice redir=-1 resp=2"),
             "{line}"
+        );
+    }
+
+    fn described(name: &str) -> Arc<Descriptor> {
+        Arc::new(Descriptor {
+            name: name.into(),
+            lane: tollgate_model::Lane::Regular,
+            categories: tollgate_policy::CategorySet::default(),
+            traits: tollgate_policy::Traits::default(),
+            arity: 2,
+            keys: Vec::new(),
+        })
+    }
+
+    fn listed_command(me: &Registration) -> String {
+        let line = me.client.line();
+        let after = line.split(" cmd=").nth(1).expect("a cmd= field");
+        after.split(' ').next().unwrap().to_owned()
+    }
+
+    #[test]
+    fn the_list_names_every_command_as_it_runs_even_within_one_clock_tick() {
+        let (_clients, mut sessions) = clients();
+        let (get, set) = (described("GET"), described("SET"));
+        let me = &mut sessions[0];
+        me.ran(&get);
+        assert_eq!(listed_command(me), "get");
+        me.ran(&set);
+        assert_eq!(listed_command(me), "set");
+        // A command the daemon answers itself in between: the same command again is told again.
+        me.ran(&set);
+        me.ran_local("ping");
+        assert_eq!(listed_command(me), "ping");
+        me.ran(&set);
+        assert_eq!(listed_command(me), "set");
+    }
+
+    #[test]
+    fn the_same_command_again_after_a_tick_moves_the_idle_clock() {
+        let (_clients, mut sessions) = clients();
+        let get = described("GET");
+        let me = &mut sessions[0];
+        me.ran(&get);
+        let first = me.client.state.lock().last_command;
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        me.ran(&get);
+        let second = me.client.state.lock().last_command;
+        assert!(
+            second.duration_since(first) >= std::time::Duration::from_millis(10),
+            "{first:?} then {second:?}"
         );
     }
 

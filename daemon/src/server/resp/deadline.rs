@@ -36,6 +36,36 @@ pub struct Deadlines {
     /// The names `per_command` has entries for (their first words): asked of every command sent,
     /// and for almost every one the answer is no, which this says without building a key.
     names: Vec<Vec<u8>>,
+    /// Every name above or in [`LONG`], by first letter and length: most commands sent are ruled
+    /// out by one load and a bit test, before any name is compared.
+    known: Shapes,
+}
+
+/// A set of command names' shapes (first letter, ASCII case ignored, and length): a name whose
+/// shape is not in the set is none of the names it was made of.
+#[derive(Debug, Clone, Default)]
+struct Shapes([u32; 27]);
+
+impl Shapes {
+    fn add(&mut self, name: &[u8]) {
+        let (row, bit) = Shapes::place(name);
+        self.0[row] |= bit;
+    }
+
+    /// Whether `name` may be one of the names added (`false`: it is none of them).
+    fn may_hold(&self, name: &[u8]) -> bool {
+        let (row, bit) = Shapes::place(name);
+        self.0[row] & bit != 0
+    }
+
+    /// A row per letter (and one for the rest), a bit per length (the last for 31 and longer).
+    fn place(name: &[u8]) -> (usize, u32) {
+        let row = match name.first().map(u8::to_ascii_uppercase) {
+            Some(letter @ b'A'..=b'Z') => usize::from(letter - b'A'),
+            _ => 26,
+        };
+        (row, 1 << name.len().min(31))
+    }
 }
 
 impl Deadlines {
@@ -59,10 +89,15 @@ impl Deadlines {
             })
             .collect();
         names.dedup();
+        let mut known = Shapes::default();
+        for name in names.iter().map(Vec::as_slice).chain(LONG) {
+            known.add(name);
+        }
         Deadlines {
             command_timeout,
             per_command,
             names,
+            known,
         }
     }
 
@@ -78,10 +113,14 @@ impl Deadlines {
     /// [`Deadlines::of`] `command`, whose words are only gathered for the few commands that say
     /// how long they take: this is asked of every command sent.
     pub fn of_command(&self, command: &Command) -> Option<Duration> {
-        if says_how_long(command.name()) {
+        let name = command.name();
+        if !self.known.may_hold(name) {
+            return Some(self.command_timeout);
+        }
+        if says_how_long(name) {
             self.of(&command.argv())
         } else {
-            Some(self.per_command(command.name(), command.word(1)))
+            Some(self.per_command(name, command.word(1)))
         }
     }
 
@@ -239,6 +278,83 @@ mod tests {
 
     fn deadline(words: &str) -> Option<Duration> {
         Deadlines::new(ORDINARY, &BTreeMap::new()).of(&argv(words))
+    }
+
+    #[test]
+    fn a_command_sent_has_the_deadline_its_words_give_whatever_its_shape() {
+        let configured = BTreeMap::from([
+            ("cluster setslot".to_owned(), Duration::from_secs(7)),
+            ("Keys".to_owned(), Duration::from_secs(30)),
+            (
+                "a-very-long-command-name-of-over-thirty-one-bytes".to_owned(),
+                Duration::from_secs(9),
+            ),
+        ]);
+        let deadlines = Deadlines::new(ORDINARY, &configured);
+        for words in [
+            "GET a",
+            "get a",
+            "SET a b",
+            "INCR a",
+            "LPUSH l a",
+            "MSET a 1 b 2",
+            "LRANGE l 0 9",
+            "BLPOP a 1.5",
+            "blpop a 0",
+            "brpoplpush a b 3",
+            "XREAD BLOCK 250 STREAMS s 0",
+            "xreadgroup GROUP g c STREAMS s >",
+            "WAIT 1 100",
+            "waitaof 0 1 50",
+            "DEBUG SLEEP 2",
+            "debug reload",
+            "SAVE",
+            "save",
+            "FLUSHALL",
+            "flushdb async",
+            "CLUSTER SETSLOT 1 STABLE",
+            "cluster info",
+            "KEYS *",
+            "keys *",
+            "KEY",
+            "SAVES",
+            "a-very-long-command-name-of-over-thirty-one-bytes",
+            "a-very-long-command-name-of-over-thirty-one-bytes-and-more",
+            "MIGRATE h 1 k 0 5000",
+            "1",
+            "@",
+            "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz",
+        ] {
+            let command = crate::server::resp::words::command(words);
+            assert_eq!(
+                deadlines.of_command(&command),
+                deadlines.of(&argv(words)),
+                "{words:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn shapes_rule_out_only_names_they_were_not_given() {
+        let mut shapes = Shapes::default();
+        for name in [&b"BLPOP"[..], b"save", b"x", b"", b"0DAY"] {
+            shapes.add(name);
+        }
+        for name in [
+            &b"blpop"[..],
+            b"BRPOP",
+            b"SAVE",
+            b"sane",
+            b"X",
+            b"",
+            b"0day",
+            b"9DAY",
+        ] {
+            assert!(shapes.may_hold(name), "{name:?}");
+        }
+        for name in [&b"GET"[..], b"BLPOPS", b"SAV", b"xy", b"A", b"save!"] {
+            assert!(!shapes.may_hold(name), "{name:?}");
+        }
     }
 
     #[test]

@@ -257,8 +257,8 @@ impl SessionState {
     }
 
     /// What `CLIENT LIST` and `MONITOR` show of a connection-scoped command.
-    fn ran_local(&self, local: Local, command: &Command) {
-        self.me.client.update(|state| state.ran_local(local.name()));
+    fn ran_local(&mut self, local: Local, command: &Command) {
+        self.me.ran_local(local.name());
         // AUTH and HELLO are shown as Redis shows them, their credentials redacted.
         if !local.needs_admission() {
             self.front.monitors.ran(&self.me.client, command);
@@ -347,7 +347,7 @@ impl SessionState {
                     if !descriptor.traits.admin {
                         self.front.monitors.ran(&self.me.client, command);
                     }
-                    self.me.client.update(|state| state.ran(descriptor));
+                    self.me.ran(&descriptor);
                 }
                 plan
             }
