@@ -16,6 +16,7 @@
 //! node's script watch (`script_limit`) until its reply arrives; a command refused `BUSY` while the
 //! watch stops a script is sent again (`resend`).
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -25,6 +26,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures::task::AtomicWaker;
+use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -559,17 +561,23 @@ async fn pipeline(
     let generation = conn.generation();
     let (stream, read, _tracked) = conn.into_parts();
     let (reader, writer) = tokio::io::split(stream);
-    let (in_flight, owed) = mpsc::unbounded_channel();
+    let owed = Owed::default();
     let lost = CancellationToken::new();
     let unanswered = Unanswered::default();
+    let writing = async {
+        let unsent = write_loop(lane, writer, first, queue, &owed, &unanswered, &lost).await;
+        // The reader ends once it has answered what was written (or the connection failed).
+        owed.finish();
+        unsent
+    };
     let (unsent, ()) = tokio::join!(
-        write_loop(lane, writer, first, queue, in_flight, &unanswered, &lost),
+        writing,
         read_loop(
             lane,
             slot,
             reader,
             read,
-            owed,
+            &owed,
             &unanswered,
             &lost,
             generation
@@ -588,7 +596,7 @@ async fn write_loop(
     mut writer: WriteHalf<Stream>,
     first: Request,
     queue: &mut mpsc::UnboundedReceiver<Request>,
-    in_flight: mpsc::UnboundedSender<InFlight>,
+    in_flight: &Owed,
     owed: &Unanswered,
     lost: &CancellationToken,
 ) -> Option<Request> {
@@ -616,7 +624,7 @@ async fn write_loop(
             _ = &mut gone => return Some(request),
         };
         match permit {
-            Ok(permit) => stage(request, permit, &mut batch, &in_flight),
+            Ok(permit) => stage(request, permit, &mut batch, in_flight),
             Err(error) => {
                 request.fail(error.into());
                 continue;
@@ -626,7 +634,7 @@ async fn write_loop(
         // Gather what is already queued into the same write, while permits are free.
         while next.is_none() && batch.len() < MAX_BATCH {
             let Ok(request) = queue.try_recv() else { break };
-            next = stage_if_permitted(lane, request, &mut batch, &in_flight);
+            next = stage_if_permitted(lane, request, &mut batch, in_flight);
             staged += usize::from(next.is_none());
         }
         // One write in flight: while Redis still owes replies to the previous write, commands
@@ -642,7 +650,7 @@ async fn write_loop(
                 () = owed.settled() => {}
                 request = queue.recv() => match request {
                     Some(request) => {
-                        next = stage_if_permitted(lane, request, &mut batch, &in_flight);
+                        next = stage_if_permitted(lane, request, &mut batch, in_flight);
                         staged += usize::from(next.is_none());
                     }
                     None => break,
@@ -650,6 +658,8 @@ async fn write_loop(
             }
         }
         owed.written(staged);
+        // The reader learns of the batch's commands once, before their replies can come.
+        in_flight.staged();
         lane.metrics.writes.inc();
         let written = tokio::select! {
             written = writer.write_all(&batch) => written,
@@ -669,7 +679,7 @@ fn stage_if_permitted(
     lane: &MultiplexedLane,
     request: Request,
     batch: &mut BytesMut,
-    in_flight: &mpsc::UnboundedSender<InFlight>,
+    in_flight: &Owed,
 ) -> Option<Request> {
     match lane.gate.try_enter() {
         Some(permit) => {
@@ -680,16 +690,11 @@ fn stage_if_permitted(
     }
 }
 
-fn stage(
-    mut request: Request,
-    permit: Permit,
-    batch: &mut BytesMut,
-    in_flight: &mpsc::UnboundedSender<InFlight>,
-) {
+fn stage(mut request: Request, permit: Permit, batch: &mut BytesMut, in_flight: &Owed) {
     request.ticket.granted();
     batch.extend_from_slice(&request.command);
     // Registered before the bytes are written, so the reader always knows whose reply arrives.
-    let _ = in_flight.send(InFlight {
+    in_flight.push(InFlight {
         reply: request.reply,
         preamble: request.preamble,
         deadline: request.deadline,
@@ -706,7 +711,7 @@ async fn read_loop(
     slot: &Slot,
     mut reader: ReadHalf<Stream>,
     mut read: BytesMut,
-    mut owed: mpsc::UnboundedReceiver<InFlight>,
+    owed: &Owed,
     unanswered: &Unanswered,
     lost: &CancellationToken,
     generation: u64,
@@ -724,7 +729,7 @@ async fn read_loop(
             &mut read,
             &mut replies,
             &mut current,
-            &mut owed,
+            owed,
             &mut refused_write,
         );
         if refused_write {
@@ -749,7 +754,7 @@ async fn read_loop(
             missed = overdue.passed(), if overdue.armed() => if let Some(deadline) = missed {
                 break format!("no reply within {deadline:?}; the connection was closed");
             },
-            waiting = owed.recv(), if current.is_none() => match waiting {
+            waiting = owed.next(), if current.is_none() => match waiting {
                 Some(waiting) => {
                     current = Some(waiting);
                     overdue.head(lane, slot, current.as_ref());
@@ -764,14 +769,10 @@ async fn read_loop(
         }
     };
     lost.cancel();
-    owed.close();
     // Oldest first: the written ones (counted before their write began), then those the writer
     // was still holding for its next write, which never left the daemon.
     let mut written = unanswered.unanswered();
-    for waiting in current
-        .into_iter()
-        .chain(std::iter::from_fn(|| owed.try_recv().ok()))
-    {
+    for waiting in current.into_iter().chain(owed.close()) {
         let reason = failure.clone();
         waiting.answer(Err(if written > 0 {
             written -= 1;
@@ -788,7 +789,7 @@ fn hand_out(
     read: &mut BytesMut,
     replies: &mut ReplyReader,
     current: &mut Option<InFlight>,
-    owed: &mut mpsc::UnboundedReceiver<InFlight>,
+    owed: &Owed,
     refused_write: &mut bool,
 ) -> Result<usize, tollgate_resp::ProtocolError> {
     let mut answered = 0;
@@ -814,7 +815,7 @@ fn hand_out(
         if let Some(waiting) = current.take() {
             waiting.answer(outcome);
         }
-        *current = owed.try_recv().ok();
+        *current = owed.pop();
         answered += 1;
     }
     Ok(answered)
@@ -883,6 +884,84 @@ impl Overdue {
                 None
             }
         }
+    }
+}
+
+/// The commands a connection's writer staged, oldest first, for its reader to hand their replies
+/// to. Writer and reader are two halves of one task (`pipeline`'s join), never running at once, so
+/// the lock is never contended: a queue of their own costs a command far less than a channel's.
+#[derive(Default)]
+struct Owed {
+    queue: Mutex<OwedQueue>,
+    /// The reader, waiting for a command to be staged (or for the writer's end).
+    reader: AtomicWaker,
+}
+
+#[derive(Default)]
+struct OwedQueue {
+    staged: VecDeque<InFlight>,
+    /// The writer is done: once `staged` is empty, nothing more will come.
+    finished: bool,
+    /// The reader is gone: what is staged from now on is dropped (its caller hears that the
+    /// driver stopped), as nobody will read its reply.
+    closed: bool,
+}
+
+impl Owed {
+    fn push(&self, command: InFlight) {
+        let mut queue = self.queue.lock();
+        if !queue.closed {
+            queue.staged.push_back(command);
+        }
+    }
+
+    /// The reader may look again: commands were staged.
+    fn staged(&self) {
+        self.reader.wake();
+    }
+
+    /// The writer is done.
+    fn finish(&self) {
+        self.queue.lock().finished = true;
+        self.reader.wake();
+    }
+
+    /// The oldest staged command, if any.
+    fn pop(&self) -> Option<InFlight> {
+        self.queue.lock().staged.pop_front()
+    }
+
+    /// The oldest staged command, once there is one; `None` once the writer is done and every
+    /// command it staged was taken.
+    async fn next(&self) -> Option<InFlight> {
+        std::future::poll_fn(|cx| {
+            if let Some(command) = self.take_or_end() {
+                return Poll::Ready(command);
+            }
+            self.reader.register(cx.waker());
+            match self.take_or_end() {
+                Some(command) => Poll::Ready(command),
+                None => Poll::Pending,
+            }
+        })
+        .await
+    }
+
+    /// `Some(Some(_))`: the oldest staged command; `Some(None)`: none will come; `None`: none yet.
+    fn take_or_end(&self) -> Option<Option<InFlight>> {
+        let mut queue = self.queue.lock();
+        match queue.staged.pop_front() {
+            Some(command) => Some(Some(command)),
+            None if queue.finished => Some(None),
+            None => None,
+        }
+    }
+
+    /// The reader is gone: what is staged, oldest first (nothing is staged from now on).
+    fn close(&self) -> Vec<InFlight> {
+        let mut queue = self.queue.lock();
+        queue.closed = true;
+        queue.staged.drain(..).collect()
     }
 }
 
