@@ -22,8 +22,12 @@ untagged keys through its socket, would split them into up to ten commands on th
 not the same work. LPUSH pushes to one list per node directly (`mylist{tag}`) and to the one list
 `mylist` through Tollgate: one node does that work.
 
+--baseline runs another Tollgate binary (an earlier build) on the same cluster, as one more target in
+the same rounds, with the ratio tollgate/baseline: this bench shares two cores among five processes
+unpinned, and runs made one after the other do not separate two builds; runs interleaved can.
+
     python3 benches/cluster.py [--requests N] [--pipelined-requests N] [--rounds R] [--write BENCHMARKS.md]
-                               [--no-build | --binary path/to/tollgate]
+                               [--no-build | --binary path/to/tollgate] [--baseline path/to/older/tollgate]
 """
 
 import argparse
@@ -39,7 +43,7 @@ import sys
 import tempfile
 import time
 
-from e2e import private_acl, raise_nofile, replace_section, stop_all  # benches/ is on sys.path when run as a script
+from e2e import knows, private_acl, raise_nofile, replace_section, stop_all  # benches/ is on sys.path when run as a script
 
 TESTS = ("set", "get", "incr", "lpush")
 MASTERS = 3
@@ -137,6 +141,7 @@ def main():
     parser.add_argument("--write", help="replace the '## Redis Cluster' section of this Markdown file")
     parser.add_argument("--no-build", action="store_true", help="use target/release/tollgate as it is")
     parser.add_argument("--binary", help="the tollgate binary to run (implies --no-build)")
+    parser.add_argument("--baseline", help="an older tollgate binary, run in the same rounds")
     args = parser.parse_args()
     args.pipelined_requests = args.pipelined_requests or 10 * args.requests
     for tool in ("redis-server", "redis-cli", "redis-benchmark"):
@@ -182,40 +187,54 @@ def main():
         lanes_yaml = subprocess.run([tollgate_bin, "redis-acl", "--passwords", passwords, "--lanes-yaml"],
                                     check=True, capture_output=True, text=True).stdout
 
-        sock = os.path.join(work, "tollgate.sock")
-        config = os.path.join(work, "tollgate.yaml")
-        with open(config, "w") as conf:
-            conf.write(f"runtime_dir: {work}/tollgate\nredis:\n  cluster:\n    addresses: "
-                       f"[{', '.join(repr(a) for a in addresses)}]\n  trusted_users: [default]\n"
-                       f"listen:\n  resp: {sock}\n  http: {work}/tollgate-http.sock\nlogging:\n  level: warn\n"
-                       + lanes_yaml)
-        log = open(os.path.join(work, "tollgate.log"), "w")
-        tollgate = subprocess.Popen([tollgate_bin, "serve", "--config", config], stdout=log, stderr=log,
+        def start_tollgate(binary, name):
+            """The daemon `name` on the cluster; an older build gets only the config keys it knows."""
+            sock = os.path.join(work, f"{name}.sock")
+            config = os.path.join(work, f"{name}.yaml")
+            lanes = lanes_yaml
+            if name != "tollgate" and not knows(binary, "lanes.scopes"):
+                lanes = "".join(line for line in lanes.splitlines(keepends=True)
+                                if not line.startswith("  scopes:"))
+            with open(config, "w") as conf:
+                conf.write(f"runtime_dir: {work}/{name}\nredis:\n  cluster:\n    addresses: "
+                           f"[{', '.join(repr(a) for a in addresses)}]\n  trusted_users: [default]\n"
+                           f"listen:\n  resp: {sock}\n  http: {work}/{name}-http.sock\nlogging:\n  level: warn\n"
+                           + lanes)
+            log = open(os.path.join(work, f"{name}.log"), "w")
+            proc = subprocess.Popen([binary, "serve", "--config", config], stdout=log, stderr=log,
                                     preexec_fn=raise_nofile)
-        procs.append(tollgate)
-        try:
-            wait_until(f"tollgate on {sock} answers GET", lambda: answers_get(sock), proc=tollgate)
-        except SystemExit as failed:
-            keep_work = True
-            raise SystemExit(f"{failed}; logs in {work}")
+            procs.append(proc)
+            try:
+                wait_until(f"{name} on {sock} answers GET", lambda: answers_get(sock), proc=proc)
+            except SystemExit as failed:
+                nonlocal keep_work
+                keep_work = True
+                raise SystemExit(f"{failed}; logs in {work}")
+            return proc, sock
 
+        tollgate, sock = start_tollgate(tollgate_bin, "tollgate")
         node_pids = [node.pid for node in nodes]
-        targets = [("direct", ["--cluster", "-h", "127.0.0.1", "-p", str(ports[0])]),
-                   ("tollgate", ["-s", sock])]
+        targets = [("direct", ["--cluster", "-h", "127.0.0.1", "-p", str(ports[0])], tollgate.pid),
+                   ("tollgate", ["-s", sock], tollgate.pid)]
+        if args.baseline:
+            baseline, baseline_sock = start_tollgate(os.path.abspath(args.baseline), "baseline")
+            targets.append(("baseline", ["-s", baseline_sock], baseline.pid))
         load_before = os.getloadavg()
         results = {}  # (target, pipeline, test) -> [(rps, p50, p99, nodes s, daemon s, client s)]
         for round_no in range(args.rounds):
             for pipeline in (1, 16):
                 for test in TESTS:
-                    for name, target_args in targets:
+                    for name, target_args, daemon_pid in targets:
                         row = benchmark(target_args, test, pipeline, requests_for(args, pipeline), node_pids,
-                                        tollgate.pid)
+                                        daemon_pid)
                         results.setdefault((name, pipeline, test), []).append(row)
             print(f"round {round_no + 1}/{args.rounds} done", file=sys.stderr)
         load_after = os.getloadavg()
-        if tollgate.poll() is not None:
-            keep_work = True
-            raise SystemExit(f"tollgate exited during the run ({tollgate.returncode}); logs in {work}")
+        for name, _, daemon_pid in targets[1:]:
+            proc = next(p for p in procs if p.pid == daemon_pid)
+            if proc.poll() is not None:
+                keep_work = True
+                raise SystemExit(f"{name} exited during the run ({proc.returncode}); logs in {work}")
 
         report = render(args, results, load_before, load_after)
         print(report)
@@ -254,6 +273,7 @@ def render(args, results, load_before, load_after):
     pipelined = "" if args.pipelined_requests == 10 * args.requests else \
         f" --pipelined-requests {args.pipelined_requests}"
     binary = " --binary <tollgate>" if args.binary else ""
+    binary += " --baseline <older tollgate>" if args.baseline else ""
     lines = [WHAT, "",
              f"Command: `python3 benches/cluster.py --requests {args.requests}{pipelined} --rounds {args.rounds}{binary}` "
              f"(3 masters, no replicas, on loopback TCP; redis-benchmark -c 50 -r 1000000, -n {args.requests} "
@@ -268,21 +288,28 @@ def render(args, results, load_before, load_after):
                      "ratio; server-side CPU µs per request (direct: the nodes; tollgate: nodes + daemon), "
                      "the daemon's part, redis-benchmark's µs per request")
         lines.append("")
-        lines.append("| test | direct | tollgate | tollgate/direct | CPU direct | CPU tollgate (daemon) "
-                     "| tollgate/direct CPU | client CPU direct / tollgate |")
-        lines.append("|---|---|---|---|---|---|---|---|")
+        header = ("| test | direct | tollgate | tollgate/direct | CPU direct | CPU tollgate (daemon) "
+                  "| tollgate/direct CPU | client CPU direct / tollgate |")
+        if args.baseline:
+            header += " baseline | baseline (daemon) CPU | tollgate/baseline | daemon CPU tollgate/baseline |"
+        lines.append(header)
+        lines.append("|---" * header.count(" | ") + "|---|")
         for test in TESTS:
             med = {}
-            for name in ("direct", "tollgate"):
+            for name in ("direct", "tollgate") + (("baseline",) if args.baseline else ()):
                 rows = results[(name, pipeline, test)]
                 med[name] = [statistics.median(r[i] for r in rows) for i in range(6)]
             d, t = med["direct"], med["tollgate"]
             cpu_direct = d[3] * us
             cpu_tollgate = (t[3] + t[4]) * us
-            lines.append(
-                f"| {test} | {d[0]:,.0f} ({d[1]:.3f} / {d[2]:.3f}) | {t[0]:,.0f} ({t[1]:.3f} / {t[2]:.3f}) "
-                f"| {ratio(t[0], d[0])} | {cpu_direct:.2f} | {cpu_tollgate:.2f} ({t[4] * us:.2f}) "
-                f"| {ratio(cpu_tollgate, cpu_direct)} | {d[5] * us:.2f} / {t[5] * us:.2f} |")
+            line = (f"| {test} | {d[0]:,.0f} ({d[1]:.3f} / {d[2]:.3f}) | {t[0]:,.0f} ({t[1]:.3f} / {t[2]:.3f}) "
+                    f"| {ratio(t[0], d[0])} | {cpu_direct:.2f} | {cpu_tollgate:.2f} ({t[4] * us:.2f}) "
+                    f"| {ratio(cpu_tollgate, cpu_direct)} | {d[5] * us:.2f} / {t[5] * us:.2f} |")
+            if args.baseline:
+                b = med["baseline"]
+                line += (f" {b[0]:,.0f} ({b[1]:.3f} / {b[2]:.3f}) | {(b[3] + b[4]) * us:.2f} ({b[4] * us:.2f}) "
+                         f"| {ratio(t[0], b[0])} | {ratio(t[4], b[4])} |")
+            lines.append(line)
         lines.append("")
     return "\n".join(lines)
 
