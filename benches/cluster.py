@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 
-from e2e import knows, private_acl, raise_nofile, replace_section, stop_all  # benches/ is on sys.path when run as a script
+from e2e import keys_known_to, private_acl, raise_nofile, replace_section, stop_all  # benches/ is on sys.path when run as a script
 
 TESTS = ("set", "get", "incr", "lpush")
 MASTERS = 3
@@ -191,13 +191,10 @@ def main():
             """The daemon `name` on the cluster; an older build gets only the config keys it knows."""
             sock = os.path.join(work, f"{name}.sock")
             config = os.path.join(work, f"{name}.yaml")
-            lanes = lanes_yaml
-            if name != "tollgate" and not knows(binary, "lanes.scopes"):
-                lanes = "".join(line for line in lanes.splitlines(keepends=True)
-                                if not line.startswith("  scopes:"))
+            lanes, trusted = keys_known_to(None if name == "tollgate" else binary, lanes_yaml)
             with open(config, "w") as conf:
                 conf.write(f"runtime_dir: {work}/{name}\nredis:\n  cluster:\n    addresses: "
-                           f"[{', '.join(repr(a) for a in addresses)}]\n  trusted_users: [default]\n"
+                           f"[{', '.join(repr(a) for a in addresses)}]\n{trusted}"
                            f"listen:\n  resp: {sock}\n  http: {work}/{name}-http.sock\nlogging:\n  level: warn\n"
                            + lanes)
             log = open(os.path.join(work, f"{name}.log"), "w")

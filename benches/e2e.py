@@ -140,20 +140,28 @@ def knows(binary, word):
         return word.encode() in image.read()
 
 
+def keys_known_to(binary, lanes_yaml):
+    """The `lanes:` YAML and the `redis.trusted_users` line for the tollgate `binary` (`None`: this
+    build): an older build gets only the config keys it knows."""
+    if binary is None:
+        return lanes_yaml, "  trusted_users: [default]\n"
+    # A build from before the lease service had connections of its own knows no `leases:` lane.
+    lanes = lanes_yaml if knows(binary, "max_watchdogs") else "".join(
+        line for line in lanes_yaml.splitlines(keepends=True) if not line.startswith("  leases:"))
+    # Nor does a build from before tenants' scripts ran as scope users know `lanes.scopes`.
+    if not knows(binary, "lanes.scopes"):
+        lanes = "".join(line for line in lanes.splitlines(keepends=True) if not line.startswith("  scopes:"))
+    # A build from before the start-up proof checked every Redis user knows no trusted_users.
+    trusted = "  trusted_users: [default]\n" if knows(binary, "trusted_users") else ""
+    return lanes, trusted
+
+
 def tollgate_config(work, name, redis_sock, lanes_yaml, binary=None):
     """Writes the config of the daemon `name` (`tollgate`, or `baseline…` for an older build at
     `binary`) and returns (its path, its RESP socket). An older build gets only the keys it knows."""
     sock = os.path.join(work, f"{name}.sock")
     config = os.path.join(work, f"{name}.yaml")
-    # A build from before the lease service had connections of its own knows no `leases:` lane.
-    lanes = lanes_yaml if binary is None or knows(binary, "max_watchdogs") else "".join(
-        line for line in lanes_yaml.splitlines(keepends=True) if not line.startswith("  leases:"))
-    # Nor does a build from before tenants' scripts ran as scope users know `lanes.scopes`.
-    if binary is not None and not knows(binary, "lanes.scopes"):
-        lanes = "".join(line for line in lanes.splitlines(keepends=True) if not line.startswith("  scopes:"))
-    # A build from before the start-up proof checked every Redis user knows no trusted_users.
-    trusted = ("  trusted_users: [default]\n"
-               if binary is None or knows(binary, "trusted_users") else "")
+    lanes, trusted = keys_known_to(binary, lanes_yaml)
     with open(config, "w") as conf:
         conf.write(f"runtime_dir: {work}/{name}\nredis:\n  address: unix:{redis_sock}\n{trusted}"
                    f"listen:\n  resp: {sock}\n  http: {work}/{name}-http.sock\nlogging:\n  level: warn\n"

@@ -33,8 +33,9 @@ pub struct Deadlines {
     command_timeout: Duration,
     /// Per command: `NAME` or `NAME SUBCOMMAND`, upper-case.
     per_command: BTreeMap<Vec<u8>, Duration>,
-    /// The names `per_command` has entries for (their first words): asked of every command sent,
-    /// and for almost every one the answer is no, which this says without building a key.
+    /// The names `per_command` has entries for (their first words): asked of every command that
+    /// `known` does not rule out, and for almost every one the answer is no, which this says
+    /// without building a key.
     names: Vec<Vec<u8>>,
     /// Every name above or in [`LONG`], by first letter and length: most commands sent are ruled
     /// out by one load and a bit test, before any name is compared.
