@@ -7,7 +7,8 @@
 use std::sync::LazyLock;
 
 use bytes::{Bytes, BytesMut};
-use tollgate_lanes::{CallError, Delivery, Lanes, Route, Slot};
+use smallvec::SmallVec;
+use tollgate_lanes::{CallError, Delivery, Lanes, Route, Shape, Slot};
 use tollgate_model::Multiplexed;
 use tollgate_resp::Frame;
 
@@ -16,14 +17,21 @@ pub struct Script {
     pub name: &'static str,
     pub source: &'static str,
     sha: String,
+    /// `EVALSHA` and the SHA as the first two words of a command, encoded once.
+    evalsha_head: Vec<u8>,
 }
 
 impl Script {
     fn new(name: &'static str, source: &'static str) -> Script {
+        let sha = sha1_smol::Sha1::from(source).digest().to_string();
+        let mut head = BytesMut::new();
+        tollgate_resp::encode_bulk(b"EVALSHA", &mut head);
+        tollgate_resp::encode_bulk(sha.as_bytes(), &mut head);
         Script {
             name,
             source,
-            sha: sha1_smol::Sha1::from(source).digest().to_string(),
+            sha,
+            evalsha_head: head.to_vec(),
         }
     }
 
@@ -83,6 +91,10 @@ const REFUSED_UP_FRONT: [&str; 11] = [
     "FENCE",
 ];
 
+/// A script's reply and its follow-ups' (`WAIT`), in order: nearly always one or two, kept
+/// without a vector of their own.
+pub type Frames = SmallVec<[Frame; 2]>;
+
 /// Runs lease scripts on the SCRIPT lane.
 #[derive(Clone)]
 pub struct ScriptRunner {
@@ -102,16 +114,18 @@ impl ScriptRunner {
         keys: &[&str],
         args: &[&[u8]],
         then: &[&[&[u8]]],
-    ) -> Result<Vec<Frame>, ScriptError> {
+    ) -> Result<Frames, ScriptError> {
         let channel = self
             .lanes
             .multiplexed(Multiplexed::Script)
             .map_err(|error| ScriptError::NotSent(error.to_string()))?;
         // On a cluster every key of a resource shares its hash tag, so the first names the node;
-        // a script loaded after NOSCRIPT must be loaded on that same node.
-        let route = keys
-            .first()
-            .map_or(Route::Any, |key| Route::Slot(Slot::of(key.as_bytes())));
+        // a script loaded after NOSCRIPT must be loaded on that same node. On one server every
+        // route leads to it, and the slot is not worth computing.
+        let route = match (self.lanes.shape(), keys.first()) {
+            (Shape::Cluster(_), Some(key)) => Route::Slot(Slot::of(key.as_bytes())),
+            _ => Route::Any,
+        };
         let evalsha = evalsha(script, keys, args);
         let first = send_all(&channel, &route, &evalsha, then).await?;
         if !is_noscript(&first[0]) {
@@ -140,7 +154,7 @@ async fn send_all(
     route: &Route,
     evalsha: &Bytes,
     then: &[&[&[u8]]],
-) -> Result<Vec<Frame>, ScriptError> {
+) -> Result<Frames, ScriptError> {
     let send = |command: Bytes| channel.send_to(route.clone(), command);
     if then.is_empty() {
         // The usual call: the script alone, without a vector of one pending reply.
@@ -148,11 +162,11 @@ async fn send_all(
         let frame = reply
             .frame()
             .map_err(|error| ScriptError::Indeterminate(error.to_string()))?;
-        return Ok(vec![frame]);
+        return Ok(smallvec::smallvec![frame]);
     }
     let mut pending = vec![send(evalsha.clone())];
     pending.extend(then.iter().map(|argv| send(command(argv))));
-    let mut frames = Vec::with_capacity(pending.len());
+    let mut frames = Frames::with_capacity(pending.len());
     for (index, reply) in pending.into_iter().enumerate() {
         match reply.await {
             // The call went out: a reply that cannot be read leaves its outcome unknown.
@@ -192,14 +206,10 @@ fn evalsha(script: &Script, keys: &[&str], args: &[&[u8]]) -> Bytes {
         + args.iter().map(|arg| arg.len()).sum::<usize>();
     let mut out = BytesMut::with_capacity(size);
     tollgate_resp::encode_header(b'*', words, &mut out);
-    for word in [
-        b"EVALSHA".as_slice(),
-        script.sha.as_bytes(),
-        numkeys.as_bytes(),
-    ]
-    .into_iter()
-    .chain(keys.iter().map(|key| key.as_bytes()))
-    .chain(args.iter().copied())
+    out.extend_from_slice(&script.evalsha_head);
+    for word in std::iter::once(numkeys.as_bytes())
+        .chain(keys.iter().map(|key| key.as_bytes()))
+        .chain(args.iter().copied())
     {
         tollgate_resp::encode_bulk(word, &mut out);
     }

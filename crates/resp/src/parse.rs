@@ -7,6 +7,7 @@
 //! [`Frame`] recurses, and so does dropping one: only [`parse`] refuses nesting past `max_depth`.
 
 use bytes::{Buf, Bytes, BytesMut};
+use smallvec::SmallVec;
 
 use crate::Frame;
 
@@ -93,8 +94,9 @@ pub fn frame_len(buf: &[u8], limits: &Limits) -> Result<Option<usize>, ProtocolE
 pub struct Scanner {
     /// Start of the first element not yet scanned.
     pos: usize,
-    /// Children still expected by each open aggregate, innermost last.
-    open: Vec<usize>,
+    /// Children still expected by each open aggregate, innermost last; replies nest shallowly,
+    /// and a vector here cost an allocation per array reply.
+    open: SmallVec<[usize; 4]>,
 }
 
 /// What one element header turned out to be.
@@ -112,6 +114,9 @@ impl Scanner {
             let element = if let Some(end) = bulk_end(buf, self.pos, limits) {
                 self.pos = end;
                 Element::Whole
+            } else if let Some((end, element)) = short_element(buf, self.pos, limits) {
+                self.pos = end;
+                element
             } else {
                 let mut walker = Walker::new(buf, limits);
                 walker.pos = self.pos;
@@ -173,6 +178,38 @@ pub enum Discarded {
     /// Part of the frame; more of it is to come. Nothing dropped after `FrameTooLarge` means one
     /// string by itself is over the limit: the stream cannot be read past it.
     Part { dropped: usize },
+}
+
+/// The end of the most common short elements at `pos`, as the [`Walker`] would measure them: an
+/// integer of at most 18 digits (`:n`, the reply of `INCR`, `LPUSH` and the lease scripts), a
+/// one-digit array header (`*n`, n ≥ 1) and `+OK`. Each went through the walker's line search
+/// and number parser, which cost several times what these checks do. `None` for anything else,
+/// which the walker then measures (and says what is wrong with).
+fn short_element(buf: &[u8], pos: usize, limits: &Limits) -> Option<(usize, Element)> {
+    let rest = buf.get(pos..)?;
+    match *rest.first()? {
+        b':' => {
+            let sign = usize::from(rest.get(1) == Some(&b'-'));
+            let digits = rest[1 + sign..]
+                .iter()
+                .take(19)
+                .take_while(|b| b.is_ascii_digit())
+                .count();
+            let end = 1 + sign + digits;
+            ((1..=18).contains(&digits) && rest.get(end..end + 2)? == b"\r\n")
+                .then_some((pos + end + 2, Element::Whole))
+        }
+        b'*' => match *rest.get(1..4)? {
+            [digit @ b'1'..=b'9', b'\r', b'\n']
+                if usize::from(digit - b'0') <= limits.max_elements =>
+            {
+                Some((pos + 4, Element::Open(usize::from(digit - b'0'))))
+            }
+            _ => None,
+        },
+        b'+' => (rest.get(..5)? == b"+OK\r\n").then_some((pos + 5, Element::Whole)),
+        _ => None,
+    }
 }
 
 /// The end of a complete and well-formed bulk string (`$<len>\r\n<payload>\r\n`) at `pos`. Most of
@@ -629,6 +666,62 @@ mod tests {
             }
             assert_eq!(found, expected, "pieces of {piece} bytes");
         }
+    }
+
+    #[test]
+    fn short_elements_are_measured_as_the_walker_measures_them() {
+        let inputs: [&[u8]; 22] = [
+            b":0\r\n",
+            b":-1\r\n",
+            b":007\r\n",
+            b":123456789012345678\r\n",
+            b":-123456789012345678\r\n",
+            b":1234567890123456789\r\n",
+            b":+7\r\n",
+            b":\r\n",
+            b":-\r\n",
+            b":12a\r\n",
+            b":12\r",
+            b":12\rx",
+            b"*1\r\n",
+            b"*9\r\n",
+            b"*0\r\n",
+            b"*10\r\n",
+            b"*-1\r\n",
+            b"*5\r",
+            b"+OK\r\n",
+            b"+OKAY\r\n",
+            b"+OK\n",
+            b"+O",
+        ];
+        let narrow = Limits {
+            max_elements: 3,
+            ..Limits::default()
+        };
+        let mut taken = 0;
+        for limits in [Limits::default(), narrow] {
+            for input in inputs {
+                for cut in 0..=input.len() {
+                    let buf = &input[..cut];
+                    let Some((end, element)) = short_element(buf, 0, &limits) else {
+                        continue;
+                    };
+                    taken += 1;
+                    let mut walker = Walker::new(buf, &limits);
+                    let walked = walker.element();
+                    let same = match (&element, walked) {
+                        (Element::Whole, Ok(Some(Element::Whole))) => true,
+                        (Element::Open(a), Ok(Some(Element::Open(b)))) => *a == b,
+                        _ => false,
+                    };
+                    assert!(same, "{:?}", lossy(buf));
+                    assert_eq!(end, walker.pos, "{:?}", lossy(buf));
+                }
+            }
+        }
+        // The fast path is taken, and only for whole elements: five integers, two headers and +OK
+        // under the default limits; `*9` is past the narrow limit of three.
+        assert_eq!(taken, 8 + 7);
     }
 
     fn encode_one(frame: &Frame) -> BytesMut {

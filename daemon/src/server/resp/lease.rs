@@ -9,6 +9,7 @@
 //! commands are the lease service's, and that none runs inside a transaction, is the plan's
 //! (`kind.rs`, `plan.rs`).
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -283,46 +284,52 @@ fn parse(argv: &[&[u8]]) -> Result<Call, String> {
 }
 
 /// The options after a subcommand's positional arguments: `NAME value` pairs and bare flags, each
-/// at most once, in any order, in any case.
+/// at most once, in any order, in any case. Kept on the stack, by each name's place in its list:
+/// this runs for every lease call.
 struct Options<'a> {
-    values: Vec<(&'static str, &'a [u8])>,
-    flags: Vec<&'static str>,
+    valued: &'static [&'static str],
+    values: [Option<&'a [u8]>; MAX_OPTIONS],
+    flags: &'static [&'static str],
+    set: [bool; MAX_OPTIONS],
 }
+
+/// The most names of one kind a subcommand takes (`ACQUIRE`'s eight valued options).
+const MAX_OPTIONS: usize = 8;
 
 impl<'a> Options<'a> {
     fn read(
         words: &[&'a [u8]],
-        valued: &[&'static str],
-        flags: &[&'static str],
+        valued: &'static [&'static str],
+        flags: &'static [&'static str],
     ) -> Result<Options<'a>, String> {
+        debug_assert!(valued.len() <= MAX_OPTIONS && flags.len() <= MAX_OPTIONS);
         let mut options = Options {
-            values: Vec::new(),
-            flags: Vec::new(),
+            valued,
+            values: [None; MAX_OPTIONS],
+            flags,
+            set: [false; MAX_OPTIONS],
         };
         let mut words = words.iter();
         while let Some(word) = words.next() {
             let named = |names: &[&'static str]| {
                 names
                     .iter()
-                    .copied()
-                    .find(|name| word.eq_ignore_ascii_case(name.as_bytes()))
+                    .position(|name| word.eq_ignore_ascii_case(name.as_bytes()))
             };
-            let seen = |name: &str| {
-                options.flags.contains(&name) || options.values.iter().any(|(n, _)| *n == name)
-            };
-            if let Some(name) = named(valued) {
-                if seen(name) {
+            if let Some(at) = named(valued) {
+                let name = valued[at];
+                if options.values[at].is_some() {
                     return Err(format!("ERR tollgate: {name} given twice"));
                 }
                 let value = words
                     .next()
                     .ok_or_else(|| format!("ERR tollgate: {name} needs a value"))?;
-                options.values.push((name, value));
-            } else if let Some(name) = named(flags) {
-                if seen(name) {
-                    return Err(format!("ERR tollgate: {name} given twice"));
+                options.values[at] = Some(value);
+            } else if let Some(at) = named(flags) {
+                if options.set[at] {
+                    return Err(format!("ERR tollgate: {} given twice", flags[at]));
                 }
-                options.flags.push(name);
+                options.set[at] = true;
             } else {
                 return Err(format!(
                     "ERR syntax error: unknown option '{}'",
@@ -334,14 +341,15 @@ impl<'a> Options<'a> {
     }
 
     fn value(&self, name: &str) -> Option<&'a [u8]> {
-        self.values
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| *v)
+        let at = self.valued.iter().position(|n| *n == name)?;
+        self.values[at]
     }
 
     fn flag(&self, name: &str) -> bool {
-        self.flags.contains(&name)
+        self.flags
+            .iter()
+            .position(|n| *n == name)
+            .is_some_and(|at| self.set[at])
     }
 
     fn millis(&self, name: &'static str) -> Result<Option<Duration>, String> {
@@ -375,8 +383,8 @@ impl<'a> Options<'a> {
         match (self.value("OWNER"), self.value("OP")) {
             (None, None) => Ok(None),
             (Some(owner), Some(op)) => Ok(Some(Attempt {
-                owner: String::from_utf8_lossy(owner).into_owned(),
-                operation_id: String::from_utf8_lossy(op).into_owned(),
+                owner: text(owner),
+                operation_id: text(op),
             })),
             _ => Err("ERR tollgate: OWNER and OP go together".to_owned()),
         }
@@ -389,8 +397,18 @@ impl<'a> Options<'a> {
 }
 
 pub(super) fn resource(word: &[u8]) -> Result<Resource, String> {
-    Resource::parse(&String::from_utf8_lossy(word))
-        .map_err(|error| format!("ERR tollgate: resource: {error}"))
+    let name =
+        std::str::from_utf8(word).map_or_else(|_| String::from_utf8_lossy(word), Cow::Borrowed);
+    Resource::parse(&name).map_err(|error| format!("ERR tollgate: resource: {error}"))
+}
+
+/// `word` as text, invalid UTF-8 replaced as `String::from_utf8_lossy` replaces it; checked first,
+/// since nearly every word is valid and the lossy walk costs twice the check.
+fn text(word: &[u8]) -> String {
+    match std::str::from_utf8(word) {
+        Ok(text) => text.to_owned(),
+        Err(_) => String::from_utf8_lossy(word).into_owned(),
+    }
 }
 
 fn millis(name: &str, word: &[u8]) -> Result<Duration, String> {
