@@ -17,12 +17,26 @@ const ADMIT_TOGETHER: usize = 64;
 
 /// One command read, in the state its turn finds it.
 pub enum Read {
-    /// Redis's, admitted already together with the rest of its run.
-    Decided(Command, Decision),
-    /// Classified, and admitted if it needs to be, when its turn comes.
-    Parsed(Command, Kind),
+    /// Classified; a command of Redis's read in a pipelined run is admitted already, together with
+    /// the rest of the run (`decision`), and any other is admitted, if it needs to be, when its
+    /// turn comes.
+    Command {
+        command: Command,
+        kind: Kind,
+        decision: Option<Decision>,
+    },
     /// Unreadable input: the connection closes when its turn comes.
     Invalid(ProtocolError),
+}
+
+impl Read {
+    fn parsed(command: Command, kind: Kind) -> Read {
+        Read::Command {
+            command,
+            kind,
+            decision: None,
+        }
+    }
 }
 
 /// What admitting ahead needs.
@@ -65,59 +79,74 @@ impl Ahead {
     /// admission depends only on the caller and the command, but a connection-scoped command is
     /// the session's own.
     fn read(&mut self, input: &mut BytesMut, admitting: Admitting<'_>) -> Option<Read> {
-        let mut run = Vec::new();
+        debug_assert!(
+            self.queue.is_empty(),
+            "read only once the last read is used up"
+        );
+        // The run goes straight into the queue and its decisions are set in place: commands are
+        // large, and moving each through a vector of its own, then a vector of decided commands,
+        // into the queue cost a pipelined command a tenth of its instructions.
         let ended = loop {
-            if run.len() == ADMIT_TOGETHER {
+            if self.queue.len() == ADMIT_TOGETHER {
                 break None;
             }
             match tollgate_resp::parse_command(input, admitting.limits) {
                 Ok(Some(command)) => {
                     let kind = Kind::of(&command);
                     // A lone command (unpipelined) is planned as it is.
-                    if run.is_empty() && input.is_empty() {
-                        return Some(Read::Parsed(command, kind));
+                    if self.queue.is_empty() && input.is_empty() {
+                        return Some(Read::parsed(command, kind));
                     }
                     if kind == Kind::Redis && !admitting.subscribed {
-                        // Room for a whole run at once, not grown by doubling as it is read.
-                        if run.capacity() == 0 {
-                            run.reserve_exact(ADMIT_TOGETHER);
-                        }
-                        run.push(command);
+                        self.queue.push_back(Read::parsed(command, kind));
                     } else {
-                        break Some(Read::Parsed(command, kind));
+                        break Some(Read::parsed(command, kind));
                     }
                 }
                 Ok(None) => break None,
                 Err(error) => break Some(Read::Invalid(error)),
             }
         };
-        if run.len() > 1 {
-            // Every command's words in one buffer, and each command's share of it.
-            // Sized first: a `flat_map` does not know its length, and collecting it grew the
-            // vector by doubling, four reallocations for a batch of sixteen GETs.
-            let mut words: Vec<&[u8]> = Vec::with_capacity(run.iter().map(Command::len).sum());
-            words.extend(run.iter().flat_map(Command::words));
-            let mut rest = &words[..];
-            let argvs: Vec<&[&[u8]]> = run
-                .iter()
-                .map(|command| {
-                    let (argv, after) = rest.split_at(command.len());
-                    rest = after;
-                    argv
-                })
-                .collect();
-            let started = tokio::time::Instant::now();
-            let decisions = admitting.admission.admit_all(admitting.caller, &argvs);
-            admitting.clock.spent(started);
-            let decided = run.into_iter().zip(decisions);
-            self.queue
-                .extend(decided.map(|(command, decision)| Read::Decided(command, decision)));
-        } else if let Some(command) = run.pop() {
-            self.queue.push_back(Read::Parsed(command, Kind::Redis));
+        if self.queue.len() > 1 {
+            let decisions = admit_run(&self.queue, &admitting);
+            for (read, decided) in self.queue.iter_mut().zip(decisions) {
+                if let Read::Command { decision, .. } = read {
+                    *decision = Some(decided);
+                }
+            }
         }
         if let Some(ended) = ended {
             self.queue.push_back(ended);
         }
         self.queue.pop_front()
     }
+}
+
+/// The decisions on a run of Redis's commands, admitted together, in order.
+fn admit_run(run: &VecDeque<Read>, admitting: &Admitting<'_>) -> Vec<Decision> {
+    let commands = || {
+        run.iter().filter_map(|read| match read {
+            Read::Command { command, .. } => Some(command),
+            Read::Invalid(_) => None,
+        })
+    };
+    // Every command's words in one buffer, and each command's share of it. Sized first: a
+    // `flat_map` does not know its length, and collecting it grew the vector by doubling, four
+    // reallocations for a batch of sixteen GETs.
+    let mut words: Vec<&[u8]> = Vec::with_capacity(commands().map(Command::len).sum());
+    for command in commands() {
+        words.extend(command.words());
+    }
+    let mut rest = &words[..];
+    let argvs: Vec<&[&[u8]]> = commands()
+        .map(|command| {
+            let (argv, after) = rest.split_at(command.len());
+            rest = after;
+            argv
+        })
+        .collect();
+    let started = tokio::time::Instant::now();
+    let decisions = admitting.admission.admit_all(admitting.caller, &argvs);
+    admitting.clock.spent(started);
+    decisions
 }

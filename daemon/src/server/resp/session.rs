@@ -31,7 +31,6 @@ use super::door::{self, Entered};
 use super::ended::Ended;
 use super::front::FrontDoor;
 use super::hang_up::HangUp;
-use super::kind::Kind;
 use super::local::Protocol;
 use super::monitor::Watch;
 use super::outbox::{self, Outbox};
@@ -384,10 +383,11 @@ impl Session {
                 None => {
                     let admitting = self.state.admitting();
                     let (command, kind, decided) = match self.ahead.next(input, admitting) {
-                        Some(Read::Decided(command, decision)) => {
-                            (command, Kind::Redis, Some(decision))
-                        }
-                        Some(Read::Parsed(command, kind)) => (command, kind, None),
+                        Some(Read::Command {
+                            command,
+                            kind,
+                            decision,
+                        }) => (command, kind, decision),
                         Some(Read::Invalid(error)) => {
                             return Ok(Some(replies::protocol_error(&error)))
                         }
