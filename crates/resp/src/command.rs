@@ -162,16 +162,26 @@ fn multibulk(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Command>, Pro
     // Sized from the header, but not trusting it beyond a typical command: the count is the
     // client's claim, not yet backed by bytes.
     let mut words = SmallVec::with_capacity(count.clamp(0, 64) as usize);
+    // Lengths have one shortest spelling (no sign, no leading zero), so a frame whose every
+    // length is spelled so is byte for byte its encoding. Known as the words are measured, while
+    // every header is the usual one; otherwise counted at the end.
+    let mut shortest = walker.pos == 4;
     for _ in 0..count.max(0) {
         // Nearly every argument is a well-formed bulk string: measured directly. Anything else
         // (incomplete, malformed) goes the general way, which says what is wrong.
         let span = match bulk_payload(buf, walker.pos, limits) {
             Some(span) => {
+                // `$`, the digits, CRLF: a leading zero is the only longer spelling left.
+                let digits = span.0 - walker.pos - 3;
+                shortest &= digits == 1 || buf[walker.pos + 1] != b'0';
                 walker.pos = span.1 + 2;
                 span
             }
             None => match argument(&mut walker)? {
-                Some(span) => span,
+                Some(span) => {
+                    shortest = false;
+                    span
+                }
                 None => return Ok(None),
             },
         };
@@ -183,9 +193,8 @@ fn multibulk(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Command>, Pro
         words.push(span);
     }
     let consumed = walker.pos;
-    // Lengths have one shortest spelling (no sign, no leading zero), so a frame of the encoded
-    // length is byte for byte the encoding.
-    let canonical = consumed == command_len(words.iter().map(|&(start, end)| end - start));
+    let canonical =
+        shortest || consumed == command_len(words.iter().map(|&(start, end)| end - start));
     Ok(Some(Command {
         bytes: buf.split_to(consumed).freeze(),
         words,
@@ -414,5 +423,36 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(&command.encoded()[..], b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n");
+    }
+
+    #[test]
+    fn a_command_is_canonical_exactly_when_its_bytes_are_its_encoding() {
+        let spellings: [&[u8]; 10] = [
+            b"*2\r\n$3\r\nGET\r\n$0\r\n\r\n",
+            b"*2\r\n$3\r\nGET\r\n$00\r\n\r\n",
+            b"*2\r\n$3\r\nGET\r\n$01\r\nk\r\n",
+            b"*2\r\n$03\r\nGET\r\n$1\r\nk\r\n",
+            b"*2\r\n$3\r\nGET\r\n$+1\r\nk\r\n",
+            b"*02\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+            b"*+2\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+            b"*12\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\nd\r\n$1\r\ne\r\n$1\r\nf\r\n$1\r\ng\r\n$1\r\nh\r\n$1\r\ni\r\n$1\r\nj\r\n$1\r\nk\r\n$10\r\n0123456789\r\n",
+            b"*1\r\n$10\r\n0123456789\r\n",
+            b"*1\r\n$010\r\n0123456789\r\n",
+        ];
+        for spelling in spellings {
+            let mut buf = BytesMut::from(spelling);
+            let command = parse_command(&mut buf, &Limits::default())
+                .unwrap()
+                .unwrap();
+            let mut encoded = BytesMut::new();
+            encode_command(&command.words().collect::<Vec<_>>(), &mut encoded);
+            assert_eq!(
+                command.canonical,
+                encoded[..] == spelling[..],
+                "{}",
+                String::from_utf8_lossy(spelling)
+            );
+            assert_eq!(command.encoded()[..], encoded[..]);
+        }
     }
 }
