@@ -111,6 +111,24 @@ impl Scanner {
     /// `Ok(Some(len))` once the first frame of `buf` is complete; `Ok(None)` to wait for more bytes.
     pub fn scan(&mut self, buf: &[u8], limits: &Limits) -> Result<Option<usize>, ProtocolError> {
         loop {
+            // A run of bulk strings inside the innermost aggregate (the replies of LRANGE, MGET,
+            // HGETALL …) is measured without going through the stack for each: all but its last
+            // element, which may complete the aggregate and goes the usual way below.
+            if let Some(remaining) = self.open.last_mut() {
+                while *remaining > 1 {
+                    let Some(end) = bulk_end(buf, self.pos, limits) else {
+                        break;
+                    };
+                    self.pos = end;
+                    *remaining -= 1;
+                    // Checked once the element is counted, as below.
+                    if self.pos > limits.max_frame_bytes {
+                        return Err(ProtocolError::FrameTooLarge {
+                            limit: limits.max_frame_bytes,
+                        });
+                    }
+                }
+            }
             let element = if let Some(end) = bulk_end(buf, self.pos, limits) {
                 self.pos = end;
                 Element::Whole
@@ -665,6 +683,59 @@ mod tests {
                 }
             }
             assert_eq!(found, expected, "pieces of {piece} bytes");
+        }
+    }
+
+    #[test]
+    fn runs_of_strings_are_measured_in_pieces_and_over_the_limit_as_element_by_element() {
+        // Strings, then an aggregate and a scalar among them, then strings again.
+        let mut items: Vec<Frame> = (0..40).map(|n| Frame::Bulk(vec![b'x'; n].into())).collect();
+        items.push(Frame::Array(vec![Frame::Bulk("in".into()), Frame::Null]));
+        items.push(Frame::Integer(7));
+        items.extend((0..20).map(|n| Frame::Bulk(n.to_string().into_bytes().into())));
+        let whole = encode_one(&Frame::Array(items));
+        let len = whole.len();
+        for piece in [1, 2, 3, 7, 64] {
+            let mut scanner = Scanner::default();
+            let mut end = 0;
+            let found = loop {
+                end = (end + piece).min(len);
+                if let Some(found) = scanner.scan(&whole[..end], &Limits::default()).unwrap() {
+                    break found;
+                }
+                assert!(end < len, "pieces of {piece} bytes");
+            };
+            assert_eq!((found, end), (len, len), "pieces of {piece} bytes");
+        }
+        // Over a byte limit, the scanner stops at the first element that ends past it.
+        let mut ends = Vec::new();
+        let unlimited = Limits::default();
+        let mut walker = Walker::new(&whole, &unlimited);
+        while walker.pos < len {
+            walker.element().unwrap().unwrap();
+            ends.push(walker.pos);
+        }
+        for limit in [5, 60, 300, 820, len - 1] {
+            let limits = Limits {
+                max_frame_bytes: limit,
+                ..Limits::default()
+            };
+            let mut scanner = Scanner::default();
+            let mut wire = BytesMut::from(&whole[..]);
+            assert_eq!(
+                scanner.scan(&wire, &limits),
+                Err(ProtocolError::FrameTooLarge { limit })
+            );
+            // Up to the end of that element: all of the frame when it is the last.
+            let first_past = *ends.iter().find(|&&end| end > limit).unwrap();
+            let expected = match first_past == len {
+                true => Discarded::Whole,
+                false => Discarded::Part {
+                    dropped: first_past,
+                },
+            };
+            assert_eq!(scanner.discard(&mut wire), expected, "limit {limit}");
+            assert_eq!(wire.len(), len - first_past);
         }
     }
 
