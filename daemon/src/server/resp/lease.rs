@@ -653,5 +653,25 @@ mod tests {
         assert!(error("LEASE ACQUIRE r 1000 PERMITS many").contains("PERMITS"));
         assert!(error("LEASE RELEASE r OWNER o").contains("OWNER and OP"));
         assert!(error("LEASE STEAL r").contains("unknown subcommand"));
+        assert!(error("LEASE ACQUIRE r 1000 SESSION session").contains("SESSION given twice"));
+        assert!(error("LEASE RELEASE r OWNER o OP p op q").contains("OP given twice"));
+    }
+
+    #[test]
+    fn owner_op_and_resource_that_are_not_utf8_are_read_as_lossy_text() {
+        let mut words = argv("LEASE RELEASE r OWNER o OP p");
+        let (owner, op): (&[u8], &[u8]) = (b"o\xffwn", b"\xc3");
+        (words[4], words[6]) = (owner, op);
+        let Ok(Call::Release { request, .. }) = parse(&words) else {
+            panic!("a release");
+        };
+        assert_eq!(request.attempt.owner, String::from_utf8_lossy(owner));
+        assert_eq!(request.attempt.operation_id, String::from_utf8_lossy(op));
+        assert_eq!(
+            resource(b"r\xff").map(|r| r.as_str().to_owned()),
+            Resource::parse(&String::from_utf8_lossy(b"r\xff"))
+                .map(|r| r.as_str().to_owned())
+                .map_err(|error| format!("ERR tollgate: resource: {error}"))
+        );
     }
 }
