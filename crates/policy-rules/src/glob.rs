@@ -52,11 +52,42 @@ pub fn check(pattern: &[u8]) -> Result<(), GlobError> {
 /// Whether `text` matches `pattern`. Assumes [`check`] accepted the pattern; a malformed one
 /// matches as best it can and never panics.
 pub fn matches(pattern: &[u8], text: &[u8]) -> bool {
-    // Most patterns are a literal prefix and a `*` (`user:*`): the prefix compared at once, and
-    // the byte-by-byte walk only for what follows it (the near cache asks this of every read).
-    let literal = (pattern.iter())
+    after_literal(pattern, literal_len(pattern), text)
+}
+
+/// A pattern kept to be matched many times (the near cache's cacheable keys, asked of every
+/// read): its literal prefix found once, not per text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Glob {
+    pattern: Box<[u8]>,
+    literal: usize,
+}
+
+impl Glob {
+    pub fn new(pattern: &[u8]) -> Glob {
+        Glob {
+            literal: literal_len(pattern),
+            pattern: pattern.into(),
+        }
+    }
+
+    /// [`matches`] of this pattern.
+    pub fn matches(&self, text: &[u8]) -> bool {
+        after_literal(&self.pattern, self.literal, text)
+    }
+}
+
+/// How long the literal prefix of `pattern` is (`user:` of `user:*`).
+fn literal_len(pattern: &[u8]) -> usize {
+    (pattern.iter())
         .position(|b| matches!(b, b'*' | b'?' | b'[' | b'\\'))
-        .unwrap_or(pattern.len());
+        .unwrap_or(pattern.len())
+}
+
+/// [`matches`], given the length of the pattern's literal prefix. Most patterns are a literal
+/// prefix and a `*` (`user:*`): the prefix compared at once, and the byte-by-byte walk only for
+/// what follows it.
+fn after_literal(pattern: &[u8], literal: usize, text: &[u8]) -> bool {
     let Some(text) = text.strip_prefix(&pattern[..literal]) else {
         return false;
     };
@@ -212,13 +243,15 @@ mod tests {
     }
 
     #[test]
-    fn the_literal_prefix_shortcut_agrees_with_the_walk() {
+    fn the_literal_prefix_shortcut_and_a_kept_glob_agree_with_the_walk() {
         let texts = strings(b"ab", 4);
         for pattern in strings(b"ab*?", 4)
             .iter()
             .chain([b"a[ab]*".to_vec(), b"a\\**".to_vec()].iter())
         {
+            let glob = Glob::new(pattern);
             for text in &texts {
+                assert_eq!(glob.matches(text), matches(pattern, text));
                 assert_eq!(
                     matches(pattern, text),
                     walk(pattern, text),

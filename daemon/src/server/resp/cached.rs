@@ -25,7 +25,8 @@ use tokio::time::Instant;
 use tollgate_lanes::cache::{self, Cache, Cause, Fetched, Read, Value};
 use tollgate_lanes::{Lanes, Route};
 use tollgate_model::{Multiplexed, Protocol};
-use tollgate_policy::{glob, Descriptor};
+use tollgate_policy::glob::Glob;
+use tollgate_policy::Descriptor;
 use tollgate_resp::Command;
 
 use super::amend::{Amend, Passed};
@@ -41,19 +42,23 @@ pub struct NearCache {
 
 /// Which keys the cache serves (`cache.keys`), and what that makes of a command: pure.
 pub struct Cacheable {
-    globs: Vec<String>,
+    /// As configured (`cache.keys`), for what the daemon reports.
+    patterns: Vec<String>,
+    /// The same, each with its literal prefix found once: every read asks them.
+    globs: Vec<Glob>,
 }
 
 impl Cacheable {
-    pub fn new(globs: Vec<String>) -> Self {
-        Cacheable { globs }
+    pub fn new(patterns: Vec<String>) -> Self {
+        Cacheable {
+            globs: patterns.iter().map(|p| Glob::new(p.as_bytes())).collect(),
+            patterns,
+        }
     }
 
     /// Whether reads of `key` may be answered from the cache.
     pub fn matches(&self, key: &[u8]) -> bool {
-        self.globs
-            .iter()
-            .any(|pattern| glob::matches(pattern.as_bytes(), key))
+        self.globs.iter().any(|glob| glob.matches(key))
     }
 
     /// The read the cache may answer for `command`, which the catalog names `name`: a `GET` or a
@@ -120,7 +125,7 @@ impl NearCache {
 
     /// The globs of the keys served (`cache.keys`).
     pub fn keys(&self) -> &[String] {
-        &self.keys.globs
+        &self.keys.patterns
     }
 
     /// What the cache makes of an admitted command's `plan`: a cacheable `GET` forwarded on
