@@ -23,10 +23,28 @@ pub type Argv<'a> = SmallVec<[&'a [u8]; 24]>;
 pub struct Command {
     /// The client's frame, or for an inline command its words unescaped, one after another.
     bytes: Bytes,
-    /// Where each word (the name, then the arguments) lies in `bytes`; never empty.
-    words: SmallVec<[(usize, usize); 5]>,
+    /// Where each word (the name, then the arguments) lies in `bytes`; never empty. In 32 bits
+    /// (a command is at most [`MAX_COMMAND_BYTES`]): a command is moved from stage to stage of
+    /// its planning, and wider spans made it a third larger.
+    words: SmallVec<[Span; 5]>,
     /// `bytes` is exactly what [`encode_command`] would write for the words.
     canonical: bool,
+}
+
+/// Where a word lies in its command's bytes: start and end.
+type Span = (u32, u32);
+
+/// The most bytes one command may take, whatever the configured limit: its words' places are
+/// kept in 32 bits.
+pub const MAX_COMMAND_BYTES: usize = u32::MAX as usize;
+
+fn span_of((start, end): (usize, usize)) -> Span {
+    // Both within a command, which is checked against `MAX_COMMAND_BYTES` as it is read.
+    (start as u32, end as u32)
+}
+
+fn range(&(start, end): &Span) -> std::ops::Range<usize> {
+    start as usize..end as usize
 }
 
 impl Command {
@@ -52,16 +70,12 @@ impl Command {
 
     /// Word `at`; 0 is the name.
     pub fn word(&self, at: usize) -> Option<&[u8]> {
-        self.words
-            .get(at)
-            .map(|&(start, end)| &self.bytes[start..end])
+        self.words.get(at).map(|word| &self.bytes[range(word)])
     }
 
     /// Every word in order, borrowed.
     pub fn words(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
-        self.words
-            .iter()
-            .map(|&(start, end)| &self.bytes[start..end])
+        self.words.iter().map(|word| &self.bytes[range(word)])
     }
 
     /// Every word, borrowed, as a slice for callers that take one.
@@ -72,9 +86,7 @@ impl Command {
     /// Word `at` as its own [`Bytes`] sharing the command's buffer: a reference count, not a copy.
     /// What keeps it for long must copy it, or it keeps the whole read buffer alive.
     pub fn shared_word(&self, at: usize) -> Option<Bytes> {
-        self.words
-            .get(at)
-            .map(|&(start, end)| self.bytes.slice(start..end))
+        self.words.get(at).map(|word| self.bytes.slice(range(word)))
     }
 
     /// Every word as its own [`Bytes`] sharing the command's buffer, for words kept beyond the
@@ -82,7 +94,7 @@ impl Command {
     pub fn shared_argv(&self) -> Vec<Bytes> {
         self.words
             .iter()
-            .map(|&(start, end)| self.bytes.slice(start..end))
+            .map(|word| self.bytes.slice(range(word)))
             .collect()
     }
 
@@ -185,16 +197,14 @@ fn multibulk(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Command>, Pro
                 None => return Ok(None),
             },
         };
-        if walker.pos > limits.max_frame_bytes {
-            return Err(ProtocolError::FrameTooLarge {
-                limit: limits.max_frame_bytes,
-            });
+        let limit = limits.max_frame_bytes.min(MAX_COMMAND_BYTES);
+        if walker.pos > limit {
+            return Err(ProtocolError::FrameTooLarge { limit });
         }
-        words.push(span);
+        words.push(span_of(span));
     }
     let consumed = walker.pos;
-    let canonical =
-        shortest || consumed == command_len(words.iter().map(|&(start, end)| end - start));
+    let canonical = shortest || consumed == command_len(words.iter().map(|word| range(word).len()));
     Ok(Some(Command {
         bytes: buf.split_to(consumed).freeze(),
         words,
@@ -225,12 +235,11 @@ fn argument(walker: &mut Walker) -> Result<Option<(usize, usize)>, ProtocolError
 }
 
 fn inline(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Command>, ProtocolError> {
-    let window = &buf[..buf.len().min(limits.max_inline_bytes + 1)];
+    let limit = limits.max_inline_bytes.min(MAX_COMMAND_BYTES - 1);
+    let window = &buf[..buf.len().min(limit + 1)];
     let Some(newline) = window.iter().position(|&b| b == b'\n') else {
-        if window.len() > limits.max_inline_bytes {
-            return Err(ProtocolError::LineTooLong {
-                limit: limits.max_inline_bytes,
-            });
+        if window.len() > limit {
+            return Err(ProtocolError::LineTooLong { limit });
         }
         return Ok(None);
     };
@@ -293,7 +302,7 @@ fn split_inline(line: &[u8]) -> Result<Command, ProtocolError> {
                 }
             }
         }
-        words.push((start, bytes.len()));
+        words.push(span_of((start, bytes.len())));
     }
     Ok(Command {
         bytes: Bytes::from(bytes),
@@ -423,6 +432,24 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(&command.encoded()[..], b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n");
+    }
+
+    #[test]
+    fn a_command_stays_small_enough_to_move_cheaply() {
+        // It is moved through every stage of a request's planning: the spans are kept in 32 bits
+        // so that it is 96 bytes rather than 128.
+        assert!(std::mem::size_of::<Command>() <= 96);
+        let mut buf = BytesMut::from(
+            &b"*6\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\nd\r\n$1\r\ne\r\n$1\r\nf\r\n"[..],
+        );
+        let command = parse_command(&mut buf, &Limits::default())
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            command.words().collect::<Vec<_>>(),
+            [b"a", b"b", b"c", b"d", b"e", b"f"]
+        );
+        assert_eq!(command.shared_word(5).unwrap(), &b"f"[..]);
     }
 
     #[test]
