@@ -123,7 +123,8 @@ pub fn encode_bulk(data: &[u8], out: &mut BytesMut) {
     blob(out, b'$', data);
 }
 
-/// Appends an aggregate's header: `tag` (`*`, `%`, `~`, `>`) and the count.
+/// Appends an aggregate's header: `tag` (`*`, `%`, `~`, `>`) and the count; with `:`, a
+/// non-negative integer reply, which is its header alone.
 pub fn encode_header(tag: u8, count: usize, out: &mut BytesMut) {
     header(out, tag, count as i64);
 }

@@ -122,11 +122,7 @@ impl Scanner {
                     self.pos = end;
                     *remaining -= 1;
                     // Checked once the element is counted, as below.
-                    if self.pos > limits.max_frame_bytes {
-                        return Err(ProtocolError::FrameTooLarge {
-                            limit: limits.max_frame_bytes,
-                        });
-                    }
+                    within_frame(self.pos, limits)?;
                 }
             }
             let element = if let Some(end) = bulk_end(buf, self.pos, limits) {
@@ -158,11 +154,7 @@ impl Scanner {
             }
             // Checked once the element is counted, so that the scanner still knows where the frame
             // stands after this error (see [`Scanner::discard`]).
-            if self.pos > limits.max_frame_bytes {
-                return Err(ProtocolError::FrameTooLarge {
-                    limit: limits.max_frame_bytes,
-                });
-            }
+            within_frame(self.pos, limits)?;
             if self.open.is_empty() {
                 let len = self.pos;
                 *self = Scanner::default();
@@ -185,6 +177,16 @@ impl Scanner {
         } else {
             Discarded::Part { dropped }
         }
+    }
+}
+
+/// Whether a frame measured up to `pos` is still within the limit.
+fn within_frame(pos: usize, limits: &Limits) -> Result<(), ProtocolError> {
+    match pos > limits.max_frame_bytes {
+        true => Err(ProtocolError::FrameTooLarge {
+            limit: limits.max_frame_bytes,
+        }),
+        false => Ok(()),
     }
 }
 

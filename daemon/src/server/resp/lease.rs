@@ -397,18 +397,17 @@ impl<'a> Options<'a> {
 }
 
 pub(super) fn resource(word: &[u8]) -> Result<Resource, String> {
-    let name =
-        std::str::from_utf8(word).map_or_else(|_| String::from_utf8_lossy(word), Cow::Borrowed);
-    Resource::parse(&name).map_err(|error| format!("ERR tollgate: resource: {error}"))
+    Resource::parse(&lossy(word)).map_err(|error| format!("ERR tollgate: resource: {error}"))
+}
+
+fn text(word: &[u8]) -> String {
+    lossy(word).into_owned()
 }
 
 /// `word` as text, invalid UTF-8 replaced as `String::from_utf8_lossy` replaces it; checked first,
 /// since nearly every word is valid and the lossy walk costs twice the check.
-fn text(word: &[u8]) -> String {
-    match std::str::from_utf8(word) {
-        Ok(text) => text.to_owned(),
-        Err(_) => String::from_utf8_lossy(word).into_owned(),
-    }
+fn lossy(word: &[u8]) -> Cow<'_, str> {
+    std::str::from_utf8(word).map_or_else(|_| String::from_utf8_lossy(word), Cow::Borrowed)
 }
 
 fn millis(name: &str, word: &[u8]) -> Result<Duration, String> {

@@ -94,10 +94,10 @@ fn fields(fields: &[(&'static [u8], Field)], protocol: Protocol) -> Bytes {
             Field::Text(text) => tollgate_resp::encode_bulk(text.as_bytes(), &mut out),
             Field::Wire(bulk) => out.extend_from_slice(bulk),
             // A number past i64 is a string in `serde_json`'s `as_i64`, and so here.
-            Field::Number(n) => match usize::try_from(*n).ok().filter(|_| *n <= i64::MAX as u64) {
-                // `:n`, the header of an integer reply.
-                Some(n) => tollgate_resp::encode_header(b':', n, &mut out),
-                None => tollgate_resp::encode_bulk(n.to_string().as_bytes(), &mut out),
+            Field::Number(n) => match i64::try_from(*n) {
+                // `:n`: an integer reply is its header alone.
+                Ok(n) => tollgate_resp::encode_header(b':', n as usize, &mut out),
+                Err(_) => tollgate_resp::encode_bulk(n.to_string().as_bytes(), &mut out),
             },
         }
     }
