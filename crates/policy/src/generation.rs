@@ -421,11 +421,15 @@ impl Generation {
             });
         }
         // The commands the catalogs know go to the guards; the others are refused already.
-        let known: Vec<(&Described, &[A])> = catalogued
-            .iter()
-            .zip(argvs)
-            .filter_map(|(described, argv)| Some((&**described.as_ref().ok()?, *argv)))
-            .collect();
+        // Sized for the whole batch: a filtered collect would grow it (a reallocation or two
+        // per pipelined batch).
+        let mut known: Vec<(&Described, &[A])> = Vec::with_capacity(argvs.len());
+        known.extend(
+            catalogued
+                .iter()
+                .zip(argvs)
+                .filter_map(|(described, argv)| Some((&**described.as_ref().ok()?, *argv))),
+        );
         let mut judged = self.judge_all(&self.guards, caller, &known).into_iter();
         catalogued
             .into_iter()
@@ -694,10 +698,10 @@ impl Generation {
             return vec![self.judge_argv(guards, caller, described, argv, None)];
         }
         let mut chains: Vec<Chain> = commands.iter().map(|_| Chain::default()).collect();
+        let mut open: Vec<usize> = Vec::with_capacity(commands.len());
         for guard in guards {
-            let open: Vec<usize> = (0..commands.len())
-                .filter(|&at| chains[at].denial.is_none())
-                .collect();
+            open.clear();
+            open.extend((0..commands.len()).filter(|&at| chains[at].denial.is_none()));
             if open.is_empty() {
                 break;
             }

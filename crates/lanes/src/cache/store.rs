@@ -238,6 +238,10 @@ struct Entry {
     value: Value,
     /// When the read that filled it was sent: its age is counted from then.
     born: Instant,
+    /// `born` plus `max_staleness`: past it the entry is not served (`None`: a staleness bound
+    /// beyond the clock's range, never reached). Kept so that a hit compares two instants rather
+    /// than working out the entry's age.
+    stale_after: Option<Instant>,
     /// When the key expires in Redis, counted from when the read was sent (so no later than
     /// Redis's own expiry): Redis's invalidation of an expired key may come late (its active
     /// expiry samples keys), so the entry is not served past it.
@@ -288,7 +292,7 @@ impl Store {
         // may not be served. Borrowed: a hit's caller copies what it needs (a reference count).
         let entry = self.entries.to_back(key)?;
         let expired = entry.expires.is_some_and(|expires| expires <= now);
-        if expired || now.saturating_duration_since(entry.born) > self.bounds.max_staleness {
+        if expired || entry.stale_after.is_some_and(|stale| now > stale) {
             self.remove(key);
             return None;
         }
@@ -394,6 +398,7 @@ impl Store {
             Entry {
                 value,
                 born,
+                stale_after: born.checked_add(self.bounds.max_staleness),
                 expires: expires_in.map(|ttl| ticket.sent + ttl),
                 seq: ticket.seq,
                 size,
@@ -567,6 +572,18 @@ mod tests {
         assert_eq!(store.complete(&key("a"), ticket, None, now), None);
         assert_eq!(store.reads_in_flight(), 0);
         assert!(store.is_empty());
+    }
+
+    #[test]
+    fn a_staleness_bound_past_the_clocks_range_never_expires_an_entry() {
+        let start = Instant::now();
+        let mut store = Store::new(Bounds {
+            max_staleness: Duration::MAX,
+            ..bounds()
+        });
+        fill(&mut store, "a", "1", start);
+        let later = start + Duration::from_secs(365 * 24 * 3600);
+        assert_eq!(store.get(b"a", later).cloned(), Some(string("1")));
     }
 
     #[test]

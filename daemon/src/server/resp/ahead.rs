@@ -138,13 +138,13 @@ fn admit_run(run: &VecDeque<Read>, admitting: &Admitting<'_>) -> Vec<Decision> {
         words.extend(command.words());
     }
     let mut rest = &words[..];
-    let argvs: Vec<&[&[u8]]> = commands()
-        .map(|command| {
-            let (argv, after) = rest.split_at(command.len());
-            rest = after;
-            argv
-        })
-        .collect();
+    // Sized first too: the filter hides the run's length from `collect`.
+    let mut argvs: Vec<&[&[u8]]> = Vec::with_capacity(run.len());
+    argvs.extend(commands().map(|command| {
+        let (argv, after) = rest.split_at(command.len());
+        rest = after;
+        argv
+    }));
     let started = tokio::time::Instant::now();
     let decisions = admitting.admission.admit_all(admitting.caller, &argvs);
     admitting.clock.spent(started);
