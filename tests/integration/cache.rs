@@ -475,6 +475,49 @@ async fn a_write_through_the_daemon_is_seen_at_once_by_every_local_client() {
         .await;
     assert_eq!(writer.read().await, Frame::Simple("OK".into()));
     assert_eq!(writer.read().await, bulk("mine"));
+    // A hit answered as it is planned, then a write and a read in the same pipeline: the write
+    // is in flight when the second read comes, which goes to Redis behind it.
+    until_hit(&daemon, &mut writer, "user:2", &bulk("mine")).await;
+    writer
+        .pipeline(&[
+            &["GET", "user:2"],
+            &["SET", "user:2", "after"],
+            &["GET", "user:2"],
+        ])
+        .await;
+    assert_eq!(writer.read().await, bulk("mine"));
+    assert_eq!(writer.read().await, Frame::Simple("OK".into()));
+    assert_eq!(writer.read().await, bulk("after"));
+    daemon.stop().await;
+}
+
+/// A client tracking its reads (`CLIENT TRACKING`) whose read is a hit of the near cache is told
+/// when the key changes, as for a read that reached Redis: the hit is looked up only once the
+/// daemon tracks the read.
+#[tokio::test]
+async fn a_hit_read_by_a_tracking_client_is_invalidated_when_the_key_changes() {
+    let redis = RedisServer::start();
+    let daemon = cache_daemon(&redis, NOBODY, cache(1 << 20, 64 << 10)).await;
+    let mut direct = RawClient::to_redis(redis.socket()).await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+    assert!(matches!(client.call(&["HELLO", "3"]).await, Frame::Map(_)));
+    let on = client.call(&["CLIENT", "TRACKING", "ON"]).await;
+    assert_eq!(on, Frame::Simple("OK".into()));
+    direct.call(&["SET", "user:7", "v1"]).await;
+    until_hit(&daemon, &mut client, "user:7", &bulk("v1")).await;
+    let hits = metric(&daemon, "tollgate_cache_hits_total").await;
+    // Pipelined reads, the first of them a hit with nothing in flight.
+    client
+        .pipeline(&[&["GET", "user:7"], &["GET", "user:7"]])
+        .await;
+    assert_eq!(client.read().await, bulk("v1"));
+    assert_eq!(client.read().await, bulk("v1"));
+    assert!(metric(&daemon, "tollgate_cache_hits_total").await > hits);
+    direct.call(&["SET", "user:7", "v2"]).await;
+    let told = client.read_within(PATIENCE).await;
+    let invalidate = Frame::Push(vec![bulk("invalidate"), Frame::Array(vec![bulk("user:7")])]);
+    assert_eq!(told, Ok(Some(invalidate)));
+    until_seen(&mut client, "user:7", &bulk("v2")).await;
     daemon.stop().await;
 }
 

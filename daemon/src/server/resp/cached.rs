@@ -31,7 +31,7 @@ use tollgate_resp::Command;
 
 use super::amend::{Amend, Passed};
 use super::pending::Pending;
-use super::plan::{CachedRead, Forward, Plan};
+use super::plan::{CachedRead, Forward, Plan, ReadShape};
 use super::replies;
 
 /// The cache and the keys it serves.
@@ -62,28 +62,23 @@ impl Cacheable {
     }
 
     /// The read the cache may answer for `command`, which the catalog names `name`: a `GET` or a
-    /// `STRLEN` of a cacheable key, an `MGET` or an `EXISTS` of cacheable keys only. The keys share
-    /// the command's buffer (no copy on a hit); [`Cache::fill`] copies what it keeps.
-    pub fn read(&self, name: &str, command: &Command) -> Option<CachedRead> {
+    /// `STRLEN` of a cacheable key, an `MGET` or an `EXISTS` of cacheable keys only, an `HGET`,
+    /// `HMGET` or `HGETALL` of a cacheable key. Nothing is taken from the command yet.
+    pub fn read(&self, name: &str, command: &Command) -> Option<ReadShape> {
         let word = |at| command.word(at).unwrap_or_default();
-        let share = |at| command.shared_word(at).unwrap_or_default();
         let len = command.len();
         let all_match = |from: usize| (from..len).all(|at| self.matches(word(at)));
-        let shared = |from: usize| (from..len).map(share).collect::<Vec<_>>();
-        match name {
-            "GET" if len == 2 && self.matches(word(1)) => Some(CachedRead::Get(share(1))),
-            "MGET" if len > 1 && all_match(1) => Some(CachedRead::MGet(shared(1))),
-            "STRLEN" if len == 2 && self.matches(word(1)) => Some(CachedRead::Strlen(share(1))),
-            "EXISTS" if len > 1 && all_match(1) => Some(CachedRead::Exists(shared(1))),
-            "HGET" if len == 3 && self.matches(word(1)) => {
-                Some(CachedRead::HGet(share(1), share(2)))
-            }
-            "HMGET" if len > 2 && self.matches(word(1)) => {
-                Some(CachedRead::HMGet(share(1), shared(2)))
-            }
-            "HGETALL" if len == 2 && self.matches(word(1)) => Some(CachedRead::HGetAll(share(1))),
-            _ => None,
-        }
+        let shape = match name {
+            "GET" if len == 2 => ReadShape::Get,
+            "MGET" if len > 1 && all_match(1) => return Some(ReadShape::MGet),
+            "STRLEN" if len == 2 => ReadShape::Strlen,
+            "EXISTS" if len > 1 && all_match(1) => return Some(ReadShape::Exists),
+            "HGET" if len == 3 => ReadShape::HGet,
+            "HMGET" if len > 2 => ReadShape::HMGet,
+            "HGETALL" if len == 2 => ReadShape::HGetAll,
+            _ => return None,
+        };
+        self.matches(word(1)).then_some(shape)
     }
 
     /// The cacheable keys a command that is not served from the cache touches in Redis — every
@@ -102,6 +97,22 @@ impl Cacheable {
             .filter_map(|key| command.shared_word(key.position))
             .collect();
         (keys, cause)
+    }
+}
+
+/// The keys and fields of `command`, a read of `shape` ([`Cacheable::read`]), sharing its buffer
+/// (no copy); [`Cache::fill`] copies what it keeps.
+pub fn read_of(shape: ReadShape, command: &Command) -> CachedRead {
+    let share = |at| command.shared_word(at).unwrap_or_default();
+    let shared = |from: usize| (from..command.len()).map(share).collect::<Vec<_>>();
+    match shape {
+        ReadShape::Get => CachedRead::Get(share(1)),
+        ReadShape::MGet => CachedRead::MGet(shared(1)),
+        ReadShape::Strlen => CachedRead::Strlen(share(1)),
+        ReadShape::Exists => CachedRead::Exists(shared(1)),
+        ReadShape::HGet => CachedRead::HGet(share(1), share(2)),
+        ReadShape::HMGet => CachedRead::HMGet(share(1), shared(2)),
+        ReadShape::HGetAll => CachedRead::HGetAll(share(1)),
     }
 }
 
@@ -247,9 +258,16 @@ impl NearCache {
     }
 
     /// A `GET`'s hit, answered at once (for a session speaking `protocol` with nothing in flight,
-    /// see [`NearCache::serve`]): nothing of what a miss needs is prepared for it.
-    pub fn hit(&self, read: &CachedRead, now: Instant, protocol: Protocol) -> Option<Bytes> {
-        let CachedRead::Get(key) = read else {
+    /// see [`NearCache::serve`]): nothing of what a miss needs is prepared for it, and its key is
+    /// looked up where the command holds it.
+    pub fn hit(
+        &self,
+        shape: ReadShape,
+        command: &Command,
+        now: Instant,
+        protocol: Protocol,
+    ) -> Option<Bytes> {
+        let (ReadShape::Get, Some(key)) = (shape, command.word(1)) else {
             return None;
         };
         self.cache.answer(key, now, |value| match value {
@@ -563,7 +581,11 @@ mod tests {
     #[test]
     fn a_get_or_an_mget_of_cacheable_keys_only_is_a_cached_read() {
         let keys = cacheable();
-        let read = |words: &[&str]| keys.read(words[0], &command(words));
+        let read = |words: &[&str]| {
+            let command = command(words);
+            keys.read(words[0], &command)
+                .map(|shape| read_of(shape, &command))
+        };
         assert_eq!(
             read(&["GET", "user:1"]),
             Some(CachedRead::Get(bytes(&["user:1"])[0].clone()))
@@ -658,7 +680,11 @@ mod tests {
     #[test]
     fn hash_reads_are_cacheable_and_answered_from_what_the_entry_knows() {
         let keys = cacheable();
-        let read = |words: &[&str]| keys.read(words[0], &command(words));
+        let read = |words: &[&str]| {
+            let command = command(words);
+            keys.read(words[0], &command)
+                .map(|shape| read_of(shape, &command))
+        };
         let b = |text: &str| Bytes::copy_from_slice(text.as_bytes());
         assert_eq!(
             read(&["HGET", "user:1", "name"]),

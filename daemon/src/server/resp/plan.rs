@@ -80,13 +80,27 @@ pub enum Plan {
     EveryMaster(Forward, Combine),
     /// A read the near cache may answer (`cached.rs`); otherwise forwarded on REGULAR (on a
     /// cluster, to the master of the slot its keys are in).
-    Cached(CachedRead, Option<Slot>),
+    Cached(ReadShape, Option<Slot>),
     /// A tenant's command on Redis's shared namespace of scripts and libraries, served
     /// by the daemon (`namespace.rs`).
     Namespace(Shared),
 }
 
-/// A read the near cache may answer (`cached.rs`).
+/// Which read the near cache may answer (`cached.rs`), its keys and fields still the command's
+/// words: a hit looks its key up in place, and only a read that goes on (a miss, a forward)
+/// takes them as its [`CachedRead`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadShape {
+    Get,
+    MGet,
+    Strlen,
+    Exists,
+    HGet,
+    HMGet,
+    HGetAll,
+}
+
+/// A read the near cache may answer (`cached.rs`), with its keys and fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CachedRead {
     /// `GET key`.

@@ -20,7 +20,7 @@ use super::keyspace::Whole;
 use super::local::{self, Voice};
 use super::namespace::shared::Shared;
 use super::pending::{Class, Gather, InOrder, Lent, Pending};
-use super::plan::CachedRead;
+use super::plan::ReadShape;
 use super::slots::TransactionSlot;
 
 /// What one planned command becomes.
@@ -43,7 +43,7 @@ pub enum Step {
     Close(Bytes),
     /// A read the near cache may answer: else this command is sent on REGULAR (its bytes and
     /// deadline are worked out only then).
-    Cached(CachedRead, Command, Option<tollgate_lanes::Slot>),
+    Cached(ReadShape, Command, Option<tollgate_lanes::Slot>),
 }
 
 impl Step {

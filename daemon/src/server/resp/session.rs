@@ -38,7 +38,7 @@ use super::pending::{Class, Lent, Pending};
 use super::replies;
 use super::schedule::{Schedule, Step, Turn};
 use super::sources::{self, End, Woke};
-use super::state::SessionState;
+use super::state::{AtOnce, SessionState};
 use super::subscriptions::{self, Eviction};
 use super::{client_tracking, mailbox};
 use crate::tracking::{Delivery, Gate};
@@ -394,7 +394,11 @@ impl Session {
                         None => return Ok(None),
                     };
                     let voice = self.state.voice(kind);
-                    (self.state.step(command, kind, decided), voice)
+                    let at_once = AtOnce {
+                        quiet: self.schedule.quiet(),
+                        now: &mut now,
+                    };
+                    (self.state.step(command, kind, decided, at_once), voice)
                 }
             };
             if self.schedule.turn(step.class()) == Turn::Wait {
@@ -411,12 +415,12 @@ impl Session {
                     self.schedule.push(Class::Local, ready, voice);
                 }
                 Step::Close(reply) => return Ok(Some(voice.say(reply))),
-                Step::Cached(read, command, slot) => {
+                Step::Cached(shape, command, slot) => {
                     let quiet = self.schedule.quiet();
                     let route =
                         slot.map_or(tollgate_lanes::Route::Any, tollgate_lanes::Route::Slot);
                     let now = *now.get_or_insert_with(Instant::now);
-                    let (class, sent) = self.state.serve_cached(read, command, quiet, now, route);
+                    let (class, sent) = self.state.serve_cached(shape, command, quiet, now, route);
                     self.schedule.push(class, sent, voice);
                 }
                 Step::Multiplexed(lane, route, encoded, deadline, amend) => {

@@ -19,7 +19,7 @@ use super::ahead::Admitting;
 use super::amend::Amend;
 use super::answer::{self, Asking};
 use super::budget::ClientBudget;
-use super::cached::{Fallback, Served};
+use super::cached::{self, Fallback, Served};
 use super::client_tracking;
 use super::clients::Registration;
 use super::databases;
@@ -33,7 +33,7 @@ use super::monitor::Watch;
 use super::namespace::{self, InFlight, ScriptKind};
 use super::pending::{self, Amended, Class, Gather, Lent, Merge, Pending};
 use super::placing::{self, Placed};
-use super::plan::{self, CachedRead, Context, Forward, Plan, Refusal};
+use super::plan::{self, Context, Forward, Plan, ReadShape, Refusal};
 use super::replies;
 use super::schedule::{InPlace, Step};
 use super::scoped;
@@ -84,6 +84,14 @@ struct Channels {
     script_scope: Option<String>,
     /// The quotas' version `script`'s time limit was taken under (`Meters::version`).
     script_quotas: u64,
+}
+
+/// What a step may answer as it is planned: a cached read's hit, while nothing of the session is
+/// in flight (`quiet`, as `serve_cached` asks), read at the turn's clock `now` (taken at the
+/// first hit of the turn).
+pub struct AtOnce<'a> {
+    pub quiet: bool,
+    pub now: &'a mut Option<Instant>,
 }
 
 impl Channels {
@@ -207,8 +215,15 @@ impl SessionState {
         voice
     }
 
-    /// What `command` (of `kind`, admitted ahead if `decided`) becomes.
-    pub fn step(&mut self, command: Command, kind: Kind, decided: Option<Decision>) -> Step {
+    /// What `command` (of `kind`, admitted ahead if `decided`) becomes; a cached read's hit is
+    /// answered at once where `at_once` allows it.
+    pub fn step(
+        &mut self,
+        command: Command,
+        kind: Kind,
+        decided: Option<Decision>,
+        at_once: AtOnce,
+    ) -> Step {
         if self.me.client.tracking.load(Ordering::Relaxed) {
             self.tracked.finished = Some(self.finishing(&command));
         }
@@ -227,7 +242,7 @@ impl SessionState {
                 plan
             }
         };
-        self.carry_out(plan, command, kind)
+        self.carry_out(plan, command, kind, at_once)
     }
 
     /// How `command` ends for `CLIENT CACHING`, which holds for the next command only, or the
@@ -389,11 +404,12 @@ impl SessionState {
 
     /// A script's plan, its reply amended to name the rule behind a call Redis refused it.
     fn scripts_told_why(&self, plan: Plan, name: &str, command: &Command) -> Plan {
-        let Plan::Forward(forward, None) = plan else {
+        // Looked at, not taken apart: most plans pass through unchanged.
+        let &Plan::Forward(forward, None) = &plan else {
             return plan;
         };
         if !scoped::RUN_SCRIPTS.contains(&name) {
-            return Plan::Forward(forward, None);
+            return plan;
         }
         let body = matches!(name, "EVAL" | "EVAL_RO")
             .then(|| command.word(1).map(Bytes::copy_from_slice))
@@ -474,7 +490,7 @@ impl SessionState {
         }
     }
 
-    fn carry_out(&mut self, plan: Plan, command: Command, kind: Kind) -> Step {
+    fn carry_out(&mut self, plan: Plan, command: Command, kind: Kind, at_once: AtOnce) -> Step {
         match plan {
             Plan::Answer(local) => self.answer(local, &command, false),
             Plan::Queue(local) => self.answer(local, &command, true),
@@ -504,7 +520,7 @@ impl SessionState {
                     .admit(&self.caller, &command.argv());
                 self.clock.spent(started);
                 let plan = self.admitted(&command, kind, decision);
-                self.carry_out(plan, command, kind)
+                self.carry_out(plan, command, kind, at_once)
             }
             Plan::Keyspace(whole) => Step::InPlace(InPlace::Keyspace(whole, command.shared_argv())),
             Plan::Namespace(shared) => Step::InPlace(InPlace::Namespace(shared, command)),
@@ -524,7 +540,10 @@ impl SessionState {
             Plan::Transaction => Step::InPlace(InPlace::Transaction(command, None)),
             Plan::TransactionIn(slot) => Step::InPlace(InPlace::Transaction(command, Some(slot))),
             Plan::Forward(forward, amend) => self.sending(forward, Route::Any, command, amend),
-            Plan::Cached(read, slot) => Step::Cached(read, command, slot),
+            Plan::Cached(shape, slot) => match self.hit_now(shape, &command, at_once) {
+                Some(reply) => Step::Reply(reply),
+                None => Step::Cached(shape, command, slot),
+            },
             Plan::Placed(forward, slot, amend) => {
                 self.sending(forward, Route::Slot(slot), command, amend)
             }
@@ -784,11 +803,25 @@ impl SessionState {
         }))
     }
 
+    /// A `GET`'s hit, answered as its step is planned: the step is then the daemon's own reply,
+    /// and nothing of what a cached read's step carries is built or moved.
+    fn hit_now(&self, shape: ReadShape, command: &Command, at_once: AtOnce) -> Option<Bytes> {
+        // A command CLIENT TRACKING must be told of is told once its step is counted (`sent`),
+        // and only then looked up (`serve_cached`): an invalidation between the two must find
+        // its read tracked.
+        if !at_once.quiet || !self.tracked.is_empty() {
+            return None;
+        }
+        let near = self.front.services.cache.as_ref()?;
+        let now = *at_once.now.get_or_insert_with(Instant::now);
+        near.hit(shape, command, now, self.protocol)
+    }
+
     /// A read the near cache may answer (see `cached.rs`); `quiet`: nothing of the session is in
     /// flight. Where it runs, and its reply to come.
     pub fn serve_cached(
         &mut self,
-        read: CachedRead,
+        shape: ReadShape,
         command: Command,
         quiet: bool,
         now: Instant,
@@ -796,10 +829,11 @@ impl SessionState {
     ) -> (Class, Pending) {
         // A GET's hit first: its answer needs nothing that a miss or a forward does.
         if let (true, Some(near)) = (quiet, &self.front.services.cache) {
-            if let Some(reply) = near.hit(&read, now, self.protocol) {
+            if let Some(reply) = near.hit(shape, &command, now, self.protocol) {
                 return (Class::Local, Pending::Ready(Some((Class::Local, reply))));
             }
         }
+        let read = cached::read_of(shape, &command);
         let encoded = command.encoded();
         let deadline = self.front.deadlines.of_command(&command);
         drop(command);
