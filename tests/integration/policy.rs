@@ -256,6 +256,63 @@ fn a_pipeline_admitted_together_is_decided_as_each_command_alone() {
     assert_eq!(denial(together[6].clone()).rule, "key-prefix");
 }
 
+/// Runs of one command whose verdicts the YAML guard keeps are decided once per run
+/// (`kept_decision`): every command of a run still meets the reserved keyspace on its own keys,
+/// and a run broken by another command, or by a denied one, is decided as each command alone.
+#[test]
+fn runs_of_one_command_are_decided_as_each_command_alone() {
+    let admission = admission(&config(&[], vec![]));
+    let alice = caller("alice");
+    let lines = [
+        "GET a",
+        "GET b",
+        "GET tollgate:x",
+        "GET c",
+        "SET a 1",
+        "SET tollgate:y 1",
+        "SET b 2",
+        "FLUSHALL",
+        "FLUSHALL",
+        "GET d",
+        "GET tollgate:z",
+    ];
+    let argvs: Vec<Vec<Bytes>> = lines.iter().map(|line| argv(line)).collect();
+    let refs: Vec<&[Bytes]> = argvs.iter().map(Vec::as_slice).collect();
+    let summary = |decision: &Decision| match decision {
+        Decision::Admitted { rule, lane, .. } => format!("admitted by {rule} on {lane:?}"),
+        Decision::Denied(denial) => format!("denied: {denial}"),
+    };
+    // Twice: the first batch meets an empty memory, the second the verdicts the first kept.
+    for round in 0..2 {
+        let together = admission.admit_all(&alice, &refs);
+        assert_eq!(together.len(), lines.len());
+        for ((line, argv), decided) in lines.iter().zip(&argvs).zip(&together) {
+            assert_eq!(
+                summary(decided),
+                summary(&admission.admit(&alice, argv)),
+                "round {round}: {line}"
+            );
+        }
+        for at in [0, 1, 3, 4, 6, 9] {
+            assert!(
+                matches!(together[at], Decision::Admitted { .. }),
+                "round {round}: {}",
+                lines[at]
+            );
+        }
+        for at in [2, 5, 10] {
+            assert_eq!(
+                denial(together[at].clone()).cause,
+                DenyCause::Reserved,
+                "round {round}: {}",
+                lines[at]
+            );
+        }
+        assert_eq!(denial(together[7].clone()).rule, "no-wipe");
+        assert_eq!(denial(together[8].clone()).rule, "no-wipe");
+    }
+}
+
 #[test]
 fn explain_shows_every_modules_answer() {
     let prefix = ModuleConfig::Path(tollgate_policy::built_component("key-prefix"));

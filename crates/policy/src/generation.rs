@@ -697,11 +697,30 @@ impl Generation {
         if let [(described, argv)] = commands {
             return vec![self.judge_argv(guards, caller, described, argv, None)];
         }
+        // A run of commands of one description (a pipeline's run of one command) whose every
+        // guard's verdict is kept (no argument can change it) is decided once for the run.
+        let mut kept: Vec<Option<Decision>> = Vec::with_capacity(commands.len());
+        let mut last: Option<(&Described, Option<Decision>)> = None;
+        for &(described, _) in commands {
+            match &last {
+                Some((seen, decision)) if std::ptr::eq(*seen, described) => {
+                    kept.push(decision.clone())
+                }
+                _ => {
+                    let decision = kept_decision(guards, caller, described);
+                    kept.push(decision.clone());
+                    last = Some((described, decision));
+                }
+            }
+        }
+        // The others through the chain, each guard asked of those still open in one call.
         let mut chains: Vec<Chain> = commands.iter().map(|_| Chain::default()).collect();
         let mut open: Vec<usize> = Vec::with_capacity(commands.len());
         for guard in guards {
             open.clear();
-            open.extend((0..commands.len()).filter(|&at| chains[at].denial.is_none()));
+            open.extend(
+                (0..commands.len()).filter(|&at| kept[at].is_none() && chains[at].denial.is_none()),
+            );
             if open.is_empty() {
                 break;
             }
@@ -709,12 +728,30 @@ impl Generation {
                 chains[*at].hear(guard.name(), verdict, &commands[*at].0.wit.name);
             }
         }
-        chains
-            .into_iter()
-            .zip(commands)
-            .map(|(chain, (described, _))| chain.decision(described))
+        (kept.into_iter().zip(chains).zip(commands))
+            .map(|((kept, chain), (described, _))| match kept {
+                Some(decision) => decision,
+                None => chain.decision(described),
+            })
             .collect()
     }
+}
+
+/// The decision on every command `described` describes, when each guard's verdict on it is one
+/// its memo kept (the same for all such commands of the caller): heard in the chain's order, as
+/// the guards would answer, without asking any. `None` when a guard must be asked.
+fn kept_decision(guards: &[Guard], caller: &Caller, described: &Described) -> Option<Decision> {
+    let mut chain = Chain::default();
+    for guard in guards {
+        if chain.denial.is_some() {
+            break;
+        }
+        match guard.memo()?.recall(&caller.principal, described) {
+            Recall::Kept(verdict) => chain.hear(guard.name(), Ok(verdict), &described.wit.name),
+            Recall::Ask | Recall::Unknown => return None,
+        }
+    }
+    Some(chain.decision(described))
 }
 
 /// One command's way through the guard chain so far.
