@@ -59,11 +59,11 @@ async fn work_is_packed_on_one_connection_until_it_spills_over() {
         "twenty callers one after another share one connection"
     );
 
-    // 200 commands outstanding on the first connection (past its 128) send the next caller to
-    // the second.
+    // 1,100 commands outstanding on the first connection (past its 1,024) send the next caller
+    // to the second.
     fixture.redis.inline("CLIENT PAUSE 300 ALL");
     let busy = fixture.lanes.multiplexed(Multiplexed::Regular).unwrap();
-    let outstanding: Vec<_> = (0..200).map(|_| busy.send(cmd(&["PING"]))).collect();
+    let outstanding: Vec<_> = (0..1100).map(|_| busy.send(cmd(&["PING"]))).collect();
     let spilled = fixture.lanes.multiplexed(Multiplexed::Regular).unwrap();
     assert_eq!(
         &spilled.send(cmd(&["PING"])).await.unwrap().bytes()[..],
@@ -71,6 +71,32 @@ async fn work_is_packed_on_one_connection_until_it_spills_over() {
     );
     for reply in outstanding {
         assert_eq!(&reply.await.unwrap().bytes()[..], b"+PONG\r\n");
+    }
+    assert_eq!(fixture.client_ids(&user).len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_commands_spill_over_before_their_count_does() {
+    let fixture = Fixture::start(|config| config.regular.connections = Some(4)).await;
+    let user = tollgate_lanes::user_name(Lane::Regular);
+    let first = fixture.lanes.multiplexed(Multiplexed::Regular).unwrap();
+    first.send(cmd(&["PING"])).await.unwrap();
+    assert_eq!(fixture.client_ids(&user).len(), 1);
+
+    // 40 commands of 2 KiB outstanding (80 KiB, more than the next write gathers) send the next
+    // caller to a connection of its own, though 40 is far below the count that spills.
+    let value = "v".repeat(2048);
+    fixture.redis.inline("CLIENT PAUSE 300 ALL");
+    let outstanding: Vec<_> = (0..40)
+        .map(|i| first.send(cmd(&["SET", &format!("big:{i}"), &value])))
+        .collect();
+    let spilled = fixture.lanes.multiplexed(Multiplexed::Regular).unwrap();
+    assert_eq!(
+        &spilled.send(cmd(&["PING"])).await.unwrap().bytes()[..],
+        b"+PONG\r\n"
+    );
+    for reply in outstanding {
+        assert_eq!(&reply.await.unwrap().bytes()[..], b"+OK\r\n");
     }
     assert_eq!(fixture.client_ids(&user).len(), 2);
 }
