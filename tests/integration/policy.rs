@@ -219,6 +219,14 @@ fn an_operator_guard_runs_after_the_yaml_guard_and_its_deny_wins() {
     );
 }
 
+/// A decision in a line: its rule and lane, or its denial.
+fn summary(decision: &Decision) -> String {
+    match decision {
+        Decision::Admitted { rule, lane, .. } => format!("admitted by {rule} on {lane:?}"),
+        Decision::Denied(denial) => format!("denied: {denial}"),
+    }
+}
+
 #[test]
 fn a_pipeline_admitted_together_is_decided_as_each_command_alone() {
     let prefix = ModuleConfig::Path(tollgate_policy::built_component("key-prefix"));
@@ -239,10 +247,6 @@ fn a_pipeline_admitted_together_is_decided_as_each_command_alone() {
     let refs: Vec<&[Bytes]> = argvs.iter().map(Vec::as_slice).collect();
     let together = admission.admit_all(&alice, &refs);
     assert_eq!(together.len(), lines.len());
-    let summary = |decision: &Decision| match decision {
-        Decision::Admitted { rule, lane, .. } => format!("admitted by {rule} on {lane:?}"),
-        Decision::Denied(denial) => format!("denied: {denial}"),
-    };
     for ((line, argv), decided) in lines.iter().zip(&argvs).zip(&together) {
         assert_eq!(
             summary(decided),
@@ -278,10 +282,6 @@ fn runs_of_one_command_are_decided_as_each_command_alone() {
     ];
     let argvs: Vec<Vec<Bytes>> = lines.iter().map(|line| argv(line)).collect();
     let refs: Vec<&[Bytes]> = argvs.iter().map(Vec::as_slice).collect();
-    let summary = |decision: &Decision| match decision {
-        Decision::Admitted { rule, lane, .. } => format!("admitted by {rule} on {lane:?}"),
-        Decision::Denied(denial) => format!("denied: {denial}"),
-    };
     // Twice: the first batch meets an empty memory, the second the verdicts the first kept.
     for round in 0..2 {
         let together = admission.admit_all(&alice, &refs);
