@@ -64,23 +64,15 @@ async fn work_is_packed_on_one_connection_until_it_spills_over() {
     fixture.redis.inline("CLIENT PAUSE 300 ALL");
     let busy = fixture.lanes.multiplexed(Multiplexed::Regular).unwrap();
     let outstanding: Vec<_> = (0..1100).map(|_| busy.send(cmd(&["PING"]))).collect();
-    let spilled = fixture.lanes.multiplexed(Multiplexed::Regular).unwrap();
-    assert_eq!(
-        &spilled.send(cmd(&["PING"])).await.unwrap().bytes()[..],
-        b"+PONG\r\n"
-    );
-    for reply in outstanding {
-        assert_eq!(&reply.await.unwrap().bytes()[..], b"+PONG\r\n");
-    }
-    assert_eq!(fixture.client_ids(&user).len(), 2);
+    spills_to_a_second_connection(&fixture, outstanding, b"+PONG\r\n").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_commands_spill_over_before_their_count_does() {
     let fixture = Fixture::start(|config| config.regular.connections = Some(4)).await;
-    let user = tollgate_lanes::user_name(Lane::Regular);
     let first = fixture.lanes.multiplexed(Multiplexed::Regular).unwrap();
     first.send(cmd(&["PING"])).await.unwrap();
+    let user = tollgate_lanes::user_name(Lane::Regular);
     assert_eq!(fixture.client_ids(&user).len(), 1);
 
     // 40 commands of 2 KiB outstanding (80 KiB, more than the next write gathers) send the next
@@ -90,14 +82,25 @@ async fn large_commands_spill_over_before_their_count_does() {
     let outstanding: Vec<_> = (0..40)
         .map(|i| first.send(cmd(&["SET", &format!("big:{i}"), &value])))
         .collect();
+    spills_to_a_second_connection(&fixture, outstanding, b"+OK\r\n").await;
+}
+
+/// With `outstanding` held on the lane's first connection (Redis paused), a new caller is answered
+/// on a second one; then every held command is answered `reply`, and the lane has two connections.
+async fn spills_to_a_second_connection(
+    fixture: &Fixture,
+    outstanding: Vec<tollgate_lanes::SendFuture>,
+    reply: &[u8],
+) {
     let spilled = fixture.lanes.multiplexed(Multiplexed::Regular).unwrap();
     assert_eq!(
         &spilled.send(cmd(&["PING"])).await.unwrap().bytes()[..],
         b"+PONG\r\n"
     );
-    for reply in outstanding {
-        assert_eq!(&reply.await.unwrap().bytes()[..], b"+OK\r\n");
+    for held in outstanding {
+        assert_eq!(&held.await.unwrap().bytes()[..], reply);
     }
+    let user = tollgate_lanes::user_name(Lane::Regular);
     assert_eq!(fixture.client_ids(&user).len(), 2);
 }
 

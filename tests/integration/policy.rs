@@ -227,6 +227,28 @@ fn summary(decision: &Decision) -> String {
     }
 }
 
+/// `lines` admitted together as one pipeline of `caller`, each decision asserted equal to the
+/// same command admitted alone (`label` prefixes the failure message); the decisions.
+fn decided_together_as_alone(
+    admission: &tollgate_policy::Admission,
+    caller: &tollgate_model::Caller,
+    lines: &[&str],
+    label: &str,
+) -> Vec<Decision> {
+    let argvs: Vec<Vec<Bytes>> = lines.iter().map(|line| argv(line)).collect();
+    let refs: Vec<&[Bytes]> = argvs.iter().map(Vec::as_slice).collect();
+    let together = admission.admit_all(caller, &refs);
+    assert_eq!(together.len(), lines.len());
+    for ((line, argv), decided) in lines.iter().zip(&argvs).zip(&together) {
+        assert_eq!(
+            summary(decided),
+            summary(&admission.admit(caller, argv)),
+            "{label}{line}"
+        );
+    }
+    together
+}
+
 #[test]
 fn a_pipeline_admitted_together_is_decided_as_each_command_alone() {
     let prefix = ModuleConfig::Path(tollgate_policy::built_component("key-prefix"));
@@ -243,17 +265,7 @@ fn a_pipeline_admitted_together_is_decided_as_each_command_alone() {
         "EVAL return 2 alice:k bob:k",
         "GET alice:1",
     ];
-    let argvs: Vec<Vec<Bytes>> = lines.iter().map(|line| argv(line)).collect();
-    let refs: Vec<&[Bytes]> = argvs.iter().map(Vec::as_slice).collect();
-    let together = admission.admit_all(&alice, &refs);
-    assert_eq!(together.len(), lines.len());
-    for ((line, argv), decided) in lines.iter().zip(&argvs).zip(&together) {
-        assert_eq!(
-            summary(decided),
-            summary(&admission.admit(&alice, argv)),
-            "{line}"
-        );
-    }
+    let together = decided_together_as_alone(&admission, &alice, &lines, "");
     assert!(matches!(together[0], Decision::Admitted { .. }));
     assert_eq!(denial(together[1].clone()).rule, "key-prefix");
     assert_eq!(denial(together[2].clone()).rule, "no-wipe");
@@ -280,19 +292,10 @@ fn runs_of_one_command_are_decided_as_each_command_alone() {
         "GET d",
         "GET tollgate:z",
     ];
-    let argvs: Vec<Vec<Bytes>> = lines.iter().map(|line| argv(line)).collect();
-    let refs: Vec<&[Bytes]> = argvs.iter().map(Vec::as_slice).collect();
     // Twice: the first batch meets an empty memory, the second the verdicts the first kept.
     for round in 0..2 {
-        let together = admission.admit_all(&alice, &refs);
-        assert_eq!(together.len(), lines.len());
-        for ((line, argv), decided) in lines.iter().zip(&argvs).zip(&together) {
-            assert_eq!(
-                summary(decided),
-                summary(&admission.admit(&alice, argv)),
-                "round {round}: {line}"
-            );
-        }
+        let label = format!("round {round}: ");
+        let together = decided_together_as_alone(&admission, &alice, &lines, &label);
         for at in [0, 1, 3, 4, 6, 9] {
             assert!(
                 matches!(together[at], Decision::Admitted { .. }),

@@ -107,8 +107,9 @@ pub(crate) struct Scripts {
 /// One pooled connection as callers see it: the queue into its driver and its current load.
 pub(crate) struct Slot {
     queue: mpsc::UnboundedSender<Request>,
-    /// Commands outstanding, and their bytes.
+    /// Commands outstanding.
     load: AtomicUsize,
+    /// Their bytes ([`SPILL_BYTES`]).
     bytes: AtomicUsize,
     protocol: Protocol,
     /// Since when (ms after the lane's epoch, plus one) the connection has owed its oldest
