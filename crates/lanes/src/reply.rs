@@ -60,9 +60,8 @@ fn integers(bytes: &[u8]) -> Option<Frame> {
         }
         Some((bytes[0], &bytes[1..end], &bytes[end + 2..]))
     }
-    fn integer(text: &[u8]) -> Option<i64> {
-        std::str::from_utf8(text).ok()?.parse().ok()
-    }
+    // As `str::parse` reads it, without the UTF-8 walk first.
+    let integer = tollgate_resp::parse_i64;
     match line(bytes)? {
         (b':', text, []) => integer(text).map(Frame::Integer),
         (b'*', count, mut rest) => {

@@ -9,4 +9,4 @@ mod parse;
 pub use command::{parse_command, Argv, Command};
 pub use encode::{encode, encode_bulk, encode_command, encode_header};
 pub use frame::Frame;
-pub use parse::{frame_len, parse, Discarded, Limits, ProtocolError, Scanner};
+pub use parse::{frame_len, parse, parse_i64, Discarded, Limits, ProtocolError, Scanner};

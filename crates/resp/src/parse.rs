@@ -560,7 +560,7 @@ fn find_crlf(bytes: &[u8]) -> Option<usize> {
 
 /// A decimal `i64` as `str::parse` reads it (optional sign, digits only, no overflow), without first
 /// checking the bytes are UTF-8.
-pub(crate) fn parse_i64(raw: &[u8]) -> Option<i64> {
+pub fn parse_i64(raw: &[u8]) -> Option<i64> {
     let (negative, digits) = match raw {
         [b'-', rest @ ..] => (true, rest),
         [b'+', rest @ ..] => (false, rest),

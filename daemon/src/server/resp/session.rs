@@ -455,7 +455,10 @@ impl Session {
                     // Work that may wait (a blocking command on the pinned connection, a lease
                     // wait) does not hold back the replies before it.
                     let out = work.may_wait().then_some((writer, &mut self.out));
-                    let work = self.state.in_place(work);
+                    // Pinned here and lent: the future of work in place is as large as its
+                    // largest kind (a lease call's, ~4 KiB), and handed over by value it was
+                    // copied whole twice more per call.
+                    let work = pin!(self.state.in_place(work));
                     let reply = until_hang_up(work, reader, input, out).await?;
                     now = None;
                     self.out.reply(&voice.say(reply));
@@ -471,12 +474,11 @@ impl Session {
 /// command left in Redis by a vanished client dies with its connection. With `out`, what it holds
 /// is written meanwhile.
 async fn until_hang_up<T>(
-    work: impl Future<Output = T>,
+    mut work: Pin<&mut impl Future<Output = T>>,
     reader: &mut OwnedReadHalf,
     input: &mut BytesMut,
     out: Option<(&OwnedWriteHalf, &mut Outbox)>,
 ) -> Result<T, Ended> {
-    let mut work = std::pin::pin!(work);
     let mut hang_up = HangUp::new(reader);
     let (writer, mut out) = match out {
         Some((writer, out)) => {
@@ -488,7 +490,7 @@ async fn until_hang_up<T>(
     loop {
         let writing = out.as_ref().is_some_and(|out| !out.is_empty());
         tokio::select! {
-            done = &mut work => return Ok(done),
+            done = work.as_mut() => return Ok(done),
             read = reader.read_buf(input), if input.len() < PARKED_INPUT_CAP => match read {
                 Ok(0) => return Err(Ended::ClosedWhileAwaited),
                 Ok(_) => {}
