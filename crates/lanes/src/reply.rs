@@ -3,7 +3,7 @@
 //! cuts a shared connection's stream into replies without letting one reply fail the others.
 
 use bytes::{Buf, Bytes, BytesMut};
-use tollgate_resp::{Discarded, Frame, Limits, ProtocolError, Scanner};
+use tollgate_resp::{parse_i64, Discarded, Frame, Limits, ProtocolError, Scanner};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reply(Bytes);
@@ -60,12 +60,10 @@ fn integers(bytes: &[u8]) -> Option<Frame> {
         }
         Some((bytes[0], &bytes[1..end], &bytes[end + 2..]))
     }
-    // As `str::parse` reads it, without the UTF-8 walk first.
-    let integer = tollgate_resp::parse_i64;
     match line(bytes)? {
-        (b':', text, []) => integer(text).map(Frame::Integer),
+        (b':', text, []) => parse_i64(text).map(Frame::Integer),
         (b'*', count, mut rest) => {
-            let count = usize::try_from(integer(count)?).ok()?;
+            let count = usize::try_from(parse_i64(count)?).ok()?;
             if !(1..=8).contains(&count) {
                 return None;
             }
@@ -74,7 +72,7 @@ fn integers(bytes: &[u8]) -> Option<Frame> {
                 let (b':', text, after) = line(rest)? else {
                     return None;
                 };
-                items.push(Frame::Integer(integer(text)?));
+                items.push(Frame::Integer(parse_i64(text)?));
                 rest = after;
             }
             rest.is_empty().then_some(Frame::Array(items))
