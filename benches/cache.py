@@ -32,6 +32,7 @@ of a cached GET against that of a direct GET over the hop.
 
 import argparse
 import os
+import resource
 import shutil
 import signal
 import statistics
@@ -86,12 +87,14 @@ def get_rows(sock, pipeline, requests, client_cpus, watch, hop=None):
     taskset = ["taskset", "-c", client_cpus] if client_cpus else []
     late_before = hop.late_us() if hop else None
     before = {name: e2e.cpu_ns(pid) for name, pid in watch}
+    usage, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
     out = subprocess.run(
         taskset + ["redis-benchmark", "-s", sock, "-c", "50", "-n", str(requests), "-P", str(pipeline),
                    "-r", str(HOT_KEYS), "-t", "get", "--csv"],
         capture_output=True, text=True, check=True,
     ).stdout
     cpu = {name: (e2e.cpu_ns(pid) - before[name]) / 1000 / requests for name, pid in watch}
+    cpu["client"] = e2e.client_busy(usage, started)
     late = [after - before for after, before in zip(hop.late_us(), late_before)] if hop else None
     rows = [line.replace('"', "").split(",") for line in out.strip().splitlines()[1:]]
     (_, rps, _avg, _min, p50, _p95, p99, _max) = rows[0]
@@ -225,6 +228,16 @@ def main():
             label = "unpipelined" if pipeline == 1 else "-P 16"
             print(f"| {label} | " + " | ".join(f"{cpu(n, pipeline, 'proxy'):.2f}" for n in proxies) + " | "
                   + " | ".join(f"{cpu(n, pipeline, who):.2f}" for who in behind for n in names) + " |")
+        print()
+        print("redis-benchmark's own CPU over each run, in CPUs busy (median of the rounds"
+              + ("; it has one CPU to itself, so 1.00 means the load generator is the bound"
+                 if client_cpus and "," not in client_cpus and "-" not in client_cpus else "") + ")")
+        print()
+        print("| GET | " + " | ".join(names) + " |")
+        print("|---|" + "---|" * len(names))
+        for pipeline in (1, 16):
+            label = "unpipelined" if pipeline == 1 else "-P 16"
+            print(f"| {label} | " + " | ".join(f"{cpu(n, pipeline, 'client'):.2f}" for n in names) + " |")
         if hop:
             print()
             print("How late the relay wrote chunks, µs after their due time (p50 / p99 over the rounds' "

@@ -213,19 +213,31 @@ def cpu_ns(pid):
 RANDOM_KEYS = None
 
 
+def client_busy(before, started):
+    """The CPUs' worth redis-benchmark (this process's waited-for children) was busy since
+    `before` (`resource.getrusage(RUSAGE_CHILDREN)`) and `started` (`time.monotonic()`): near 1.0
+    pinned to one CPU, the load generator is the bound, and no target can be told apart above it."""
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return busy / max(time.monotonic() - started, 1e-9)
+
+
 def benchmark(sock, pipeline, requests, client_cpus=None, watch=()):
     """One redis-benchmark run per test, so that the CPU the watched processes spend (`watch`:
-    name -> pid) is known per test: {test: (rps, p50, p99, {name: us per request})}."""
+    name -> pid) is known per test: {test: (rps, p50, p99, {name: us per request, "client":
+    redis-benchmark's busy share, see `client_busy`})}."""
     taskset = ["taskset", "-c", client_cpus] if client_cpus else []
     rows = {}
     for test in TESTS.split(","):
         before = {name: cpu_ns(pid) for name, pid in watch}
+        usage, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
         out = subprocess.run(
             taskset + ["redis-benchmark", "-s", sock, "-c", "50", "-n", str(requests), "-P", str(pipeline),
              "-t", test, "--csv"] + (["-r", str(RANDOM_KEYS)] if RANDOM_KEYS else []),
             capture_output=True, text=True, check=True,
         ).stdout
         cpu = {name: (cpu_ns(pid) - before[name]) / 1000 / requests for name, pid in watch}
+        cpu["client"] = client_busy(usage, started)
         for row in csv.DictReader(io.StringIO(out)):
             if row["test"].startswith("LPUSH (needed"):
                 continue  # "LPUSH (needed to benchmark LRANGE)": the prefill, not a test of its own
@@ -349,6 +361,17 @@ def main():
                 ratio = cpu("tollgate", "proxy") / cpu("twemproxy", "proxy")
                 lines.append(f"| {test} | " + " | ".join(proxy_cells) + " | " + " | ".join(redis_cells)
                              + f" | {ratio:.2f} |")
+            lines.append("")
+            lines.append("redis-benchmark's own CPU over each run, in CPUs busy (median of the rounds"
+                         + ("; it has one CPU to itself, so 1.00 means the load generator is the bound"
+                            if args.pin and "," not in client_cpus and "-" not in client_cpus else "")
+                         + ")")
+            lines.append("")
+            lines.append("| test | " + " | ".join(names) + " |")
+            lines.append("|---|" + "---|" * len(names))
+            for test in tests:
+                busy = [statistics.median(r[3]["client"] for r in results[(n, pipeline, test)]) for n in names]
+                lines.append(f"| {test} | " + " | ".join(f"{b:.2f}" for b in busy) + " |")
             lines.append("")
             if "LRANGE_100" in tests:
                 lines.append("(LRANGE_100's figures include redis-benchmark's prefill: as many LPUSHes as reads.)")
