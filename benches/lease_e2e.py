@@ -10,6 +10,10 @@ which the criterion bench cannot do.
 
     python3 benches/lease_e2e.py [--pairs N] [--rounds R] [--clients 1,16] [--baseline OLD]... [--pin]
 
+--same-rights runs the forwarded scripts (twemproxy's and the direct row's, as Redis's `default`
+user) with the Redis rights of the daemon's lease lane user, so that Redis checks the same key and
+channel patterns behind every target; without it, the forwarded scripts run unconfined.
+
 Per row: calls per second (two calls per pair), and the microseconds of CPU per call of the proxy
 (Tollgate: per LEASE call; twemproxy: per forwarded EVALSHA) and of redis-server, from /proc. The
 clients are Python threads (`lease_load.py`), the same for every target; with --pin they run on the
@@ -37,6 +41,8 @@ def main():
     parser.add_argument("--clients", default="1,16")
     parser.add_argument("--baseline", action="append", default=[])
     parser.add_argument("--pin", action="store_true")
+    parser.add_argument("--same-rights", action="store_true",
+                        help="run the forwarded scripts with the lease lane's Redis rights (see above)")
     parser.add_argument("--binary", default=os.path.join(e2e.ROOT, "target", "release", "tollgate"))
     args = parser.parse_args()
     for tool in ("redis-server", "nutcracker"):
@@ -72,6 +78,9 @@ def main():
             for proc in procs:
                 e2e.pin(proc.pid, server_cpus)
 
+        if args.same_rights:
+            # Once every target has answered its start-up probe (a GET outside the lease keys).
+            confine_default_user(args.binary, redis_sock, work)
         client_counts = [int(c) for c in args.clients.split(",")]
         for _, _, sock, target_shas in targets:
             lease_pairs(sock, 50, target_shas, clients=4)  # warm up: scripts cached, lanes open
@@ -96,7 +105,8 @@ def main():
         names = [name for name, _, _, _ in targets]
         print(f"Command: `python3 benches/lease_e2e.py --pairs {args.pairs} --rounds {args.rounds} "
               f"--clients {args.clients}" + " --baseline <older tollgate>" * len(args.baseline)
-              + (" --pin" if args.pin else "") + f"` (load average {min(load):.2f}–{max(load):.2f})")
+              + (" --pin" if args.pin else "") + (" --same-rights" if args.same_rights else "")
+              + f"` (load average {min(load):.2f}–{max(load):.2f})")
         print()
         print("| clients | target | calls/s | ÷ twemproxy | ÷ redis | proxy CPU µs/call | "
               "÷ twemproxy's | redis CPU µs/call |")
@@ -117,6 +127,21 @@ def main():
     finally:
         e2e.stop_all(procs)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def confine_default_user(binary, redis_sock, work):
+    """Gives Redis's `default` user, which twemproxy and the direct row run the scripts as, the
+    rights of the daemon's lease lane user (`tollgate redis-acl`): its key, channel and command
+    rules, its password left alone. Redis then checks every `redis.call` of a forwarded script
+    against the same patterns as the daemon's, so the rows compare the proxies, and the difference
+    from a run without this flag is what the lease lane's confinement costs Redis."""
+    acl = subprocess.run([binary, "redis-acl", "--passwords", os.path.join(work, "acl")],
+                         check=True, capture_output=True, text=True).stdout
+    line = next(line for line in acl.splitlines() if '"tollgate-leases"' in line)
+    words = [word.strip('"') for word in line.split()]
+    rules = [word for word in words[3:] if word[:1] in ("~", "&", "+", "-", "%")]
+    subprocess.run(["redis-cli", "-s", redis_sock, "ACL", "SETUSER", "default", "resetkeys",
+                    "resetchannels", "-@all", *rules], check=True, capture_output=True, text=True)
 
 
 if __name__ == "__main__":
