@@ -845,25 +845,20 @@ mod tests {
             ..Limits::default()
         };
         let mut taken = 0;
-        for limits in [Limits::default(), narrow] {
-            for input in inputs {
-                for cut in 0..=input.len() {
-                    let buf = &input[..cut];
-                    let Some((end, element)) = short_element(buf, 0, &limits) else {
-                        continue;
-                    };
-                    taken += 1;
-                    let mut walker = Walker::new(buf, &limits);
-                    let walked = walker.element();
-                    let same = match (&element, walked) {
-                        (Element::Whole, Ok(Some(Element::Whole))) => true,
-                        (Element::Open(a), Ok(Some(Element::Open(b)))) => *a == b,
-                        _ => false,
-                    };
-                    assert!(same, "{:?}", lossy(buf));
-                    assert_eq!(end, walker.pos, "{:?}", lossy(buf));
-                }
-            }
+        for (buf, limits) in every_cut(&inputs, &[Limits::default(), narrow]) {
+            let Some((end, element)) = short_element(buf, 0, limits) else {
+                continue;
+            };
+            taken += 1;
+            let mut walker = Walker::new(buf, limits);
+            let walked = walker.element();
+            let same = match (&element, walked) {
+                (Element::Whole, Ok(Some(Element::Whole))) => true,
+                (Element::Open(a), Ok(Some(Element::Open(b)))) => *a == b,
+                _ => false,
+            };
+            assert!(same, "{:?}", lossy(buf));
+            assert_eq!(end, walker.pos, "{:?}", lossy(buf));
         }
         // The fast path is taken, and only for whole elements: five integers, two headers and +OK
         // under the default limits; `*9` is past the narrow limit of three.
@@ -894,26 +889,33 @@ mod tests {
             ..Limits::default()
         };
         let mut taken = 0;
-        for limits in [Limits::default(), narrow] {
-            for input in inputs {
-                for cut in 0..=input.len() {
-                    let buf = &input[..cut];
-                    if !short_bulks_allowed(&limits) || short_bulk_header(buf, 0).is_none() {
-                        continue;
-                    }
-                    taken += 1;
-                    assert_eq!(
-                        bulk_payload(buf, 0, &limits),
-                        bulk_payload_by_digits(buf, 0, &limits),
-                        "{:?}",
-                        lossy(buf)
-                    );
-                }
+        for (buf, limits) in every_cut(&inputs, &[Limits::default(), narrow]) {
+            if !short_bulks_allowed(limits) || short_bulk_header(buf, 0).is_none() {
+                continue;
             }
+            taken += 1;
+            assert_eq!(
+                bulk_payload(buf, 0, limits),
+                bulk_payload_by_digits(buf, 0, limits),
+                "{:?}",
+                lossy(buf)
+            );
         }
         // Taken for every cut holding a whole header of one or two digits under the default
         // limits, and never under limits that would refuse some of what it reads.
         assert_eq!(taken, 63);
+    }
+
+    /// Every prefix of every input, under each of `limits`.
+    fn every_cut<'a>(
+        inputs: &'a [&'a [u8]],
+        limits: &'a [Limits],
+    ) -> impl Iterator<Item = (&'a [u8], &'a Limits)> + 'a {
+        limits.iter().flat_map(move |limits| {
+            inputs
+                .iter()
+                .flat_map(move |input| (0..=input.len()).map(move |cut| (&input[..cut], limits)))
+        })
     }
 
     fn encode_one(frame: &Frame) -> BytesMut {
