@@ -314,7 +314,7 @@ fn bulk_payload_by_digits(buf: &[u8], pos: usize, limits: &Limits) -> Option<(us
 /// (`$3\r\n`, `$42\r\n`: a command's words, and the elements of most multi-string replies), read
 /// from the header's first bytes at once rather than digit by digit. In a run of strings each
 /// header's position waits on the previous length, so the steps to a length are the scanner's
-/// critical path (LRANGE's 100 short strings: an eighth of the daemon's cycles at `-P 16`). `None`
+/// critical path (LRANGE's 100 short strings: a tenth of the daemon's cycles at `-P 16`). `None`
 /// for anything else, which the general path then reads: what this accepts, it accepts too, under
 /// limits that [`short_bulks_allowed`].
 #[inline(always)]
