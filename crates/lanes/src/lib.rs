@@ -49,6 +49,7 @@ mod stopper;
 mod stream;
 mod topology;
 mod tracking_conn;
+pub mod turn_clock;
 mod wait_histogram;
 
 pub use acl::{

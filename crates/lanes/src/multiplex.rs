@@ -496,7 +496,8 @@ impl NodeChannel {
             preamble,
             reply,
             budget: self.budget.clone(),
-            since: Instant::now(),
+            // The turn's reading: one for the commands a session queues in one poll.
+            since: crate::turn_clock::now(),
             deadline,
             ticket,
             watched,

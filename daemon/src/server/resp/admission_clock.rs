@@ -180,6 +180,8 @@ impl AdmissionClock {
     /// Adds the admission that began at `started` and ends now to the tenant's debt.
     pub fn spent(&self, started: Instant) {
         let now = Instant::now();
+        // Admission can run long (the guards): what the session queues next counts from here.
+        tollgate_lanes::turn_clock::set(now);
         let spent = now.duration_since(started).as_nanos() as u64;
         self.debt.spend(spent, self.clocks.nanos(now));
     }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tokio::net::UnixListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tollgate_lanes::turn_clock::Turns;
 use tracing::Instrument;
 
 use super::front::FrontDoor;
@@ -29,7 +30,9 @@ pub async fn serve(listener: UnixListener, front: Arc<FrontDoor>, stop: Cancella
         // Boxed: the session's future is about 10 KiB, and unboxed it was copied three times per
         // connection (into the task cell, its stage, out again): ~30,000 instructions a client.
         let session = Box::pin(session::run(stream, front.clone(), stop.clone(), id));
-        sessions.spawn(session.instrument(span));
+        // Each poll of a session is one turn of its clock: the commands it queues then share one
+        // reading (tollgate_lanes::turn_clock).
+        sessions.spawn(Turns::new(session).instrument(span));
     }
     sessions.close();
     sessions.wait().await;
