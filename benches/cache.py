@@ -229,9 +229,7 @@ def main():
             print(f"| {label} | " + " | ".join(f"{cpu(n, pipeline, 'proxy'):.2f}" for n in proxies) + " | "
                   + " | ".join(f"{cpu(n, pipeline, who):.2f}" for who in behind for n in names) + " |")
         print()
-        print("redis-benchmark's own CPU over each run, in CPUs busy (median of the rounds"
-              + ("; it has one CPU to itself, so 1.00 means the load generator is the bound"
-                 if client_cpus and "," not in client_cpus and "-" not in client_cpus else "") + ")")
+        print(e2e.client_busy_caption(client_cpus))
         print()
         print("| GET | " + " | ".join(names) + " |")
         print("|---|" + "---|" * len(names))

@@ -222,6 +222,15 @@ def client_busy(before, started):
     return busy / max(time.monotonic() - started, 1e-9)
 
 
+def client_busy_caption(client_cpus):
+    """The line above a table of `client_busy` figures; `client_cpus` as `cpu_split` gives them
+    (None unpinned)."""
+    alone = client_cpus is not None and "," not in client_cpus and "-" not in client_cpus
+    return ("redis-benchmark's own CPU over each run, in CPUs busy (median of the rounds"
+            + ("; it has one CPU to itself, so 1.00 means the load generator is the bound" if alone else "")
+            + ")")
+
+
 def benchmark(sock, pipeline, requests, client_cpus=None, watch=()):
     """One redis-benchmark run per test, so that the CPU the watched processes spend (`watch`:
     name -> pid) is known per test: {test: (rps, p50, p99, {name: us per request, "client":
@@ -362,10 +371,7 @@ def main():
                 lines.append(f"| {test} | " + " | ".join(proxy_cells) + " | " + " | ".join(redis_cells)
                              + f" | {ratio:.2f} |")
             lines.append("")
-            lines.append("redis-benchmark's own CPU over each run, in CPUs busy (median of the rounds"
-                         + ("; it has one CPU to itself, so 1.00 means the load generator is the bound"
-                            if args.pin and "," not in client_cpus and "-" not in client_cpus else "")
-                         + ")")
+            lines.append(client_busy_caption(client_cpus))
             lines.append("")
             lines.append("| test | " + " | ".join(names) + " |")
             lines.append("|---|" + "---|" * len(names))

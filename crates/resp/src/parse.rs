@@ -161,6 +161,9 @@ impl Scanner {
         let Some(remaining) = self.open.last_mut() else {
             return Ok(());
         };
+        // The short path written out here rather than through `bulk_end`, with the limits checked
+        // once for the run: calling `bulk_end` per element (even forced inline) cost 6% more
+        // instructions at `-P 16` LRANGE_100 (15,700 against 14,771 a request).
         let shorts = short_bulks_allowed(limits);
         let (mut pos, mut left) = (self.pos, *remaining);
         let mut measured = Ok(());
