@@ -8,6 +8,7 @@ mod calls;
 pub mod config;
 mod holder;
 mod keys;
+mod keys_memo;
 mod layout;
 mod metrics;
 mod places;

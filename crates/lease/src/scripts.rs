@@ -185,7 +185,7 @@ async fn send_all(
     Ok(frames)
 }
 
-/// `EVALSHA <sha> <numkeys> <keys…> <args…>`, written straight into one buffer of about its size:
+/// `EVALSHA <sha> <numkeys> <keys…> <args…>`, written straight into one buffer of its size:
 /// this runs for every lease call, and an argument vector and a formatted key count around
 /// `encode_command` cost it a third more.
 fn evalsha(script: &Script, keys: &[&str], args: &[&[u8]]) -> Bytes {
@@ -199,11 +199,15 @@ fn evalsha(script: &Script, keys: &[&str], args: &[&[u8]]) -> Bytes {
         }
     };
     let words = 3 + keys.len() + args.len();
-    // Each word's header (`$`, up to 20 digits, CRLF) and CRLF at most; the words themselves.
-    let size = 25 * (words + 1)
-        + script.sha.len()
-        + keys.iter().map(|key| key.len()).sum::<usize>()
-        + args.iter().map(|arg| arg.len()).sum::<usize>();
+    // Exactly its size: a buffer with room to spare would need a second allocation (the shared
+    // header `Bytes` keeps for a vector whose length is not its capacity) when frozen.
+    let size = tollgate_resp::header_len(words)
+        + script.evalsha_head.len()
+        + std::iter::once(numkeys.len())
+            .chain(keys.iter().map(|key| key.len()))
+            .chain(args.iter().map(|arg| arg.len()))
+            .map(|len| tollgate_resp::header_len(len) + len + 2)
+            .sum::<usize>();
     let mut out = BytesMut::with_capacity(size);
     tollgate_resp::encode_header(b'*', words, &mut out);
     out.extend_from_slice(&script.evalsha_head);
@@ -213,6 +217,7 @@ fn evalsha(script: &Script, keys: &[&str], args: &[&[u8]]) -> Bytes {
     {
         tollgate_resp::encode_bulk(word, &mut out);
     }
+    debug_assert_eq!(out.len(), size, "the command's size, computed in advance");
     out.freeze()
 }
 

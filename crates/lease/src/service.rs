@@ -21,6 +21,7 @@ use crate::calls::{BoundAttempt, Calls, Durability};
 use crate::config::LeaseConfig;
 use crate::holder::Holder;
 use crate::keys::LeaseKeys;
+use crate::keys_memo::KeysMemo;
 use crate::metrics::LeaseMetrics;
 use crate::outcome::{AcquireOutcome, InspectOutcome, ReleaseOutcome, RenewOutcome};
 use crate::places::{AtLimit, Limits, Places};
@@ -39,6 +40,8 @@ pub struct LeaseService {
     pubsub: PubSub,
     config: LeaseConfig,
     lines: std::sync::Arc<WaitLines>,
+    /// The keys of the resources named lately.
+    keys: std::sync::Arc<KeysMemo>,
     watchdogs: Watchdogs,
     /// The holder watches open, per user of a principal.
     watches: Places,
@@ -78,7 +81,10 @@ impl LeaseService {
     /// Whether a watchdog keeps `identity`'s lease of `resource` under `attempt` alive (the
     /// daemon's count of leases held under a quota asks).
     pub fn keeps(&self, identity: &Identity, resource: &Resource, attempt: &Attempt) -> bool {
-        let key = (LeaseKeys::of(resource).lease, bind(identity, attempt));
+        let key = (
+            self.keys.keys(resource).lease.clone(),
+            bind(identity, attempt),
+        );
         self.watchdogs.guards(&key)
     }
 
@@ -95,6 +101,7 @@ impl LeaseService {
             pubsub: lanes.pubsub(),
             config,
             lines: Default::default(),
+            keys: Default::default(),
             watchdogs: Watchdogs::default(),
             watches: Places::default(),
             metrics: LeaseMetrics::register(registry),
@@ -135,7 +142,7 @@ impl LeaseService {
                 message: format!("at most {} ms", self.config.max_wait.as_millis()),
             });
         }
-        let keys = LeaseKeys::of(resource);
+        let keys = self.keys.keys(resource);
         let attempt = bind(identity, &request.attempt);
         let slot = match &holder {
             Some(_) => match self.watchdogs.reserve(
@@ -204,7 +211,7 @@ impl LeaseService {
         let attempt = bind(identity, &request.attempt);
         let outcome = self
             .calls
-            .renew(&LeaseKeys::of(resource), &attempt, request.ttl)
+            .renew(&self.keys.keys(resource), &attempt, request.ttl)
             .await;
         self.metrics.outcome("renew", &outcome);
         Ok(outcome)
@@ -218,14 +225,14 @@ impl LeaseService {
         request: &ReleaseRequest,
     ) -> Result<ReleaseOutcome, InvalidRequest> {
         check_attempt(&request.attempt)?;
-        let keys = LeaseKeys::of(resource);
+        let keys = self.keys.keys(resource);
         let attempt = bind(identity, &request.attempt);
         let outcome = self.calls.release(&keys, &attempt).await;
         if matches!(
             outcome,
             ReleaseOutcome::Released | ReleaseOutcome::AlreadyAbsent
         ) {
-            self.watchdogs.stop(&(keys.lease, attempt));
+            self.watchdogs.stop(&keys.lease, &attempt);
         }
         self.metrics.outcome("release", &outcome);
         Ok(outcome)
@@ -243,7 +250,7 @@ impl LeaseService {
         let bound = attempt.map(|attempt| bind(identity, attempt));
         let outcome = self
             .calls
-            .inspect(&LeaseKeys::of(resource), bound.as_ref())
+            .inspect(&self.keys.keys(resource), bound.as_ref())
             .await;
         self.metrics.outcome("inspect", &outcome);
         Ok(outcome)
@@ -258,7 +265,10 @@ impl LeaseService {
         attempt: &Attempt,
     ) -> Result<Option<broadcast::Receiver<LeaseEvent>>, InvalidRequest> {
         check_attempt(attempt)?;
-        let key = (LeaseKeys::of(resource).lease, bind(identity, attempt));
+        let key = (
+            self.keys.keys(resource).lease.clone(),
+            bind(identity, attempt),
+        );
         Ok(self.watchdogs.subscribe(&key))
     }
 
@@ -282,7 +292,7 @@ impl LeaseService {
         let events = watch::start(
             &self.calls,
             &self.pubsub,
-            LeaseKeys::of(resource),
+            LeaseKeys::clone(&self.keys.keys(resource)),
             &self.shutdown,
         )
         .await

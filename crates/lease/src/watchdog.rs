@@ -69,7 +69,7 @@ pub struct Slot(Place);
 /// Everything one watchdog needs to keep one lease alive.
 pub struct Guard {
     pub calls: Calls,
-    pub keys: LeaseKeys,
+    pub keys: Arc<LeaseKeys>,
     pub attempt: BoundAttempt,
     pub ttl: Duration,
     pub holding: Holding,
@@ -142,13 +142,13 @@ impl Watchdogs {
     }
 
     /// Stops the watchdog of a lease its holder released, and tells its watchers.
-    pub fn stop(&self, key: &WatchKey) {
+    pub fn stop(&self, lease: &str, attempt: &BoundAttempt) {
         let mut state = self.state.lock();
-        // Most leases have no watchdog: then the key is not even hashed.
+        // Most leases have no watchdog: then the key is not even made.
         if state.entries.is_empty() {
             return;
         }
-        if let Some(entry) = state.remove(key) {
+        if let Some(entry) = state.remove(&(lease.to_owned(), attempt.clone())) {
             entry.stop.cancel();
             let _ = entry
                 .events

@@ -64,8 +64,8 @@ pub(crate) fn command_len(lens: impl ExactSizeIterator<Item = usize>) -> usize {
     })
 }
 
-/// Tag, digits and CRLF of the header of a length `n`.
-fn header_len(n: usize) -> usize {
+/// Tag, digits and CRLF of the header of a length or count `n` (what [`encode_header`] writes).
+pub fn header_len(n: usize) -> usize {
     3 + n.checked_ilog10().unwrap_or(0) as usize + 1
 }
 

@@ -86,7 +86,16 @@ fn millis(duration: Duration) -> Field<'static> {
 /// `fields` (each name already a bulk string), in the wire's order, as a map (RESP3) or flat
 /// array (RESP2).
 fn fields(fields: &[(&'static [u8], Field)], protocol: Protocol) -> Bytes {
-    let mut out = BytesMut::with_capacity(256);
+    // Exactly its size: room to spare would cost a second allocation when frozen (the shared
+    // header `Bytes` keeps for a vector whose length is not its capacity), on every lease call.
+    let size = tollgate_resp::header_len(match protocol {
+        Protocol::Resp3 => fields.len(),
+        Protocol::Resp2 => 2 * fields.len(),
+    }) + fields
+        .iter()
+        .map(|(name, field)| name.len() + field.wire_len())
+        .sum::<usize>();
+    let mut out = BytesMut::with_capacity(size);
     map_header(fields.len(), protocol, &mut out);
     for (name, field) in fields {
         out.extend_from_slice(name);
@@ -101,7 +110,23 @@ fn fields(fields: &[(&'static [u8], Field)], protocol: Protocol) -> Bytes {
             },
         }
     }
+    debug_assert_eq!(out.len(), size, "the reply's size, computed in advance");
     out.freeze()
+}
+
+impl Field<'_> {
+    /// The bytes `fields` writes for this field's value.
+    fn wire_len(&self) -> usize {
+        let bulk = |len| tollgate_resp::header_len(len) + len + 2;
+        match self {
+            Field::Text(text) => bulk(text.len()),
+            Field::Wire(bulk) => bulk.len(),
+            Field::Number(n) => match i64::try_from(*n) {
+                Ok(n) => tollgate_resp::header_len(n as usize),
+                Err(_) => bulk(n.checked_ilog10().unwrap_or(0) as usize + 1),
+            },
+        }
+    }
 }
 
 /// The header of a map of `len` pairs: `%len` in RESP3, `*2len` (a flat array) in RESP2.
