@@ -126,8 +126,9 @@ impl ScriptRunner {
             (Shape::Cluster(_), Some(key)) => Route::Slot(Slot::of(key.as_bytes())),
             _ => Route::Any,
         };
-        let evalsha = evalsha(script, keys, args);
-        let first = send_all(&channel, &route, &evalsha, then).await?;
+        // Handed over, not kept for the rare resend after NOSCRIPT, which writes it again: a kept
+        // copy would cost the shared header of a second handle on every call.
+        let first = send_all(&channel, &route, evalsha(script, keys, args), then).await?;
         if !is_noscript(&first[0]) {
             return first.into_iter().map(checked).collect();
         }
@@ -140,7 +141,7 @@ impl ScriptRunner {
                 .map_or_else(|e| e.to_string(), |f| describe(&f));
             return Err(ScriptError::NotSent(message));
         }
-        send_all(&channel, &route, &evalsha, then)
+        send_all(&channel, &route, evalsha(script, keys, args), then)
             .await?
             .into_iter()
             .map(checked)
@@ -152,19 +153,19 @@ impl ScriptRunner {
 async fn send_all(
     channel: &tollgate_lanes::Channel,
     route: &Route,
-    evalsha: &Bytes,
+    evalsha: Bytes,
     then: &[&[&[u8]]],
 ) -> Result<Frames, ScriptError> {
     let send = |command: Bytes| channel.send_to(route.clone(), command);
     if then.is_empty() {
         // The usual call: the script alone, without a vector of one pending reply.
-        let reply = send(evalsha.clone()).await.map_err(sorted)?;
+        let reply = send(evalsha).await.map_err(sorted)?;
         let frame = reply
             .frame()
             .map_err(|error| ScriptError::Indeterminate(error.to_string()))?;
         return Ok(smallvec::smallvec![frame]);
     }
-    let mut pending = vec![send(evalsha.clone())];
+    let mut pending = vec![send(evalsha)];
     pending.extend(then.iter().map(|argv| send(command(argv))));
     let mut frames = Frames::with_capacity(pending.len());
     for (index, reply) in pending.into_iter().enumerate() {
