@@ -21,8 +21,11 @@ use crate::resource::Resource;
 const PLACES: usize = 256;
 
 pub struct KeysMemo {
-    places: Mutex<Box<[Option<(Resource, Arc<LeaseKeys>)>]>>,
+    places: Mutex<Box<[Option<Remembered>]>>,
 }
+
+/// A resource and its keys.
+type Remembered = (Resource, Arc<LeaseKeys>);
 
 impl Default for KeysMemo {
     fn default() -> KeysMemo {
