@@ -91,6 +91,28 @@ mod tests {
     }
 
     #[test]
+    fn callers_on_many_threads_each_get_their_resources_keys() {
+        // The daemon's runtimes share one memo: a place read, computed and written over by
+        // several threads at once must still answer each with its own resource's keys.
+        let memo = Arc::new(KeysMemo::default());
+        let threads: Vec<_> = (0..4)
+            .map(|thread| {
+                let memo = Arc::clone(&memo);
+                std::thread::spawn(move || {
+                    for n in 0..2_000 {
+                        let name = format!("r{}", (n * 7 + thread * 13) % (2 * PLACES + 88));
+                        let keys = memo.keys(&resource(&name));
+                        assert_eq!(*keys, LeaseKeys::of(&resource(&name)), "{name}");
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+    }
+
+    #[test]
     fn names_spread_over_the_places() {
         // A place function that sent most names to a few places would make the memo useless.
         let taken: std::collections::HashSet<usize> = (0..PLACES)
