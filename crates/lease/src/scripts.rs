@@ -207,7 +207,7 @@ fn evalsha(script: &Script, keys: &[&str], args: &[&[u8]]) -> Bytes {
         + std::iter::once(numkeys.len())
             .chain(keys.iter().map(|key| key.len()))
             .chain(args.iter().map(|arg| arg.len()))
-            .map(|len| tollgate_resp::header_len(len) + len + 2)
+            .map(tollgate_resp::bulk_len)
             .sum::<usize>();
     let mut out = BytesMut::with_capacity(size);
     tollgate_resp::encode_header(b'*', words, &mut out);

@@ -59,9 +59,12 @@ pub fn encode_command<A: AsRef<[u8]>>(argv: &[A], out: &mut BytesMut) {
 pub(crate) fn command_len(lens: impl ExactSizeIterator<Item = usize>) -> usize {
     // A header; then each argument's bytes and CRLF.
     let count = lens.len();
-    lens.fold(header_len(count), |total, len| {
-        total + header_len(len) + len + 2
-    })
+    lens.fold(header_len(count), |total, len| total + bulk_len(len))
+}
+
+/// What [`encode_bulk`] writes for `len` bytes: the header, the bytes and CRLF.
+pub fn bulk_len(len: usize) -> usize {
+    header_len(len) + len + 2
 }
 
 /// Tag, digits and CRLF of the header of a length or count `n` (what [`encode_header`] writes).
@@ -130,7 +133,7 @@ pub fn encode_header(tag: u8, count: usize, out: &mut BytesMut) {
 }
 
 fn blob(out: &mut BytesMut, tag: u8, data: &[u8]) {
-    out.reserve(header_len(data.len()) + data.len() + 2);
+    out.reserve(bulk_len(data.len()));
     header(out, tag, data.len() as i64);
     out.extend_from_slice(data);
     out.extend_from_slice(b"\r\n");

@@ -117,13 +117,12 @@ fn fields(fields: &[(&'static [u8], Field)], protocol: Protocol) -> Bytes {
 impl Field<'_> {
     /// The bytes `fields` writes for this field's value.
     fn wire_len(&self) -> usize {
-        let bulk = |len| tollgate_resp::header_len(len) + len + 2;
         match self {
-            Field::Text(text) => bulk(text.len()),
+            Field::Text(text) => tollgate_resp::bulk_len(text.len()),
             Field::Wire(bulk) => bulk.len(),
             Field::Number(n) => match i64::try_from(*n) {
                 Ok(n) => tollgate_resp::header_len(n as usize),
-                Err(_) => bulk(n.checked_ilog10().unwrap_or(0) as usize + 1),
+                Err(_) => tollgate_resp::bulk_len(n.checked_ilog10().unwrap_or(0) as usize + 1),
             },
         }
     }
