@@ -261,6 +261,28 @@ struct TickerState {
     idle: AtomicBool,
 }
 
+impl TickerState {
+    /// Waits one whole `tick`, or until stopped: `false` once stopped. Parked rather than asleep,
+    /// so that [`Ticker::stop`] wakes it at once: a sleep held whoever dropped the sandbox (a
+    /// reload replacing the policy, the daemon stopping) for up to a tick, a tenth of the longest
+    /// deadline (a 60-second deadline made each drop wait six seconds). An early wake (an unpark
+    /// meant for the idle park, or a spurious one) waits out the rest: a tick is never short, so
+    /// no call is cut off before its deadline.
+    fn wait_one(&self, tick: Duration) -> bool {
+        let until = Instant::now() + tick;
+        loop {
+            if self.stop.load(Ordering::SeqCst) {
+                return false;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return true;
+            }
+            std::thread::park_timeout(left);
+        }
+    }
+}
+
 impl Ticker {
     /// Ticks every `tick`; `longest` is the longest deadline a call may be armed with.
     fn start(engine: Engine, tick: Duration, longest: Duration) -> Ticker {
@@ -279,7 +301,9 @@ impl Ticker {
             .spawn(move || {
                 let mut ticks = 0u64;
                 while !state.stop.load(Ordering::SeqCst) {
-                    std::thread::sleep(tick);
+                    if !state.wait_one(tick) {
+                        break;
+                    }
                     engine.increment_epoch();
                     ticks += 1;
                     if ticks.is_multiple_of(ticks_per_look)
@@ -381,6 +405,42 @@ mod tests {
             ..BUDGET
         };
         assert_eq!(Shared::new(budget, 2).next(), None);
+    }
+
+    #[test]
+    fn a_ticker_stops_at_once_whatever_its_tick() {
+        // A tick of an hour: waiting one out before stopping would hold the test that long.
+        let engine = Engine::new(&config(false)).unwrap();
+        let ticker = Ticker::start(engine, Duration::from_secs(3600), IDLE_AFTER);
+        let (stopped, told) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            ticker.stop();
+            let _ = stopped.send(());
+        });
+        told.recv_timeout(Duration::from_secs(30))
+            .expect("stopping waited for the tick to end");
+    }
+
+    #[test]
+    fn a_stray_wake_does_not_cut_a_tick_short() {
+        let state = Arc::new(TickerState {
+            stop: AtomicBool::new(false),
+            busy: AtomicBool::new(false),
+            idle: AtomicBool::new(false),
+        });
+        let tick = Duration::from_millis(200);
+        let waiting = state.clone();
+        let waiter = std::thread::spawn(move || {
+            let started = Instant::now();
+            (waiting.wait_one(tick), started.elapsed())
+        });
+        for _ in 0..5 {
+            std::thread::sleep(Duration::from_millis(10));
+            waiter.thread().unpark();
+        }
+        let (ticked, waited) = waiter.join().unwrap();
+        assert!(ticked, "not stopped, so the tick ends");
+        assert!(waited >= tick, "a tick of {tick:?} ended after {waited:?}");
     }
 
     #[test]
