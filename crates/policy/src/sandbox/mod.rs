@@ -1,7 +1,8 @@
 //! The wasmtime host: the engine and call budget ([`engine`]), compiled modules with pools of
-//! ready instances ([`module`]), how arguments cross into guests ([`packing`]), and the typed
-//! catalog and guard calls built on them.
+//! ready instances ([`module`]), the code of modules compiled before ([`artifacts`]), how
+//! arguments cross into guests ([`packing`]), and the typed catalog and guard calls built on them.
 
+mod artifacts;
 pub mod bindings;
 mod calls;
 mod engine;

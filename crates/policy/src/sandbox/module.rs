@@ -194,7 +194,7 @@ impl<K: Kind> Module<K> {
         limits: SandboxLimits,
         scaling: Scaling,
     ) -> wasmtime::Result<Module<K>> {
-        let component = Component::new(&sandbox.engine, bytes)?;
+        let component = super::artifacts::compile(&sandbox.engine, bytes)?;
         let pre = K::prepare(&sandbox, &component)?;
         Ok(Module {
             name: name.into(),
