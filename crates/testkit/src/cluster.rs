@@ -467,6 +467,11 @@ fn start_node() -> ClusterNode {
         // 0 counts as `loading`, not serving. Pinging them every second moves it.
         .arg("--repl-ping-replica-period")
         .arg("1")
+        // A master streams its data to a new replica at once instead of waiting 5 s (Redis 7's
+        // default) for more replicas to share the transfer: every cluster with replicas waited
+        // those 5 s before `wait_agreed` saw its replicas in sync.
+        .arg("--repl-diskless-sync-delay")
+        .arg("0")
         .start();
     let mut node = ClusterNode {
         server,
