@@ -307,6 +307,15 @@ async fn daemon_configured_with_sentinel_keeps_serving_through_a_failover() {
         "$1\r\n1\r\n",
         "written to the master"
     );
+    // Replication is asynchronous: a forced failover may promote the replica before it has read
+    // the write from its link (a loaded machine schedules it late), and Redis then loses the write
+    // on every client's behalf. What this test asks is whether the daemon's reads find the new
+    // master, so the write is on the replica first (the full suite once lost it here).
+    assert!(
+        wait_until(Duration::from_secs(10), || replica.inline("GET before")
+            == "$1\r\n1\r\n"),
+        "the replica never received the write"
+    );
 
     let failover = sentinel.ask("SENTINEL FAILOVER mymaster");
     assert_eq!(
