@@ -262,10 +262,19 @@ struct TickerState {
 }
 
 impl TickerState {
+    fn new() -> TickerState {
+        TickerState {
+            stop: AtomicBool::new(false),
+            busy: AtomicBool::new(false),
+            idle: AtomicBool::new(false),
+        }
+    }
+
     /// Waits one whole `tick`, or until stopped: `false` once stopped. Parked rather than asleep,
-    /// so that [`Ticker::stop`] wakes it at once: a sleep held whoever dropped the sandbox (a
-    /// reload replacing the policy, the daemon stopping) for up to a tick, a tenth of the longest
-    /// deadline (a 60-second deadline made each drop wait six seconds). An early wake (an unpark
+    /// so that [`Ticker::stop`] wakes it at once: a sleep held whoever dropped the sandbox (the
+    /// daemon stopping, a `tollgate policy` command ending, every test that loads a policy) for up
+    /// to a tick, a tenth of the longest deadline (a 60-second deadline made each drop wait six
+    /// seconds). An early wake (an unpark
     /// meant for the idle park, or a spurious one) waits out the rest: a tick is never short, so
     /// no call is cut off before its deadline.
     fn wait_one(&self, tick: Duration) -> bool {
@@ -286,11 +295,7 @@ impl TickerState {
 impl Ticker {
     /// Ticks every `tick`; `longest` is the longest deadline a call may be armed with.
     fn start(engine: Engine, tick: Duration, longest: Duration) -> Ticker {
-        let shared = Arc::new(TickerState {
-            stop: AtomicBool::new(false),
-            busy: AtomicBool::new(false),
-            idle: AtomicBool::new(false),
-        });
+        let shared = Arc::new(TickerState::new());
         let state = shared.clone();
         // A call armed before a look at `busy` has run past its deadline by the next look: the
         // ticker keeps ticking at least that long after the last call.
@@ -300,10 +305,7 @@ impl Ticker {
             .name("tollgate-epoch".into())
             .spawn(move || {
                 let mut ticks = 0u64;
-                while !state.stop.load(Ordering::SeqCst) {
-                    if !state.wait_one(tick) {
-                        break;
-                    }
+                while state.wait_one(tick) {
                     engine.increment_epoch();
                     ticks += 1;
                     if ticks.is_multiple_of(ticks_per_look)
@@ -423,11 +425,7 @@ mod tests {
 
     #[test]
     fn a_stray_wake_does_not_cut_a_tick_short() {
-        let state = Arc::new(TickerState {
-            stop: AtomicBool::new(false),
-            busy: AtomicBool::new(false),
-            idle: AtomicBool::new(false),
-        });
+        let state = Arc::new(TickerState::new());
         let tick = Duration::from_millis(200);
         let waiting = state.clone();
         let waiter = std::thread::spawn(move || {
