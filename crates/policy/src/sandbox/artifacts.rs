@@ -35,16 +35,15 @@ impl Entry {
     }
 }
 
-/// The remembered modules, oldest first.
-#[derive(Default)]
+/// The remembered modules, oldest first, within their bounds.
 pub(crate) struct Artifacts {
     entries: Mutex<VecDeque<Entry>>,
+    max_entries: usize,
+    max_bytes: usize,
 }
 
 /// The process's own.
-static REMEMBERED: Artifacts = Artifacts {
-    entries: Mutex::new(VecDeque::new()),
-};
+static REMEMBERED: Artifacts = Artifacts::new(MAX_ENTRIES, MAX_BYTES);
 
 /// `wasm` compiled for `engine`, or loaded from the code of an earlier compile of the same bytes.
 pub(crate) fn compile(engine: &Engine, wasm: &[u8]) -> wasmtime::Result<Component> {
@@ -52,6 +51,14 @@ pub(crate) fn compile(engine: &Engine, wasm: &[u8]) -> wasmtime::Result<Componen
 }
 
 impl Artifacts {
+    const fn new(max_entries: usize, max_bytes: usize) -> Artifacts {
+        Artifacts {
+            entries: Mutex::new(VecDeque::new()),
+            max_entries,
+            max_bytes,
+        }
+    }
+
     pub(crate) fn compile(&self, engine: &Engine, wasm: &[u8]) -> wasmtime::Result<Component> {
         if let Some(code) = self.recall(wasm) {
             // SAFETY: `code` is what `Component::serialize` wrote in this process (`remember`
@@ -82,14 +89,14 @@ impl Artifacts {
             wasm: wasm.into(),
             code: code.into(),
         };
-        if entry.bytes() > MAX_BYTES {
+        if entry.bytes() > self.max_bytes {
             return;
         }
         let mut entries = self.entries.lock();
         // The same module compiled again (under another configuration): the newer code replaces it.
         entries.retain(|kept| *kept.wasm != *wasm);
         let mut total: usize = entries.iter().map(Entry::bytes).sum::<usize>() + entry.bytes();
-        while entries.len() >= MAX_ENTRIES || total > MAX_BYTES {
+        while entries.len() >= self.max_entries || total > self.max_bytes {
             let Some(oldest) = entries.pop_front() else {
                 break;
             };
@@ -101,6 +108,11 @@ impl Artifacts {
     #[cfg(test)]
     fn len(&self) -> usize {
         self.entries.lock().len()
+    }
+
+    #[cfg(test)]
+    fn bytes(&self) -> usize {
+        self.entries.lock().iter().map(Entry::bytes).sum()
     }
 }
 
@@ -130,7 +142,7 @@ mod tests {
 
     #[test]
     fn a_module_seen_before_is_loaded_from_its_code_not_compiled() {
-        let artifacts = Artifacts::default();
+        let artifacts = Artifacts::new(MAX_ENTRIES, MAX_BYTES);
         let wasm = empty_component("a");
         artifacts.compile(&engine(true), &wasm).unwrap();
         let code = artifacts.recall(&wasm).expect("remembered");
@@ -142,7 +154,7 @@ mod tests {
 
     #[test]
     fn code_compiled_under_another_configuration_is_not_loaded() {
-        let artifacts = Artifacts::default();
+        let artifacts = Artifacts::new(MAX_ENTRIES, MAX_BYTES);
         let wasm = empty_component("a");
         artifacts.compile(&engine(true), &wasm).unwrap();
         let with_fuel = artifacts.recall(&wasm).unwrap();
@@ -160,7 +172,7 @@ mod tests {
 
     #[test]
     fn different_bytes_are_different_modules_and_the_oldest_goes_first() {
-        let artifacts = Artifacts::default();
+        let artifacts = Artifacts::new(MAX_ENTRIES, MAX_BYTES);
         let engine = engine(true);
         let modules: Vec<Vec<u8>> = (0..MAX_ENTRIES + 2)
             .map(|n| empty_component(&n.to_string()))
@@ -177,8 +189,35 @@ mod tests {
     }
 
     #[test]
+    fn the_bytes_kept_stay_under_their_bound() {
+        let engine = engine(true);
+        let one = {
+            let artifacts = Artifacts::new(MAX_ENTRIES, MAX_BYTES);
+            artifacts.compile(&engine, &empty_component("0")).unwrap();
+            artifacts.bytes()
+        };
+        // Room for two modules of about this size, not three.
+        let artifacts = Artifacts::new(MAX_ENTRIES, 2 * one + one / 2);
+        let modules: Vec<Vec<u8>> = (0..5).map(|n| empty_component(&n.to_string())).collect();
+        for wasm in &modules {
+            artifacts.compile(&engine, wasm).unwrap();
+            assert!(
+                artifacts.bytes() <= 2 * one + one / 2,
+                "{} kept",
+                artifacts.bytes()
+            );
+        }
+        assert_eq!(artifacts.len(), 2, "the two newest");
+        assert!(artifacts.recall(&modules[4]).is_some());
+        // A module larger than the whole bound is compiled and loaded, and not kept.
+        let tight = Artifacts::new(MAX_ENTRIES, one / 2);
+        tight.compile(&engine, &modules[0]).unwrap();
+        assert_eq!(tight.len(), 0);
+    }
+
+    #[test]
     fn a_module_that_does_not_compile_is_an_error_and_not_remembered() {
-        let artifacts = Artifacts::default();
+        let artifacts = Artifacts::new(MAX_ENTRIES, MAX_BYTES);
         let error = artifacts
             .compile(&engine(true), b"\0asm\x0d\0\x01\0\xff")
             .unwrap_err();
