@@ -10,10 +10,15 @@ change.
 
     python3 benches/ab.py NEW_BINARY OLD_BINARY [--tests get,incr,lpush] [--rounds 8]
                                                   [--pipeline 1] [--requests 100000] [--cache]
+                                                  [--no-pin]
 
 --cache: both builds with the near cache on (`cache.keys: ["key:*"]`) and the hot set of
 `benches/cache.py` written first (1,000 keys of 100 bytes); redis-benchmark then reads it at random
 (`-r 1000`), so after the first round every GET is a hit: the hit path, A/B.
+
+--no-pin: nothing pinned; redis-server then runs on whichever core is free and reads each write as
+it lands, where pinned it waits for the proxy to yield its core (how a lane's batching plays out
+depends on which).
 """
 
 import argparse
@@ -35,6 +40,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--pipeline", type=int, default=1)
     parser.add_argument("--requests", type=int, default=100_000)
+    parser.add_argument("--no-pin", action="store_true", help="pin nothing (the default pins as e2e.py --pin)")
     parser.add_argument("--cache", action="store_true")
     args = parser.parse_args()
     e2e.raise_nofile()
@@ -65,8 +71,8 @@ def main():
             procs.append(proc)
             e2e.wait_for_socket(sock)
             builds[name] = (sock, proc.pid)
-        servers, clients = e2e.cpu_split()
-        for proc in procs:
+        servers, clients = (None, None) if args.no_pin else e2e.cpu_split()
+        for proc in procs if servers else ():
             e2e.pin(proc.pid, servers)
         runs = {}  # (build, test) -> [(rps, proxy µs, redis µs)]
         for round_no in range(args.rounds):
@@ -79,7 +85,8 @@ def main():
                     runs.setdefault((name, test), []).append((rps, cpu["proxy"], cpu["redis"]))
         load = os.getloadavg()[0]
         cached = ", near cache on, hot set of 1,000 keys" if args.cache else ""
-        print(f"{args.rounds} rounds, -P {args.pipeline}, {args.requests} requests a run{cached}, "
+        pinned = ", unpinned" if args.no_pin else ""
+        print(f"{args.rounds} rounds, -P {args.pipeline}, {args.requests} requests a run{cached}{pinned}, "
               f"load average {load:.2f} at the end")
         print("| build | test | req/s | daemon µs/req | redis µs/req | every run's daemon µs |")
         print("|---|---|---|---|---|---|")

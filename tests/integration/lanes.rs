@@ -20,6 +20,22 @@ pub struct Fixture {
 impl Fixture {
     /// Starts Redis, creates the lane users and opens the lanes with `adjust`ed settings.
     pub async fn start(adjust: impl FnOnce(&mut LanesConfig)) -> Fixture {
+        Fixture::start_behind(None, adjust).await
+    }
+
+    /// Like [`Fixture::start`], but the lanes reach Redis through a [`hop`] of `delay` each way: a
+    /// Redis a network round trip of twice `delay` away.
+    pub async fn start_behind_hop(
+        delay: Duration,
+        adjust: impl FnOnce(&mut LanesConfig),
+    ) -> Fixture {
+        Fixture::start_behind(Some(delay), adjust).await
+    }
+
+    async fn start_behind(
+        hop_delay: Option<Duration>,
+        adjust: impl FnOnce(&mut LanesConfig),
+    ) -> Fixture {
         let redis = RedisServer::start();
         let dir = tempfile::tempdir().expect("temporary directory");
         let mut base = LanesConfig::default();
@@ -35,7 +51,11 @@ impl Fixture {
         )
         .await
         .expect("provision lane users");
-        Fixture::open(redis, dir, &provisioned.config)
+        let socket = match hop_delay {
+            Some(delay) => hop(redis.socket(), &dir.path().join("hop.sock"), delay),
+            None => redis.socket().to_owned(),
+        };
+        Fixture::open(redis, &socket, dir, &provisioned.config)
     }
 
     /// Like [`Fixture::start`], but the lane users are part of the server's command line, so they
@@ -44,14 +64,22 @@ impl Fixture {
         let dir = tempfile::tempdir().expect("temporary directory");
         let (builder, mut config) = crate::support::daemon::durable_lane_users(dir.path());
         adjust(&mut config);
-        Fixture::open(builder.start(), dir, &config)
+        let redis = builder.start();
+        let socket = redis.socket().to_owned();
+        Fixture::open(redis, &socket, dir, &config)
     }
 
-    /// Opens the lanes on `redis` with `config` (lane users already in place).
-    fn open(redis: RedisServer, dir: tempfile::TempDir, config: &LanesConfig) -> Fixture {
+    /// Opens the lanes on `redis`, reached at `socket`, with `config` (lane users already in
+    /// place).
+    fn open(
+        redis: RedisServer,
+        socket: &Path,
+        dir: tempfile::TempDir,
+        config: &LanesConfig,
+    ) -> Fixture {
         let mut registry = Registry::default();
         let lanes = Lanes::open(
-            &Topology::Standalone(endpoint(redis.socket())),
+            &Topology::Standalone(endpoint(socket)),
             config,
             &mut registry,
         )
@@ -88,6 +116,52 @@ impl Fixture {
             .expect("encode metrics");
         out
     }
+}
+
+/// Listens at `listen` and relays each connection to `upstream`, every chunk delayed by `delay`
+/// in each direction and kept in order: a simulated network hop, for as long as the test's runtime
+/// runs.
+pub fn hop(upstream: &Path, listen: &Path, delay: Duration) -> std::path::PathBuf {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{UnixListener, UnixStream};
+
+    async fn pipe(
+        mut from: tokio::net::unix::OwnedReadHalf,
+        mut to: tokio::net::unix::OwnedWriteHalf,
+        delay: Duration,
+    ) {
+        let (chunks, mut due) =
+            tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+        let writer = tokio::spawn(async move {
+            while let Some((at, chunk)) = due.recv().await {
+                tokio::time::sleep_until(at).await;
+                if to.write_all(&chunk).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let mut buf = vec![0; 64 * 1024];
+        while let Ok(n @ 1..) = from.read(&mut buf).await {
+            let _ = chunks.send((tokio::time::Instant::now() + delay, buf[..n].to_vec()));
+        }
+        drop(chunks);
+        let _ = writer.await;
+    }
+
+    let listener = UnixListener::bind(listen).expect("bind the hop's socket");
+    let upstream = upstream.to_owned();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = UnixStream::connect(&upstream).await else {
+                continue;
+            };
+            let (client_read, client_write) = client.into_split();
+            let (server_read, server_write) = server.into_split();
+            tokio::spawn(pipe(client_read, server_write, delay));
+            tokio::spawn(pipe(server_read, client_write, delay));
+        }
+    });
+    listen.to_owned()
 }
 
 pub fn endpoint(socket: &Path) -> Endpoint {

@@ -1,6 +1,7 @@
 //! How a multiplexed lane uses its connections, against a real Redis: commands that arrive while a
-//! connection's last write is being answered go out together in its next write, and work is packed
-//! on as few connections as carry it; held commands that never left are reported as not sent.
+//! connection's last write is being answered go out together in its next write (unless Redis is a
+//! network round trip away: then at once), and work is packed on as few connections as carry it;
+//! held commands that never left are reported as not sent.
 
 use std::time::Duration;
 
@@ -10,12 +11,48 @@ use crate::lanes::{cmd, Fixture};
 
 /// `lane_writes_total` of the REGULAR lane.
 fn regular_writes(fixture: &Fixture) -> u64 {
+    regular_counter(fixture, "lane_writes_total")
+}
+
+/// `name{lane="regular"}`.
+fn regular_counter(fixture: &Fixture, name: &str) -> u64 {
     let text = fixture.metrics_text();
+    let prefix = format!("{name}{{lane=\"regular\"}} ");
     text.lines()
-        .find_map(|line| line.strip_prefix("lane_writes_total{lane=\"regular\"} "))
-        .unwrap_or_else(|| panic!("no REGULAR write counter in:\n{text}"))
+        .find_map(|line| line.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no REGULAR {name} in:\n{text}"))
         .parse()
         .expect("a numeric counter")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_for_a_redis_a_round_trip_away_are_not_held_behind_the_last_write() {
+    // 20 ms each way: a round trip far past the distance below which a connection holds.
+    let fixture = Fixture::start_behind_hop(Duration::from_millis(20), |config| {
+        config.regular.connections = Some(1)
+    })
+    .await;
+    let channel = fixture.lanes.multiplexed(Multiplexed::Regular).unwrap();
+    // A window of writes, one at a time, each timed: Redis answers a round trip away.
+    for _ in 0..64 {
+        channel.send(cmd(&["PING"])).await.unwrap();
+    }
+    let writes = regular_writes(&fixture);
+    let overlapping = regular_counter(&fixture, "lane_overlapping_writes_total");
+
+    // The second command is sent while the first is on its way (its reply is 40 ms off): held,
+    // it would wait for that reply before its own write.
+    let first = channel.send(cmd(&["INCR", "n"]));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let second = channel.send(cmd(&["INCR", "n"]));
+    assert_eq!(&first.await.unwrap().bytes()[..], b":1\r\n");
+    assert_eq!(&second.await.unwrap().bytes()[..], b":2\r\n");
+    assert_eq!(regular_writes(&fixture) - writes, 2, "a write each");
+    assert_eq!(
+        regular_counter(&fixture, "lane_overlapping_writes_total") - overlapping,
+        1,
+        "the second written while the first was unanswered"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -42,6 +79,11 @@ async fn commands_sent_while_a_write_is_unanswered_go_out_in_one_write() {
         regular_writes(&fixture) - before,
         2,
         "the first command alone, then the 20 sent while it was unanswered together"
+    );
+    assert_eq!(
+        regular_counter(&fixture, "lane_overlapping_writes_total"),
+        0,
+        "a Redis on this host: no write while another is unanswered"
     );
 }
 

@@ -50,6 +50,7 @@ mod stream;
 mod topology;
 mod tracking_conn;
 pub mod turn_clock;
+mod turnaround;
 mod wait_histogram;
 
 pub use acl::{

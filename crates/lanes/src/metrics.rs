@@ -95,6 +95,7 @@ pub(crate) struct Families {
     opened: Family<LaneLabel, Counter>,
     closed: Family<LaneLabel, Counter>,
     writes: Family<LaneLabel, Counter>,
+    overlapping_writes: Family<LaneLabel, Counter>,
     redirects: Family<RedirectLabel, Counter>,
 }
 
@@ -116,6 +117,7 @@ impl Families {
             opened: Family::default(),
             closed: Family::default(),
             writes: Family::default(),
+            overlapping_writes: Family::default(),
             redirects: Family::default(),
         };
         let r = registry;
@@ -170,6 +172,13 @@ impl Families {
             families.writes.clone(),
         );
         r.register(
+            "lane_overlapping_writes",
+            "Writes made while an earlier write on the same connection was still unanswered: its \
+             Redis is far enough (a network round trip) that holding commands for the next write \
+             would cost more than writing them at once",
+            families.overlapping_writes.clone(),
+        );
+        r.register(
             "cluster_redirects",
             "Cluster redirects met and commands sent again, per lane, node and kind \
              (moved, ask, tryagain, clusterdown, unavailable, resent)",
@@ -216,6 +225,7 @@ impl Families {
             opened: self.opened.get_or_create(&label).clone(),
             closed: self.closed.get_or_create(&label).clone(),
             writes: self.writes.get_or_create(&label).clone(),
+            overlapping_writes: self.overlapping_writes.get_or_create(&label).clone(),
         }
     }
 }
@@ -238,6 +248,7 @@ pub(crate) struct LaneMetrics {
     pub(crate) opened: Counter,
     pub(crate) closed: Counter,
     pub(crate) writes: Counter,
+    pub(crate) overlapping_writes: Counter,
 }
 
 impl LaneMetrics {

@@ -1,8 +1,9 @@
 //! REGULAR and SCRIPT: commands from many callers pipelined over a few long-lived connections. Each
 //! connection has a driver task; `NodeChannel::send` queues the command for that driver synchronously, so
-//! the commands one caller sends in order are written in order. A connection keeps one write
-//! unanswered at a time and gathers what arrives meanwhile into the next; callers are packed on the
-//! first connections with room. Commands in flight per lane are capped by the lane's gate; the number
+//! the commands one caller sends in order are written in order. A connection to a Redis nearby
+//! keeps one write unanswered at a time and gathers what arrives meanwhile into the next; to a
+//! Redis a network round trip away it writes each batch at once (`turnaround`). Callers are packed
+//! on the first connections with room. Commands in flight per lane are capped by the lane's gate; the number
 //! queued behind the cap is bounded too. Each protocol (RESP2, RESP3) has its own connections, opened
 //! when a client of that protocol first needs one; the lane's ceiling counts both.
 //!
@@ -48,6 +49,7 @@ use crate::quiet::Quiet;
 use crate::reply::{reply_limits, Next, Reply, ReplyReader};
 use crate::script_limit::{ScriptLimit, Watch, Watched};
 use crate::stream::Stream;
+use crate::turnaround::Turnaround;
 
 /// `ASKING`, encoded.
 pub(crate) const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
@@ -658,13 +660,19 @@ async fn write_loop(
             next = stage_if_permitted(lane, request, &mut batch, in_flight);
             staged += usize::from(next.is_none());
         }
-        // One write in flight: while Redis still owes replies to the previous write, commands
-        // that arrive join this one. Redis runs commands one at a time anyway, so they wait no
-        // longer; but a batch costs Redis, the daemon and the kernel one read, one write and one
-        // wake-up for many commands instead of one each. Without this, 50 unpipelined clients
-        // settled as often as not into writes of one command, and Redis spent 3x the CPU per
-        // command. A command that finds the connection idle is written at once.
-        while next.is_none() && batch.len() < MAX_BATCH && owed.unanswered() > 0 {
+        // One write in flight to a Redis that answers quickly: while Redis still owes replies to
+        // the previous write, commands that arrive join this one. Redis runs commands one at a
+        // time anyway, so they wait little longer; but a batch costs Redis, the daemon and the
+        // kernel one read, one write and one wake-up for many commands instead of one each.
+        // Without this, 50 unpipelined clients settled as often as not into writes of one
+        // command, and Redis spent 3x the CPU per command. A command that finds the connection
+        // idle is written at once, and so is every batch to a Redis a network round trip away
+        // (`turnaround`): held, each command would wait a round trip before its own.
+        while next.is_none()
+            && batch.len() < MAX_BATCH
+            && owed.unanswered() > 0
+            && owed.turnaround.near()
+        {
             tokio::select! {
                 biased;
                 _ = &mut gone => return None,
@@ -678,7 +686,10 @@ async fn write_loop(
                 },
             }
         }
-        owed.written(staged);
+        if owed.unanswered() > 0 {
+            lane.metrics.overlapping_writes.inc();
+        }
+        owed.written(staged, lane.epoch);
         // The reader learns of the batch's commands once, before their replies can come.
         in_flight.staged();
         lane.metrics.writes.inc();
@@ -751,7 +762,7 @@ async fn read_loop(
         match handed {
             Ok(0) => {}
             Ok(answered) => {
-                unanswered.answered(answered);
+                unanswered.answered(answered, lane.epoch);
                 overdue.head(lane, slot, current.as_ref());
             }
             Err(error) => break format!("redis sent an unreadable reply: {error}"),
@@ -982,20 +993,28 @@ impl Owed {
 }
 
 /// Commands one connection has written and Redis has not yet answered, shared by its writer and
-/// reader, so that the writer can hold the next batch while a write is still being answered.
+/// reader, so that the writer can hold the next batch while a write is still being answered, and
+/// how long Redis takes to answer a write, which decides whether it does.
 #[derive(Default)]
 struct Unanswered {
     count: AtomicUsize,
     /// The writer, waiting for the count to reach zero.
     writer: AtomicWaker,
+    turnaround: Turnaround,
 }
 
 impl Unanswered {
-    fn written(&self, commands: usize) {
+    /// `commands` are about to be written; `epoch` is the lane's, the origin of the clock that
+    /// times the turnaround.
+    fn written(&self, commands: usize, epoch: Instant) {
         self.count.fetch_add(commands, Ordering::Relaxed);
+        self.turnaround
+            .writing(commands, || epoch.elapsed().as_nanos() as u64);
     }
 
-    fn answered(&self, commands: usize) {
+    fn answered(&self, commands: usize, epoch: Instant) {
+        self.turnaround
+            .answered(commands, || epoch.elapsed().as_nanos() as u64);
         if commands > 0 && self.count.fetch_sub(commands, Ordering::Relaxed) == commands {
             self.writer.wake();
         }
