@@ -126,8 +126,9 @@ async fn paused_multiplexed_ceiling(multiplexed: Multiplexed) {
     for channel in &warm {
         channel.send(cmd(&["PING"])).await.unwrap();
     }
-    // Long enough that a loaded machine still sees the commands held behind the pause.
-    fixture.redis.inline("CLIENT PAUSE 1500 ALL");
+    // Long enough that a loaded machine still sees the commands held behind the pause (1.5 s
+    // was not, once, with CI sharing its two cores with builds: the pause ended first).
+    fixture.redis.inline("CLIENT PAUSE 3000 ALL");
     let sends: Vec<_> = (0..40)
         .map(|i| {
             let channel = fixture.lanes.multiplexed(multiplexed).unwrap();
@@ -145,7 +146,7 @@ async fn paused_multiplexed_ceiling(multiplexed: Multiplexed) {
         (this.in_use, this.waiting)
     };
     assert!(
-        crate::lanes::eventually(Duration::from_secs(2), || in_flight_and_waiting()
+        crate::lanes::eventually(Duration::from_millis(2500), || in_flight_and_waiting()
             == (4, 36))
         .await,
         "4 commands in flight and 36 waiting behind the ceiling, got {:?}",

@@ -72,6 +72,7 @@ mod sentinel_failover;
 mod session_compat;
 mod session_replies;
 mod session_texts;
+mod session_transactions;
 mod status;
 mod support;
 mod systemd;

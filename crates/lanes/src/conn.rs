@@ -75,11 +75,17 @@ impl Conn {
     /// Writes `command` and reads its reply. Dropping the future midway leaves the connection out of
     /// step; the owner must then discard it (see `Borrowed`).
     pub(crate) async fn call(&mut self, command: &[u8]) -> Result<Reply, ConnError> {
-        self.stream.write_all(command).await?;
+        self.write(command).await?;
         self.read_reply().await
     }
 
-    async fn read_reply(&mut self) -> Result<Reply, ConnError> {
+    /// Writes `command` without reading its reply (the owner reads it later, in order).
+    pub(crate) async fn write(&mut self, command: &[u8]) -> Result<(), ConnError> {
+        Ok(self.stream.write_all(command).await?)
+    }
+
+    /// The next reply on the connection.
+    pub(crate) async fn read_reply(&mut self) -> Result<Reply, ConnError> {
         loop {
             match self.replies.next(&mut self.read)? {
                 Some(Next::Reply(reply)) => return Ok(reply),

@@ -43,6 +43,8 @@ pub struct Borrowed {
     session: Session,
     /// A command was written and its reply not yet read: the connection is out of step.
     owes_reply: bool,
+    /// Commands written ahead ([`Borrowed::send_ahead`]) whose replies are still to be read.
+    ahead: usize,
     /// The user the connection is logged in as instead of the lane's ([`Borrowed::act_as`]).
     acting: Option<String>,
     lane: Arc<ExclusiveLane>,
@@ -127,6 +129,7 @@ impl ExclusiveLane {
             conn: Some(conn),
             session: Session::default(),
             owes_reply: false,
+            ahead: 0,
             acting: None,
             lane: self.clone(),
             _permit: permit,
@@ -219,7 +222,8 @@ impl Borrowed {
     }
 
     async fn send_raw(&mut self, command: Bytes) -> Result<Reply, CallError> {
-        if self.owes_reply {
+        // A reply owed, or replies written ahead and not collected, would be read as this one's.
+        if self.owes_reply || self.ahead > 0 {
             self.conn = None;
         }
         let Some(conn) = self.conn.as_mut() else {
@@ -253,6 +257,102 @@ impl Borrowed {
                 Err(CallError::Indeterminate { reason })
             }
         }
+    }
+
+    /// Writes one encoded command without waiting for its reply, within `deadline` (`None`:
+    /// none): a transaction's queued commands, whose replies only say they were queued, go out as
+    /// the client pipelines them instead of one round trip each. [`Borrowed::collect_ahead`] reads
+    /// their replies; until then nothing else may be sent (the connection would be closed), and a
+    /// connection dropped or released before is closed, never lent again out of step.
+    pub async fn send_ahead(
+        &mut self,
+        command: Bytes,
+        deadline: Option<Duration>,
+    ) -> Result<(), CallError> {
+        self.session.observe(&command);
+        if self.owes_reply {
+            self.conn = None;
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(CallError::NotSent(LaneError::Unavailable {
+                reason: "this connection was closed after an earlier failure; borrow another"
+                    .into(),
+            }));
+        };
+        if self.lane.life.killed().is_cancelled() {
+            self.conn = None;
+            return Err(CallError::NotSent(LaneError::Closed));
+        }
+        // Counted first: a write cut short may have reached Redis in part.
+        self.ahead += 1;
+        let write = async { conn.write(&command).await.map_err(|e| e.to_string()) };
+        let written = match deadline {
+            Some(deadline) => tokio::time::timeout(deadline, write)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(format!(
+                        "redis read nothing within {deadline:?}; the connection was closed"
+                    ))
+                }),
+            None => write.await,
+        };
+        written.map_err(|reason| {
+            self.conn = None;
+            self.lane.connector.note_lost();
+            CallError::Indeterminate { reason }
+        })
+    }
+
+    /// How many commands were written ahead and their replies not yet collected.
+    pub fn ahead(&self) -> usize {
+        self.ahead
+    }
+
+    /// Reads the replies of the commands written ahead and hands each to `each`, oldest first,
+    /// all within `deadline` (`None`: none); none is kept here, so a transaction of a million
+    /// queued commands costs a million small reads, not a million replies held. Past the
+    /// deadline, or if the connection fails, it is closed and the outcome is indeterminate.
+    pub async fn collect_ahead(
+        &mut self,
+        deadline: Option<Duration>,
+        mut each: impl FnMut(Reply),
+    ) -> Result<(), CallError> {
+        let ahead = &mut self.ahead;
+        let lane = &self.lane;
+        let collected = async {
+            let Some(conn) = self.conn.as_mut() else {
+                return Err("this connection was closed after an earlier failure".to_owned());
+            };
+            let generation = conn.generation();
+            while *ahead > 0 {
+                let reply = tokio::select! {
+                    reply = conn.read_reply() => reply.map_err(|e| e.to_string())?,
+                    _ = lane.life.killed().cancelled() => return Err("lanes closed before the reply arrived".to_owned()),
+                    _ = lane.connector.moved(generation) => return Err("the redis master moved to another server".to_owned()),
+                };
+                *ahead -= 1;
+                if reply.is_readonly() {
+                    lane.connector.refused_write();
+                }
+                each(reply);
+            }
+            Ok(())
+        };
+        let outcome = match deadline {
+            Some(deadline) => tokio::time::timeout(deadline, collected)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(format!(
+                        "no reply within {deadline:?}; the connection was closed"
+                    ))
+                }),
+            None => collected.await,
+        };
+        outcome.map_err(|reason| {
+            self.conn = None;
+            self.lane.connector.note_lost();
+            CallError::Indeterminate { reason }
+        })
     }
 
     /// The user the connection is logged in as, when not the lane's.
@@ -289,6 +389,11 @@ impl Borrowed {
     /// a connection that acted as another user logged back in as the lane's. A connection that
     /// cannot be made clean is closed instead.
     pub async fn release(mut self) {
+        if self.ahead > 0 {
+            // Replies written ahead and never read: out of step, never lent again.
+            self.conn = None;
+            return;
+        }
         let command: Option<&[u8]> = match self.session.cleanup() {
             Cleanup::Nothing => None,
             Cleanup::Close => {
@@ -320,8 +425,10 @@ impl Borrowed {
 
 impl Drop for Borrowed {
     fn drop(&mut self) {
-        let clean =
-            !self.owes_reply && self.session.cleanup() == Cleanup::Nothing && self.acting.is_none();
+        let clean = !self.owes_reply
+            && self.ahead == 0
+            && self.session.cleanup() == Cleanup::Nothing
+            && self.acting.is_none();
         if let (Some(conn), true) = (self.conn.take(), clean) {
             self.lane.give_back(conn);
         }

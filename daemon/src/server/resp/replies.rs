@@ -72,6 +72,21 @@ pub fn exec_abort() -> Bytes {
     error("EXECABORT Transaction discarded because of previous errors.".to_owned())
 }
 
+/// `EXEC` of a transaction Redis refused to queue a command of (`refusal`, its error reply), the
+/// client having been told `QUEUED` (see `transaction.rs`): Redis's own EXECABORT, naming why.
+pub fn exec_abort_after(refusal: &[u8]) -> Bytes {
+    let why = refusal
+        .strip_prefix(b"-")
+        .and_then(|text| text.strip_suffix(b"\r\n"))
+        .map(String::from_utf8_lossy);
+    match why {
+        Some(why) => error(format!(
+            "EXECABORT Transaction discarded because of previous errors: {why}"
+        )),
+        None => exec_abort(),
+    }
+}
+
 pub fn queued() -> Bytes {
     Bytes::from_static(b"+QUEUED\r\n")
 }
