@@ -223,21 +223,10 @@ impl Borrowed {
 
     async fn send_raw(&mut self, command: Bytes) -> Result<Reply, CallError> {
         // A reply owed, or replies written ahead and not collected, would be read as this one's.
-        if self.owes_reply || self.ahead > 0 {
-            self.conn = None;
-        }
-        let Some(conn) = self.conn.as_mut() else {
-            return Err(CallError::NotSent(LaneError::Unavailable {
-                reason: "this connection was closed after an earlier failure; borrow another"
-                    .into(),
-            }));
-        };
-        if self.lane.life.killed().is_cancelled() {
-            self.conn = None;
-            return Err(CallError::NotSent(LaneError::Closed));
-        }
+        let in_step = !self.owes_reply && self.ahead == 0;
+        let generation = self.usable(in_step)?.generation();
         self.owes_reply = true;
-        let generation = conn.generation();
+        let conn = self.conn.as_mut().expect("usable");
         let outcome = tokio::select! {
             outcome = conn.call(&command) => outcome.map_err(|e| e.to_string()),
             _ = self.lane.life.killed().cancelled() => Err("lanes closed before the reply arrived".to_owned()),
@@ -251,11 +240,7 @@ impl Borrowed {
                 }
                 Ok(reply)
             }
-            Err(reason) => {
-                self.conn = None;
-                self.lane.connector.note_lost();
-                Err(CallError::Indeterminate { reason })
-            }
+            Err(reason) => Err(self.lost(reason)),
         }
     }
 
@@ -270,37 +255,15 @@ impl Borrowed {
         deadline: Option<Duration>,
     ) -> Result<(), CallError> {
         self.session.observe(&command);
-        if self.owes_reply {
-            self.conn = None;
-        }
-        let Some(conn) = self.conn.as_mut() else {
-            return Err(CallError::NotSent(LaneError::Unavailable {
-                reason: "this connection was closed after an earlier failure; borrow another"
-                    .into(),
-            }));
-        };
-        if self.lane.life.killed().is_cancelled() {
-            self.conn = None;
-            return Err(CallError::NotSent(LaneError::Closed));
-        }
+        let in_step = !self.owes_reply;
+        self.usable(in_step)?;
         // Counted first: a write cut short may have reached Redis in part.
         self.ahead += 1;
+        let conn = self.conn.as_mut().expect("usable");
         let write = async { conn.write(&command).await.map_err(|e| e.to_string()) };
-        let written = match deadline {
-            Some(deadline) => tokio::time::timeout(deadline, write)
-                .await
-                .unwrap_or_else(|_| {
-                    Err(format!(
-                        "redis read nothing within {deadline:?}; the connection was closed"
-                    ))
-                }),
-            None => write.await,
-        };
-        written.map_err(|reason| {
-            self.conn = None;
-            self.lane.connector.note_lost();
-            CallError::Indeterminate { reason }
-        })
+        within(deadline, write, "redis read nothing")
+            .await
+            .map_err(|reason| self.lost(reason))
     }
 
     /// How many commands were written ahead and their replies not yet collected.
@@ -338,21 +301,34 @@ impl Borrowed {
             }
             Ok(())
         };
-        let outcome = match deadline {
-            Some(deadline) => tokio::time::timeout(deadline, collected)
-                .await
-                .unwrap_or_else(|_| {
-                    Err(format!(
-                        "no reply within {deadline:?}; the connection was closed"
-                    ))
-                }),
-            None => collected.await,
-        };
-        outcome.map_err(|reason| {
+        within(deadline, collected, "no reply")
+            .await
+            .map_err(|reason| self.lost(reason))
+    }
+
+    /// The connection, if a command may be written on it: it is `in_step` (else it is closed
+    /// now), still open, and the lanes are not closing.
+    fn usable(&mut self, in_step: bool) -> Result<&mut Conn, CallError> {
+        if !in_step || self.lane.life.killed().is_cancelled() {
+            let closing = self.conn.is_some() && in_step;
             self.conn = None;
-            self.lane.connector.note_lost();
-            CallError::Indeterminate { reason }
+            if closing {
+                return Err(CallError::NotSent(LaneError::Closed));
+            }
+        }
+        self.conn.as_mut().ok_or_else(|| {
+            CallError::NotSent(LaneError::Unavailable {
+                reason: "this connection was closed after an earlier failure; borrow another"
+                    .into(),
+            })
         })
+    }
+
+    /// The connection failed midway: closed (never lent again) and the outcome indeterminate.
+    fn lost(&mut self, reason: String) -> CallError {
+        self.conn = None;
+        self.lane.connector.note_lost();
+        CallError::Indeterminate { reason }
     }
 
     /// The user the connection is logged in as, when not the lane's.
@@ -433,5 +409,23 @@ impl Drop for Borrowed {
             self.lane.give_back(conn);
         }
         self.lane.life.give_back();
+    }
+}
+
+/// `work` within `deadline` (`None`: none); past it, `Err` says that `what` happened in time.
+async fn within<T>(
+    deadline: Option<Duration>,
+    work: impl std::future::Future<Output = Result<T, String>>,
+    what: &str,
+) -> Result<T, String> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout(deadline, work)
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "{what} within {deadline:?}; the connection was closed"
+                ))
+            }),
+        None => work.await,
     }
 }
