@@ -139,3 +139,53 @@ async fn a_connection_owing_queued_replies_is_never_lent_again() {
     }
     assert_eq!(redis.inline("GET n"), "$1\r\n3\r\n");
 }
+
+#[tokio::test]
+async fn a_long_transaction_is_collected_as_it_goes_and_a_refusal_early_in_it_is_named() {
+    let redis = RedisServer::start();
+    let daemon = TestDaemon::start(&redis).await;
+    let mut client = RawClient::connect(&daemon.resp_socket()).await;
+
+    // 3,000 queued commands in one pipeline: past the thousand the daemon writes ahead before it
+    // collects, every reply still in order.
+    let pushes: Vec<Vec<String>> = (0..3000)
+        .map(|i| vec!["RPUSH".into(), "long".into(), i.to_string()])
+        .collect();
+    let mut pipeline: Vec<Vec<&str>> = vec![vec!["MULTI"]];
+    pipeline.extend(
+        pushes
+            .iter()
+            .map(|argv| argv.iter().map(String::as_str).collect()),
+    );
+    pipeline.push(vec!["EXEC"]);
+    let commands: Vec<&[&str]> = pipeline.iter().map(Vec::as_slice).collect();
+    client.pipeline(&commands).await;
+    assert_eq!(client.read().await, simple("OK"));
+    for _ in 0..3000 {
+        assert_eq!(client.read().await, simple("QUEUED"));
+    }
+    let exec = client.read().await;
+    assert_eq!(
+        exec,
+        Frame::Array((1..=3000).map(Frame::Integer).collect()),
+        "EXEC's replies"
+    );
+
+    // Refused first, then 1,100 more: the refusal is read back before the rest is written, and
+    // EXEC still names it.
+    assert_eq!(client.call(&["MULTI"]).await, simple("OK"));
+    redis.inline("CONFIG SET maxmemory 1");
+    let mut pipeline: Vec<&[&str]> = vec![&["SET", "refused", "v"]];
+    pipeline.extend(std::iter::repeat_n(&["INCR", "n"][..], 1100));
+    client.pipeline(&pipeline).await;
+    for _ in 0..1101 {
+        assert_eq!(client.read().await, simple("QUEUED"));
+    }
+    let exec = text(&client.call(&["EXEC"]).await);
+    redis.inline("CONFIG SET maxmemory 0");
+    assert!(
+        exec.starts_with("EXECABORT") && exec.contains("OOM"),
+        "EXEC: {exec}"
+    );
+    assert_eq!(redis.inline("EXISTS refused n"), ":0\r\n");
+}

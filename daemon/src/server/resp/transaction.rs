@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use tollgate_lanes::{Borrowed, Lanes, Route, ScopeLogin, Shape};
+use tollgate_lanes::{Borrowed, CallError, Lanes, Reply, Route, ScopeLogin, Shape};
 use tollgate_model::{Exclusive, Tenant};
 use tollgate_resp::Command;
 
@@ -61,6 +61,9 @@ pub struct Multi {
     queue: Queue,
     /// The queue's commands answered by the daemon, and where their replies go in EXEC's.
     local: QueuedLocally,
+    /// What Redis answered, instead of `+QUEUED`, to the first command written ahead that it
+    /// refused to queue (see [`Multi::ahead`]): what EXEC's EXECABORT names.
+    refusal: Option<Bytes>,
 }
 
 /// Whether EXEC may run what was queued.
@@ -207,12 +210,15 @@ impl Pinning {
             Pinning::InMulti(Multi {
                 conn,
                 queue: Queue::Aborted,
+                refusal,
                 ..
             }) if is(b"EXEC") => {
                 let _ = conn
                     .send(Bytes::from_static(b"*1\r\n$7\r\nDISCARD\r\n"))
                     .await;
-                Ok(replies::exec_abort())
+                Ok(refusal
+                    .as_deref()
+                    .map_or_else(replies::exec_abort, replies::exec_abort_after))
             }
             Pinning::Watching(conn, _) | Pinning::InMulti(Multi { conn, .. }) => {
                 match conn.send_within(command.encoded(), deadline).await {
@@ -270,6 +276,7 @@ impl Pinning {
                 false => Queue::Clean,
             },
             local: opening.local,
+            refusal: None,
         };
         for held in opening.held {
             match multi.conn.send_within(held.encoded(), deadline).await {
@@ -294,6 +301,7 @@ impl Pinning {
                     slot,
                     queue: Queue::Clean,
                     local: QueuedLocally::default(),
+                    refusal: None,
                 }),
                 pinning => pinning,
             };
@@ -315,6 +323,9 @@ impl Pinning {
 /// table; MULTI and WATCH are checked apart): sent and awaited, so that the client hears Redis's
 /// own refusal when it queues them, as it would from Redis.
 const NOT_IN_MULTI: [&[u8]; 4] = [b"SAVE", b"SHUTDOWN", b"SYNC", b"PSYNC"];
+
+/// Commands written ahead at most before their replies are collected.
+const MOST_AHEAD: usize = 1024;
 
 /// What [`Multi::ahead`] answered, and what becomes of the transaction.
 struct Ahead {
@@ -343,7 +354,7 @@ impl Multi {
         is: &impl Fn(&[u8]) -> bool,
         deadline: Option<Duration>,
     ) -> Option<Ahead> {
-        let failed = |error: &tollgate_lanes::CallError| Ahead {
+        let failed = |error: &CallError| Ahead {
             bytes: replies::call_failed(error),
             ends: false,
             failed: true,
@@ -355,6 +366,14 @@ impl Multi {
                 .chain(NOT_IN_MULTI)
                 .any(is);
         if !synchronous {
+            // Bounded: past this many, what is owed is collected first, so that a transaction
+            // of a million commands does not leave a million `QUEUED`s waiting in Redis's output
+            // buffer (one more round trip per thousand commands).
+            if self.conn.ahead() >= MOST_AHEAD {
+                if let Err(error) = self.collect(deadline, false).await {
+                    return Some(failed(&error));
+                }
+            }
             return Some(
                 match self.conn.send_ahead(command.encoded(), deadline).await {
                     Ok(()) => {
@@ -378,32 +397,12 @@ impl Multi {
         if self.conn.ahead() == 0 {
             return None;
         }
-        // Every reply owed but the last, which is EXEC's when EXEC was written ahead.
-        let mut refused = None;
-        let mut last = None;
-        let collected = self.conn.collect_ahead(deadline, |reply| {
-            if let Some(queued) = last.replace(reply) {
-                if refused.is_none() && queued.bytes()[..] != b"+QUEUED\r\n"[..] {
-                    refused = Some(queued);
-                }
-            }
-        });
-        if let Err(error) = collected.await {
-            return Some(failed(&error));
-        }
-        let exec_reply = match clean_exec {
-            true => last,
-            false => {
-                refused = refused.or(last.filter(|reply| reply.bytes()[..] != b"+QUEUED\r\n"[..]));
-                None
-            }
+        let exec_reply = match self.collect(deadline, clean_exec).await {
+            Ok(exec_reply) => exec_reply?,
+            Err(error) => return Some(failed(&error)),
         };
-        if refused.is_some() {
-            self.queue = Queue::Aborted;
-        }
-        let exec_reply = exec_reply?;
-        let bytes = match refused {
-            Some(refused) if exec_reply.is_error() => replies::exec_abort_after(refused.bytes()),
+        let bytes = match &self.refusal {
+            Some(refusal) if exec_reply.is_error() => replies::exec_abort_after(refusal),
             _ => std::mem::take(&mut self.local).splice(exec_reply.into_bytes()),
         };
         Some(Ahead {
@@ -411,6 +410,37 @@ impl Multi {
             ends: true,
             failed: false,
         })
+    }
+
+    /// Reads every reply owed for commands written ahead; one that is not `+QUEUED` makes EXEC
+    /// fail (the first is kept to name why). With `exec_last`, the last is EXEC's own: returned,
+    /// not checked.
+    async fn collect(
+        &mut self,
+        deadline: Option<Duration>,
+        exec_last: bool,
+    ) -> Result<Option<Reply>, CallError> {
+        let mut refused = None;
+        let mut last = None;
+        self.conn
+            .collect_ahead(deadline, |reply| {
+                if let Some(queued) = last.replace(reply) {
+                    if refused.is_none() && queued.bytes()[..] != b"+QUEUED\r\n"[..] {
+                        refused = Some(queued);
+                    }
+                }
+            })
+            .await?;
+        if !exec_last {
+            refused = refused.or(last
+                .take()
+                .filter(|reply| reply.bytes()[..] != b"+QUEUED\r\n"[..]));
+        }
+        if let Some(refused) = refused {
+            self.queue = Queue::Aborted;
+            self.refusal.get_or_insert_with(|| refused.into_bytes());
+        }
+        Ok(last)
     }
 }
 
