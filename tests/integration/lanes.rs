@@ -14,6 +14,8 @@ pub struct Fixture {
     pub redis: RedisServer,
     pub lanes: Lanes,
     pub registry: Registry,
+    /// The hop in front of Redis ([`Fixture::start_behind_hop`]).
+    pub hop: Option<Hop>,
     _dir: tempfile::TempDir,
 }
 
@@ -51,11 +53,15 @@ impl Fixture {
         )
         .await
         .expect("provision lane users");
-        let socket = match hop_delay {
-            Some(delay) => hop(redis.socket(), &dir.path().join("hop.sock"), delay),
-            None => redis.socket().to_owned(),
-        };
-        Fixture::open(redis, &socket, dir, &provisioned.config)
+        let hop =
+            hop_delay.map(|delay| Hop::start(redis.socket(), &dir.path().join("hop.sock"), delay));
+        let socket = hop
+            .as_ref()
+            .map_or(redis.socket(), |hop| &hop.socket)
+            .to_owned();
+        let mut fixture = Fixture::open(redis, &socket, dir, &provisioned.config);
+        fixture.hop = hop;
+        fixture
     }
 
     /// Like [`Fixture::start`], but the lane users are part of the server's command line, so they
@@ -88,6 +94,7 @@ impl Fixture {
             redis,
             lanes,
             registry,
+            hop: None,
             _dir: dir,
         }
     }
@@ -118,50 +125,80 @@ impl Fixture {
     }
 }
 
-/// Listens at `listen` and relays each connection to `upstream`, every chunk delayed by `delay`
-/// in each direction and kept in order: a simulated network hop, for as long as the test's runtime
-/// runs.
-pub fn hop(upstream: &Path, listen: &Path, delay: Duration) -> std::path::PathBuf {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::{UnixListener, UnixStream};
+/// A simulated network hop: a Unix socket relaying each connection to Redis with every chunk
+/// delayed by `delay` in each direction (kept in order), for as long as the test's runtime runs;
+/// Redis's replies can be held back ([`Hop::hold_replies`]) as a slow network would.
+pub struct Hop {
+    pub socket: std::path::PathBuf,
+    held: tokio::sync::watch::Sender<bool>,
+}
 
-    async fn pipe(
-        mut from: tokio::net::unix::OwnedReadHalf,
-        mut to: tokio::net::unix::OwnedWriteHalf,
-        delay: Duration,
-    ) {
-        let (chunks, mut due) =
-            tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
-        let writer = tokio::spawn(async move {
-            while let Some((at, chunk)) = due.recv().await {
-                tokio::time::sleep_until(at).await;
-                if to.write_all(&chunk).await.is_err() {
-                    return;
+impl Hop {
+    pub fn start(upstream: &Path, listen: &Path, delay: Duration) -> Hop {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio::net::{UnixListener, UnixStream};
+        use tokio::sync::watch;
+
+        async fn pipe(
+            mut from: tokio::net::unix::OwnedReadHalf,
+            mut to: tokio::net::unix::OwnedWriteHalf,
+            delay: Duration,
+            mut held: Option<watch::Receiver<bool>>,
+        ) {
+            let (chunks, mut due) =
+                tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+            let writer = tokio::spawn(async move {
+                while let Some((at, chunk)) = due.recv().await {
+                    tokio::time::sleep_until(at).await;
+                    if let Some(held) = held.as_mut() {
+                        let _ = held.wait_for(|held| !held).await;
+                    }
+                    if to.write_all(&chunk).await.is_err() {
+                        return;
+                    }
                 }
+            });
+            let mut buf = vec![0; 64 * 1024];
+            while let Ok(n @ 1..) = from.read(&mut buf).await {
+                let _ = chunks.send((tokio::time::Instant::now() + delay, buf[..n].to_vec()));
+            }
+            drop(chunks);
+            let _ = writer.await;
+        }
+
+        let listener = UnixListener::bind(listen).expect("bind the hop's socket");
+        let upstream = upstream.to_owned();
+        let (held, holding) = watch::channel(false);
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = UnixStream::connect(&upstream).await else {
+                    continue;
+                };
+                let (client_read, client_write) = client.into_split();
+                let (server_read, server_write) = server.into_split();
+                tokio::spawn(pipe(client_read, server_write, delay, None));
+                tokio::spawn(pipe(
+                    server_read,
+                    client_write,
+                    delay,
+                    Some(holding.clone()),
+                ));
             }
         });
-        let mut buf = vec![0; 64 * 1024];
-        while let Ok(n @ 1..) = from.read(&mut buf).await {
-            let _ = chunks.send((tokio::time::Instant::now() + delay, buf[..n].to_vec()));
+        Hop {
+            socket: listen.to_owned(),
+            held,
         }
-        drop(chunks);
-        let _ = writer.await;
     }
 
-    let listener = UnixListener::bind(listen).expect("bind the hop's socket");
-    let upstream = upstream.to_owned();
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let Ok(server) = UnixStream::connect(&upstream).await else {
-                continue;
-            };
-            let (client_read, client_write) = client.into_split();
-            let (server_read, server_write) = server.into_split();
-            tokio::spawn(pipe(client_read, server_write, delay));
-            tokio::spawn(pipe(server_read, client_write, delay));
-        }
-    });
-    listen.to_owned()
+    /// Redis's replies stop at the hop until [`Hop::release_replies`].
+    pub fn hold_replies(&self) {
+        self.held.send_replace(true);
+    }
+
+    pub fn release_replies(&self) {
+        self.held.send_replace(false);
+    }
 }
 
 pub fn endpoint(socket: &Path) -> Endpoint {

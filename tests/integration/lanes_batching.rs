@@ -27,8 +27,8 @@ fn regular_counter(fixture: &Fixture, name: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_for_a_redis_a_round_trip_away_are_not_held_behind_the_last_write() {
-    // 20 ms each way: a round trip far past the distance below which a connection holds.
-    let fixture = Fixture::start_behind_hop(Duration::from_millis(20), |config| {
+    // 1 ms each way: a round trip far past the distance below which a connection holds.
+    let fixture = Fixture::start_behind_hop(Duration::from_millis(1), |config| {
         config.regular.connections = Some(1)
     })
     .await;
@@ -40,11 +40,26 @@ async fn commands_for_a_redis_a_round_trip_away_are_not_held_behind_the_last_wri
     let writes = regular_writes(&fixture);
     let overlapping = regular_counter(&fixture, "lane_overlapping_writes_total");
 
-    // The second command is sent while the first is on its way (its reply is 40 ms off): held,
-    // it would wait for that reply before its own write.
+    // Redis's replies held at the hop: the first command stays unanswered for as long as the
+    // test needs. The second, sent once the first is written, goes out too (held, it would wait
+    // for that reply before its own write).
+    let hop = fixture.hop.as_ref().expect("a hop");
+    hop.hold_replies();
     let first = channel.send(cmd(&["INCR", "n"]));
-    tokio::time::sleep(Duration::from_millis(10)).await;
+    let written = |count| {
+        let fixture = &fixture;
+        move || regular_writes(fixture) - writes == count
+    };
+    assert!(
+        crate::lanes::eventually(Duration::from_secs(10), written(1)).await,
+        "the first command written"
+    );
     let second = channel.send(cmd(&["INCR", "n"]));
+    assert!(
+        crate::lanes::eventually(Duration::from_secs(10), written(2)).await,
+        "the second command written while the first is unanswered"
+    );
+    hop.release_replies();
     assert_eq!(&first.await.unwrap().bytes()[..], b":1\r\n");
     assert_eq!(&second.await.unwrap().bytes()[..], b":2\r\n");
     assert_eq!(regular_writes(&fixture) - writes, 2, "a write each");
