@@ -33,8 +33,9 @@ async fn commands_for_a_redis_a_round_trip_away_are_not_held_behind_the_last_wri
     })
     .await;
     let channel = fixture.lanes.multiplexed(Multiplexed::Regular).unwrap();
-    // A window of writes, one at a time, each timed: Redis answers a round trip away.
-    for _ in 0..64 {
+    // A window of writes (`turnaround::WINDOW`), one at a time, each timed: Redis answers a
+    // round trip away.
+    for _ in 0..1024 {
         channel.send(cmd(&["PING"])).await.unwrap();
     }
     let writes = regular_writes(&fixture);
