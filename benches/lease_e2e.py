@@ -10,6 +10,10 @@ which the criterion bench cannot do.
 
     python3 benches/lease_e2e.py [--pairs N] [--rounds R] [--clients 1,16] [--baseline OLD]... [--pin]
 
+--hop-us N puts Redis behind `tools/delay-relay` (N µs each way, as `benches/cache.py --hop-us`):
+every target's calls cross it (Redis direct, twemproxy's server, Tollgate's `redis.address`); only
+the set-up (lane users, scripts loaded) goes straight to redis-server.
+
 --same-rights runs the forwarded scripts (twemproxy's and the direct row's, as Redis's `default`
 user) with the Redis rights of the daemon's lease lane user, so that Redis checks the same key and
 channel patterns behind every target; without it, the forwarded scripts run unconfined.
@@ -44,6 +48,8 @@ def main():
     parser.add_argument("--same-rights", action="store_true",
                         help="run the forwarded scripts with the lease lane's Redis rights (see above)")
     parser.add_argument("--binary", default=os.path.join(e2e.ROOT, "target", "release", "tollgate"))
+    parser.add_argument("--hop-us", type=int, default=0,
+                        help="Redis behind tools/delay-relay, N µs each way (see above)")
     args = parser.parse_args()
     for tool in ("redis-server", "nutcracker"):
         if not shutil.which(tool):
@@ -58,16 +64,25 @@ def main():
         redis, redis_sock = e2e.start_redis(work, procs)
         lanes_yaml = e2e.provision_lanes(args.binary, redis_sock, work)
         shas = load_scripts(redis_sock)
+        served = redis_sock  # where the targets reach Redis
+        if args.hop_us:
+            relay = os.path.join(e2e.ROOT, "target", "release", "delay-relay")
+            if not os.path.exists(relay):
+                raise SystemExit(f"{relay} not found: cargo build --release -p delay-relay")
+            served = os.path.join(work, "hop.sock")
+            procs.append(subprocess.Popen([relay, "--listen", served, "--upstream", redis_sock,
+                                           "--delay-us", str(args.hop_us)]))
+            e2e.wait_for_socket(served)
 
-        targets = [("redis", redis, redis_sock, shas)]
-        argv, nut_sock = e2e.nutcracker_argv(work, redis_sock)
+        targets = [("redis", redis, served, shas)]
+        argv, nut_sock = e2e.nutcracker_argv(work, served)
         nutcracker = subprocess.Popen(argv, preexec_fn=e2e.raise_nofile)
         procs.append(nutcracker)
         e2e.wait_for_socket(nut_sock)
         targets.append(("twemproxy", nutcracker, nut_sock, shas))
         for index, binary in enumerate([args.binary] + args.baseline):
             name = "tollgate" if index == 0 else f"baseline{index if index > 1 else ''}"
-            config, sock = e2e.tollgate_config(work, name, redis_sock, lanes_yaml,
+            config, sock = e2e.tollgate_config(work, name, served, lanes_yaml,
                                                None if index == 0 else os.path.abspath(binary))
             proc = subprocess.Popen([os.path.abspath(binary), "serve", "--config", config],
                                     preexec_fn=e2e.raise_nofile)
@@ -84,6 +99,10 @@ def main():
         client_counts = [int(c) for c in args.clients.split(",")]
         for _, _, sock, target_shas in targets:
             lease_pairs(sock, 50, target_shas, clients=4)  # warm up: scripts cached, lanes open
+            if args.hop_us:
+                # One call at a time, each its own write: enough for a lane connection to have
+                # measured how far Redis is (crates/lanes/src/turnaround.rs: 1,024 writes).
+                lease_pairs(sock, 600, target_shas, clients=1)
         samples = {}
         load = [os.getloadavg()[0]]
         for round_no in range(args.rounds):
@@ -106,6 +125,7 @@ def main():
         print(f"Command: `python3 benches/lease_e2e.py --pairs {args.pairs} --rounds {args.rounds} "
               f"--clients {args.clients}" + " --baseline <older tollgate>" * len(args.baseline)
               + (" --pin" if args.pin else "") + (" --same-rights" if args.same_rights else "")
+              + (f" --hop-us {args.hop_us}" if args.hop_us else "")
               + f"` (load average {min(load):.2f}–{max(load):.2f})")
         print()
         print("| clients | target | calls/s | ÷ twemproxy | ÷ redis | proxy CPU µs/call | "
