@@ -101,6 +101,21 @@ def start_redis(work, procs):
     return redis, redis_sock
 
 
+def start_hop(work, redis_sock, hop_us, procs):
+    """`tools/delay-relay` in front of `redis_sock`, every chunk `hop_us` µs late each way (a
+    simulated network hop, as `benches/cache.py --hop-us` describes), appended to `procs`; returns
+    the socket the targets reach Redis at: the relay's, or `redis_sock` itself when `hop_us` is 0."""
+    if not hop_us:
+        return redis_sock
+    relay = os.path.join(ROOT, "target", "release", "delay-relay")
+    if not os.path.exists(relay):
+        raise SystemExit(f"{relay} not found: cargo build --release -p delay-relay")
+    hop = os.path.join(work, "hop.sock")
+    procs.append(subprocess.Popen([relay, "--listen", hop, "--upstream", redis_sock, "--delay-us", str(hop_us)]))
+    wait_for_socket(hop)
+    return hop
+
+
 def nutcracker_argv(work, redis_sock):
     """twemproxy's command line in front of `redis_sock` (its config written to `work`), and the
     socket it listens on."""

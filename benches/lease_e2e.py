@@ -64,15 +64,7 @@ def main():
         redis, redis_sock = e2e.start_redis(work, procs)
         lanes_yaml = e2e.provision_lanes(args.binary, redis_sock, work)
         shas = load_scripts(redis_sock)
-        served = redis_sock  # where the targets reach Redis
-        if args.hop_us:
-            relay = os.path.join(e2e.ROOT, "target", "release", "delay-relay")
-            if not os.path.exists(relay):
-                raise SystemExit(f"{relay} not found: cargo build --release -p delay-relay")
-            served = os.path.join(work, "hop.sock")
-            procs.append(subprocess.Popen([relay, "--listen", served, "--upstream", redis_sock,
-                                           "--delay-us", str(args.hop_us)]))
-            e2e.wait_for_socket(served)
+        served = e2e.start_hop(work, redis_sock, args.hop_us, procs)  # where the targets reach Redis
 
         targets = [("redis", redis, served, shas)]
         argv, nut_sock = e2e.nutcracker_argv(work, served)

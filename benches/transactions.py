@@ -87,15 +87,7 @@ def main():
     procs = []
     try:
         _, redis_sock = e2e.start_redis(work, procs)
-        upstream = redis_sock
-        if args.hop_us:
-            relay = os.path.join(e2e.ROOT, "target", "release", "delay-relay")
-            if not os.path.exists(relay):
-                raise SystemExit(f"{relay} not found: cargo build --release -p delay-relay")
-            upstream = os.path.join(work, "hop.sock")
-            procs.append(subprocess.Popen([relay, "--listen", upstream, "--upstream", redis_sock,
-                                           "--delay-us", str(args.hop_us)]))
-            e2e.wait_for_socket(upstream)
+        upstream = e2e.start_hop(work, redis_sock, args.hop_us, procs)
         lanes = e2e.provision_lanes(args.binary, redis_sock, work)
         targets = {"redis": upstream}
         builds = [("tollgate", args.binary, None)] + [
