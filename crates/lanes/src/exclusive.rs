@@ -229,8 +229,7 @@ impl Borrowed {
         let conn = self.conn.as_mut().expect("usable");
         let outcome = tokio::select! {
             outcome = conn.call(&command) => outcome.map_err(|e| e.to_string()),
-            _ = self.lane.life.killed().cancelled() => Err("lanes closed before the reply arrived".to_owned()),
-            _ = self.lane.connector.moved(generation) => Err("the redis master moved to another server".to_owned()),
+            reason = interrupted(&self.lane, generation) => Err(reason),
         };
         match outcome {
             Ok(reply) => {
@@ -290,8 +289,7 @@ impl Borrowed {
             while *ahead > 0 {
                 let reply = tokio::select! {
                     reply = conn.read_reply() => reply.map_err(|e| e.to_string())?,
-                    _ = lane.life.killed().cancelled() => return Err("lanes closed before the reply arrived".to_owned()),
-                    _ = lane.connector.moved(generation) => return Err("the redis master moved to another server".to_owned()),
+                    reason = interrupted(lane, generation) => return Err(reason),
                 };
                 *ahead -= 1;
                 if reply.is_readonly() {
@@ -409,6 +407,15 @@ impl Drop for Borrowed {
             self.lane.give_back(conn);
         }
         self.lane.life.give_back();
+    }
+}
+
+/// Resolves, saying why, once the lanes close or the master the connection (of `generation`)
+/// reached has moved: a reply awaited then is lost with the connection.
+async fn interrupted(lane: &ExclusiveLane, generation: u64) -> String {
+    tokio::select! {
+        _ = lane.life.killed().cancelled() => "lanes closed before the reply arrived".to_owned(),
+        _ = lane.connector.moved(generation) => "the redis master moved to another server".to_owned(),
     }
 }
 

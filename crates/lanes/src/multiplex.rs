@@ -992,13 +992,12 @@ impl Owed {
     }
 }
 
-/// Commands one connection has written and Redis has not yet answered, shared by its writer and
-/// reader, so that the writer can hold the next batch while a write is still being answered, and
-/// how long Redis takes to answer a write, which decides whether it does.
+/// Commands one connection has written and Redis has not yet answered (counted by its
+/// [`Turnaround`], which also times them), shared by its writer and reader, so that the writer can
+/// hold the next batch while a write is still being answered when Redis is near.
 #[derive(Default)]
 struct Unanswered {
-    count: AtomicUsize,
-    /// The writer, waiting for the count to reach zero.
+    /// The writer, waiting for every written command to be answered.
     writer: AtomicWaker,
     turnaround: Turnaround,
 }
@@ -1007,7 +1006,6 @@ impl Unanswered {
     /// `commands` are about to be written; `epoch` is the lane's, the origin of the clock that
     /// times the turnaround.
     fn written(&self, commands: usize, epoch: Instant) {
-        self.count.fetch_add(commands, Ordering::Relaxed);
         self.turnaround
             .writing(commands, || epoch.elapsed().as_nanos() as u64);
     }
@@ -1015,13 +1013,13 @@ impl Unanswered {
     fn answered(&self, commands: usize, epoch: Instant) {
         self.turnaround
             .answered(commands, || epoch.elapsed().as_nanos() as u64);
-        if commands > 0 && self.count.fetch_sub(commands, Ordering::Relaxed) == commands {
+        if commands > 0 && self.unanswered() == 0 {
             self.writer.wake();
         }
     }
 
     fn unanswered(&self) -> usize {
-        self.count.load(Ordering::Relaxed)
+        self.turnaround.unanswered() as usize
     }
 
     /// Resolves once every written command is answered.

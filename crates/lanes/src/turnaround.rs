@@ -109,6 +109,11 @@ impl Turnaround {
         }
     }
 
+    /// Commands written and not yet answered.
+    pub(crate) fn unanswered(&self) -> u64 {
+        self.written.load(Ordering::Relaxed) - self.answered.load(Ordering::Relaxed)
+    }
+
     /// Whether the writer should hold the next batch while a write is unanswered: until a first
     /// window of turnarounds is measured, and while the distance is below [`HOLD_BELOW`].
     pub(crate) fn near(&self) -> bool {
@@ -242,7 +247,9 @@ mod tests {
         turnaround.answered(3, || 400 * US);
         assert_eq!(turnaround.shortest(), us(400));
         // The rest later; nothing is being timed, so no clock is read.
+        assert_eq!(turnaround.unanswered(), 5);
         turnaround.answered(5, || panic!("no write is being timed"));
+        assert_eq!(turnaround.unanswered(), 0);
         // The next write is timed again, from its first command (the 9th).
         turnaround.writing(2, || 1_000 * US);
         turnaround.answered(1, || 1_090 * US);

@@ -281,9 +281,7 @@ impl Pinning {
         };
         for held in opening.held {
             match multi.conn.send_within(held.encoded(), deadline).await {
-                Ok(reply) if reply.bytes()[..] == b"+QUEUED\r\n"[..] => {
-                    multi.local.queued_by_redis()
-                }
+                Ok(reply) if queued(reply.bytes()) => multi.local.queued_by_redis(),
                 // The client was told QUEUED; Redis refused it, so EXEC fails, as Redis's would.
                 Ok(_) => multi.queue = Queue::Aborted,
                 Err(error) => return Err(replies::call_failed(&error)),
@@ -310,7 +308,7 @@ impl Pinning {
         let Pinning::InMulti(multi) = self else {
             return reply;
         };
-        if reply[..] == b"+QUEUED\r\n"[..] {
+        if queued(&reply) {
             multi.local.queued_by_redis();
         }
         match exec {
@@ -425,17 +423,15 @@ impl Multi {
         let mut last = None;
         self.conn
             .collect_ahead(deadline, |reply| {
-                if let Some(queued) = last.replace(reply) {
-                    if refused.is_none() && queued.bytes()[..] != b"+QUEUED\r\n"[..] {
-                        refused = Some(queued);
+                if let Some(reply_to_queue) = last.replace(reply) {
+                    if refused.is_none() && !queued(reply_to_queue.bytes()) {
+                        refused = Some(reply_to_queue);
                     }
                 }
             })
             .await?;
         if !exec_last {
-            refused = refused.or(last
-                .take()
-                .filter(|reply| reply.bytes()[..] != b"+QUEUED\r\n"[..]));
+            refused = refused.or(last.take().filter(|reply| !queued(reply.bytes())));
         }
         if let Some(refused) = refused {
             self.queue = Queue::Aborted;
@@ -443,6 +439,11 @@ impl Multi {
         }
         Ok(last)
     }
+}
+
+/// Whether `reply` is Redis's `+QUEUED`: the command was queued for EXEC.
+fn queued(reply: &[u8]) -> bool {
+    reply == b"+QUEUED\r\n"
 }
 
 /// A TRANSACTION connection on the node of `slot` (any master without one), logged in as the
